@@ -1,0 +1,97 @@
+"""The ``mysqlbackup`` command line (click): thin wrappers around the library."""
+
+import functools
+import json
+import logging
+import signal
+import sys
+
+import click
+
+from .daemon import StreamOptions, run_stream
+from .errors import MysqlBackupError
+from .source import PASSWORD_ENV, source_from_options
+from .status import collect_status, format_status
+
+
+def handle_errors(func):
+    """Turn a MysqlBackupError into one line on stderr and its exit code."""
+    @functools.wraps(func)
+    def wrapper(*args, **kwargs):
+        try:
+            return func(*args, **kwargs)
+        except MysqlBackupError as e:
+            click.echo(f"mysqlbackup: error: {e}", err=True)
+            sys.exit(e.exit_code)
+    return wrapper
+
+
+def source_options(func):
+    """--source and --password-file (the password itself never goes on the command line)."""
+    func = click.option("--password-file", type=click.Path(dir_okay=False),
+                        help=f"File whose first line is the password (else ${PASSWORD_ENV}).")(func)
+    return click.option("--source", required=True, metavar="mysql://USER@HOST:PORT",
+                        help="The primary to back up; the user needs REPLICATION SLAVE, "
+                             "REPLICATION CLIENT (MariaDB: BINLOG MONITOR too).")(func)
+
+
+def dir_option(func):
+    return click.option("--dir", "directory", required=True, type=click.Path(file_okay=False),
+                        help="Local directory for the binlog files and the checkpoint.")(func)
+
+
+@click.group(context_settings={"help_option_names": ["-h", "--help"]})
+@click.option("--log-level", default="info", show_default=True,
+              type=click.Choice(["debug", "info", "warning", "error"]))
+def main(log_level):
+    """Back up MySQL/MariaDB binary logs as a semi-synchronous replica."""
+    logging.basicConfig(level=log_level.upper(), stream=sys.stderr,
+                        format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+
+
+@main.command()
+@source_options
+@click.option("--server-id", type=click.IntRange(1, 2**32 - 1), required=True,
+              help="Replica server_id; unique among the source's replicas.")
+@dir_option
+@click.option("--start-file", metavar="NAME", help="New directory: start at this binlog file "
+              "(default: the oldest the source has).")
+@click.option("--start-gtid", metavar="SET", help="New directory: start at the file holding "
+              "the transactions after this GTID set.")
+@click.option("--no-semi-sync", is_flag=True, help="Stream asynchronously (never ACK).")
+@click.option("--heartbeat", type=click.FloatRange(0.1, 60), default=1.0, show_default=True,
+              help="Seconds between source heartbeats when idle.")
+@click.option("--follow-by-gtid", is_flag=True, help="Accept a new source (failover) under "
+              "the same directory and continue from the durable GTID position.")
+@handle_errors
+def stream(source, password_file, server_id, directory, start_file, start_gtid, no_semi_sync,
+           heartbeat, follow_by_gtid):
+    """Stream the source's binlogs into DIR, byte-identical, fsync before every ACK.
+
+    Runs until SIGTERM/SIGINT. Restarting resumes where the files end (a torn
+    event or an incomplete transaction at the end is cut and fetched again).
+    A gap (INCIDENT event, purged binlog) stops it with "resync required".
+    """
+    if start_file and start_gtid:
+        raise click.UsageError("--start-file and --start-gtid exclude each other")
+    opts = StreamOptions(source_from_options(source, password_file), server_id, directory,
+                         start_file, start_gtid, not no_semi_sync, heartbeat, follow_by_gtid)
+    stopping = []
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        signal.signal(sig, lambda *_: stopping.append(True))
+    run_stream(opts, stop=lambda: bool(stopping))
+
+
+@main.command()
+@dir_option
+@click.option("--json", "as_json", is_flag=True, help="Print one JSON object.")
+@handle_errors
+def status(directory, as_json):
+    """Show DIR's files, durable position, GTID set, last ACK and lag."""
+    result = collect_status(directory)
+    if as_json:
+        click.echo(json.dumps(result, indent=1, sort_keys=True))
+    else:
+        click.echo("\n".join(format_status(result)))
+    if not result["exists"]:
+        sys.exit(1)

@@ -1,0 +1,191 @@
+"""The replication client: network I/O on top of PyMySQL's connection.
+
+PyMySQL does the handshake and the setup queries; then this module writes the
+replication commands itself and reads the dump straight from the connection's
+buffered socket file, handing the bytes to the pure ``protocol.StreamDecoder``.
+"""
+
+import logging
+import socket
+
+import pymysql
+
+from . import events as ev
+from . import protocol
+from .errors import ConnectionLost, ResyncRequired, SourceError
+from .gtid import MariaGtidPos
+
+log = logging.getLogger(__name__)
+
+READ_SIZE = 1 << 20
+_ACCESS_DENIED, _UNKNOWN_VARIABLE = 1045, 1193
+
+
+class ServerInfo:
+    """What the daemon needs to know about the source before it dumps."""
+
+    def __init__(self, version, server_id, server_uuid, log_bin, checksum, semi_sync_vars):
+        self.version = version
+        self.flavor = "mariadb" if ev.is_mariadb_version(version) else "mysql"
+        self.server_id = server_id
+        self.server_uuid = server_uuid
+        self.log_bin = log_bin
+        self.checksum = checksum
+        self.semi_sync_vars = semi_sync_vars  # {} when the source has no semi-sync plugin
+
+    @property
+    def identity(self):
+        """Stable identity: server_uuid where the server has one, else its server_id."""
+        return self.server_uuid or f"server-id-{self.server_id}"
+
+
+class ReplicaClient:
+    """One replication connection to the source."""
+
+    def __init__(self, source, server_id, semi_sync=True, heartbeat=1.0, connect_timeout=10):
+        self.source = source
+        self.server_id = server_id
+        self.want_semi_sync = semi_sync
+        self.heartbeat = heartbeat
+        self.connect_timeout = connect_timeout
+        self.conn = None
+        self.info = None
+        self.decoder = None
+        self.semi_sync = False
+
+    # -- connection and setup ------------------------------------------------------
+
+    def connect(self):
+        """Open the connection and read the server facts; SourceError when it cannot."""
+        try:
+            self.conn = pymysql.connect(
+                host=self.source.host, port=self.source.port, user=self.source.user,
+                password=self.source.password, connect_timeout=self.connect_timeout,
+                autocommit=True)
+        except pymysql.err.OperationalError as e:
+            raise SourceError(self._connect_error(e)) from None
+        self.info = self._read_server_info()
+        return self.info
+
+    def _connect_error(self, e):
+        code = e.args[0] if e.args else 0
+        where = f"{self.source.user}@{self.source.address}"
+        if code == _ACCESS_DENIED:
+            return (f"access denied for {where}: check the password (MYSQLBACKUP_PASSWORD "
+                    f"or --password-file)")
+        return f"cannot connect to {self.source.address}: {e.args[-1]}"
+
+    def query(self, sql):
+        """Run one statement on the control connection; return all rows."""
+        with self.conn.cursor() as cur:
+            cur.execute(sql)
+            return cur.fetchall()
+
+    def _variable(self, name):
+        try:
+            return self.query(f"SELECT @@{name}")[0][0]
+        except pymysql.err.OperationalError as e:
+            if e.args[0] == _UNKNOWN_VARIABLE:
+                return None
+            raise
+
+    def _read_server_info(self):
+        version = self.query("SELECT VERSION()")[0][0]
+        semi = dict(self.query("SHOW VARIABLES LIKE 'rpl_semi_sync_%enabled'"))
+        return ServerInfo(version, int(self._variable("server_id")),
+                          self._variable("server_uuid"), bool(int(self._variable("log_bin"))),
+                          self._variable("binlog_checksum"), semi)
+
+    def binary_logs(self):
+        """Names of the binlog files the source still has, oldest first."""
+        return [row[0] for row in self.query("SHOW BINARY LOGS")]
+
+    def _prepare_dump(self):
+        """Session variables that shape the dump; decides semi-sync for this connection."""
+        self.query(f"SET @master_heartbeat_period = {int(self.heartbeat * 1e9)}")
+        if self.info.checksum is not None:
+            self.query("SET @master_binlog_checksum = @@global.binlog_checksum")
+        if self.info.flavor == "mariadb":
+            self.query("SET @mariadb_slave_capability = 4")
+        self.stream_checksum = (self.info.checksum or "NONE").upper() == "CRC32"
+        self.semi_sync = bool(self.want_semi_sync and self.info.semi_sync_vars)
+        if self.semi_sync:
+            self.query("SET @rpl_semi_sync_slave = 1")
+            if self.info.flavor == "mysql":
+                self.query("SET @rpl_semi_sync_replica = 1")
+        self._send(protocol.register_slave_payload(self.server_id, port=0))
+        self.conn._read_packet()  # OK
+
+    # -- dump ------------------------------------------------------------------------
+
+    def start_dump(self, file, pos):
+        """Start a blocking dump from ``file``:``pos`` (semi-sync when the source has it)."""
+        self._prepare_dump()
+        self._send(protocol.binlog_dump_payload(self.server_id, file, pos))
+        self.decoder = protocol.StreamDecoder(self.semi_sync)
+        self.conn._sock.settimeout(max(3 * self.heartbeat, self.heartbeat + 5))
+        self.position_hint = (file, pos)
+
+    def locate_gtid(self, gtids):
+        """Name of the binlog file where the source would start streaming after ``gtids``."""
+        self._prepare_dump()
+        if isinstance(gtids, MariaGtidPos):
+            self.query(f"SET @slave_connect_state = '{gtids}'")
+            self.query("SET @slave_gtid_strict_mode = 1")
+            self._send(protocol.binlog_dump_payload(self.server_id, "", 4))
+        else:
+            self._send(protocol.binlog_dump_gtid_payload(self.server_id, gtids))
+        self.decoder = protocol.StreamDecoder(self.semi_sync)
+        self.position_hint = (f"GTID {gtids}", 4)
+        for event, _ in self.read_batch():
+            if event[4] == ev.ROTATE:
+                return ev.parse_rotate(event, self.stream_checksum)[1]
+        raise SourceError("the source did not name a binlog file for that GTID position")
+
+    def read_batch(self):
+        """Block until at least one event arrived; return all complete (event, needs_ack)."""
+        while True:
+            try:
+                data = self.conn._rfile.read1(READ_SIZE)
+            except (OSError, socket.timeout) as e:
+                raise ConnectionLost(f"lost the connection to {self.source.address}: {e}") \
+                    from None
+            if not data:
+                raise ConnectionLost(f"the source {self.source.address} closed the connection")
+            try:
+                batch = self.decoder.feed(data)
+            except protocol.ServerError as e:
+                raise self._dump_error(e) from None
+            except protocol.EndOfStream:
+                raise ConnectionLost("the source ended the binlog dump") from None
+            if batch:
+                return batch
+
+    def _dump_error(self, e):
+        file, pos = self.position_hint
+        if e.code == protocol.ER_MASTER_FATAL_ERROR_READING_BINLOG:
+            return ResyncRequired(f"the source cannot send the binlog from {file}:{pos} "
+                                  f"(error 1236: {e.message}); the binlogs may have been "
+                                  f"purged: take a new full backup", file, pos)
+        return ConnectionLost(f"the source stopped the dump: error {e.code}: {e.message}")
+
+    def send_ack(self, file, pos):
+        """Semi-sync ACK for ``file``:``pos`` (sequence id 0, no reply expected)."""
+        try:
+            self.conn._sock.sendall(protocol.frame(protocol.ack_payload(file, pos), 0))
+        except OSError as e:
+            raise ConnectionLost(f"cannot send the semi-sync ACK: {e}") from None
+
+    def _send(self, payload):
+        self.conn._next_seq_id = 0
+        self.conn._write_bytes(protocol.frame(payload, 0))
+        self.conn._next_seq_id = 1
+
+    def close(self):
+        """Close the connection without waiting for the server."""
+        if self.conn is not None:
+            try:
+                self.conn._force_close()
+            except Exception:  # closing a dead socket must never mask the real error
+                pass
+            self.conn = None

@@ -1,0 +1,166 @@
+"""``mysqlbackup stream``: connect, check the source, recover, dump, reconnect.
+
+The first connection must succeed (a wrong password or host is reported at
+once); after that, a lost connection is retried with exponential backoff and
+streaming resumes from the durable position in the local files.
+"""
+
+import logging
+import os
+import time
+from dataclasses import dataclass
+
+from .client import ReplicaClient
+from .errors import ConnectionLost, LocalStateError, SourceError, UsageError
+from .gtid import guess_flavor, parse_gtid_set
+from .localdir import DirectoryLock, ResumePoint, list_binlogs, recover
+from .state import State, load_state, save_state
+from .syncer import Syncer
+from .transactions import TrxTracker
+from .writer import BinlogWriter
+
+log = logging.getLogger(__name__)
+
+
+@dataclass
+class StreamOptions:
+    """Everything ``mysqlbackup stream`` was asked to do."""
+
+    source: object
+    server_id: int
+    directory: str
+    start_file: str = None
+    start_gtid: str = None
+    semi_sync: bool = True
+    heartbeat: float = 1.0
+    follow_by_gtid: bool = False
+    sync_interval: float = 1.0
+    checkpoint_interval: float = 1.0
+    max_backoff: float = 30.0
+
+
+class Backoff:
+    """Exponential backoff between reconnect attempts, reset after progress."""
+
+    def __init__(self, first=0.5, maximum=30.0):
+        self.first, self.maximum, self.delay = first, maximum, first
+
+    def next(self):
+        delay, self.delay = self.delay, min(self.delay * 2, self.maximum)
+        return delay
+
+    def reset(self):
+        self.delay = self.first
+
+
+def run_stream(opts, stop=lambda: False, sleep=time.sleep, on_syncer=None):
+    """Run the daemon until ``stop()``; raise a MysqlBackupError on a fatal problem."""
+    os.makedirs(opts.directory, exist_ok=True)
+    with DirectoryLock(opts.directory):
+        if (opts.start_file or opts.start_gtid) and list_binlogs(opts.directory):
+            raise UsageError(f"{opts.directory} already holds a backup: --start-file and "
+                             f"--start-gtid only apply to an empty directory")
+        backoff, connected_once = Backoff(maximum=opts.max_backoff), False
+        while not stop():
+            try:
+                _stream_once(opts, stop, on_syncer)
+            except (ConnectionLost, SourceError) as e:
+                if not connected_once and isinstance(e, SourceError):
+                    raise
+                delay = backoff.next()
+                log.warning("%s; reconnecting in %.1fs", e, delay)
+                sleep(delay)
+                continue
+            finally:
+                connected_once = True
+            backoff.reset()
+
+
+def _stream_once(opts, stop, on_syncer):
+    client = ReplicaClient(opts.source, opts.server_id, opts.semi_sync, opts.heartbeat)
+    writer = BinlogWriter(opts.directory)
+    syncer = None
+    try:
+        info = client.connect()
+        state = load_state(opts.directory)
+        if _source_changed(info, state, opts):
+            point = _follow_point(opts, state)
+        else:
+            point = recover(opts.directory, state) or _initial_point(client, opts)
+        if point.cut_bytes:
+            log.warning("cut %d bytes after %s:%d (%s)", point.cut_bytes, point.file, point.pos,
+                        point.cut_reason)
+        writer.open(point.file, point.pos)
+        state = _base_state(state, info, opts, point)
+        client.start_dump(point.file, point.pos)
+        log.info("streaming from %s:%d (semi-sync %s)", point.file, point.pos,
+                 "on" if client.semi_sync else "off")
+        syncer = Syncer(client, writer, TrxTracker(gtids=point.gtids), state,
+                        opts.sync_interval, opts.checkpoint_interval)
+        syncer._checkpoint()
+        if on_syncer:
+            on_syncer(syncer)
+        syncer.run(stop)
+    finally:
+        client.close()
+        writer.close()
+
+
+def _source_changed(info, state, opts):
+    """Refuse a source without binlog or, unless following by GTID, another source."""
+    if not info.log_bin:
+        raise SourceError(f"the source {opts.source.address} has binary logging disabled "
+                          f"(log_bin=OFF): start it with --log-bin")
+    if state is None or state.source_identity in (None, info.identity):
+        return False
+    if not opts.follow_by_gtid or not state.gtid:
+        raise LocalStateError(
+            f"{opts.directory} holds the binlogs of source {state.source_identity}, but "
+            f"{opts.source.address} is {info.identity}: use another --dir, or "
+            f"--follow-by-gtid to continue from the GTID position on the new source")
+    log.warning("source changed from %s to %s: following by GTID %s", state.source_identity,
+                info.identity, state.gtid)
+    return True
+
+
+def _follow_point(opts, state):
+    """Resume on a new source at the file that holds the transactions after our GTIDs."""
+    gtids = parse_gtid_set(state.gtid, state.flavor)
+    name = _locate_gtid(opts, gtids)
+    if os.path.exists(os.path.join(opts.directory, name)):
+        raise LocalStateError(f"the new source starts at {name}, which {opts.directory} "
+                              f"already holds from the old source: use another --dir")
+    return ResumePoint(name, 4, gtids)
+
+
+def _locate_gtid(opts, gtids):
+    probe = ReplicaClient(opts.source, opts.server_id, False, opts.heartbeat)
+    try:
+        probe.connect()
+        return probe.locate_gtid(gtids)
+    finally:
+        probe.close()
+
+
+def _initial_point(client, opts):
+    """Where a new directory starts: --start-file, --start-gtid, or the oldest binlog."""
+    if opts.start_gtid:
+        return ResumePoint(_locate_gtid(opts, parse_gtid_set(opts.start_gtid,
+                                                             guess_flavor(opts.start_gtid))), 4)
+    if opts.start_file:
+        return ResumePoint(opts.start_file, 4)
+    files = client.binary_logs()
+    if not files:
+        raise SourceError(f"the source {opts.source.address} lists no binary logs")
+    return ResumePoint(files[0], 4)
+
+
+def _base_state(state, info, opts, point):
+    """The checkpoint record for this connection, with the source's identity in it."""
+    state = state or State(file=point.file, pos=point.pos)
+    state.source_identity = info.identity
+    state.server_id = info.server_id
+    state.server_uuid = info.server_uuid
+    state.source_address = opts.source.address
+    state.flavor = state.flavor or info.flavor
+    return state

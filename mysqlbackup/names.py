@@ -1,0 +1,42 @@
+"""Binlog file names: pure functions, no I/O.
+
+A server names its binlog files ``BASE.NNNNNN`` (at least six digits, growing as
+needed). The numeric suffix orders the files; the next file after a rotation is
+named by the ROTATE event itself, so these helpers only parse and sort.
+"""
+
+import re
+
+_NAME = re.compile(r"^(?P<base>[^/\\]+)\.(?P<seq>\d{6,})$")
+
+
+def parse_binlog_name(name):
+    """Return (base, sequence number) of a binlog file name, or None if it is not one."""
+    m = _NAME.match(name)
+    if not m:
+        return None
+    return m.group("base"), int(m.group("seq"))
+
+
+def is_binlog_name(name):
+    """True when ``name`` looks like ``BASE.NNNNNN``."""
+    return parse_binlog_name(name) is not None
+
+
+def binlog_sort_key(name):
+    """Sort key that orders binlog files of one base by their sequence number."""
+    base, seq = parse_binlog_name(name)
+    return (base, seq)
+
+
+def format_position(file, pos):
+    """``file:pos``, the way positions are shown to users."""
+    return f"{file}:{pos}"
+
+
+def parse_position(text):
+    """Parse ``FILE:POS`` into (file, pos); raise ValueError when malformed."""
+    file, sep, pos = text.rpartition(":")
+    if not sep or not file or not pos.isdigit():
+        raise ValueError(f"expected FILE:POS, got {text!r}")
+    return file, int(pos)

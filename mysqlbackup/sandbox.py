@@ -1,0 +1,163 @@
+"""A throwaway MariaDB server for tests, the demo and benchmarks.
+
+Starts ``mariadbd`` from PATH (or /usr/sbin) with a temporary datadir on a free
+loopback port, binlog ROW + CRC32 + GTID strict mode + FULL row metadata and
+semi-sync primary enabled, creates a replication user, and stops it by pid.
+It never touches a server it did not start.
+"""
+
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import tempfile
+import time
+
+import pymysql
+
+REPL_USER, REPL_PASSWORD = "repl", "repl-secret"
+
+
+def find_binary(name):
+    """Path of a MariaDB binary from PATH or /usr/sbin, or None."""
+    return shutil.which(name) or shutil.which(name, path="/usr/sbin:/usr/bin")
+
+
+def free_port():
+    """A TCP port on 127.0.0.1 that nothing listens on right now."""
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+class MariaDBSandbox:
+    """One throwaway mariadbd; use as a context manager or call start()/stop()."""
+
+    def __init__(self, basedir=None, server_id=1, log_bin=True, semi_sync=True,
+                 semi_sync_timeout_ms=2000, extra_args=()):
+        self.basedir = basedir or tempfile.mkdtemp(prefix="mysqlbackup-sandbox-")
+        self.datadir = os.path.join(self.basedir, "data")
+        self.socket = os.path.join(self.basedir, "mysqld.sock")
+        self.pidfile = os.path.join(self.basedir, "mysqld.pid")
+        self.errlog = os.path.join(self.basedir, "error.log")
+        self.server_id = server_id
+        self.log_bin = log_bin
+        self.semi_sync = semi_sync
+        self.semi_sync_timeout_ms = semi_sync_timeout_ms
+        self.extra_args = list(extra_args)
+        self.port = None
+        self.proc = None
+
+    # -- lifecycle ---------------------------------------------------------------
+
+    def start(self):
+        """Initialise the datadir if needed, start the server, create the repl user."""
+        if not os.path.isdir(os.path.join(self.datadir, "mysql")):
+            self._install_db()
+        self.port = self.port or free_port()
+        self.proc = subprocess.Popen(self._server_args(), stdout=subprocess.DEVNULL,
+                                     stderr=subprocess.DEVNULL, start_new_session=True)
+        self._wait_ready()
+        self._create_users()
+        return self
+
+    def _install_db(self):
+        tool = find_binary("mariadb-install-db")
+        if tool is None:
+            raise RuntimeError("mariadb-install-db not found: apt-get install mariadb-server")
+        os.makedirs(self.datadir, exist_ok=True)
+        subprocess.run([tool, "--no-defaults", "--user=root", f"--datadir={self.datadir}",
+                        "--auth-root-authentication-method=normal", "--skip-test-db"],
+                       check=True, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+
+    def _server_args(self):
+        args = [find_binary("mariadbd"), "--no-defaults", "--user=root",
+                f"--datadir={self.datadir}", f"--port={self.port}", "--bind-address=127.0.0.1",
+                f"--socket={self.socket}", f"--pid-file={self.pidfile}",
+                f"--log-error={self.errlog}", f"--server-id={self.server_id}",
+                "--skip-name-resolve", "--innodb-buffer-pool-size=64M",
+                "--innodb-log-file-size=64M", "--skip-innodb-adaptive-hash-index"]
+        if self.log_bin:
+            args += [f"--log-bin={self.datadir}/binlog", "--binlog-format=ROW",
+                     "--binlog-checksum=CRC32", "--gtid-strict-mode=1",
+                     "--binlog-row-metadata=FULL"]
+        if self.semi_sync:
+            args += ["--rpl-semi-sync-master-enabled=1",
+                     f"--rpl-semi-sync-master-timeout={self.semi_sync_timeout_ms}"]
+        return args + self.extra_args
+
+    def _wait_ready(self, timeout=30):
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            if self.proc.poll() is not None:
+                raise RuntimeError(f"mariadbd exited early; see {self.errlog}")
+            try:
+                self.root().close()
+                return
+            except pymysql.err.OperationalError:
+                time.sleep(0.05)
+        raise RuntimeError(f"mariadbd not ready after {timeout}s; see {self.errlog}")
+
+    def _create_users(self):
+        self.execute(
+            f"CREATE USER IF NOT EXISTS '{REPL_USER}'@'127.0.0.1' IDENTIFIED BY '{REPL_PASSWORD}'",
+            f"GRANT REPLICATION SLAVE, REPLICATION CLIENT, BINLOG MONITOR, SELECT ON *.* "
+            f"TO '{REPL_USER}'@'127.0.0.1'",
+            "CREATE USER IF NOT EXISTS 'root'@'127.0.0.1'",
+            "GRANT ALL ON *.* TO 'root'@'127.0.0.1' WITH GRANT OPTION")
+
+    def stop(self, remove=False):
+        """SIGTERM the server (by its pid) and wait; optionally delete its files."""
+        if self.proc is not None and self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGTERM)
+            try:
+                self.proc.wait(timeout=60)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait()
+        self.proc = None
+        if remove:
+            shutil.rmtree(self.basedir, ignore_errors=True)
+
+    def __enter__(self):
+        return self.start()
+
+    def __exit__(self, *exc):
+        self.stop(remove=True)
+
+    # -- SQL helpers -------------------------------------------------------------
+
+    @property
+    def url(self):
+        """Source URL for the replication user (password goes in the environment)."""
+        return f"mysql://{REPL_USER}@127.0.0.1:{self.port}"
+
+    def root(self, database=None, autocommit=True):
+        """A new root connection over the unix socket."""
+        return pymysql.connect(unix_socket=self.socket, user="root", database=database,
+                               autocommit=autocommit, connect_timeout=5)
+
+    def execute(self, *statements):
+        """Run statements as root; return the rows of the last one."""
+        conn = self.root()
+        try:
+            with conn.cursor() as cur:
+                for sql in statements:
+                    cur.execute(sql)
+                return cur.fetchall()
+        finally:
+            conn.close()
+
+    def status(self, name):
+        """Value of one SHOW GLOBAL STATUS variable, as a string."""
+        rows = self.execute(f"SHOW GLOBAL STATUS LIKE '{name}'")
+        return rows[0][1] if rows else None
+
+    def binlog_files(self):
+        """Names of the binlog files the server has, oldest first."""
+        return [row[0] for row in self.execute("SHOW BINARY LOGS")]
+
+    def binlog_path(self, name):
+        """Path of one of the server's binlog files."""
+        return os.path.join(self.datadir, name)

@@ -1,0 +1,140 @@
+"""The pipeline of one replication connection: decoded events -> local file -> ACK.
+
+``Syncer.process`` takes a batch of events already read from the socket, routes
+each one (write it, rotate on a real ROTATE, drop what the server made up for
+the stream, stop at an INCIDENT), then calls ``_commit``, the one function that
+orders "write, fsync, then ACK": a whole batch is written, fsynced once, and
+only then is the newest position that asked for an ACK acknowledged.
+"""
+
+import logging
+import time
+
+from . import events as ev
+from .errors import ProtocolError, ResyncRequired
+from .state import State, save_state
+from .transactions import TrxTracker
+
+log = logging.getLogger(__name__)
+
+
+class Syncer:
+    """Copies the binlog stream of one connection into the local files."""
+
+    def __init__(self, client, writer, tracker=None, base_state=None, sync_interval=1.0,
+                 checkpoint_interval=1.0, clock=time.time):
+        self.client = client
+        self.writer = writer
+        self.tracker = tracker or TrxTracker()
+        self.base_state = base_state or State(file=writer.name, pos=writer.pos)
+        self.sync_interval = sync_interval
+        self.checkpoint_interval = checkpoint_interval
+        self.clock = clock
+        self.boundary = (writer.name, writer.pos)
+        self.durable = (writer.name, writer.pos, self._gtid_text())
+        self.last_sync = self.last_checkpoint = clock()
+        self.last_ack = base_state.last_ack if base_state else None
+        self.source_position = None
+        self.last_event_time = None
+        self.events = 0
+
+    def run(self, stop=lambda: False):
+        """Process batches until ``stop()`` is true; always leaves a final checkpoint."""
+        try:
+            while not stop():
+                self.process(self.client.read_batch())
+        finally:
+            self.finish()
+
+    def process(self, batch):
+        """Route every event of one batch, then write, fsync and ACK once."""
+        ack = None
+        try:
+            for event, needs_ack in batch:
+                self._route(event)
+                if needs_ack:
+                    ack = (self.writer.name, ev.parse_header(event).log_pos)
+        finally:
+            self._commit(ack)
+
+    def _route(self, event):
+        header = ev.parse_header(event)
+        if header.type in (ev.HEARTBEAT, ev.HEARTBEAT_V2):
+            self._heartbeat(event, header)
+            return
+        if ev.is_artificial(header):
+            if header.type == ev.FORMAT_DESCRIPTION:
+                self.tracker.feed(event)  # resumed mid-file: learn the checksum, write nothing
+            return  # fake ROTATE, re-sent FORMAT_DESCRIPTION, fake GTID_LIST
+        if header.type == ev.INCIDENT:
+            raise self._incident(event)
+        expected = self.writer.pos + header.size
+        if header.log_pos != expected:
+            raise ProtocolError(f"{ev.event_name(header.type)} event ends at {header.log_pos} "
+                                f"but {self.writer.name} is at {self.writer.pos}")
+        self.writer.append(event)
+        self.tracker.feed(event)
+        self.events += 1
+        self.last_event_time = header.timestamp
+        if self.tracker.at_boundary:
+            self.boundary = (self.writer.name, self.writer.pos)
+        if header.type == ev.ROTATE:
+            self._rotate(ev.parse_rotate(event, self.tracker.checksum)[1])
+
+    def _heartbeat(self, event, header):
+        name = bytes(ev.event_body(event, self.tracker.checksum)).decode("utf-8", "replace")
+        self.source_position = {"file": name, "pos": header.log_pos, "time": self.clock()}
+
+    def _incident(self, event):
+        number, name, message = ev.parse_incident(event, self.tracker.checksum)
+        return ResyncRequired(f"the source logged incident {number} ({name}): {message!r}; "
+                              f"events are missing from the binlog", self.writer.name,
+                              self.writer.pos)
+
+    def _rotate(self, next_name):
+        log.info("rotating %s -> %s", self.writer.name, next_name)
+        self.writer.rotate(next_name)
+        self.boundary = (next_name, self.writer.pos)
+        self._synced(self.clock())
+        self._checkpoint()
+
+    def _commit(self, ack):
+        """Write the batch, fsync it when an ACK needs it (or it is due), then ACK."""
+        now = self.clock()
+        self.writer.flush()
+        if ack is not None or (self.writer.unsynced and now - self.last_sync >= self.sync_interval):
+            self.writer.sync()
+            self._synced(now)
+        if ack is not None:
+            self.client.send_ack(*ack)
+            self.last_ack = {"file": ack[0], "pos": ack[1], "time": now}
+        if now - self.last_checkpoint >= self.checkpoint_interval:
+            self._checkpoint()
+
+    def _gtid_text(self):
+        return str(self.tracker.gtids) if self.tracker.gtids is not None else None
+
+    def _synced(self, now):
+        """Everything appended is on disk: the newest boundary becomes the durable one."""
+        self.last_sync = now
+        self.durable = (*self.boundary, self._gtid_text())
+
+    def _checkpoint(self):
+        """Record the durable boundary (never anything newer) in the checkpoint file."""
+        self.last_checkpoint = self.clock()
+        state = self.base_state
+        state.file, state.pos, state.gtid = self.durable
+        if self.tracker.gtids is not None:
+            state.flavor = self.tracker.gtids.flavor
+        state.last_ack = self.last_ack
+        state.source_position = self.source_position or state.source_position
+        state.last_event_time = self.last_event_time or state.last_event_time
+        state.updated = self.last_checkpoint
+        save_state(self.writer.directory, state)
+
+    def finish(self):
+        """Make everything written durable and record the checkpoint."""
+        if self.writer.fd is not None:
+            self.writer.sync()
+            self._synced(self.clock())
+            self._checkpoint()

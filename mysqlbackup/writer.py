@@ -1,0 +1,103 @@
+"""Local binlog files: append, fsync, rotate (disk I/O only).
+
+One file is open at a time. ``append`` only buffers; ``flush`` hands the
+buffered bytes to the kernel in one write; ``sync`` flushes and fsyncs. A new
+file is created with the binlog magic and fsynced together with its directory,
+so a file that exists after a crash always has its name on disk.
+"""
+
+import os
+
+from .events import MAGIC
+from .errors import LocalStateError
+
+
+def fsync_dir(directory, fsync=os.fsync):
+    """fsync a directory so that created, renamed or removed names are durable."""
+    fd = os.open(directory, os.O_RDONLY | os.O_DIRECTORY)
+    try:
+        fsync(fd)
+    finally:
+        os.close(fd)
+
+
+class BinlogWriter:
+    """Writes the events of the current local binlog file."""
+
+    def __init__(self, directory, fsync=os.fsync):
+        self.directory = directory
+        self._fsync = fsync
+        self.name = None
+        self.fd = None
+        self.pos = 0          # end of everything appended (buffered or not)
+        self.synced_pos = 0   # end of what is known to be on stable storage
+        self._buffer = []
+        self._buffered = 0
+
+    def path(self, name):
+        return os.path.join(self.directory, name)
+
+    def open(self, name, pos):
+        """Continue ``name`` at ``pos`` (cutting anything after it) or create it at pos 4."""
+        self.close()
+        path = self.path(name)
+        exists = os.path.exists(path)
+        if not exists and pos != len(MAGIC):
+            raise LocalStateError(f"cannot resume {name} at {pos}: the local file is missing")
+        self.fd = os.open(path, os.O_WRONLY | os.O_CREAT, 0o640)
+        self.name = name
+        size = os.fstat(self.fd).st_size
+        if pos == len(MAGIC) and size < len(MAGIC):
+            os.ftruncate(self.fd, 0)
+            os.pwrite(self.fd, MAGIC, 0)
+        elif size < pos:
+            raise LocalStateError(f"cannot resume {name} at {pos}: the file has {size} bytes")
+        elif size > pos:
+            os.ftruncate(self.fd, pos)
+        os.lseek(self.fd, pos, os.SEEK_SET)
+        self._fsync(self.fd)
+        if not exists:
+            fsync_dir(self.directory, self._fsync)
+        self.pos = self.synced_pos = pos
+
+    def append(self, data):
+        """Buffer one event (or any bytes) for the next flush."""
+        self._buffer.append(data)
+        self._buffered += len(data)
+        self.pos += len(data)
+
+    def flush(self):
+        """Write the buffered bytes to the file (no fsync)."""
+        if not self._buffer:
+            return
+        data = b"".join(self._buffer)
+        self._buffer.clear()
+        self._buffered = 0
+        view = memoryview(data)
+        while view:
+            written = os.write(self.fd, view)
+            view = view[written:]
+
+    @property
+    def unsynced(self):
+        """Bytes appended but not yet fsynced."""
+        return self.pos - self.synced_pos
+
+    def sync(self):
+        """Flush and fsync; afterwards everything appended so far is durable."""
+        self.flush()
+        if self.synced_pos != self.pos:
+            self._fsync(self.fd)
+            self.synced_pos = self.pos
+
+    def rotate(self, next_name):
+        """Make the current file durable, close it, and start ``next_name`` at pos 4."""
+        self.sync()
+        self.open(next_name, len(MAGIC))
+
+    def close(self):
+        """Sync and close the current file, if any."""
+        if self.fd is not None:
+            self.sync()
+            os.close(self.fd)
+            self.fd = None
