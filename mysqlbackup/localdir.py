@@ -88,10 +88,23 @@ def recover(directory, state):
     last = names[-1]
     path = os.path.join(directory, last)
     size = os.path.getsize(path)
+    _check_checkpoint_on_disk(state, names, size, directory)
     if size <= len(ev.MAGIC):
         return ResumePoint(last, len(ev.MAGIC), _state_gtids(state))
     with open(path, "rb") as f, mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ) as buf:
         return _scan_tail(buf, last, state, size)
+
+
+def _check_checkpoint_on_disk(state, names, size, directory):
+    """The checkpoint must point into the local files, or durable data went missing."""
+    if state is None:
+        return
+    lost = (state.file == names[-1] and state.pos > size) or (
+        state.file not in names and binlog_sort_key(state.file) > binlog_sort_key(names[-1]))
+    if lost:
+        raise LocalStateError(f"the checkpoint says {state.file}:{state.pos} is durable but "
+                              f"{directory} ends at {names[-1]} with {size} bytes: local data "
+                              f"was lost (restore the directory or start a new one)")
 
 
 def _state_gtids(state):
@@ -108,9 +121,6 @@ def _scan_tail(buf, name, state, size):
         return ResumePoint(name, len(ev.MAGIC), _state_gtids(state), size - 4, str(e))
     tracker, start = TrxTracker(), len(ev.MAGIC)
     if state is not None and state.file == name and state.pos > len(ev.MAGIC):
-        if state.pos > size:
-            raise LocalStateError(f"the checkpoint says {name}:{state.pos} is durable but the "
-                                  f"file has {size} bytes: local data was lost")
         tracker.feed(fde_event)
         tracker.gtids = _state_gtids(state)
         start = state.pos

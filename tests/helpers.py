@@ -1,0 +1,149 @@
+"""Test helpers: run the daemon as a real process, wait for conditions, compare files."""
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+
+from mysqlbackup import events as ev
+from mysqlbackup.sandbox import REPL_PASSWORD
+from mysqlbackup.scan import iter_events
+
+REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+
+def cli_env(password=REPL_PASSWORD):
+    env = dict(os.environ, PYTHONPATH=REPO + os.pathsep + os.environ.get("PYTHONPATH", ""))
+    env["MYSQLBACKUP_PASSWORD"] = password
+    return env
+
+
+def run_cli(*args, password=REPL_PASSWORD, timeout=60):
+    """Run ``mysqlbackup ARGS`` to completion; return the CompletedProcess."""
+    return subprocess.run([sys.executable, "-m", "mysqlbackup", *args], env=cli_env(password),
+                          capture_output=True, text=True, timeout=timeout)
+
+
+class Daemon:
+    """``mysqlbackup stream`` as a child process."""
+
+    def __init__(self, server, directory, *extra, server_id=77):
+        self.args = [sys.executable, "-m", "mysqlbackup", "stream", "--source", server.url,
+                     "--server-id", str(server_id), "--dir", str(directory), *extra]
+        self.directory = str(directory)
+        self.log_path = os.path.join(os.path.dirname(self.directory),
+                                     os.path.basename(self.directory) + ".log")
+        self.proc = None
+
+    def start(self):
+        self.log = open(self.log_path, "ab")
+        self.proc = subprocess.Popen(self.args, env=cli_env(), stdout=self.log,
+                                     stderr=subprocess.STDOUT)
+        return self
+
+    def kill9(self):
+        self.proc.send_signal(signal.SIGKILL)
+        self.proc.wait(timeout=10)
+        self.log.close()
+
+    def stop(self):
+        """SIGTERM and wait; return the exit code."""
+        if self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGTERM)
+        code = self.proc.wait(timeout=30)
+        self.log.close()
+        return code
+
+    def output(self):
+        with open(self.log_path, "rb") as f:
+            return f.read().decode("utf-8", "replace")
+
+    def status(self):
+        out = run_cli("status", "--dir", self.directory, "--json")
+        return json.loads(out.stdout)
+
+
+def wait_for(predicate, timeout=30, interval=0.05, what="condition"):
+    """Poll ``predicate`` until it returns a true value; fail after ``timeout`` seconds."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        value = predicate()
+        if value:
+            return value
+        time.sleep(interval)
+    raise AssertionError(f"timed out after {timeout}s waiting for {what}")
+
+
+def wait_semi_sync_client(server, timeout=20):
+    wait_for(lambda: server.status("Rpl_semi_sync_master_clients") == "1"
+             and server.status("Rpl_semi_sync_master_status") == "ON",
+             timeout, what="a semi-sync replica with semi-sync ON")
+
+
+def current_binlog(server):
+    return server.execute("SHOW MASTER STATUS")[0][0]
+
+
+def caught_up(server, directory):
+    """True when the local copy of the server's newest file is as long as the server's."""
+    name = current_binlog(server)
+    local = os.path.join(str(directory), name)
+    return os.path.exists(local) and os.path.getsize(local) == os.path.getsize(
+        server.binlog_path(name))
+
+
+def read(path):
+    with open(path, "rb") as f:
+        return f.read()
+
+
+def same_except_in_use_flag(local, remote):
+    """Local copy equals the server's file, allowing the FDE in-use flag (offset 21)."""
+    a, b = bytearray(read(local)), bytearray(read(remote))
+    if len(a) != len(b) or len(a) < 22:
+        return False
+    a[21] &= ~ev.LOG_EVENT_BINLOG_IN_USE_F
+    b[21] &= ~ev.LOG_EVENT_BINLOG_IN_USE_F
+    return a == b
+
+
+def maria_gtids(paths):
+    """(domain, seq) of every MariaDB GTID event in the files, in order."""
+    out = []
+    for path in paths:
+        data = read(path)
+        for _, event in iter_events(data, 4, None):
+            if event[4] == ev.MARIA_GTID:
+                g = ev.parse_maria_gtid(event, True)
+                out.append((g.domain, g.seq))
+    return out
+
+
+def make_event(etype, body, log_pos, checksum=True, flags=0, server_id=1, timestamp=0):
+    """Craft one binlog v4 event (with a valid CRC32 when ``checksum``)."""
+    import struct
+    import zlib
+    size = ev.HEADER_LEN + len(body) + (4 if checksum else 0)
+    raw = struct.pack("<IBIIIH", timestamp, etype, server_id, size, log_pos, flags) + body
+    if checksum:
+        raw += struct.pack("<I", zlib.crc32(raw))
+    return raw
+
+
+def packets(events, semi_sync=False, ack_flags=None, first_seq=1):
+    """Frame events as the server does in a binlog dump (OK byte, semi-sync header)."""
+    from mysqlbackup import protocol
+    out, seq = [], first_seq
+    for i, event in enumerate(events):
+        need_ack = bool(ack_flags and ack_flags[i])
+        head = b"\x00" + (bytes([0xEF, 1 if need_ack else 0]) if semi_sync else b"")
+        out.append(protocol.frame(head + event, seq))
+        seq = 1 if need_ack else (seq + 1) & 0xFF
+    return b"".join(out)
+
+
+def file_events(path, check_log_pos=True):
+    """The whole events of a binlog file, in order (bytes)."""
+    return [bytes(e) for _, e in iter_events(read(path), 4, None, check_log_pos=check_log_pos)]
