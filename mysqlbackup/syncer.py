@@ -12,6 +12,7 @@ import time
 
 from . import events as ev
 from .errors import ProtocolError, ResyncRequired
+from .names import is_binlog_name
 from .state import State, save_state
 from .transactions import TrxTracker
 
@@ -30,6 +31,8 @@ class Syncer:
         self.sync_interval = sync_interval
         self.checkpoint_interval = checkpoint_interval
         self.clock = clock
+        # events the server makes up (fake ROTATE, heartbeats) can come before any FDE
+        self.stream_checksum = getattr(client, "stream_checksum", None)
         self.boundary = (writer.name, writer.pos)
         self.durable = (writer.name, writer.pos, self._gtid_text())
         self.last_sync = self.last_checkpoint = clock()
@@ -63,9 +66,8 @@ class Syncer:
             self._heartbeat(event, header)
             return
         if ev.is_artificial(header):
-            if header.type == ev.FORMAT_DESCRIPTION:
-                self.tracker.feed(event)  # resumed mid-file: learn the checksum, write nothing
-            return  # fake ROTATE, re-sent FORMAT_DESCRIPTION, fake GTID_LIST
+            self._artificial(event, header)
+            return
         if header.type == ev.INCIDENT:
             raise self._incident(event)
         expected = self.writer.pos + header.size
@@ -81,8 +83,26 @@ class Syncer:
         if header.type == ev.ROTATE:
             self._rotate(ev.parse_rotate(event, self.tracker.checksum)[1])
 
+    def _artificial(self, event, header):
+        """Events the server makes up for the stream are never written, but some inform."""
+        if header.type == ev.FORMAT_DESCRIPTION:
+            self.tracker.feed(event)  # resumed mid-file: learn the checksum
+        elif header.type == ev.ROTATE:
+            pos, name = ev.parse_rotate(event, self._checksum())
+            if name != self.writer.name:
+                # the source went on to the next file without a real ROTATE (after a STOP)
+                if pos != 4 or not self.tracker.at_boundary:
+                    raise ProtocolError(f"the source jumped to {name}:{pos} in the middle of "
+                                        f"{self.writer.name}:{self.writer.pos}")
+                self._rotate(name)
+
+    def _checksum(self):
+        if self.stream_checksum is None:
+            return self.tracker.checksum
+        return self.stream_checksum
+
     def _heartbeat(self, event, header):
-        name = bytes(ev.event_body(event, self.tracker.checksum)).decode("utf-8", "replace")
+        name = bytes(ev.event_body(event, self._checksum())).decode("utf-8", "replace")
         self.source_position = {"file": name, "pos": header.log_pos, "time": self.clock()}
 
     def _incident(self, event):
@@ -92,6 +112,9 @@ class Syncer:
                               self.writer.pos)
 
     def _rotate(self, next_name):
+        if not is_binlog_name(next_name):
+            raise ProtocolError(f"the source rotates {self.writer.name} to {next_name!r}, "
+                                f"which is not a binlog file name")
         log.info("rotating %s -> %s", self.writer.name, next_name)
         self.writer.rotate(next_name)
         self.boundary = (next_name, self.writer.pos)

@@ -1,0 +1,442 @@
+#!/usr/bin/env python3
+"""Benchmark ``mysqlbackup stream`` against MariaDB's own tools on throwaway servers.
+
+Part A, streaming. One sandbox primary gets at least --mb MB of ROW binlog (4 MB
+multi-row INSERT..SELECT transactions plus ~10% single-row transactions, 64 MB
+files), all in closed files after FLUSH BINARY LOGS. Then, --runs times each, it
+copies every file into an empty directory with
+  * ``mariadb-binlog --read-from-remote-server --raw --to-last-log`` (the anchor),
+  * ``mysqlbackup stream --no-semi-sync`` and ``mysqlbackup stream`` (semi-sync on),
+and checks each copy byte for byte against the server's files. A daemon run ends
+when its checkpoint (what ``mysqlbackup status --json`` shows) has the durable
+position at the end of the server's last file; the time at which all bytes were
+merely written is printed as well. MB/s and events/s are medians over the runs.
+
+Part B, commit rate. On a fresh primary (semi-sync timeout 10 s), --threads client
+processes run single-row autocommit INSERTs for --seconds with exactly one
+semi-sync replica connected: our daemon, or a real MariaDB replica (a second
+sandbox with rpl_semi_sync_slave_enabled). An async line (semi-sync disabled, no
+replica) is printed for reference. Semi-sync yes/no transaction deltas are shown;
+a run whose no_tx delta is not 0 fell back to async and is marked INVALID.
+
+Run:    PYTHONPATH=/work/main python3 scripts/bench_stream.py
+Quick:  PYTHONPATH=/work/main python3 scripts/bench_stream.py --mb 50 --runs 1 --seconds 5
+"""
+
+import argparse
+import filecmp
+import mmap
+import multiprocessing
+import os
+import shutil
+import signal
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+
+REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+sys.path.insert(0, REPO)
+
+import pymysql  # noqa: E402
+
+from mysqlbackup.sandbox import REPL_PASSWORD, REPL_USER, MariaDBSandbox, find_binary  # noqa: E402
+from mysqlbackup.scan import iter_events  # noqa: E402
+from mysqlbackup.status import collect_status  # noqa: E402
+
+MB = 1 << 20
+DAEMON_SERVER_ID = 101
+DAEMON_ENV = dict(os.environ, PYTHONPATH=REPO, MYSQLBACKUP_PASSWORD=REPL_PASSWORD)
+DAEMONS, SERVERS, DAEMON_LOGS = [], [], []
+
+
+def wait_for(predicate, timeout, what, interval=0.05):
+    """Poll ``predicate`` until it is true; TimeoutError after ``timeout`` seconds."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if predicate():
+            return
+        time.sleep(interval)
+    raise TimeoutError(f"gave up after {timeout:.0f} s waiting for {what}")
+
+
+# -- the daemon -----------------------------------------------------------------------
+
+def start_daemon(server, directory, log_path, semi_sync=True):
+    """Start ``mysqlbackup stream`` into ``directory``; its output goes to ``log_path``."""
+    cmd = [sys.executable, "-m", "mysqlbackup", "stream", "--source", server.url,
+           "--server-id", str(DAEMON_SERVER_ID), "--dir", directory]
+    if not semi_sync:
+        cmd.append("--no-semi-sync")
+    if log_path not in DAEMON_LOGS:
+        DAEMON_LOGS.append(log_path)
+    with open(log_path, "ab") as log:
+        proc = subprocess.Popen(cmd, env=DAEMON_ENV, stdout=log, stderr=subprocess.STDOUT,
+                                start_new_session=True)
+    DAEMONS.append(proc)
+    return proc
+
+
+def stop_daemon(proc, timeout=20):
+    """SIGTERM the daemon (by its pid) and wait; kill it if it does not stop in time."""
+    if proc.poll() is None:
+        proc.send_signal(signal.SIGTERM)
+        try:
+            proc.wait(timeout)
+        except subprocess.TimeoutExpired:
+            print(f"  ! daemon pid {proc.pid} ignored SIGTERM for {timeout} s: killed")
+            proc.kill()
+            proc.wait()
+
+
+def alive(proc, log_path):
+    if proc.poll() is not None:
+        raise RuntimeError(f"the daemon exited with {proc.returncode}; see {log_path}")
+    return True
+
+
+def durable_at(directory, name, pos):
+    """True when the checkpoint's durable position is ``name``:``pos``."""
+    state = collect_status(directory).get("state") or {}
+    return (state.get("durable_file"), state.get("durable_pos")) == (name, pos)
+
+
+# -- part A: streaming ----------------------------------------------------------------
+
+def generate_binlog(server, mb):
+    """Write >= ``mb`` MB of binlog, then FLUSH BINARY LOGS so that it is all closed."""
+    server.execute(
+        "SET GLOBAL rpl_semi_sync_master_enabled = 0",  # no replica yet: never wait
+        "SET GLOBAL innodb_flush_log_at_trx_commit = 2",
+        "CREATE DATABASE gen",
+        "CREATE TABLE gen.seed (id INT PRIMARY KEY, p VARCHAR(1024))",
+        "INSERT INTO gen.seed SELECT seq, REPEAT(MD5(seq), 31) FROM gen.seq_1_to_4000",
+        "CREATE TABLE gen.big (id INT AUTO_INCREMENT PRIMARY KEY, p VARCHAR(1024))",
+        "CREATE TABLE gen.small (id INT AUTO_INCREMENT PRIMARY KEY, p VARCHAR(1024))",
+        "CREATE PROCEDURE gen.small_tx(n INT) BEGIN DECLARE i INT DEFAULT 0; "
+        "WHILE i < n DO INSERT INTO gen.small (p) VALUES (REPEAT(MD5(i), 31)); "
+        "SET i = i + 1; END WHILE; END")
+    conn = server.root()
+    try:
+        with conn.cursor() as cur:
+            for i in range(100000):
+                cur.execute("SHOW BINARY LOGS")
+                if sum(row[1] for row in cur.fetchall()) >= mb * MB:
+                    break
+                cur.execute("INSERT INTO gen.big (p) SELECT p FROM gen.seed")  # one 4 MB trx
+                cur.execute("CALL gen.small_tx(300)")  # 300 single-row transactions
+                if i % 8 == 7:
+                    cur.execute("TRUNCATE gen.big")
+            cur.execute("FLUSH BINARY LOGS")
+    finally:
+        conn.close()
+    server.execute("SET GLOBAL innodb_flush_log_at_trx_commit = 1",
+                   "SET GLOBAL rpl_semi_sync_master_enabled = 1")
+
+
+def server_files(server):
+    """[(name, path, size)] of the server's binlogs once their sizes stop changing."""
+    def snapshot():
+        return [(n, server.binlog_path(n), os.path.getsize(server.binlog_path(n)))
+                for n in server.binlog_files()]
+    previous = snapshot()
+    for _ in range(50):
+        time.sleep(0.2)
+        current = snapshot()
+        if current == previous:
+            return current
+        previous = current
+    raise TimeoutError("the server's binlog files keep changing")
+
+
+def count_events(files):
+    """Number of events in the files (header walk, log_pos checked, no CRC)."""
+    total = 0
+    for _, path, _ in files:
+        with open(path, "rb") as f, mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ) as buf:
+            total += sum(1 for _ in iter_events(buf, 4, checksum=False, check_log_pos=True))
+    return total
+
+
+def copy_mariadb_binlog(server, files, outdir, log_path, timeout):
+    """Seconds ``mariadb-binlog --raw --to-last-log`` takes to copy every file."""
+    os.makedirs(outdir)
+    cmd = [find_binary("mariadb-binlog"), "--no-defaults", "--read-from-remote-server",
+           "--raw", "--to-last-log", "--host=127.0.0.1", f"--port={server.port}",
+           f"--user={REPL_USER}", f"--password={REPL_PASSWORD}",
+           f"--result-file={outdir}/", files[0][0]]
+    with open(log_path, "ab") as log:
+        start = time.perf_counter()
+        subprocess.run(cmd, stdout=log, stderr=log, check=True, timeout=timeout)
+        return time.perf_counter() - start
+
+
+def copy_daemon(server, files, outdir, log_path, semi_sync, timeout):
+    """(written, durable) seconds for a new ``mysqlbackup stream`` to copy every file."""
+    last_name, _, last_size = files[-1]
+
+    def written():
+        return all(os.path.exists(os.path.join(outdir, n))
+                   and os.path.getsize(os.path.join(outdir, n)) == size for n, _, size in files)
+
+    start = time.perf_counter()
+    proc = start_daemon(server, outdir, log_path, semi_sync)
+    try:
+        wait_for(lambda: alive(proc, log_path) and written(), timeout, "the copy", 0.01)
+        t_written = time.perf_counter() - start
+        wait_for(lambda: alive(proc, log_path) and durable_at(outdir, last_name, last_size),
+                 timeout, "the durable position", 0.02)
+        return t_written, time.perf_counter() - start
+    finally:
+        stop_daemon(proc)
+
+
+def same_bytes(files, outdir):
+    """'' when the copy equals the server's files, else what differs. The active (last)
+    file may differ only at offset 21, the format description's in-use flag."""
+    for i, (name, path, size) in enumerate(files):
+        copy = os.path.join(outdir, name)
+        if not os.path.exists(copy) or os.path.getsize(copy) != size:
+            return f"{name}: missing or wrong size"
+        if i < len(files) - 1 and not filecmp.cmp(path, copy, shallow=False):
+            return f"{name}: bytes differ"
+    with open(files[-1][1], "rb") as a, open(os.path.join(outdir, files[-1][0]), "rb") as b:
+        x, y = a.read(), b.read()
+    return "" if x[:21] + x[22:] == y[:21] + y[22:] else f"{files[-1][0]}: bytes differ"
+
+
+def bench_streaming(args, tmp):
+    """Part A; returns {label: (MB/s, events/s, verdict)} from the median times."""
+    server = MariaDBSandbox(os.path.join(tmp, "stream-primary"), semi_sync_timeout_ms=10000,
+                            extra_args=["--max-binlog-size=64M"])
+    SERVERS.append(server)
+    server.start()
+    start = time.perf_counter()
+    generate_binlog(server, args.mb)
+    files = server_files(server)
+    total, events = sum(f[2] for f in files), count_events(files)
+    print(f"generated {total / MB:.1f} MB, {events} events in {len(files)} files "
+          f"in {time.perf_counter() - start:.1f} s")
+    timeout = 120 + total / MB
+    tools = {"mariadb-binlog": lambda d, log: (copy_mariadb_binlog(server, files, d, log,
+                                                                   timeout),) * 2,
+             "mysqlbackup (async)": lambda d, log: copy_daemon(server, files, d, log, False,
+                                                               timeout),
+             "mysqlbackup (semi-sync)": lambda d, log: copy_daemon(server, files, d, log, True,
+                                                                   timeout)}
+    times = {label: [] for label in tools}
+    verdicts = {label: "identical" for label in tools}
+    for run in range(args.runs):
+        for i, (label, copy) in enumerate(tools.items()):
+            outdir = os.path.join(tmp, f"copy-{run}-{i}")
+            written, durable = copy(outdir, os.path.join(tmp, f"log-stream-{i}.txt"))
+            diff = same_bytes(files, outdir)
+            if diff:
+                verdicts[label] = f"MISMATCH ({diff})"
+            times[label].append((written, durable))
+            print(f"  run {run + 1} {label:24s} written {written:6.2f} s  durable "
+                  f"{durable:6.2f} s  {total / MB / durable:7.1f} MB/s  "
+                  f"{'copy identical' if not diff else 'COPY DIFFERS: ' + diff}")
+            if not args.keep:
+                shutil.rmtree(outdir)
+    return {label: {"written": statistics.median(t[0] for t in ts),
+                    "durable": statistics.median(t[1] for t in ts),
+                    "mb": total / MB, "events": events, "verdict": verdicts[label]}
+            for label, ts in times.items()}
+
+
+# -- part B: commit rate --------------------------------------------------------------
+
+def commit_worker(port, start_at, seconds, results):
+    """One client: single-row autocommit INSERTs from ``start_at`` for ``seconds``."""
+    conn = pymysql.connect(host="127.0.0.1", port=port, user="root", database="bench",
+                           autocommit=True, connect_timeout=10, read_timeout=60)
+    count = 0
+    with conn.cursor() as cur:
+        time.sleep(max(0.0, start_at - time.time()))
+        while time.time() < start_at + seconds:
+            cur.execute("INSERT INTO c (v) VALUES (%s)", (count,))
+            count += 1
+    conn.close()
+    results.put(count)
+
+
+def semi_counters(primary):
+    return (int(primary.status("Rpl_semi_sync_master_yes_tx")),
+            int(primary.status("Rpl_semi_sync_master_no_tx")))
+
+
+def commit_load(primary, threads, seconds):
+    """{tx/s, yes, no} for ``threads`` client processes running for ``seconds``."""
+    ctx = multiprocessing.get_context("fork")
+    results = ctx.Queue()
+    yes0, no0 = semi_counters(primary)
+    start_at = time.time() + 1.0
+    procs = [ctx.Process(target=commit_worker, args=(primary.port, start_at, seconds, results))
+             for _ in range(threads)]
+    for p in procs:
+        p.start()
+    try:
+        counts = [results.get(timeout=seconds + 90) for _ in procs]
+    finally:
+        for p in procs:
+            p.join(10)
+            if p.is_alive():
+                p.kill()
+    yes1, no1 = semi_counters(primary)
+    return {"tps": sum(counts) / seconds, "yes": yes1 - yes0, "no": no1 - no0}
+
+
+def wait_semi_sync_clients(primary, clients, timeout=60):
+    """Wait until exactly ``clients`` semi-sync replicas are connected (and status ON)."""
+    def ready():
+        return (primary.status("Rpl_semi_sync_master_clients") == str(clients)
+                and (clients == 0 or primary.status("Rpl_semi_sync_master_status") == "ON"))
+    wait_for(ready, timeout, f"Rpl_semi_sync_master_clients={clients}", 0.1)
+
+
+def load_with_daemon(primary, args, tmp):
+    directory, log_path = os.path.join(tmp, "commit-daemon"), os.path.join(tmp, "log-commit.txt")
+    proc = start_daemon(primary, directory, log_path, semi_sync=True)
+    try:
+        wait_semi_sync_clients(primary, 1)
+        file, pos = primary.execute("SHOW MASTER STATUS")[0][:2]
+        wait_for(lambda: alive(proc, log_path) and durable_at(directory, file, pos), 60,
+                 "the daemon to catch up", 0.1)
+        return commit_load(primary, args.threads, args.seconds)
+    finally:
+        stop_daemon(proc)
+        wait_semi_sync_clients(primary, 0)
+
+
+def load_with_replica(primary, replica, args):
+    replica.execute("START SLAVE")
+    try:
+        wait_semi_sync_clients(primary, 1)
+        target = primary.execute("SELECT @@gtid_binlog_pos")[0][0]
+        wait_for(lambda: replica.execute("SELECT @@gtid_slave_pos")[0][0] == target, 120,
+                 "the replica to catch up", 0.1)
+        return commit_load(primary, args.threads, args.seconds)
+    finally:
+        replica.execute("STOP SLAVE")
+        wait_semi_sync_clients(primary, 0)
+
+
+def load_async(primary, args):
+    primary.execute("SET GLOBAL rpl_semi_sync_master_enabled = 0")
+    try:
+        return commit_load(primary, args.threads, args.seconds)
+    finally:
+        primary.execute("SET GLOBAL rpl_semi_sync_master_enabled = 1")
+
+
+def start_commit_servers(tmp):
+    primary = MariaDBSandbox(os.path.join(tmp, "commit-primary"), semi_sync_timeout_ms=10000)
+    replica = MariaDBSandbox(os.path.join(tmp, "commit-replica"), server_id=2, log_bin=False,
+                             semi_sync=False, extra_args=["--rpl-semi-sync-slave-enabled=1"])
+    SERVERS.extend([primary, replica])
+    primary.start()
+    replica.start()
+    primary.execute("CREATE DATABASE bench", "CREATE TABLE bench.c (id BIGINT AUTO_INCREMENT "
+                    "PRIMARY KEY, v INT, ts TIMESTAMP(6) DEFAULT CURRENT_TIMESTAMP(6))")
+    replica.execute(f"CHANGE MASTER TO MASTER_HOST='127.0.0.1', MASTER_PORT={primary.port}, "
+                    f"MASTER_USER='{REPL_USER}', MASTER_PASSWORD='{REPL_PASSWORD}', "
+                    f"MASTER_USE_GTID=slave_pos")
+    return primary, replica
+
+
+def bench_commits(args, tmp):
+    """Part B; returns {label: {tps (median), yes, no (sums)}}."""
+    primary, replica = start_commit_servers(tmp)
+    loads = {"async (no replica)": lambda: load_async(primary, args),
+             "mysqlbackup": lambda: load_with_daemon(primary, args, tmp),
+             "real replica": lambda: load_with_replica(primary, replica, args)}
+    runs = {label: [] for label in loads}
+    for run in range(args.runs):
+        order = ["async (no replica)", "mysqlbackup", "real replica"]
+        if run % 2:
+            order[1:] = order[:0:-1]  # alternate ours/real to spread drift
+        for label in order:
+            r = loads[label]()
+            runs[label].append(r)
+            flag = "" if label.startswith("async") or r["no"] == 0 else "  INVALID: fell back"
+            print(f"  run {run + 1} {label:20s} {r['tps']:8.0f} tx/s  semi-sync yes_tx "
+                  f"+{r['yes']} no_tx +{r['no']}{flag}")
+    return {label: {"tps": statistics.median(r["tps"] for r in rs),
+                    "yes": sum(r["yes"] for r in rs), "no": sum(r["no"] for r in rs)}
+            for label, rs in runs.items()}
+
+
+# -- output and main ------------------------------------------------------------------
+
+def daemon_complaints():
+    """Warning/error lines the daemon wrote (timestamps cut), each once."""
+    seen = []
+    for path in DAEMON_LOGS:
+        with open(path, errors="replace") as f:
+            for line in f:
+                if any(w in line for w in ("WARNING", "ERROR", "Traceback", "error:")):
+                    text = line.split(" ", 2)[-1].strip()
+                    if text not in seen:
+                        seen.append(text)
+    return seen
+
+
+def print_summary(stream, commits):
+    print("\n=== summary (medians) ===")
+    if stream:
+        anchor = stream["mariadb-binlog"]
+        parts = [f"{label}: {s['mb'] / s['durable']:.1f} MB/s {s['events'] / s['durable']:.0f} "
+                 f"ev/s [{s['verdict']}]" for label, s in stream.items()]
+        print("streaming  " + " | ".join(parts))
+        for label in ("mysqlbackup (async)", "mysqlbackup (semi-sync)"):
+            ours = stream[label]
+            print(f"  ratio {label}/mariadb-binlog: {anchor['durable'] / ours['durable']:.2f} "
+                  f"(durable in checkpoint), {anchor['durable'] / ours['written']:.2f} "
+                  f"(all bytes written)")
+    if commits:
+        real, ours, base = commits["real replica"], commits["mysqlbackup"], \
+            commits["async (no replica)"]
+        valid = "" if real["no"] == 0 and ours["no"] == 0 else "  [INVALID: semi-sync fell back]"
+        print(f"commit rate  real replica: {real['tps']:.0f} tx/s | mysqlbackup: "
+              f"{ours['tps']:.0f} tx/s | ratio: {ours['tps'] / real['tps']:.2f}{valid}"
+              f"   (async, no replica: {base['tps']:.0f} tx/s)")
+    complaints = daemon_complaints()
+    print(f"daemon warnings/errors: {len(complaints) or 'none'}")
+    for line in complaints[:20]:
+        print(f"  {line}")
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--mb", type=int, default=200, help="MB of binlog to stream (200)")
+    parser.add_argument("--runs", type=int, default=3, help="repeats of each measurement (3)")
+    parser.add_argument("--seconds", type=float, default=10, help="commit load duration (10)")
+    parser.add_argument("--threads", type=int, default=4, help="commit load clients (4)")
+    parser.add_argument("--keep", action="store_true", help="keep the temporary directory")
+    parser.add_argument("--skip", choices=["stream", "commit"], help="skip one part")
+    args = parser.parse_args()
+    tmp = tempfile.mkdtemp(prefix="bench-stream-")
+    print(f"temporary directory: {tmp}")
+    stream = commits = None
+    try:
+        if args.skip != "stream":
+            print(f"== part A: streaming {args.mb} MB, {args.runs} run(s) ==")
+            stream = bench_streaming(args, tmp)
+        if args.skip != "commit":
+            print(f"== part B: commit rate, {args.threads} clients x {args.seconds:g} s, "
+                  f"{args.runs} run(s) ==")
+            commits = bench_commits(args, tmp)
+        print_summary(stream, commits)
+    finally:
+        for proc in DAEMONS:
+            stop_daemon(proc)
+        for server in SERVERS:
+            server.stop()
+        if not args.keep:
+            shutil.rmtree(tmp, ignore_errors=True)
+
+
+if __name__ == "__main__":
+    main()
