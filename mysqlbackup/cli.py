@@ -10,6 +10,7 @@ import click
 
 from .daemon import StreamOptions, run_stream
 from .errors import MysqlBackupError
+from .gtid import guess_flavor, parse_gtid_set
 from .source import PASSWORD_ENV, source_from_options
 from .status import collect_status, format_status
 
@@ -74,6 +75,8 @@ def stream(source, password_file, server_id, directory, start_file, start_gtid, 
     """
     if start_file and start_gtid:
         raise click.UsageError("--start-file and --start-gtid exclude each other")
+    if start_gtid:
+        parse_gtid_set(start_gtid, guess_flavor(start_gtid))  # refuse a bad set before connecting
     opts = StreamOptions(source_from_options(source, password_file), server_id, directory,
                          start_file, start_gtid, not no_semi_sync, heartbeat, follow_by_gtid)
     stopping = []

@@ -29,7 +29,8 @@ def run_cli(*args, password=REPL_PASSWORD, timeout=60):
 class Daemon:
     """``mysqlbackup stream`` as a child process."""
 
-    def __init__(self, server, directory, *extra, server_id=77):
+    def __init__(self, server, directory, *extra, server_id=77, password=REPL_PASSWORD):
+        self.password = password
         self.args = [sys.executable, "-m", "mysqlbackup", "stream", "--source", server.url,
                      "--server-id", str(server_id), "--dir", str(directory), *extra]
         self.directory = str(directory)
@@ -39,7 +40,7 @@ class Daemon:
 
     def start(self):
         self.log = open(self.log_path, "ab")
-        self.proc = subprocess.Popen(self.args, env=cli_env(), stdout=self.log,
+        self.proc = subprocess.Popen(self.args, env=cli_env(self.password), stdout=self.log,
                                      stderr=subprocess.STDOUT)
         return self
 

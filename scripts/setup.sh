@@ -1,0 +1,19 @@
+#!/usr/bin/env bash
+# Set up a fresh machine: MariaDB server/client from Debian when mariadbd is missing,
+# and a virtualenv in .venv with the package and its test extras. Safe to re-run.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+if ! command -v mariadbd >/dev/null 2>&1 && [ ! -x /usr/sbin/mariadbd ]; then
+    echo "setup: installing mariadb-server and mariadb-client" >&2
+    SUDO=""; [ "$(id -u)" -ne 0 ] && SUDO="sudo"
+    $SUDO apt-get update -qq
+    DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq mariadb-server mariadb-client >/dev/null
+    # the package may start a system server; the tests never use it and start their own
+fi
+
+PY="${PYTHON:-python3}"
+if [ ! -x .venv/bin/python ]; then
+    "$PY" -m venv .venv
+fi
+.venv/bin/python -m pip install -q --disable-pip-version-check -e ".[test]"
