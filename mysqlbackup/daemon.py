@@ -97,7 +97,7 @@ def _stream_once(opts, stop, on_syncer):
                  "on" if client.semi_sync else "off")
         syncer = Syncer(client, writer, TrxTracker(gtids=point.gtids), state,
                         opts.sync_interval, opts.checkpoint_interval)
-        syncer._checkpoint()
+        syncer.checkpoint()
         if on_syncer:
             on_syncer(syncer)
         syncer.run(stop)

@@ -163,8 +163,11 @@ def parse_rotate(event, checksum):
 Query = namedtuple("Query", "db sql")
 
 
-def parse_query(event, checksum, fde=None):
-    """Schema and statement text of a QUERY event; raise CorruptBinlog if lengths overflow."""
+def parse_query(event, checksum, fde=None, max_sql=None):
+    """Schema and statement text of a QUERY event; raise CorruptBinlog if lengths overflow.
+
+    ``max_sql`` limits how many bytes of the statement are decoded (enough to classify it).
+    """
     body = event_body(event, checksum)
     phl = post_header_len(fde, QUERY, 13)
     if len(body) < phl:
@@ -178,7 +181,8 @@ def parse_query(event, checksum, fde=None):
             f"QUERY event lengths overflow it (status vars {status_len}, schema {db_len}, "
             f"body {len(body)} bytes)")
     db = bytes(body[db_start:db_start + db_len]).decode("utf-8", "replace")
-    sql = bytes(body[sql_start:]).decode("utf-8", "replace")
+    sql_end = len(body) if max_sql is None else min(len(body), sql_start + max_sql)
+    sql = bytes(body[sql_start:sql_end]).decode("utf-8", "replace")
     return Query(db, sql)
 
 

@@ -35,7 +35,7 @@ class MariaDBSandbox:
     """One throwaway mariadbd; use as a context manager or call start()/stop()."""
 
     def __init__(self, basedir=None, server_id=1, log_bin=True, semi_sync=True,
-                 semi_sync_timeout_ms=2000, extra_args=()):
+                 semi_sync_timeout_ms=2000, extra_args=(), log_bin_name="binlog"):
         self.basedir = basedir or tempfile.mkdtemp(prefix="mysqlbackup-sandbox-")
         self.datadir = os.path.join(self.basedir, "data")
         self.socket = os.path.join(self.basedir, "mysqld.sock")
@@ -43,6 +43,7 @@ class MariaDBSandbox:
         self.errlog = os.path.join(self.basedir, "error.log")
         self.server_id = server_id
         self.log_bin = log_bin
+        self.log_bin_name = log_bin_name
         self.semi_sync = semi_sync
         self.semi_sync_timeout_ms = semi_sync_timeout_ms
         self.extra_args = list(extra_args)
@@ -79,7 +80,7 @@ class MariaDBSandbox:
                 "--skip-name-resolve", "--innodb-buffer-pool-size=64M",
                 "--innodb-log-file-size=64M", "--skip-innodb-adaptive-hash-index"]
         if self.log_bin:
-            args += [f"--log-bin={self.datadir}/binlog", "--binlog-format=ROW",
+            args += [f"--log-bin={self.datadir}/{self.log_bin_name}", "--binlog-format=ROW",
                      "--binlog-checksum=CRC32", "--gtid-strict-mode=1",
                      "--binlog-row-metadata=FULL"]
         if self.semi_sync:
@@ -100,7 +101,9 @@ class MariaDBSandbox:
         raise RuntimeError(f"mariadbd not ready after {timeout}s; see {self.errlog}")
 
     def _create_users(self):
+        """Users are not binlogged, so a replica of this server never sees them twice."""
         self.execute(
+            "SET SESSION sql_log_bin = 0",
             f"CREATE USER IF NOT EXISTS '{REPL_USER}'@'127.0.0.1' IDENTIFIED BY '{REPL_PASSWORD}'",
             f"GRANT REPLICATION SLAVE, REPLICATION CLIENT, BINLOG MONITOR, SELECT ON *.* "
             f"TO '{REPL_USER}'@'127.0.0.1'",
@@ -157,6 +160,13 @@ class MariaDBSandbox:
     def binlog_files(self):
         """Names of the binlog files the server has, oldest first."""
         return [row[0] for row in self.execute("SHOW BINARY LOGS")]
+
+    def replicate_from(self, primary):
+        """Make this server a GTID replica of ``primary`` (the real MariaDB applier)."""
+        self.execute(
+            f"CHANGE MASTER TO MASTER_HOST='127.0.0.1', MASTER_PORT={primary.port}, "
+            f"MASTER_USER='{REPL_USER}', MASTER_PASSWORD='{REPL_PASSWORD}', "
+            f"MASTER_USE_GTID=slave_pos", "START SLAVE")
 
     def binlog_path(self, name):
         """Path of one of the server's binlog files."""

@@ -23,19 +23,24 @@ class Syncer:
     """Copies the binlog stream of one connection into the local files."""
 
     def __init__(self, client, writer, tracker=None, base_state=None, sync_interval=1.0,
-                 checkpoint_interval=1.0, clock=time.time):
+                 checkpoint_interval=1.0, clock=time.time, idle_checkpoint=30.0,
+                 progress_interval=60.0):
         self.client = client
         self.writer = writer
         self.tracker = tracker or TrxTracker()
         self.base_state = base_state or State(file=writer.name, pos=writer.pos)
         self.sync_interval = sync_interval
         self.checkpoint_interval = checkpoint_interval
+        self.idle_checkpoint = idle_checkpoint
+        self.progress_interval = progress_interval
         self.clock = clock
         # events the server makes up (fake ROTATE, heartbeats) can come before any FDE
         self.stream_checksum = getattr(client, "stream_checksum", None)
         self.boundary = (writer.name, writer.pos)
         self.durable = (writer.name, writer.pos, self._gtid_text())
-        self.last_sync = self.last_checkpoint = clock()
+        self.last_sync = self.last_checkpoint = self.last_progress = clock()
+        self.recorded = None  # (durable point, last ack) of the last checkpoint written
+        self.bytes_written = 0
         self.last_ack = base_state.last_ack if base_state else None
         self.source_position = None
         self.last_event_time = None
@@ -77,6 +82,7 @@ class Syncer:
         self.writer.append(event)
         self.tracker.feed(event)
         self.events += 1
+        self.bytes_written += header.size
         self.last_event_time = header.timestamp
         if self.tracker.at_boundary:
             self.boundary = (self.writer.name, self.writer.pos)
@@ -119,7 +125,7 @@ class Syncer:
         self.writer.rotate(next_name)
         self.boundary = (next_name, self.writer.pos)
         self._synced(self.clock())
-        self._checkpoint()
+        self.checkpoint()
 
     def _commit(self, ack):
         """Write the batch, fsync it when an ACK needs it (or it is due), then ACK."""
@@ -132,7 +138,16 @@ class Syncer:
             self.client.send_ack(*ack)
             self.last_ack = {"file": ack[0], "pos": ack[1], "time": now}
         if now - self.last_checkpoint >= self.checkpoint_interval:
-            self._checkpoint()
+            self.checkpoint(force=now - self.base_state.updated >= self.idle_checkpoint
+                            if self.base_state.updated else True)
+        if now - self.last_progress >= self.progress_interval:
+            self._progress(now)
+
+    def _progress(self, now):
+        rate = self.bytes_written / max(now - self.last_progress, 1e-6) / 1e6
+        log.info("at %s:%d, %d events, %.2f MB/s, durable %s:%d", self.writer.name,
+                 self.writer.pos, self.events, rate, self.durable[0], self.durable[1])
+        self.last_progress, self.bytes_written = now, 0
 
     def _gtid_text(self):
         return str(self.tracker.gtids) if self.tracker.gtids is not None else None
@@ -142,9 +157,16 @@ class Syncer:
         self.last_sync = now
         self.durable = (*self.boundary, self._gtid_text())
 
-    def _checkpoint(self):
-        """Record the durable boundary (never anything newer) in the checkpoint file."""
+    def checkpoint(self, force=True):
+        """Record the durable boundary (never anything newer) in the checkpoint file.
+
+        Unless ``force``, nothing is written when neither the durable point nor the
+        last ACK moved since the last checkpoint (an idle source costs no disk writes).
+        """
         self.last_checkpoint = self.clock()
+        if not force and self.recorded == (self.durable, self.last_ack):
+            return
+        self.recorded = (self.durable, self.last_ack)
         state = self.base_state
         state.file, state.pos, state.gtid = self.durable
         if self.tracker.gtids is not None:
@@ -160,4 +182,4 @@ class Syncer:
         if self.writer.fd is not None:
             self.writer.sync()
             self._synced(self.clock())
-            self._checkpoint()
+            self.checkpoint()

@@ -29,7 +29,7 @@ _ENDERS = {ev.XID, ev.XA_PREPARE}
 
 def classify_sql(sql):
     """'begin', 'commit' or 'other' for the statement text of a QUERY event."""
-    head = sql.lstrip()[:16].upper().rstrip(";").strip()
+    head = sql.lstrip()[:16].upper().strip().rstrip(";").strip()
     if head == "BEGIN" or head.startswith("XA START") or head.startswith("XA BEGIN"):
         return "begin"
     if head in ("COMMIT", "ROLLBACK"):
@@ -106,7 +106,7 @@ class TrxTracker:
     def _on_query(self, event, etype):
         kind = "other"
         if etype == ev.QUERY:
-            kind = classify_sql(ev.parse_query(event, self.checksum, self.fde).sql)
+            kind = classify_sql(ev.parse_query(event, self.checksum, self.fde, max_sql=64).sql)
         if kind == "begin":
             self.state = IN_TRX
         elif kind == "commit" or self.state != IN_TRX:
