@@ -91,7 +91,9 @@ class ReplicaClient:
 
     def _read_server_info(self):
         version = self.query("SELECT VERSION()")[0][0]
-        semi = dict(self.query("SHOW VARIABLES LIKE 'rpl_semi_sync_%enabled'"))
+        # only the primary side counts: a replica plugin alone sends no semi-sync header
+        semi = {k: v for k, v in self.query("SHOW VARIABLES LIKE 'rpl_semi_sync_%enabled'")
+                if k in ("rpl_semi_sync_master_enabled", "rpl_semi_sync_source_enabled")}
         return ServerInfo(version, int(self._variable("server_id")),
                           self._variable("server_uuid"), bool(int(self._variable("log_bin"))),
                           self._variable("binlog_checksum"), semi)
@@ -102,9 +104,14 @@ class ReplicaClient:
 
     def _prepare_dump(self):
         """Session variables that shape the dump; decides semi-sync for this connection."""
-        self.query(f"SET @master_heartbeat_period = {int(self.heartbeat * 1e9)}")
+        period = int(self.heartbeat * 1e9)
+        self.query(f"SET @master_heartbeat_period = {period}")
         if self.info.checksum is not None:
             self.query("SET @master_binlog_checksum = @@global.binlog_checksum")
+        if self.info.flavor == "mysql":  # MySQL 8.0.26+ names; harmless on older servers
+            self.query(f"SET @source_heartbeat_period = {period}")
+            if self.info.checksum is not None:
+                self.query("SET @source_binlog_checksum = @@global.binlog_checksum")
         if self.info.flavor == "mariadb":
             self.query("SET @mariadb_slave_capability = 4")
         self.stream_checksum = (self.info.checksum or "NONE").upper() == "CRC32"

@@ -75,6 +75,7 @@ class Syncer:
             return
         if header.type == ev.INCIDENT:
             raise self._incident(event)
+        self._check_crc(event, header)
         expected = self.writer.pos + header.size
         if header.log_pos != expected:
             raise ProtocolError(f"{ev.event_name(header.type)} event ends at {header.log_pos} "
@@ -88,6 +89,16 @@ class Syncer:
             self.boundary = (self.writer.name, self.writer.pos)
         if header.type == ev.ROTATE:
             self._rotate(ev.parse_rotate(event, self.tracker.checksum)[1])
+
+    def _check_crc(self, event, header):
+        """Every event is checked against its file's checksum setting before it is written."""
+        checksum = self.tracker.checksum
+        if header.type == ev.FORMAT_DESCRIPTION:
+            checksum = ev.parse_format_description(event).checksum_alg == ev.CHECKSUM_CRC32
+        if checksum and not ev.crc_ok(event):
+            raise ResyncRequired(f"CRC32 mismatch in the {ev.event_name(header.type)} event the "
+                                 f"source sent (its binlog may be corrupt)", self.writer.name,
+                                 self.writer.pos)
 
     def _artificial(self, event, header):
         """Events the server makes up for the stream are never written, but some inform."""
@@ -108,7 +119,10 @@ class Syncer:
         return self.stream_checksum
 
     def _heartbeat(self, event, header):
-        name = bytes(ev.event_body(event, self._checksum())).decode("utf-8", "replace")
+        """Heartbeats say where the source is; v1 carries the file name as its body."""
+        name = None
+        if header.type == ev.HEARTBEAT:
+            name = bytes(ev.event_body(event, self._checksum())).decode("utf-8", "replace")
         self.source_position = {"file": name, "pos": header.log_pos, "time": self.clock()}
 
     def _incident(self, event):

@@ -74,3 +74,16 @@ def test_real_incident_file_stops_before_the_incident(tmp_path, shared_binlog):
     with pytest.raises(ResyncRequired, match=r"incident 66 .* at bug40482-bin.000001:106"):
         syncer.process(client.batch)
     assert read(tmp_path / "bug40482-bin.000001") == ev.MAGIC + events[0]
+
+
+def test_crc_mismatch_in_the_stream_stops_before_the_bad_event(tmp_path, shared_binlog):
+    events = file_events(shared_binlog(MARIA))
+    bad = bytearray(events[6])  # WRITE_ROWS of the first transaction
+    bad[25] ^= 0x01
+    events[6] = bytes(bad)
+    client = StubClient(packets(events), semi_sync=False)
+    syncer, _ = syncer_for(tmp_path, "mariadb-bin.000001", client)
+    offset = 4 + sum(map(len, events[:6]))
+    with pytest.raises(ResyncRequired, match=rf"CRC32 mismatch .* at mariadb-bin.000001:{offset}"):
+        syncer.process(client.batch)
+    assert os.path.getsize(tmp_path / "mariadb-bin.000001") == offset
