@@ -8,11 +8,15 @@ import sys
 
 import click
 
+from .archive_names import check_source_name
+from .archiver import Retention
 from .daemon import StreamOptions, run_stream
 from .errors import MysqlBackupError
 from .gtid import guess_flavor, parse_gtid_set
 from .source import PASSWORD_ENV, source_from_options
 from .status import collect_status, format_status
+from .store import ArchiveStore, parse_options
+from .verify import list_archive, verify_archive
 
 
 def handle_errors(func):
@@ -34,6 +38,23 @@ def source_options(func):
     return click.option("--source", required=True, metavar="mysql://USER@HOST:PORT",
                         help="The primary to back up; the user needs REPLICATION SLAVE, "
                              "REPLICATION CLIENT (MariaDB: BINLOG MONITOR too).")(func)
+
+
+def archive_options(func):
+    """--archive URL and repeatable --archive-option KEY=VALUE (fsspec storage options)."""
+    func = click.option("--archive-option", "archive_option", multiple=True,
+                        metavar="KEY=VALUE",
+                        help="fsspec storage option, repeatable (e.g. endpoint_url=http://"
+                             "127.0.0.1:9000 for MinIO); AWS credentials come from the usual "
+                             "AWS environment variables.")(func)
+    return click.option("--archive", "archive_url", metavar="URL",
+                        help="Object storage root: file:///path, s3://bucket/prefix, or any "
+                             "installed fsspec protocol.")(func)
+
+
+def source_name_option(func):
+    return click.option("--source-name", help="Name of the source in the archive (default: "
+                        "its server_uuid, or server-id-N).")(func)
 
 
 def dir_option(func):
@@ -64,9 +85,18 @@ def main(log_level):
               help="Seconds between source heartbeats when idle.")
 @click.option("--follow-by-gtid", is_flag=True, help="Accept a new source (failover) under "
               "the same directory and continue from the durable GTID position.")
+@archive_options
+@source_name_option
+@click.option("--archive-interval", type=click.FloatRange(0.1, 3600), default=2.0,
+              show_default=True, help="Seconds between uploads of the active file's durable "
+              "prefix (RPO of the archive).")
+@click.option("--keep-local", metavar="N|AGE", help="Remove local sealed files whose archived "
+              "copy is verified, keeping the newest N (10) or those younger than AGE (36h, 7d). "
+              "Default: keep all.")
 @handle_errors
 def stream(source, password_file, server_id, directory, start_file, start_gtid, no_semi_sync,
-           heartbeat, follow_by_gtid):
+           heartbeat, follow_by_gtid, archive_url, archive_option, source_name,
+           archive_interval, keep_local):
     """Stream the source's binlogs into DIR, byte-identical, fsync before every ACK.
 
     Runs until SIGTERM/SIGINT. Restarting resumes where the files end (a torn
@@ -77,8 +107,14 @@ def stream(source, password_file, server_id, directory, start_file, start_gtid, 
         raise click.UsageError("--start-file and --start-gtid exclude each other")
     if start_gtid:
         parse_gtid_set(start_gtid, guess_flavor(start_gtid))  # refuse a bad set before connecting
+    if keep_local and not archive_url:
+        raise click.UsageError("--keep-local needs --archive: local files go only once archived")
     opts = StreamOptions(source_from_options(source, password_file), server_id, directory,
-                         start_file, start_gtid, not no_semi_sync, heartbeat, follow_by_gtid)
+                         start_file, start_gtid, not no_semi_sync, heartbeat, follow_by_gtid,
+                         archive_url=archive_url, archive_options=parse_options(archive_option),
+                         archive_interval=archive_interval,
+                         source_name=source_name and check_source_name(source_name),
+                         keep_local=Retention.parse(keep_local))
     stopping = []
     for sig in (signal.SIGTERM, signal.SIGINT):
         signal.signal(sig, lambda *_: stopping.append(True))
@@ -98,3 +134,49 @@ def status(directory, as_json):
         click.echo("\n".join(format_status(result)))
     if not result["exists"]:
         sys.exit(1)
+
+
+def open_store(archive_url, archive_option):
+    if not archive_url:
+        raise click.UsageError("--archive URL is required")
+    return ArchiveStore(archive_url, parse_options(archive_option))
+
+
+@main.command()
+@archive_options
+@source_name_option
+@handle_errors
+def verify(archive_url, archive_option, source_name):
+    """Check everything archived: magic, every event's CRC32, the chain of files
+    (each ROTATE names the next, GTID sets continue), and each index against its file.
+
+    Exits 0 only when all holds; otherwise prints every problem with file and offset.
+    """
+    store = open_store(archive_url, archive_option)
+    checked, problems = verify_archive(store, source_name)
+    for problem in problems:
+        click.echo(f"PROBLEM {problem}")
+    click.echo(f"{checked} objects checked, {len(problems)} problems")
+    sys.exit(1 if problems else 0)
+
+
+@main.group()
+def archive():
+    """Look at the archive."""
+
+
+@archive.command("ls")
+@archive_options
+@source_name_option
+@click.option("--json", "as_json", is_flag=True, help="Print a JSON list.")
+@handle_errors
+def archive_ls(archive_url, archive_option, source_name, as_json):
+    """List archived files with their GTID and time ranges."""
+    rows = list_archive(open_store(archive_url, archive_option), source_name)
+    if as_json:
+        click.echo(json.dumps(rows, indent=1))
+        return
+    for r in rows:
+        click.echo(f"{r['source']}  {r['file']}  {r['kind']}  {r['size']} bytes  "
+                   f"{r['transactions']} trx  gtid {r['first_gtid']} .. {r['last_gtid']}  "
+                   f"{r['first_commit']} .. {r['last_commit']}")

@@ -5,11 +5,15 @@ once); after that, a lost connection is retried with exponential backoff and
 streaming resumes from the durable position in the local files.
 """
 
+import contextlib
 import logging
 import os
+import threading
 import time
 from dataclasses import dataclass
 
+from .archiver import Archiver
+from .store import ArchiveStore
 from .client import ReplicaClient
 from .errors import ConnectionLost, LocalStateError, SourceError, UsageError
 from .gtid import guess_flavor, parse_gtid_set
@@ -37,6 +41,11 @@ class StreamOptions:
     sync_interval: float = 1.0
     checkpoint_interval: float = 1.0
     max_backoff: float = 30.0
+    archive_url: str = None
+    archive_options: dict = None
+    archive_interval: float = 2.0
+    source_name: str = None
+    keep_local: object = None  # archiver.Retention
 
 
 class Backoff:
@@ -60,20 +69,45 @@ def run_stream(opts, stop=lambda: False, sleep=time.sleep, on_syncer=None):
         if (opts.start_file or opts.start_gtid) and list_binlogs(opts.directory):
             raise UsageError(f"{opts.directory} already holds a backup: --start-file and "
                              f"--start-gtid only apply to an empty directory")
-        backoff, connected_once = Backoff(maximum=opts.max_backoff), False
-        while not stop():
-            try:
-                _stream_once(opts, stop, on_syncer)
-            except (ConnectionLost, SourceError) as e:
-                if not connected_once and isinstance(e, SourceError):
-                    raise
-                delay = backoff.next()
-                log.warning("%s; reconnecting in %.1fs", e, delay)
-                sleep(delay)
-                continue
-            finally:
-                connected_once = True
-            backoff.reset()
+        with _archiver_thread(opts, stop):
+            _stream_loop(opts, stop, sleep, on_syncer)
+
+
+@contextlib.contextmanager
+def _archiver_thread(opts, stop):
+    """Run the archiver beside the stream (never blocking it); a last pass at the end."""
+    if not opts.archive_url:
+        yield None
+        return
+    archiver = Archiver(opts.directory, ArchiveStore(opts.archive_url, opts.archive_options),
+                        opts.source_name, opts.archive_interval, opts.keep_local)
+    done = threading.Event()
+    thread = threading.Thread(target=archiver.run, args=(lambda: done.is_set() or stop(),),
+                              name="archiver", daemon=True)
+    thread.start()
+    try:
+        yield archiver
+    finally:
+        done.set()
+        thread.join(60)
+
+
+def _stream_loop(opts, stop, sleep, on_syncer):
+    """Stream, reconnecting with backoff; the first connection must succeed."""
+    backoff, connected_once = Backoff(maximum=opts.max_backoff), False
+    while not stop():
+        try:
+            _stream_once(opts, stop, on_syncer)
+        except (ConnectionLost, SourceError) as e:
+            if not connected_once and isinstance(e, SourceError):
+                raise
+            delay = backoff.next()
+            log.warning("%s; reconnecting in %.1fs", e, delay)
+            sleep(delay)
+            continue
+        finally:
+            connected_once = True
+        backoff.reset()
 
 
 def _stream_once(opts, stop, on_syncer):

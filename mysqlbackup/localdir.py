@@ -18,12 +18,13 @@ from .errors import CorruptBinlog, LocalStateError
 from .gtid import parse_gtid_set
 from .names import binlog_sort_key, is_binlog_name
 from .scan import iter_events, read_fde
-from .state import LOCK_FILE, STATE_FILE
+from .state import ARCHIVE_STATE_FILE, LOCK_FILE, STATE_FILE
 from .transactions import TrxTracker
 
 log = logging.getLogger(__name__)
 
-_OURS = {STATE_FILE, STATE_FILE + ".tmp", LOCK_FILE}
+_OURS = {STATE_FILE, STATE_FILE + ".tmp", LOCK_FILE, ARCHIVE_STATE_FILE,
+         ARCHIVE_STATE_FILE + ".tmp"}
 
 
 @dataclass

@@ -28,8 +28,11 @@ def read_fde(buf, file=None):
     return bytes(event), fde
 
 
-def iter_events(buf, start, checksum, file=None, limit=None, check_log_pos=True):
+def iter_events(buf, start, checksum, file=None, limit=None, check_log_pos=True, base=0):
     """Yield (offset, event memoryview) from ``start`` to the end of ``buf``.
+
+    ``base`` is the file offset of ``buf[0]`` when ``buf`` is a piece of a file:
+    offsets yielded and reported are then file offsets.
 
     ``checksum``: True to verify CRC32 on every event, False to skip it, None to
     verify only a format description event's own CRC (the algorithm is then
@@ -38,29 +41,31 @@ def iter_events(buf, start, checksum, file=None, limit=None, check_log_pos=True)
     view = memoryview(buf)
     off, count, end = start, 0, len(view)
     while off < end and (limit is None or count < limit):
-        event = _take_event(view, off, end, file, check_log_pos)
+        event = _take_event(view, off, end, file, check_log_pos, base)
         if event[4] == ev.FORMAT_DESCRIPTION:
             checksum = ev.parse_format_description(event).checksum_alg == ev.CHECKSUM_CRC32
         if checksum and not ev.crc_ok(event):
-            raise CorruptBinlog(f"CRC32 mismatch in {ev.event_name(event[4])} event", file, off)
-        yield off, event
+            raise CorruptBinlog(f"CRC32 mismatch in {ev.event_name(event[4])} event", file,
+                                base + off)
+        yield base + off, event
         off += len(event)
         count += 1
 
 
-def _take_event(view, off, end, file, check_log_pos):
+def _take_event(view, off, end, file, check_log_pos, base):
     """The whole event starting at ``off``; raise CorruptBinlog if torn or malformed."""
+    at = base + off
     if end - off < ev.HEADER_LEN:
-        raise CorruptBinlog(f"torn event: {end - off} bytes left, header needs 19", file, off)
+        raise CorruptBinlog(f"torn event: {end - off} bytes left, header needs 19", file, at)
     header = ev.parse_header(view, off)
     if header.size < ev.HEADER_LEN:
-        raise CorruptBinlog(f"event size {header.size} is smaller than a header", file, off)
+        raise CorruptBinlog(f"event size {header.size} is smaller than a header", file, at)
     if off + header.size > end:
         raise CorruptBinlog(
             f"torn event: {ev.event_name(header.type)} of {header.size} bytes, "
-            f"{end - off} left in the file", file, off)
-    if check_log_pos and header.log_pos not in (0, off + header.size):
+            f"{end - off} left in the file", file, at)
+    if check_log_pos and header.log_pos not in (0, at + header.size):
         raise CorruptBinlog(
             f"{ev.event_name(header.type)} event says it ends at {header.log_pos}, "
-            f"it ends at {off + header.size}", file, off)
+            f"it ends at {at + header.size}", file, at)
     return view[off:off + header.size]

@@ -15,6 +15,7 @@ from .writer import fsync_dir
 
 STATE_FILE = "mysqlbackup.state.json"
 LOCK_FILE = "mysqlbackup.lock"
+ARCHIVE_STATE_FILE = "mysqlbackup.archive.json"
 FORMAT_VERSION = 1
 
 

@@ -3,8 +3,10 @@
 import os
 import time
 
+import json
+
 from .localdir import list_binlogs
-from .state import load_state
+from .state import ARCHIVE_STATE_FILE, load_state
 
 
 def collect_status(directory, now=None):
@@ -16,7 +18,8 @@ def collect_status(directory, now=None):
     files = [{"name": n, "size": os.path.getsize(os.path.join(directory, n))} for n in names]
     state = load_state(directory)
     result = {"directory": directory, "exists": True, "files": files,
-              "total_bytes": sum(f["size"] for f in files), "state": None}
+              "total_bytes": sum(f["size"] for f in files), "state": None,
+              "archive": _archive_report(directory)}
     if state is None:
         return result
     result["state"] = {
@@ -27,6 +30,14 @@ def collect_status(directory, now=None):
         "lag_bytes": _lag_bytes(state),
     }
     return result
+
+
+def _archive_report(directory):
+    try:
+        with open(os.path.join(directory, ARCHIVE_STATE_FILE), encoding="utf-8") as f:
+            return json.load(f)
+    except (OSError, ValueError):
+        return None
 
 
 def _lag_bytes(state):
@@ -60,4 +71,19 @@ def format_status(status):
         f"checkpoint age:   " + ("unknown" if st["checkpoint_age_s"] is None
                                  else f"{st['checkpoint_age_s']:.1f} s"),
     ]
+    return lines + _format_archive(status.get("archive"))
+
+
+def _format_archive(report):
+    if not report:
+        return []
+    backlog = report.get("backlog_files")
+    partial = report.get("partial")
+    lines = [f"archive:          {report['url']} (source {report['source']})",
+             "archive backlog:  " + ("unknown" if backlog is None else
+                                     f"{len(backlog)} sealed files not yet archived"),
+             "archive partial:  " + (f"{partial['file']} up to {partial['end']}"
+                                     if partial else "none")]
+    if report.get("last_error"):
+        lines.append(f"archive error:    {report['last_error']}")
     return lines

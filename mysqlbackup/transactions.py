@@ -46,6 +46,7 @@ class TrxTracker:
         self.checksum = bool(fde and fde.checksum_alg == ev.CHECKSUM_CRC32)
         self.state = OUTSIDE
         self.pending_gtid = None
+        self.last_gtid = None  # GTID of the group that ended last (None when it had none)
         self.transactions = 0
 
     @property
@@ -122,6 +123,7 @@ class TrxTracker:
             if not isinstance(self.gtids, MysqlGtidSet):
                 self.gtids = MysqlGtidSet()
             self.gtids.add(*g[1:])
+        self.last_gtid = g
         self.pending_gtid = None
         self.state = OUTSIDE
         self.transactions += 1

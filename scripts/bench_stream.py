@@ -1,23 +1,20 @@
 #!/usr/bin/env python3
 """Benchmark ``mysqlbackup stream`` against MariaDB's own tools on throwaway servers.
 
-Part A, streaming. One sandbox primary gets at least --mb MB of ROW binlog (4 MB
-multi-row INSERT..SELECT transactions plus ~10% single-row transactions, 64 MB
-files), all in closed files after FLUSH BINARY LOGS. Then, --runs times each, it
-copies every file into an empty directory with
-  * ``mariadb-binlog --read-from-remote-server --raw --to-last-log`` (the anchor),
-  * ``mysqlbackup stream --no-semi-sync`` and ``mysqlbackup stream`` (semi-sync on),
-and checks each copy byte for byte against the server's files. A daemon run ends
-when its checkpoint (what ``mysqlbackup status --json`` shows) has the durable
-position at the end of the server's last file; the time at which all bytes were
-merely written is printed as well. MB/s and events/s are medians over the runs.
+Part A, streaming: a sandbox primary gets >= --mb MB of ROW binlog (4 MB INSERT..SELECT
+transactions plus ~10% single-row ones, 64 MB files), all closed by FLUSH BINARY LOGS.
+Each run copies every file into an empty directory with ``mariadb-binlog
+--read-from-remote-server --raw --to-last-log`` (the anchor), ``mysqlbackup stream
+--no-semi-sync`` and ``mysqlbackup stream`` (semi-sync), and compares the copies byte
+for byte. A daemon run ends when its checkpoint (what ``status --json`` shows) has the
+durable position at the end of the last file; the time at which all bytes were written
+and the daemon's start-up time (to its "streaming from" log line) are shown too.
 
-Part B, commit rate. On a fresh primary (semi-sync timeout 10 s), --threads client
-processes run single-row autocommit INSERTs for --seconds with exactly one
-semi-sync replica connected: our daemon, or a real MariaDB replica (a second
-sandbox with rpl_semi_sync_slave_enabled). An async line (semi-sync disabled, no
-replica) is printed for reference. Semi-sync yes/no transaction deltas are shown;
-a run whose no_tx delta is not 0 fell back to async and is marked INVALID.
+Part B, commit rate: on a fresh primary (semi-sync timeout 10 s), --threads client
+processes run single-row autocommit INSERTs for --seconds, with exactly one semi-sync
+replica connected: our daemon, or a real MariaDB replica (a second sandbox). An async
+line (semi-sync off, no replica) is a reference. A run whose Rpl_semi_sync_master_no_tx
+grew fell back to async: it is marked INVALID. Figures are medians over --runs.
 
 Run:    PYTHONPATH=/work/main python3 scripts/bench_stream.py
 Quick:  PYTHONPATH=/work/main python3 scripts/bench_stream.py --mb 50 --runs 1 --seconds 5
@@ -35,6 +32,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from datetime import datetime
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, REPO)
@@ -46,6 +44,7 @@ from mysqlbackup.scan import iter_events  # noqa: E402
 from mysqlbackup.status import collect_status  # noqa: E402
 
 MB = 1 << 20
+BINLOG_CHECKPOINT = 161
 DAEMON_SERVER_ID = 101
 DAEMON_ENV = dict(os.environ, PYTHONPATH=REPO, MYSQLBACKUP_PASSWORD=REPL_PASSWORD)
 DAEMONS, SERVERS, DAEMON_LOGS = [], [], []
@@ -135,19 +134,18 @@ def generate_binlog(server, mb):
                    "SET GLOBAL rpl_semi_sync_master_enabled = 1")
 
 
-def server_files(server):
-    """[(name, path, size)] of the server's binlogs once their sizes stop changing."""
-    def snapshot():
-        return [(n, server.binlog_path(n), os.path.getsize(server.binlog_path(n)))
-                for n in server.binlog_files()]
-    previous = snapshot()
-    for _ in range(50):
-        time.sleep(0.2)
-        current = snapshot()
-        if current == previous:
-            return current
-        previous = current
-    raise TimeoutError("the server's binlog files keep changing")
+def server_files(server, timeout=30):
+    """[(name, path, size)] of the server's binlogs once the last one is complete: the
+    server writes its final BINLOG_CHECKPOINT (naming that file itself) asynchronously."""
+    def settled():
+        name = server.binlog_files()[-1]
+        with open(server.binlog_path(name), "rb") as f:
+            events = [bytes(e) for _, e in iter_events(f.read(), 4, checksum=False)]
+        return events[-1][4] == BINLOG_CHECKPOINT and events[-1][-4 - len(name):-4] == \
+            name.encode()
+    wait_for(settled, timeout, "the server's last binlog checkpoint", 0.1)
+    return [(n, server.binlog_path(n), os.path.getsize(server.binlog_path(n)))
+            for n in server.binlog_files()]
 
 
 def count_events(files):
@@ -173,23 +171,30 @@ def copy_mariadb_binlog(server, files, outdir, log_path, timeout):
 
 
 def copy_daemon(server, files, outdir, log_path, semi_sync, timeout):
-    """(written, durable) seconds for a new ``mysqlbackup stream`` to copy every file."""
+    """(written, durable, start-up) seconds for a new ``mysqlbackup stream`` to copy all."""
     last_name, _, last_size = files[-1]
 
     def written():
         return all(os.path.exists(os.path.join(outdir, n))
                    and os.path.getsize(os.path.join(outdir, n)) == size for n, _, size in files)
 
-    start = time.perf_counter()
+    start, wall = time.perf_counter(), time.time()
     proc = start_daemon(server, outdir, log_path, semi_sync)
     try:
         wait_for(lambda: alive(proc, log_path) and written(), timeout, "the copy", 0.01)
         t_written = time.perf_counter() - start
         wait_for(lambda: alive(proc, log_path) and durable_at(outdir, last_name, last_size),
                  timeout, "the durable position", 0.02)
-        return t_written, time.perf_counter() - start
+        return t_written, time.perf_counter() - start, streaming_since(log_path) - wall
     finally:
         stop_daemon(proc)
+
+
+def streaming_since(log_path):
+    """Wall-clock time of the daemon's last "streaming from" log line (ms resolution)."""
+    with open(log_path, errors="replace") as f:
+        lines = [line for line in f if "streaming from" in line]
+    return datetime.strptime(lines[-1][:23], "%Y-%m-%d %H:%M:%S,%f").timestamp()
 
 
 def same_bytes(files, outdir):
@@ -207,7 +212,7 @@ def same_bytes(files, outdir):
 
 
 def bench_streaming(args, tmp):
-    """Part A; returns {label: (MB/s, events/s, verdict)} from the median times."""
+    """Part A; returns {label: median seconds (written, durable, start-up)} and the data."""
     server = MariaDBSandbox(os.path.join(tmp, "stream-primary"), semi_sync_timeout_ms=10000,
                             extra_args=["--max-binlog-size=64M"])
     SERVERS.append(server)
@@ -215,35 +220,32 @@ def bench_streaming(args, tmp):
     start = time.perf_counter()
     generate_binlog(server, args.mb)
     files = server_files(server)
-    total, events = sum(f[2] for f in files), count_events(files)
-    print(f"generated {total / MB:.1f} MB, {events} events in {len(files)} files "
+    data = {"mb": sum(f[2] for f in files) / MB, "events": count_events(files)}
+    print(f"generated {data['mb']:.1f} MB, {data['events']} events in {len(files)} files "
           f"in {time.perf_counter() - start:.1f} s")
-    timeout = 120 + total / MB
-    tools = {"mariadb-binlog": lambda d, log: (copy_mariadb_binlog(server, files, d, log,
-                                                                   timeout),) * 2,
+    timeout = 120 + data["mb"]
+    tools = {"mariadb-binlog": lambda d, log: (copy_mariadb_binlog(
+                 server, files, d, log, timeout),) * 2 + (0.0,),
              "mysqlbackup (async)": lambda d, log: copy_daemon(server, files, d, log, False,
                                                                timeout),
              "mysqlbackup (semi-sync)": lambda d, log: copy_daemon(server, files, d, log, True,
                                                                    timeout)}
-    times = {label: [] for label in tools}
-    verdicts = {label: "identical" for label in tools}
+    times, data["verdicts"] = {label: [] for label in tools}, {label: "" for label in tools}
     for run in range(args.runs):
         for i, (label, copy) in enumerate(tools.items()):
             outdir = os.path.join(tmp, f"copy-{run}-{i}")
-            written, durable = copy(outdir, os.path.join(tmp, f"log-stream-{i}.txt"))
+            times[label].append(copy(outdir, os.path.join(tmp, f"log-stream-{i}.txt")))
             diff = same_bytes(files, outdir)
-            if diff:
-                verdicts[label] = f"MISMATCH ({diff})"
-            times[label].append((written, durable))
-            print(f"  run {run + 1} {label:24s} written {written:6.2f} s  durable "
-                  f"{durable:6.2f} s  {total / MB / durable:7.1f} MB/s  "
-                  f"{'copy identical' if not diff else 'COPY DIFFERS: ' + diff}")
+            data["verdicts"][label] = data["verdicts"][label] or diff
+            written, durable, startup = times[label][-1]
+            print(f"  run {run + 1} {label:24s} written {written:6.2f} s  durable {durable:6.2f}"
+                  f" s  start-up {startup:4.2f} s  {data['mb'] / durable:6.1f} MB/s  "
+                  f"{'COPY DIFFERS: ' + diff if diff else 'copy identical'}")
             if not args.keep:
                 shutil.rmtree(outdir)
-    return {label: {"written": statistics.median(t[0] for t in ts),
-                    "durable": statistics.median(t[1] for t in ts),
-                    "mb": total / MB, "events": events, "verdict": verdicts[label]}
-            for label, ts in times.items()}
+    medians = {label: [statistics.median(t[k] for t in ts) for k in range(3)]
+               for label, ts in times.items()}
+    return medians, data
 
 
 # -- part B: commit rate --------------------------------------------------------------
@@ -262,17 +264,12 @@ def commit_worker(port, start_at, seconds, results):
     results.put(count)
 
 
-def semi_counters(primary):
-    return (int(primary.status("Rpl_semi_sync_master_yes_tx")),
-            int(primary.status("Rpl_semi_sync_master_no_tx")))
-
-
 def commit_load(primary, threads, seconds):
-    """{tx/s, yes, no} for ``threads`` client processes running for ``seconds``."""
+    """{tps, yes, no} for ``threads`` client processes running for ``seconds``."""
+    def counters():
+        return [int(primary.status(f"Rpl_semi_sync_master_{k}_tx")) for k in ("yes", "no")]
     ctx = multiprocessing.get_context("fork")
-    results = ctx.Queue()
-    yes0, no0 = semi_counters(primary)
-    start_at = time.time() + 1.0
+    results, before, start_at = ctx.Queue(), counters(), time.time() + 1.0
     procs = [ctx.Process(target=commit_worker, args=(primary.port, start_at, seconds, results))
              for _ in range(threads)]
     for p in procs:
@@ -284,8 +281,8 @@ def commit_load(primary, threads, seconds):
             p.join(10)
             if p.is_alive():
                 p.kill()
-    yes1, no1 = semi_counters(primary)
-    return {"tps": sum(counts) / seconds, "yes": yes1 - yes0, "no": no1 - no0}
+    after = counters()
+    return {"tps": sum(counts) / seconds, "yes": after[0] - before[0], "no": after[1] - before[1]}
 
 
 def wait_semi_sync_clients(primary, clients, timeout=60):
@@ -386,22 +383,24 @@ def daemon_complaints():
 def print_summary(stream, commits):
     print("\n=== summary (medians) ===")
     if stream:
-        anchor = stream["mariadb-binlog"]
-        parts = [f"{label}: {s['mb'] / s['durable']:.1f} MB/s {s['events'] / s['durable']:.0f} "
-                 f"ev/s [{s['verdict']}]" for label, s in stream.items()]
+        (times, data), parts = stream, []
+        for label, (written, durable, startup) in times.items():
+            ok = "MISMATCH " + data["verdicts"][label] if data["verdicts"][label] else "identical"
+            parts.append(f"{label}: {data['mb'] / durable:.1f} MB/s {data['events'] / durable:.0f}"
+                         f" ev/s [{ok}]")
         print("streaming  " + " | ".join(parts))
+        anchor = times["mariadb-binlog"][1]
         for label in ("mysqlbackup (async)", "mysqlbackup (semi-sync)"):
-            ours = stream[label]
-            print(f"  ratio {label}/mariadb-binlog: {anchor['durable'] / ours['durable']:.2f} "
-                  f"(durable in checkpoint), {anchor['durable'] / ours['written']:.2f} "
-                  f"(all bytes written)")
+            written, durable, startup = times[label]
+            print(f"  ratio ours/anchor, {label}: {anchor / durable:.2f} (durable in checkpoint)"
+                  f", {anchor / written:.2f} (all bytes written), "
+                  f"{anchor / (written - startup):.2f} (written, start-up excluded)")
     if commits:
-        real, ours, base = commits["real replica"], commits["mysqlbackup"], \
-            commits["async (no replica)"]
-        valid = "" if real["no"] == 0 and ours["no"] == 0 else "  [INVALID: semi-sync fell back]"
-        print(f"commit rate  real replica: {real['tps']:.0f} tx/s | mysqlbackup: "
-              f"{ours['tps']:.0f} tx/s | ratio: {ours['tps'] / real['tps']:.2f}{valid}"
-              f"   (async, no replica: {base['tps']:.0f} tx/s)")
+        real, ours = commits["real replica"], commits["mysqlbackup"]
+        bad = "" if real["no"] == 0 == ours["no"] else "  [INVALID: semi-sync fell back]"
+        print(f"commit rate  real replica: {real['tps']:.0f} tx/s | mysqlbackup: {ours['tps']:.0f}"
+              f" tx/s | ratio: {ours['tps'] / real['tps']:.2f}{bad}   (async, no replica: "
+              f"{commits['async (no replica)']['tps']:.0f} tx/s)")
     complaints = daemon_complaints()
     print(f"daemon warnings/errors: {len(complaints) or 'none'}")
     for line in complaints[:20]:

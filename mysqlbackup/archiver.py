@@ -1,0 +1,230 @@
+"""Ship local binlog files to the archive, verify them, keep RPO near zero.
+
+``Archiver.run_once`` does one pass and is what tests drive; ``run`` repeats it
+every ``interval`` seconds with backoff while the store is down. A pass:
+
+1. every sealed local file (all but the newest) not yet archived is uploaded,
+   read back (size + sha256), and only then gets its index: the index is the
+   mark that the object is whole and verified; the file's partial segments go;
+2. the newest file's durable prefix (up to the checkpoint, a transaction
+   boundary) is uploaded as a new segment when it grew, never otherwise;
+3. local retention removes sealed files whose archived copy is verified.
+
+Streaming never waits for any of this: the archiver only reads the local files
+and the checkpoint, and records its own progress in ``mysqlbackup.archive.json``.
+"""
+
+import json
+import logging
+import os
+import time
+
+from .archive_index import build_index
+from .archive_names import binlog_key, format_key, parse_key, segment_key
+from .errors import MysqlBackupError
+from .localdir import list_binlogs
+from .names import binlog_sort_key
+from .state import ARCHIVE_STATE_FILE as ARCHIVE_STATE
+from .state import load_state
+from .transactions import TrxTracker
+from .writer import fsync_dir
+
+log = logging.getLogger(__name__)
+
+
+class Retention:
+    """--keep-local: keep the newest ``count`` sealed files, or those younger than ``age``."""
+
+    def __init__(self, count=None, age=None):
+        self.count, self.age = count, age
+
+    @classmethod
+    def parse(cls, text):
+        """'10' keeps 10 files; '36h', '7d', '90m', '600s' keep files by age; None keeps all."""
+        if text is None:
+            return None
+        units = {"s": 1, "m": 60, "h": 3600, "d": 86400}
+        if text.isdigit():
+            return cls(count=int(text))
+        if text[:-1].isdigit() and text[-1:] in units:
+            return cls(age=int(text[:-1]) * units[text[-1]])
+        from .errors import UsageError
+        raise UsageError(f"bad --keep-local {text!r}: a count (10) or an age (36h, 7d)")
+
+    def removable(self, sealed, mtime, now):
+        """The sealed file names (oldest first) this policy lets go."""
+        if self.count is not None:
+            return sealed[:max(0, len(sealed) - self.count)]
+        return [n for n in sealed if now - mtime(n) > self.age]
+
+
+class Archiver:
+    """Uploads one backup directory's binlogs to one archive store."""
+
+    def __init__(self, directory, store, source_name=None, interval=2.0, retention=None,
+                 clock=time.time):
+        self.directory = directory
+        self.store = store
+        self.source_name = source_name
+        self.interval = interval
+        self.retention = retention
+        self.clock = clock
+        self.archived = None        # names with a verified sealed copy, per the store
+        self.partial = None         # {"name", "end", "tracker"} of the newest file
+        self.report = {"last_error": None, "last_error_time": None, "last_success": None,
+                       "uploads": 0, "removed_local": []}
+
+    # -- one pass --------------------------------------------------------------------
+
+    def run_once(self):
+        """One pass: sealed files, the newest file's durable prefix, retention."""
+        state = load_state(self.directory)
+        source = self.source_name or (state.source_identity if state else None)
+        if source is None:
+            return
+        names = list_binlogs(self.directory)
+        if self.archived is None:
+            self._load_archived(source)
+        for name in names[:-1]:
+            if name not in self.archived:
+                self._archive_sealed(source, name, names)
+        if state is not None and names and state.file == names[-1]:
+            self._archive_prefix(source, names[-1], state.pos)
+        self._apply_retention(source, names[:-1])
+        self.report["last_success"] = self.clock()
+        self.report["last_error"] = None
+        self._write_report(source, names)
+
+    def _load_archived(self, source):
+        self.archived = set()
+        for relative in self.store.list(f"{source}/binlog"):
+            key = parse_key(relative)
+            if key and key.is_index:
+                self.archived.add(key.name)
+
+    def _archive_sealed(self, source, name, names):
+        path = os.path.join(self.directory, name)
+        data_key = format_key(binlog_key(source, name))
+        self.store.put_file(data_key, path)
+        with open(path, "rb") as f:
+            data = f.read()
+        known = sorted(self.archived | set(names), key=binlog_sort_key)
+        index = build_index(data, name, _predecessor(known, name), source=source)
+        size, digest = self.store.sha256(data_key)
+        if (size, digest) != (index["size"], index["sha256"]):
+            raise MysqlBackupError(f"archived copy of {name} does not match: {size} bytes "
+                                   f"sha256 {digest}, local {index['size']} {index['sha256']}")
+        self.store.put_json(format_key(binlog_key(source, name, index=True)), index)
+        self.archived.add(name)
+        self.report["uploads"] += 1
+        log.info("archived %s (%d bytes, %d transactions)", name, size, index["transactions"])
+        self._drop_segments(source, name)
+
+    def _drop_segments(self, source, name):
+        for relative in self.store.list(f"{source}/partial/{name}"):
+            self.store.remove(relative)
+        if self.partial and self.partial["name"] == name:
+            self.partial = None
+
+    def _archive_prefix(self, source, name, durable):
+        if self.partial is None or self.partial["name"] != name:
+            self.partial = self._resume_partial(source, name)
+        start = self.partial["end"]
+        if durable <= start or durable <= 4:
+            return  # nothing new is durable: no request at all
+        with open(os.path.join(self.directory, name), "rb") as f:
+            f.seek(start)
+            data = f.read(durable - start)
+        index = build_index(data, name, start=start, tracker=self.partial["tracker"],
+                            source=source)
+        self.store.put_bytes(format_key(segment_key(source, name, start, durable)), data)
+        size, digest = self.store.sha256(format_key(segment_key(source, name, start, durable)))
+        if (size, digest) != (index["size"], index["sha256"]):
+            raise MysqlBackupError(f"archived segment {name}:{start}-{durable} does not match")
+        self.store.put_json(format_key(segment_key(source, name, start, durable, True)), index)
+        self.partial["end"] = durable
+        self.report["uploads"] += 1
+
+    def _resume_partial(self, source, name):
+        """Where the newest file's segments end in the store, and the tracker up to there."""
+        end = 0
+        for relative in self.store.list(f"{source}/partial/{name}"):
+            key = parse_key(relative)
+            if key and key.is_index and key.start == end:
+                end = key.end
+        tracker = TrxTracker()
+        if end:
+            with open(os.path.join(self.directory, name), "rb") as f:
+                build_index(f.read(end), name, tracker=tracker)
+        return {"name": name, "end": end, "tracker": tracker}
+
+    # -- retention ---------------------------------------------------------------------
+
+    def _apply_retention(self, source, sealed):
+        if self.retention is None:
+            return
+        mtime = lambda n: os.path.getmtime(os.path.join(self.directory, n))  # noqa: E731
+        for name in self.retention.removable(sealed, mtime, self.clock()):
+            if name in self.archived and self._still_archived(source, name):
+                os.remove(os.path.join(self.directory, name))
+                fsync_dir(self.directory)
+                self.report["removed_local"] = (self.report["removed_local"] + [name])[-20:]
+                log.info("removed local %s: its archived copy is verified", name)
+
+    def _still_archived(self, source, name):
+        """Check the archived object is there and whole before the local copy goes."""
+        data_key = format_key(binlog_key(source, name))
+        index = self.store.read_json(format_key(binlog_key(source, name, index=True)))
+        return self.store.info_size(data_key) == index["size"] == os.path.getsize(
+            os.path.join(self.directory, name))
+
+    # -- loop and report ------------------------------------------------------------------
+
+    def run(self, stop, sleep=time.sleep):
+        """Repeat passes until ``stop()``; failures are logged and retried with backoff."""
+        delay = self.interval
+        while True:
+            try:
+                self.run_once()
+                delay = self.interval
+            except Exception as e:  # storage down or flaky: keep streaming, retry later
+                self.report["last_error"] = f"{type(e).__name__}: {e}"
+                self.report["last_error_time"] = self.clock()
+                self._write_report(self.source_name, None)
+                log.warning("archive upload failed (%s); retrying in %.1fs", e, delay)
+                delay = min(delay * 2, 60.0)
+            if stop():
+                return
+            _sleep_until(stop, delay, sleep)
+
+    def _write_report(self, source, names):
+        backlog = None
+        if names is not None and self.archived is not None:
+            backlog = [n for n in names[:-1] if n not in self.archived]
+        report = dict(self.report, url=_safe_url(self.store.url), source=source,
+                      backlog_files=backlog,
+                      partial=({"file": self.partial["name"], "end": self.partial["end"]}
+                               if self.partial else None))
+        path = os.path.join(self.directory, ARCHIVE_STATE)
+        with open(path + ".tmp", "w", encoding="utf-8") as f:
+            json.dump(report, f, indent=1, sort_keys=True)
+        os.replace(path + ".tmp", path)
+
+
+def _predecessor(names, name):
+    i = names.index(name)
+    return names[i - 1] if i > 0 else None
+
+
+def _safe_url(url):
+    """The archive URL without any credentials in it."""
+    if "@" in url.split("://", 1)[-1].split("/", 1)[0]:
+        scheme, rest = url.split("://", 1)
+        return f"{scheme}://***@{rest.split('@', 1)[1]}"
+    return url
+
+
+def _sleep_until(stop, seconds, sleep):
+    deadline = time.monotonic() + seconds
+    while not stop() and time.monotonic() < deadline:
+        sleep(min(0.2, max(0.0, deadline - time.monotonic())))

@@ -1,0 +1,154 @@
+"""Object storage through fsspec (the only module that talks to the archive).
+
+``file://`` (the embedded default), ``s3://`` via s3fs, and any other installed
+fsspec protocol, with no code of ours per backend. Writes are whole-object and
+atomic: object stores publish an object only when its upload completes, and on
+``file://`` the bytes go to a ``.tmp-`` name that is renamed into place, so a
+crash mid-upload never leaves a half object under a real name.
+"""
+
+import hashlib
+import json
+import shutil
+import uuid
+
+import fsspec
+
+from .archive_names import TMP_MARK
+from .errors import UsageError
+
+CHUNK = 4 << 20
+
+
+def parse_options(pairs):
+    """``KEY=VALUE`` strings -> storage options; 'true'/'false'/numbers are converted."""
+    options = {}
+    for pair in pairs or ():
+        key, sep, value = pair.partition("=")
+        if not sep or not key:
+            raise UsageError(f"bad --archive-option {pair!r}: expected KEY=VALUE")
+        options[key] = _convert(value)
+    return options
+
+
+def _convert(value):
+    lowered = value.lower()
+    if lowered in ("true", "false"):
+        return lowered == "true"
+    try:
+        return int(value)
+    except ValueError:
+        return value
+
+
+def s3_client_options(options):
+    """s3fs wants endpoint_url (and region) under client_kwargs; accept them at top level."""
+    options = dict(options)
+    client = dict(options.pop("client_kwargs", {}) or {})
+    for key in ("endpoint_url", "region_name"):
+        if key in options:
+            client[key] = options.pop(key)
+    if client:
+        options["client_kwargs"] = client
+    return options
+
+
+class ArchiveStore:
+    """The archive root: put, read, list and remove objects by relative name."""
+
+    def __init__(self, url, options=None):
+        options = dict(options or {})
+        protocol = url.split("://", 1)[0] if "://" in url else "file"
+        if protocol in ("s3", "s3a"):
+            options = s3_client_options(options)
+        try:
+            self.fs, self.root = fsspec.core.url_to_fs(url, **options)
+        except (ImportError, ValueError) as e:
+            raise UsageError(f"cannot use archive {url}: {e}") from None
+        self.url = url
+        self.local = "file" in _protocols(self.fs)
+        self.root = self.root.rstrip("/")
+
+    def path(self, relative):
+        return f"{self.root}/{relative}"
+
+    def put_bytes(self, relative, data):
+        """Store ``data`` under ``relative`` as one whole object."""
+        target = self.path(relative)
+        if self.local:
+            self.fs.makedirs(target.rsplit("/", 1)[0], exist_ok=True)
+            tmp = f"{target}{TMP_MARK}{uuid.uuid4().hex}"
+            with self.fs.open(tmp, "wb") as f:
+                f.write(data)
+                _fsync(f)
+            self.fs.mv(tmp, target)
+        else:
+            self.fs.pipe_file(target, data)
+
+    def put_file(self, relative, local_path):
+        """Upload a local file under ``relative`` without holding it in memory."""
+        target = self.path(relative)
+        if self.local:
+            self.fs.makedirs(target.rsplit("/", 1)[0], exist_ok=True)
+            tmp = f"{target}{TMP_MARK}{uuid.uuid4().hex}"
+            with open(local_path, "rb") as src, self.fs.open(tmp, "wb") as dst:
+                shutil.copyfileobj(src, dst, CHUNK)
+                _fsync(dst)
+            self.fs.mv(tmp, target)
+        else:
+            self.fs.put_file(local_path, target)
+
+    def info_size(self, relative):
+        """Size of an object from its metadata (no read)."""
+        return self.fs.info(self.path(relative))["size"]
+
+    def put_json(self, relative, obj):
+        self.put_bytes(relative, json.dumps(obj, indent=1, sort_keys=True).encode("utf-8"))
+
+    def read(self, relative, start=None, end=None):
+        """Bytes of an object (or of [start, end))."""
+        return self.fs.cat_file(self.path(relative), start=start, end=end)
+
+    def read_json(self, relative):
+        return json.loads(self.read(relative))
+
+    def sha256(self, relative):
+        """(size, sha256 hex) of an object, read back in chunks."""
+        digest, size = hashlib.sha256(), 0
+        with self.fs.open(self.path(relative), "rb", block_size=CHUNK) as f:
+            while True:
+                chunk = f.read(CHUNK)
+                if not chunk:
+                    return size, digest.hexdigest()
+                digest.update(chunk)
+                size += len(chunk)
+
+    def list(self, prefix=""):
+        """Relative names of every object under ``prefix`` (recursive)."""
+        base = self.path(prefix).rstrip("/")
+        if not self.fs.exists(base):
+            return []
+        found = self.fs.find(base)
+        strip = len(self.root) + 1
+        return sorted(p[strip:] for p in found)
+
+    def exists(self, relative):
+        return self.fs.exists(self.path(relative))
+
+    def remove(self, relative):
+        self.fs.rm_file(self.path(relative))
+
+    def invalidate(self):
+        """Forget cached listings (s3fs caches them)."""
+        self.fs.invalidate_cache()
+
+
+def _protocols(fs):
+    proto = fs.protocol
+    return set(proto) if isinstance(proto, (tuple, list)) else {proto}
+
+
+def _fsync(f):
+    import os
+    f.flush()
+    os.fsync(f.fileno())
