@@ -69,6 +69,7 @@ class Archiver:
         self.interval = interval
         self.retention = retention
         self.clock = clock
+        self.source = source_name
         self.archived = None        # names with a verified sealed copy, per the store
         self.partial = None         # {"name", "end", "tracker"} of the newest file
         self.report = {"last_error": None, "last_error_time": None, "last_success": None,
@@ -82,6 +83,7 @@ class Archiver:
         source = self.source_name or (state.source_identity if state else None)
         if source is None:
             return
+        self.source = source
         names = list_binlogs(self.directory)
         if self.archived is None:
             self._load_archived(source)
@@ -190,17 +192,17 @@ class Archiver:
             except Exception as e:  # storage down or flaky: keep streaming, retry later
                 self.report["last_error"] = f"{type(e).__name__}: {e}"
                 self.report["last_error_time"] = self.clock()
-                self._write_report(self.source_name, None)
+                self._write_report(self.source, _local_names(self.directory))
                 log.warning("archive upload failed (%s); retrying in %.1fs", e, delay)
-                delay = min(delay * 2, 60.0)
+                delay = min(delay * 2, 30.0)
             if stop():
                 return
             _sleep_until(stop, delay, sleep)
 
     def _write_report(self, source, names):
         backlog = None
-        if names is not None and self.archived is not None:
-            backlog = [n for n in names[:-1] if n not in self.archived]
+        if names is not None:  # never listed the archive yet: nothing counts as archived
+            backlog = [n for n in names[:-1] if n not in (self.archived or ())]
         report = dict(self.report, url=_safe_url(self.store.url), source=source,
                       backlog_files=backlog,
                       partial=({"file": self.partial["name"], "end": self.partial["end"]}
@@ -209,6 +211,13 @@ class Archiver:
         with open(path + ".tmp", "w", encoding="utf-8") as f:
             json.dump(report, f, indent=1, sort_keys=True)
         os.replace(path + ".tmp", path)
+
+
+def _local_names(directory):
+    try:
+        return list_binlogs(directory)
+    except MysqlBackupError:
+        return None
 
 
 def _predecessor(names, name):

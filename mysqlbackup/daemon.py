@@ -79,8 +79,13 @@ def _archiver_thread(opts, stop):
     if not opts.archive_url:
         yield None
         return
-    archiver = Archiver(opts.directory, ArchiveStore(opts.archive_url, opts.archive_options),
-                        opts.source_name, opts.archive_interval, opts.keep_local)
+    store = ArchiveStore(opts.archive_url, opts.archive_options)
+    problem = store.probe()
+    if problem:
+        log.warning("archive %s not reachable now (%s): streaming goes on, uploads retry",
+                    opts.archive_url, problem)
+    archiver = Archiver(opts.directory, store, opts.source_name, opts.archive_interval,
+                        opts.keep_local)
     done = threading.Event()
     thread = threading.Thread(target=archiver.run, args=(lambda: done.is_set() or stop(),),
                               name="archiver", daemon=True)

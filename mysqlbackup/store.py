@@ -32,6 +32,11 @@ def parse_options(pairs):
 
 
 def _convert(value):
+    if value[:1] in "{[":
+        try:
+            return json.loads(value)
+        except ValueError:
+            raise UsageError(f"bad JSON in --archive-option value {value!r}") from None
     lowered = value.lower()
     if lowered in ("true", "false"):
         return lowered == "true"
@@ -68,6 +73,21 @@ class ArchiveStore:
         self.url = url
         self.local = "file" in _protocols(self.fs)
         self.root = self.root.rstrip("/")
+
+    def probe(self):
+        """One cheap request at start-up: a bad option fails now, an outage only warns.
+
+        Returns None when the store answered, else the error text (the caller goes on:
+        streaming never waits for the archive).
+        """
+        try:
+            self.fs.exists(self.root)
+        except (TypeError, ValueError) as e:
+            raise UsageError(f"cannot use archive {self.url}: {e} (check --archive-option)") \
+                from None
+        except Exception as e:  # noqa: BLE001 - any transport error means "not reachable now"
+            return f"{type(e).__name__}: {e}"
+        return None
 
     def path(self, relative):
         return f"{self.root}/{relative}"
@@ -126,6 +146,7 @@ class ArchiveStore:
     def list(self, prefix=""):
         """Relative names of every object under ``prefix`` (recursive)."""
         base = self.path(prefix).rstrip("/")
+        self.fs.invalidate_cache(base)  # another process may have written since
         if not self.fs.exists(base):
             return []
         found = self.fs.find(base)

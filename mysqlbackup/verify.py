@@ -2,6 +2,7 @@
 
 from collections import defaultdict
 
+from .archive_index import build_index
 from .archive_check import check_chain, check_object, check_segments
 from .archive_names import parse_key
 from .names import binlog_sort_key
@@ -58,11 +59,16 @@ def _verify_source(listing, source):
     for name in listing.sealed_names(source):
         slots = listing.sealed[source][name]
         where = f"{source}/binlog/{name}"
+        index = listing.index(source, name)
         if "data" not in slots:
             problems.append(f"{where}: index without the binlog object (file deleted)")
+            indexes.append(index)  # the index still tells where the file sat in the chain
             continue
-        index = listing.index(source, name)
-        problems += check_object(where, listing.store.read(slots["data"]), index)
+        data = listing.store.read(slots["data"])
+        found = check_object(where, data, index)
+        problems += found
+        if index is None and len(found) == 1:  # whole but unverified: still in the chain
+            index = build_index(data, name, source=source)
         if index is not None:
             indexes.append(index)
     problems += check_chain(source, indexes)

@@ -21,7 +21,6 @@ Quick:  PYTHONPATH=/work/main python3 scripts/bench_stream.py --mb 50 --runs 1 -
 """
 
 import argparse
-import filecmp
 import mmap
 import multiprocessing
 import os
@@ -39,12 +38,12 @@ sys.path.insert(0, REPO)
 
 import pymysql  # noqa: E402
 
+from mysqlbackup.events import MARIA_BINLOG_CHECKPOINT  # noqa: E402
 from mysqlbackup.sandbox import REPL_PASSWORD, REPL_USER, MariaDBSandbox, find_binary  # noqa: E402
 from mysqlbackup.scan import iter_events  # noqa: E402
 from mysqlbackup.status import collect_status  # noqa: E402
 
 MB = 1 << 20
-BINLOG_CHECKPOINT = 161
 DAEMON_SERVER_ID = 101
 DAEMON_ENV = dict(os.environ, PYTHONPATH=REPO, MYSQLBACKUP_PASSWORD=REPL_PASSWORD)
 DAEMONS, SERVERS, DAEMON_LOGS = [], [], []
@@ -66,10 +65,8 @@ def start_daemon(server, directory, log_path, semi_sync=True):
     """Start ``mysqlbackup stream`` into ``directory``; its output goes to ``log_path``."""
     cmd = [sys.executable, "-m", "mysqlbackup", "stream", "--source", server.url,
            "--server-id", str(DAEMON_SERVER_ID), "--dir", directory]
-    if not semi_sync:
-        cmd.append("--no-semi-sync")
-    if log_path not in DAEMON_LOGS:
-        DAEMON_LOGS.append(log_path)
+    cmd += [] if semi_sync else ["--no-semi-sync"]
+    DAEMON_LOGS.append(log_path)
     with open(log_path, "ab") as log:
         proc = subprocess.Popen(cmd, env=DAEMON_ENV, stdout=log, stderr=subprocess.STDOUT,
                                 start_new_session=True)
@@ -84,15 +81,18 @@ def stop_daemon(proc, timeout=20):
         try:
             proc.wait(timeout)
         except subprocess.TimeoutExpired:
-            print(f"  ! daemon pid {proc.pid} ignored SIGTERM for {timeout} s: killed")
+            print(f"  ! daemon pid {proc.pid} ignored SIGTERM for {timeout} s: killing it")
             proc.kill()
             proc.wait()
 
 
-def alive(proc, log_path):
-    if proc.poll() is not None:
-        raise RuntimeError(f"the daemon exited with {proc.returncode}; see {log_path}")
-    return True
+def wait_daemon(proc, log_path, predicate, timeout, what, interval=0.02):
+    """wait_for, but fail at once if the daemon exits."""
+    def check():
+        if proc.poll() is not None:
+            raise RuntimeError(f"the daemon exited with {proc.returncode}; see {log_path}")
+        return predicate()
+    wait_for(check, timeout, what, interval)
 
 
 def durable_at(directory, name, pos):
@@ -141,7 +141,7 @@ def server_files(server, timeout=30):
         name = server.binlog_files()[-1]
         with open(server.binlog_path(name), "rb") as f:
             events = [bytes(e) for _, e in iter_events(f.read(), 4, checksum=False)]
-        return events[-1][4] == BINLOG_CHECKPOINT and events[-1][-4 - len(name):-4] == \
+        return events[-1][4] == MARIA_BINLOG_CHECKPOINT and events[-1][-4 - len(name):-4] == \
             name.encode()
     wait_for(settled, timeout, "the server's last binlog checkpoint", 0.1)
     return [(n, server.binlog_path(n), os.path.getsize(server.binlog_path(n)))
@@ -158,7 +158,8 @@ def count_events(files):
 
 
 def copy_mariadb_binlog(server, files, outdir, log_path, timeout):
-    """Seconds ``mariadb-binlog --raw --to-last-log`` takes to copy every file."""
+    """(written, durable, start-up) seconds of ``mariadb-binlog --raw --to-last-log``
+    copying every file; it never fsyncs, so written == durable, start-up counts as 0."""
     os.makedirs(outdir)
     cmd = [find_binary("mariadb-binlog"), "--no-defaults", "--read-from-remote-server",
            "--raw", "--to-last-log", "--host=127.0.0.1", f"--port={server.port}",
@@ -167,7 +168,8 @@ def copy_mariadb_binlog(server, files, outdir, log_path, timeout):
     with open(log_path, "ab") as log:
         start = time.perf_counter()
         subprocess.run(cmd, stdout=log, stderr=log, check=True, timeout=timeout)
-        return time.perf_counter() - start
+    elapsed = time.perf_counter() - start
+    return elapsed, elapsed, 0.0
 
 
 def copy_daemon(server, files, outdir, log_path, semi_sync, timeout):
@@ -181,10 +183,10 @@ def copy_daemon(server, files, outdir, log_path, semi_sync, timeout):
     start, wall = time.perf_counter(), time.time()
     proc = start_daemon(server, outdir, log_path, semi_sync)
     try:
-        wait_for(lambda: alive(proc, log_path) and written(), timeout, "the copy", 0.01)
+        wait_daemon(proc, log_path, written, timeout, "the copy", 0.01)
         t_written = time.perf_counter() - start
-        wait_for(lambda: alive(proc, log_path) and durable_at(outdir, last_name, last_size),
-                 timeout, "the durable position", 0.02)
+        wait_daemon(proc, log_path, lambda: durable_at(outdir, last_name, last_size), timeout,
+                    "the durable position")
         return t_written, time.perf_counter() - start, streaming_since(log_path) - wall
     finally:
         stop_daemon(proc)
@@ -198,17 +200,16 @@ def streaming_since(log_path):
 
 
 def same_bytes(files, outdir):
-    """'' when the copy equals the server's files, else what differs. The active (last)
-    file may differ only at offset 21, the format description's in-use flag."""
-    for i, (name, path, size) in enumerate(files):
-        copy = os.path.join(outdir, name)
-        if not os.path.exists(copy) or os.path.getsize(copy) != size:
-            return f"{name}: missing or wrong size"
-        if i < len(files) - 1 and not filecmp.cmp(path, copy, shallow=False):
-            return f"{name}: bytes differ"
-    with open(files[-1][1], "rb") as a, open(os.path.join(outdir, files[-1][0]), "rb") as b:
-        x, y = a.read(), b.read()
-    return "" if x[:21] + x[22:] == y[:21] + y[22:] else f"{files[-1][0]}: bytes differ"
+    """'' when the copy equals the server's files, else the first that differs. The
+    active (last) file may differ at offset 21, the format description's in-use flag."""
+    for name, path, _ in files:
+        if not os.path.exists(os.path.join(outdir, name)):
+            return f"{name} missing"
+        with open(path, "rb") as f, open(os.path.join(outdir, name), "rb") as g:
+            a, b = f.read(), g.read()
+        if a != b and (name != files[-1][0] or a[:21] + a[22:] != b[:21] + b[22:]):
+            return f"{name} differs"
+    return ""
 
 
 def bench_streaming(args, tmp):
@@ -224,8 +225,7 @@ def bench_streaming(args, tmp):
     print(f"generated {data['mb']:.1f} MB, {data['events']} events in {len(files)} files "
           f"in {time.perf_counter() - start:.1f} s")
     timeout = 120 + data["mb"]
-    tools = {"mariadb-binlog": lambda d, log: (copy_mariadb_binlog(
-                 server, files, d, log, timeout),) * 2 + (0.0,),
+    tools = {"mariadb-binlog": lambda d, log: copy_mariadb_binlog(server, files, d, log, timeout),
              "mysqlbackup (async)": lambda d, log: copy_daemon(server, files, d, log, False,
                                                                timeout),
              "mysqlbackup (semi-sync)": lambda d, log: copy_daemon(server, files, d, log, True,
@@ -294,13 +294,14 @@ def wait_semi_sync_clients(primary, clients, timeout=60):
 
 
 def load_with_daemon(primary, args, tmp):
+    """Load with our daemon as the only semi-sync replica (caught up before the load)."""
     directory, log_path = os.path.join(tmp, "commit-daemon"), os.path.join(tmp, "log-commit.txt")
     proc = start_daemon(primary, directory, log_path, semi_sync=True)
     try:
         wait_semi_sync_clients(primary, 1)
         file, pos = primary.execute("SHOW MASTER STATUS")[0][:2]
-        wait_for(lambda: alive(proc, log_path) and durable_at(directory, file, pos), 60,
-                 "the daemon to catch up", 0.1)
+        wait_daemon(proc, log_path, lambda: durable_at(directory, file, pos), 60,
+                    "the daemon to catch up", 0.1)
         return commit_load(primary, args.threads, args.seconds)
     finally:
         stop_daemon(proc)
@@ -308,11 +309,12 @@ def load_with_daemon(primary, args, tmp):
 
 
 def load_with_replica(primary, replica, args):
+    """Load with the real replica as the only semi-sync replica (caught up before)."""
     replica.execute("START SLAVE")
     try:
         wait_semi_sync_clients(primary, 1)
-        target = primary.execute("SELECT @@gtid_binlog_pos")[0][0]
-        wait_for(lambda: replica.execute("SELECT @@gtid_slave_pos")[0][0] == target, 120,
+        target = primary.execute("SELECT @@gtid_binlog_pos")
+        wait_for(lambda: replica.execute("SELECT @@gtid_slave_pos") == target, 120,
                  "the replica to catch up", 0.1)
         return commit_load(primary, args.threads, args.seconds)
     finally:
@@ -368,16 +370,13 @@ def bench_commits(args, tmp):
 # -- output and main ------------------------------------------------------------------
 
 def daemon_complaints():
-    """Warning/error lines the daemon wrote (timestamps cut), each once."""
-    seen = []
-    for path in DAEMON_LOGS:
+    """Warning/error lines the daemon wrote, timestamps cut, each once."""
+    lines = []
+    for path in dict.fromkeys(DAEMON_LOGS):
         with open(path, errors="replace") as f:
-            for line in f:
-                if any(w in line for w in ("WARNING", "ERROR", "Traceback", "error:")):
-                    text = line.split(" ", 2)[-1].strip()
-                    if text not in seen:
-                        seen.append(text)
-    return seen
+            lines += [line.split(" ", 2)[-1].strip() for line in f
+                      if any(w in line for w in ("WARNING", "ERROR", "Traceback", "rror:"))]
+    return list(dict.fromkeys(lines))
 
 
 def print_summary(stream, commits):
@@ -414,7 +413,7 @@ def main():
     parser.add_argument("--seconds", type=float, default=10, help="commit load duration (10)")
     parser.add_argument("--threads", type=int, default=4, help="commit load clients (4)")
     parser.add_argument("--keep", action="store_true", help="keep the temporary directory")
-    parser.add_argument("--skip", choices=["stream", "commit"], help="skip one part")
+    parser.add_argument("--skip", choices=["stream", "commit"], help="leave one part out")
     args = parser.parse_args()
     tmp = tempfile.mkdtemp(prefix="bench-stream-")
     print(f"temporary directory: {tmp}")

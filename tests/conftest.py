@@ -60,3 +60,59 @@ def copy_binlog(tmp_path, shared_binlog):
         shutil.copyfile(shared_binlog(relative), dest)
         return dest
     return copy
+
+
+class S3Endpoint:
+    """moto's S3 server on loopback: a real HTTP endpoint that s3fs talks to."""
+
+    def __init__(self, port=0):
+        from moto.server import ThreadedMotoServer
+        self.server = ThreadedMotoServer(ip_address="127.0.0.1", port=port, verbose=False)
+        self.server.start()
+        host, self.port = self.server.get_host_and_port()
+        self.endpoint = f"http://{host}:{self.port}"
+
+    def stop(self):
+        self.server.stop()
+
+    def restart(self):
+        """Start again on the same port (moto keeps the buckets in this process)."""
+        self.__init__(self.port)
+
+    def bucket(self, name):
+        import boto3
+        boto3.client("s3", endpoint_url=self.endpoint, region_name="us-east-1").create_bucket(
+            Bucket=name)
+        return f"s3://{name}/backups"
+
+
+@pytest.fixture(scope="session")
+def aws_env():
+    """Dummy credentials for moto, also seen by daemon subprocesses."""
+    keys = {"AWS_ACCESS_KEY_ID": "testing", "AWS_SECRET_ACCESS_KEY": "testing",
+            "AWS_DEFAULT_REGION": "us-east-1"}
+    old = {k: os.environ.get(k) for k in keys}
+    os.environ.update(keys)
+    yield
+    for k, v in old.items():
+        if v is None:
+            os.environ.pop(k, None)
+        else:
+            os.environ[k] = v
+
+
+@pytest.fixture(scope="session")
+def s3(aws_env):
+    endpoint = S3Endpoint()
+    yield endpoint
+    endpoint.stop()
+
+
+@pytest.fixture(params=["file", "s3"])
+def archive(request, tmp_path):
+    """(URL, --archive-option list) of an empty archive: file:// or S3 through moto."""
+    if request.param == "file":
+        return f"file://{tmp_path / 'archive'}", []
+    endpoint = request.getfixturevalue("s3")
+    bucket = "mb-" + os.urandom(6).hex()
+    return endpoint.bucket(bucket), [f"endpoint_url={endpoint.endpoint}"]
