@@ -15,8 +15,6 @@ from .errors import MysqlBackupError
 from .gtid import guess_flavor, parse_gtid_set
 from .source import PASSWORD_ENV, source_from_options
 from .status import collect_status, format_status
-from .store import ArchiveStore, parse_options
-from .verify import list_archive, verify_archive
 
 
 def handle_errors(func):
@@ -109,9 +107,13 @@ def stream(source, password_file, server_id, directory, start_file, start_gtid, 
         parse_gtid_set(start_gtid, guess_flavor(start_gtid))  # refuse a bad set before connecting
     if keep_local and not archive_url:
         raise click.UsageError("--keep-local needs --archive: local files go only once archived")
+    storage_options = None
+    if archive_url:
+        from .store import parse_options  # fsspec loads only when an archive is asked for
+        storage_options = parse_options(archive_option)
     opts = StreamOptions(source_from_options(source, password_file), server_id, directory,
                          start_file, start_gtid, not no_semi_sync, heartbeat, follow_by_gtid,
-                         archive_url=archive_url, archive_options=parse_options(archive_option),
+                         archive_url=archive_url, archive_options=storage_options,
                          archive_interval=archive_interval,
                          source_name=source_name and check_source_name(source_name),
                          keep_local=Retention.parse(keep_local))
@@ -137,6 +139,7 @@ def status(directory, as_json):
 
 
 def open_store(archive_url, archive_option):
+    from .store import ArchiveStore, parse_options  # fsspec loads only when needed
     if not archive_url:
         raise click.UsageError("--archive URL is required")
     return ArchiveStore(archive_url, parse_options(archive_option))
@@ -152,6 +155,7 @@ def verify(archive_url, archive_option, source_name):
 
     Exits 0 only when all holds; otherwise prints every problem with file and offset.
     """
+    from .verify import verify_archive
     store = open_store(archive_url, archive_option)
     checked, problems = verify_archive(store, source_name)
     for problem in problems:
@@ -172,6 +176,7 @@ def archive():
 @handle_errors
 def archive_ls(archive_url, archive_option, source_name, as_json):
     """List archived files with their GTID and time ranges."""
+    from .verify import list_archive
     rows = list_archive(open_store(archive_url, archive_option), source_name)
     if as_json:
         click.echo(json.dumps(rows, indent=1))

@@ -12,8 +12,6 @@ import threading
 import time
 from dataclasses import dataclass
 
-from .archiver import Archiver
-from .store import ArchiveStore
 from .client import ReplicaClient
 from .errors import ConnectionLost, LocalStateError, SourceError, UsageError
 from .gtid import guess_flavor, parse_gtid_set
@@ -79,6 +77,8 @@ def _archiver_thread(opts, stop):
     if not opts.archive_url:
         yield None
         return
+    from .archiver import Archiver  # fsspec loads only when an archive is asked for
+    from .store import ArchiveStore
     store = ArchiveStore(opts.archive_url, opts.archive_options)
     problem = store.probe()
     if problem:

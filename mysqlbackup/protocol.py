@@ -96,39 +96,45 @@ def parse_error_payload(payload):
 
 
 class StreamDecoder:
-    """Turns the bytes of a binlog dump into (event bytes, needs_ack) pairs.
+    """Turns the bytes of a binlog dump into (event, needs_ack) pairs.
 
-    Feed it whatever the socket returned; it keeps the partial tail, joins
-    payloads split at 16 MiB, checks sequence ids, and strips the OK byte and the
-    semi-sync header. ``semi_sync`` is decided per connection, never sniffed.
+    Feed it whatever the socket returned; it keeps a partial packet for the next
+    call, joins payloads split at 16 MiB, checks sequence ids, and strips the OK
+    byte and the semi-sync header. Events are memoryviews into the received bytes
+    (no copy). ``semi_sync`` is decided per connection, never sniffed.
     """
 
     def __init__(self, semi_sync):
         self.semi_sync = semi_sync
-        self.buf = bytearray()
+        self.tail = b""
         self.expected_seq = 1  # the dump command went out with sequence id 0
         self.parts = []
 
     def feed(self, data):
         """Add received bytes; return the list of complete (event, needs_ack)."""
-        self.buf += data
-        out, off, buf = [], 0, self.buf
-        while len(buf) - off >= 4:
-            length = buf[off] | buf[off + 1] << 8 | buf[off + 2] << 16
-            if len(buf) - off - 4 < length:
+        if self.tail:
+            data = self.tail + data
+        view, size, off, out = memoryview(data), len(data), 0, []
+        while size - off >= 4:
+            end = off + 4 + (data[off] | data[off + 1] << 8 | data[off + 2] << 16)
+            if end > size:
                 break
-            self._check_seq(buf[off + 3])
-            payload = bytes(buf[off + 4:off + 4 + length])
-            off += 4 + length
-            if length == MAX_PAYLOAD:
-                self.parts.append(payload)
-                continue
-            if self.parts:
-                payload = b"".join(self.parts) + payload
+            self._check_seq(data[off + 3])
+            if end - off - 4 == MAX_PAYLOAD:
+                self.parts.append(bytes(view[off + 4:end]))
+            elif self.parts:
+                out.append(self._decode(memoryview(b"".join(self.parts) + view[off + 4:end])))
                 self.parts = []
-            out.append(self._decode(payload))
-        del buf[:off]
+            else:
+                out.append(self._decode(view[off + 4:end]))
+            off = end
+        self.tail = bytes(view[off:]) if off < size else b""
         return out
+
+    @property
+    def partial(self):
+        """True while part of a packet is waiting for more bytes."""
+        return bool(self.tail or self.parts)
 
     def _check_seq(self, seq):
         if seq != self.expected_seq:
@@ -137,17 +143,17 @@ class StreamDecoder:
 
     def _decode(self, payload):
         first = payload[0]
+        if first == 0x00:
+            if not self.semi_sync:
+                return payload[1:], False
+            if len(payload) < 3 or payload[1] != SEMI_SYNC_INDICATOR:
+                raise ProtocolError("semi-sync header missing from a binlog packet")
+            if payload[2] & SEMI_SYNC_NEED_ACK:
+                self.expected_seq = 1  # the primary restarts its count after asking for an ACK
+                return payload[3:], True
+            return payload[3:], False
         if first == 0xFF:
             raise ServerError(*parse_error_payload(payload))
         if first == 0xFE and len(payload) < 9:
             raise EndOfStream()
-        if first != 0x00:
-            raise ProtocolError(f"unexpected packet type 0x{first:02x} in the binlog stream")
-        if not self.semi_sync:
-            return payload[1:], False
-        if len(payload) < 3 or payload[1] != SEMI_SYNC_INDICATOR:
-            raise ProtocolError("semi-sync header missing from a binlog packet")
-        needs_ack = bool(payload[2] & SEMI_SYNC_NEED_ACK)
-        if needs_ack:
-            self.expected_seq = 1  # the primary restarts its count after asking for an ACK
-        return payload[3:], needs_ack
+        raise ProtocolError(f"unexpected packet type 0x{first:02x} in the binlog stream")

@@ -18,6 +18,8 @@ from .transactions import TrxTracker
 
 log = logging.getLogger(__name__)
 
+SYNC_BYTES = 64 << 20  # while catching up, fsync at least every 64 MiB
+
 
 class Syncer:
     """Copies the binlog stream of one connection into the local files."""
@@ -145,7 +147,7 @@ class Syncer:
         """Write the batch, fsync it when an ACK needs it (or it is due), then ACK."""
         now = self.clock()
         self.writer.flush()
-        if ack is not None or (self.writer.unsynced and now - self.last_sync >= self.sync_interval):
+        if ack is not None or (self.writer.unsynced and self._sync_due(now)):
             self.writer.sync()
             self._synced(now)
         if ack is not None:
@@ -162,6 +164,11 @@ class Syncer:
         log.info("at %s:%d, %d events, %.2f MB/s, durable %s:%d", self.writer.name,
                  self.writer.pos, self.events, rate, self.durable[0], self.durable[1])
         self.last_progress, self.bytes_written = now, 0
+
+    def _sync_due(self, now):
+        """Without an ACK to send: fsync once the stream is drained, or every so often."""
+        return (self.writer.unsynced >= SYNC_BYTES or now - self.last_sync >= self.sync_interval
+                or getattr(self.client, "idle", lambda: True)())
 
     def _gtid_text(self):
         return str(self.tracker.gtids) if self.tracker.gtids is not None else None

@@ -45,6 +45,9 @@ from mysqlbackup.status import collect_status  # noqa: E402
 
 MB = 1 << 20
 DAEMON_SERVER_ID = 101
+# Semi-sync is switched on only once the setup is done (a commit with no semi-sync replica
+# would wait this long); 10 s so that it never falls back to async silently under load.
+SEMI_SYNC_TIMEOUT = "--rpl-semi-sync-master-timeout=10000"
 DAEMON_ENV = dict(os.environ, PYTHONPATH=REPO, MYSQLBACKUP_PASSWORD=REPL_PASSWORD)
 DAEMONS, SERVERS, DAEMON_LOGS = [], [], []
 
@@ -106,7 +109,6 @@ def durable_at(directory, name, pos):
 def generate_binlog(server, mb):
     """Write >= ``mb`` MB of binlog, then FLUSH BINARY LOGS so that it is all closed."""
     server.execute(
-        "SET GLOBAL rpl_semi_sync_master_enabled = 0",  # no replica yet: never wait
         "SET GLOBAL innodb_flush_log_at_trx_commit = 2",
         "CREATE DATABASE gen",
         "CREATE TABLE gen.seed (id INT PRIMARY KEY, p VARCHAR(1024))",
@@ -214,8 +216,8 @@ def same_bytes(files, outdir):
 
 def bench_streaming(args, tmp):
     """Part A; returns {label: median seconds (written, durable, start-up)} and the data."""
-    server = MariaDBSandbox(os.path.join(tmp, "stream-primary"), semi_sync_timeout_ms=10000,
-                            extra_args=["--max-binlog-size=64M"])
+    server = MariaDBSandbox(os.path.join(tmp, "stream-primary"), semi_sync=False,
+                            extra_args=["--max-binlog-size=64M", SEMI_SYNC_TIMEOUT])
     SERVERS.append(server)
     server.start()
     start = time.perf_counter()
@@ -234,6 +236,7 @@ def bench_streaming(args, tmp):
     for run in range(args.runs):
         for i, (label, copy) in enumerate(tools.items()):
             outdir = os.path.join(tmp, f"copy-{run}-{i}")
+            os.sync()  # no write-back of earlier copies during the timing
             times[label].append(copy(outdir, os.path.join(tmp, f"log-stream-{i}.txt")))
             diff = same_bytes(files, outdir)
             data["verdicts"][label] = data["verdicts"][label] or diff
@@ -331,14 +334,16 @@ def load_async(primary, args):
 
 
 def start_commit_servers(tmp):
-    primary = MariaDBSandbox(os.path.join(tmp, "commit-primary"), semi_sync_timeout_ms=10000)
+    primary = MariaDBSandbox(os.path.join(tmp, "commit-primary"), semi_sync=False,
+                             extra_args=[SEMI_SYNC_TIMEOUT])
     replica = MariaDBSandbox(os.path.join(tmp, "commit-replica"), server_id=2, log_bin=False,
                              semi_sync=False, extra_args=["--rpl-semi-sync-slave-enabled=1"])
     SERVERS.extend([primary, replica])
     primary.start()
     replica.start()
     primary.execute("CREATE DATABASE bench", "CREATE TABLE bench.c (id BIGINT AUTO_INCREMENT "
-                    "PRIMARY KEY, v INT, ts TIMESTAMP(6) DEFAULT CURRENT_TIMESTAMP(6))")
+                    "PRIMARY KEY, v INT, ts TIMESTAMP(6) DEFAULT CURRENT_TIMESTAMP(6))",
+                    "SET GLOBAL rpl_semi_sync_master_enabled = 1")
     replica.execute(f"CHANGE MASTER TO MASTER_HOST='127.0.0.1', MASTER_PORT={primary.port}, "
                     f"MASTER_USER='{REPL_USER}', MASTER_PASSWORD='{REPL_PASSWORD}', "
                     f"MASTER_USE_GTID=slave_pos")
