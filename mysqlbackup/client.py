@@ -18,8 +18,7 @@ from .gtid import MariaGtidPos
 
 log = logging.getLogger(__name__)
 
-READ_SIZE = 1 << 20
-MAX_BATCH_EVENTS = 20000
+BUFFER_SIZE = 8 << 20
 _ACCESS_DENIED, _UNKNOWN_VARIABLE = 1045, 1193
 
 
@@ -131,7 +130,7 @@ class ReplicaClient:
         """Start a blocking dump from ``file``:``pos`` (semi-sync when the source has it)."""
         self._prepare_dump()
         self._send(protocol.binlog_dump_payload(self.server_id, file, pos))
-        self.decoder = protocol.StreamDecoder(self.semi_sync)
+        self._new_decoder()
         self.conn._sock.settimeout(max(3 * self.heartbeat, self.heartbeat + 5))
         self.position_hint = (file, pos)
 
@@ -144,36 +143,59 @@ class ReplicaClient:
             self._send(protocol.binlog_dump_payload(self.server_id, "", 4))
         else:
             self._send(protocol.binlog_dump_gtid_payload(self.server_id, gtids))
-        self.decoder = protocol.StreamDecoder(self.semi_sync)
+        self._new_decoder()
         self.position_hint = (f"GTID {gtids}", 4)
         for event, _ in self.read_batch():
             if event[4] == ev.ROTATE:
                 return ev.parse_rotate(event, self.stream_checksum)[1]
         raise SourceError("the source did not name a binlog file for that GTID position")
 
-    def read_batch(self):
-        """Block until at least one event arrived, then take everything already waiting.
+    def _new_decoder(self):
+        self.decoder = protocol.StreamDecoder(self.semi_sync)
+        self.buf = bytearray(BUFFER_SIZE)
+        self.buf_start = self.buf_end = 0
 
-        Returns all complete (event, needs_ack) pairs: one batch is written and
-        fsynced once, so taking what is queued groups more transactions per ACK.
+    def read_batch(self, timeout=None):
+        """Wait for events (at most ``timeout`` seconds), then take everything waiting.
+
+        Returns all complete (event, needs_ack) pairs, or [] when the timeout passed
+        first: one batch is written and fsynced once, so taking what is queued
+        groups more transactions per ACK.
         """
+        self._compact()
+        if timeout is not None and not select.select([self.conn._sock], [], [], timeout)[0]:
+            return []
         batch = []
-        while not batch or (len(batch) < MAX_BATCH_EVENTS and self.readable()):
-            batch += self._decode(self._read())
+        while not batch or (self.buf_end < len(self.buf) // 2 and self.readable()):
+            self._read()
+            events, self.buf_start = self._decode()
+            batch += events
         return batch
 
+    def _compact(self):
+        """Move the unread tail to the front: the previous batch is written by now."""
+        tail = self.buf_end - self.buf_start
+        if self.buf_start:
+            self.buf[:tail] = self.buf[self.buf_start:self.buf_end]
+            self.buf_start, self.buf_end = 0, tail
+
     def _read(self):
+        """Receive into the reusable buffer (grown only for an event larger than it)."""
+        if self.buf_end == len(self.buf):
+            bigger = bytearray(len(self.buf) * 2)
+            bigger[:self.buf_end - self.buf_start] = self.buf[self.buf_start:self.buf_end]
+            self.buf, self.buf_end, self.buf_start = bigger, self.buf_end - self.buf_start, 0
         try:
-            data = self.conn._rfile.read1(READ_SIZE)
+            n = self.conn._rfile.readinto1(memoryview(self.buf)[self.buf_end:])
         except (OSError, socket.timeout) as e:
             raise ConnectionLost(f"lost the connection to {self.source.address}: {e}") from None
-        if not data:
+        if not n:
             raise ConnectionLost(f"the source {self.source.address} closed the connection")
-        return data
+        self.buf_end += n
 
-    def _decode(self, data):
+    def _decode(self):
         try:
-            return self.decoder.feed(data)
+            return self.decoder.decode(memoryview(self.buf), self.buf_start, self.buf_end)
         except protocol.ServerError as e:
             raise self._dump_error(e) from None
         except protocol.EndOfStream:
@@ -185,7 +207,8 @@ class ReplicaClient:
 
     def idle(self):
         """True when nothing more is waiting: a good moment to fsync."""
-        return not self.decoder.partial and not self.readable()
+        return self.buf_start == self.buf_end and not self.decoder.partial \
+            and not self.readable()
 
     def _dump_error(self, e):
         file, pos = self.position_hint

@@ -114,26 +114,35 @@ class StreamDecoder:
         """Add received bytes; return the list of complete (event, needs_ack)."""
         if self.tail:
             data = self.tail + data
-        view, size, off, out = memoryview(data), len(data), 0, []
-        while size - off >= 4:
-            end = off + 4 + (data[off] | data[off + 1] << 8 | data[off + 2] << 16)
-            if end > size:
+        out, off = self.decode(memoryview(data), 0, len(data))
+        self.tail = bytes(data[off:]) if off < len(data) else b""
+        return out
+
+    def decode(self, view, off, end):
+        """Decode the whole packets in ``view[off:end]``: (events, offset after the last).
+
+        Events are memoryviews of ``view``: the caller keeps those bytes unchanged
+        until the events are written.
+        """
+        out = []
+        while end - off >= 4:
+            stop = off + 4 + (view[off] | view[off + 1] << 8 | view[off + 2] << 16)
+            if stop > end:
                 break
-            self._check_seq(data[off + 3])
-            if end - off - 4 == MAX_PAYLOAD:
-                self.parts.append(bytes(view[off + 4:end]))
+            self._check_seq(view[off + 3])
+            if stop - off - 4 == MAX_PAYLOAD:
+                self.parts.append(bytes(view[off + 4:stop]))
             elif self.parts:
-                out.append(self._decode(memoryview(b"".join(self.parts) + view[off + 4:end])))
+                out.append(self._decode(memoryview(b"".join(self.parts) + view[off + 4:stop])))
                 self.parts = []
             else:
-                out.append(self._decode(view[off + 4:end]))
-            off = end
-        self.tail = bytes(view[off:]) if off < size else b""
-        return out
+                out.append(self._decode(view[off + 4:stop]))
+            off = stop
+        return out, off
 
     @property
     def partial(self):
-        """True while part of a packet is waiting for more bytes."""
+        """True while part of a 16 MiB-split payload is waiting for the rest."""
         return bool(self.tail or self.parts)
 
     def _check_seq(self, seq):

@@ -8,24 +8,30 @@ only then is the newest position that asked for an ACK acknowledged.
 """
 
 import logging
+import struct
 import time
+import zlib
 
 from . import events as ev
 from .errors import ProtocolError, ResyncRequired
 from .names import is_binlog_name
 from .state import State, save_state
-from .transactions import TrxTracker
+from .transactions import OUTSIDE, TrxTracker
 
 log = logging.getLogger(__name__)
 
 SYNC_BYTES = 64 << 20  # while catching up, fsync at least every 64 MiB
+_HEADER = struct.Struct("<IBIIIH")
+# event types that need more than "check, write, follow the transaction"
+_SPECIAL = frozenset({ev.HEARTBEAT, ev.HEARTBEAT_V2, ev.INCIDENT, ev.ROTATE,
+                      ev.FORMAT_DESCRIPTION})
 
 
 class Syncer:
     """Copies the binlog stream of one connection into the local files."""
 
     def __init__(self, client, writer, tracker=None, base_state=None, sync_interval=1.0,
-                 checkpoint_interval=1.0, clock=time.time, idle_checkpoint=30.0,
+                 checkpoint_interval=0.1, clock=time.time, idle_checkpoint=30.0,
                  progress_interval=60.0):
         self.client = client
         self.writer = writer
@@ -52,7 +58,7 @@ class Syncer:
         """Process batches until ``stop()`` is true; always leaves a final checkpoint."""
         try:
             while not stop():
-                self.process(self.client.read_batch())
+                self.process(self.client.read_batch(timeout=self._wake_in(self.clock())))
         finally:
             self.finish()
 
@@ -63,42 +69,53 @@ class Syncer:
             for event, needs_ack in batch:
                 self._route(event)
                 if needs_ack:
-                    ack = (self.writer.name, ev.parse_header(event).log_pos)
+                    ack = (self.writer.name, int.from_bytes(event[13:17], "little"))
         finally:
             self._commit(ack)
 
     def _route(self, event):
-        header = ev.parse_header(event)
+        """The common case (a real event of a transaction) takes the short path."""
+        header = _HEADER.unpack_from(event)
+        if header[1] in _SPECIAL or header[5] & ev.LOG_EVENT_ARTIFICIAL_F or not header[4]:
+            self._route_special(event, ev.EventHeader(*header))
+        else:
+            self._write(event, header)
+
+    def _route_special(self, event, header):
         if header.type in (ev.HEARTBEAT, ev.HEARTBEAT_V2):
             self._heartbeat(event, header)
-            return
-        if ev.is_artificial(header):
+        elif ev.is_artificial(header):
             self._artificial(event, header)
-            return
-        if header.type == ev.INCIDENT:
+        elif header.type == ev.INCIDENT:
             raise self._incident(event)
-        self._check_crc(event, header)
-        expected = self.writer.pos + header.size
-        if header.log_pos != expected:
-            raise ProtocolError(f"{ev.event_name(header.type)} event ends at {header.log_pos} "
-                                f"but {self.writer.name} is at {self.writer.pos}")
-        self.writer.append(event)
+        else:
+            self._write(event, header)
+            if header.type == ev.ROTATE:
+                self._rotate(ev.parse_rotate(event, self.tracker.checksum)[1])
+
+    def _write(self, event, header):
+        """Check an event (CRC, position), append it, and follow transaction boundaries."""
+        self._check_crc(event, header[1])
+        writer, size = self.writer, header[3]
+        if header[4] != writer.pos + size:
+            raise ProtocolError(f"{ev.event_name(header[1])} event ends at {header[4]} "
+                                f"but {writer.name} is at {writer.pos}")
+        writer.append(event)
         self.tracker.feed(event)
         self.events += 1
-        self.bytes_written += header.size
-        self.last_event_time = header.timestamp
-        if self.tracker.at_boundary:
-            self.boundary = (self.writer.name, self.writer.pos)
-        if header.type == ev.ROTATE:
-            self._rotate(ev.parse_rotate(event, self.tracker.checksum)[1])
+        self.bytes_written += size
+        self.last_event_time = header[0]
+        if self.tracker.state == OUTSIDE:
+            self.boundary = (writer.name, writer.pos)
 
-    def _check_crc(self, event, header):
+    def _check_crc(self, event, etype):
         """Every event is checked against its file's checksum setting before it is written."""
         checksum = self.tracker.checksum
-        if header.type == ev.FORMAT_DESCRIPTION:
+        if etype == ev.FORMAT_DESCRIPTION:
             checksum = ev.parse_format_description(event).checksum_alg == ev.CHECKSUM_CRC32
-        if checksum and not ev.crc_ok(event):
-            raise ResyncRequired(f"CRC32 mismatch in the {ev.event_name(header.type)} event the "
+        if checksum and zlib.crc32(event[:-4]) != int.from_bytes(event[-4:], "little") \
+                and not ev.crc_ok(event):  # crc_ok knows the FDE in-use flag exception
+            raise ResyncRequired(f"CRC32 mismatch in the {ev.event_name(etype)} event the "
                                  f"source sent (its binlog may be corrupt)", self.writer.name,
                                  self.writer.pos)
 
@@ -153,9 +170,7 @@ class Syncer:
         if ack is not None:
             self.client.send_ack(*ack)
             self.last_ack = {"file": ack[0], "pos": ack[1], "time": now}
-        if now - self.last_checkpoint >= self.checkpoint_interval:
-            self.checkpoint(force=now - self.base_state.updated >= self.idle_checkpoint
-                            if self.base_state.updated else True)
+        self._maybe_checkpoint(now)
         if now - self.last_progress >= self.progress_interval:
             self._progress(now)
 
@@ -164,6 +179,23 @@ class Syncer:
         log.info("at %s:%d, %d events, %.2f MB/s, durable %s:%d", self.writer.name,
                  self.writer.pos, self.events, rate, self.durable[0], self.durable[1])
         self.last_progress, self.bytes_written = now, 0
+
+    def _maybe_checkpoint(self, now):
+        """Checkpoint when the durable point moved (at most every checkpoint_interval),
+        and every idle_checkpoint seconds anyway so that status can see the daemon lives."""
+        since = now - self.last_checkpoint
+        moved = self.recorded != (self.durable, self.last_ack)
+        if (moved and since >= self.checkpoint_interval) or since >= self.idle_checkpoint:
+            self.checkpoint()
+
+    def _wake_in(self, now):
+        """Seconds until a pending fsync or checkpoint is due (None: nothing pending)."""
+        waits = []
+        if self.writer.unsynced:
+            waits.append(self.last_sync + self.sync_interval - now)
+        if self.recorded != (self.durable, self.last_ack):
+            waits.append(self.last_checkpoint + self.checkpoint_interval - now)
+        return max(0.0, min(waits)) if waits else None
 
     def _sync_due(self, now):
         """Without an ACK to send: fsync once the stream is drained, or every so often."""
@@ -178,15 +210,9 @@ class Syncer:
         self.last_sync = now
         self.durable = (*self.boundary, self._gtid_text())
 
-    def checkpoint(self, force=True):
-        """Record the durable boundary (never anything newer) in the checkpoint file.
-
-        Unless ``force``, nothing is written when neither the durable point nor the
-        last ACK moved since the last checkpoint (an idle source costs no disk writes).
-        """
+    def checkpoint(self):
+        """Record the durable boundary (never anything newer) in the checkpoint file."""
         self.last_checkpoint = self.clock()
-        if not force and self.recorded == (self.durable, self.last_ack):
-            return
         self.recorded = (self.durable, self.last_ack)
         state = self.base_state
         state.file, state.pos, state.gtid = self.durable
