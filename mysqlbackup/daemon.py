@@ -37,7 +37,7 @@ class StreamOptions:
     heartbeat: float = 1.0
     follow_by_gtid: bool = False
     sync_interval: float = 1.0
-    checkpoint_interval: float = 1.0
+    checkpoint_interval: float = 0.1
     max_backoff: float = 30.0
     archive_url: str = None
     archive_options: dict = None

@@ -192,7 +192,7 @@ class Syncer:
         """Seconds until a pending fsync or checkpoint is due (None: nothing pending)."""
         waits = []
         if self.writer.unsynced:
-            waits.append(self.last_sync + self.sync_interval - now)
+            waits.append(0.0)  # look again at once: fsync as soon as the stream is drained
         if self.recorded != (self.durable, self.last_ack):
             waits.append(self.last_checkpoint + self.checkpoint_interval - now)
         return max(0.0, min(waits)) if waits else None

@@ -26,7 +26,8 @@ def fsync_dir(directory, fsync=os.fsync):
 class BinlogWriter:
     """Writes the events of the current local binlog file."""
 
-    def __init__(self, directory, fsync=os.fsync):
+    def __init__(self, directory, fsync=os.fdatasync):
+        # fdatasync: appended bytes and the file size (all a reader needs) reach the disk
         self.directory = directory
         self._fsync = fsync
         self.name = None
@@ -59,7 +60,7 @@ class BinlogWriter:
         os.lseek(self.fd, pos, os.SEEK_SET)
         self._fsync(self.fd)
         if not exists:
-            fsync_dir(self.directory, self._fsync)
+            fsync_dir(self.directory)
         self.pos = self.synced_pos = pos
 
     def append(self, data):
