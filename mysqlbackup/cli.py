@@ -185,3 +185,25 @@ def archive_ls(archive_url, archive_option, source_name, as_json):
         click.echo(f"{r['source']}  {r['file']}  {r['kind']}  {r['size']} bytes  "
                    f"{r['transactions']} trx  gtid {r['first_gtid']} .. {r['last_gtid']}  "
                    f"{r['first_commit']} .. {r['last_commit']}")
+
+
+@main.command()
+@click.argument("paths", nargs=-1, required=True, metavar="FILE_OR_URL...")
+@click.option("--json", "as_json", is_flag=True, help="Print a JSON list, one object a file.")
+@handle_errors
+def inspect(paths, as_json):
+    """A quick look at binlog files (local paths or fsspec URLs), without Spark.
+
+    Per file: server version, checksum, GTID range, event counts by type,
+    transactions, whether the last one is complete, and the first error with its
+    offset. Exits 0 when every event is whole, every CRC matches and the decoded
+    events are sound; 1 otherwise. An incomplete last transaction alone is no error.
+    """
+    from .inspect_binlog import format_report, inspect_bytes, read_any
+    reports = [inspect_bytes(read_any(p), p) for p in paths]
+    if as_json:
+        click.echo(json.dumps(reports, indent=1))
+    else:
+        for report in reports:
+            click.echo("\n".join(format_report(report)))
+    sys.exit(1 if any(r["error"] for r in reports) else 0)

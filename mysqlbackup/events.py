@@ -59,6 +59,10 @@ FL_STANDALONE, FL_GROUP_COMMIT_ID = 0x01, 0x02
 
 INCIDENT_NAMES = {0: "NONE", 1: "LOST_EVENTS", 2: "COUNT"}
 
+# Rows events: the statement-end flag closes a statement outside a transaction.
+ROWS_EVENTS = frozenset({20, 21, 22, 23, 24, 25, 30, 31, 32, 39, 166, 167, 168, 169, 170, 171})
+STMT_END_F = 0x0001
+
 EventHeader = namedtuple("EventHeader", "timestamp type server_id size log_pos flags")
 _HEADER = struct.Struct("<IBIIIH")
 
@@ -222,22 +226,54 @@ def parse_mysql_gtid(event, checksum):
     return sid, gno
 
 
+GTID_FORMAT_TAGGED = 1
+
+
 def parse_previous_gtids(event, checksum):
-    """{uuid: [(start, end_exclusive), ...]} of a MySQL PREVIOUS_GTIDS event."""
+    """{uuid or 'uuid:tag': [(start, end_exclusive), ...]} of a PREVIOUS_GTIDS event.
+
+    MySQL 8.3+ may write the tagged format: a format byte, 6 bytes of count, the
+    format byte again, then per entry uuid + tag (length byte, text) + intervals.
+    """
     body = event_body(event, checksum)
-    n_sids = struct.unpack_from("<Q", body, 0)[0]
+    tagged = len(body) >= 8 and body[0] == GTID_FORMAT_TAGGED == body[7]
+    n_sids = (int.from_bytes(body[1:7], "little") if tagged
+              else struct.unpack_from("<Q", body, 0)[0])
     off, result = 8, {}
     for _ in range(n_sids):
-        if off + 24 > len(body):
+        if off + 24 + tagged > len(body):
             raise CorruptBinlog("PREVIOUS_GTIDS overflows the event")
         sid = str(uuid.UUID(bytes=bytes(body[off:off + 16])))
-        n_iv = struct.unpack_from("<Q", body, off + 16)[0]
-        off += 24
+        off += 16
+        if tagged:
+            tag_len, size = _varlen(body, off)
+            tag = bytes(body[off + size:off + size + tag_len]).decode("ascii", "replace")
+            off += size + tag_len
+            sid = f"{sid}:{tag}" if tag else sid
+        n_iv = struct.unpack_from("<Q", body, off)[0]
+        off += 8
         if off + 16 * n_iv > len(body):
             raise CorruptBinlog("PREVIOUS_GTIDS intervals overflow the event")
         result[sid] = [struct.unpack_from("<qq", body, off + 16 * i) for i in range(n_iv)]
         off += 16 * n_iv
     return result
+
+
+def rows_statement_end(event, fde):
+    """True when a rows event carries STMT_END_F (the last rows event of its statement)."""
+    phl = post_header_len(fde, event[4], 8) if event[4] < 160 else 10
+    flags_at = HEADER_LEN + (4 if phl == 6 else 6)
+    return bool(struct.unpack_from("<H", event, flags_at)[0] & STMT_END_F)
+
+
+def _varlen(buf, off):
+    """(value, byte count) of a MySQL serialization variable-length unsigned integer:
+    the trailing one-bits of the first byte count the extra bytes."""
+    first, extra = buf[off], 0
+    while extra < 8 and first >> extra & 1:
+        extra += 1
+    raw = int.from_bytes(bytes(buf[off:off + extra + 1]), "little")
+    return raw >> (extra + 1), extra + 1
 
 
 def parse_incident(event, checksum):

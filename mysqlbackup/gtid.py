@@ -70,7 +70,9 @@ class MysqlGtidSet:
         result = cls()
         for item in filter(None, (p.strip() for p in text.replace("\n", "").split(","))):
             sid, *ranges = item.split(":")
-            if len(sid) != 36 or not ranges:
+            while ranges and not ranges[0][:1].isdigit():  # MySQL 8.4 tag: uuid:tag:1-5
+                sid = f"{sid}:{ranges.pop(0)}"
+            if len(sid.split(":")[0]) != 36 or not ranges:
                 raise UsageError(f"bad MySQL GTID set item {item!r}: expected UUID:N[-M]")
             for r in ranges:
                 lo, _, hi = r.partition("-")

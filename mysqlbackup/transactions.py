@@ -69,6 +69,12 @@ class TrxTracker:
             self._on_query(event, etype)
         elif etype in _ENDERS or (etype == ev.TRANSACTION_PAYLOAD and self.state != OUTSIDE):
             self._end_group()
+        elif etype in ev.ROWS_EVENTS and self.state != IN_TRX:
+            # rows outside BEGIN..COMMIT (non-transactional): the statement's end ends it
+            if ev.rows_statement_end(event, self.fde):
+                self._end_group()
+            else:
+                self.state = IN_STATEMENT
         elif etype not in _NEUTRAL and self.state == OUTSIDE:
             self.state = IN_STATEMENT
 
