@@ -69,7 +69,10 @@ def test_cli_over_every_file_names_each_problem():
     out = result.stdout
     assert f"{paths[4]}: not a binlog file (bad magic bytes)" in out  # one clear line
     assert "ERROR at offset 91204: QUERY event lengths overflow" in out
-    assert out.count("ERROR at offset") == 3
+    assert "ERROR at offset 120: torn event" in out
+    assert "binlog_truncated_event.000001: torn event: 10 bytes left, header needs 19 " \
+           "(at offset 4)" in out
+    assert out.count("ERROR at offset") == 2
 
 
 def test_cli_json_of_good_files_exits_0():
