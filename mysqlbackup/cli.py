@@ -207,3 +207,61 @@ def inspect(paths, as_json):
         for report in reports:
             click.echo("\n".join(format_report(report)))
     sys.exit(1 if any(r["error"] for r in reports) else 0)
+
+
+@main.command()
+@archive_options
+@source_name_option
+@click.option("--target", metavar="mysql://USER@HOST:PORT", help="Apply to this server "
+              "(password: $MYSQLBACKUP_TARGET_PASSWORD, else $MYSQLBACKUP_PASSWORD, or "
+              "--target-password-file). The user needs SUPER (MariaDB 10.5+: BINLOG REPLAY "
+              "and REPLICATION SLAVE ADMIN) and write access to mysqlbackup_replay.")
+@click.option("--target-password-file", type=click.Path(dir_okay=False))
+@click.option("--sql", "sql_path", type=click.Path(dir_okay=False),
+              help="Write the statements to this file instead (dry run, for review).")
+@click.option("--start-gtid", metavar="SET", help="GTID position the restored full backup "
+              "already contains (mariadb-dump --gtid); transactions inside it are skipped.")
+@click.option("--start-position", metavar="FILE:POS", help="Skip transactions before it.")
+@click.option("--stop-datetime", metavar="ISO8601", help="Stop before the first transaction "
+              "committed at or after it; UTC unless it names a zone (never local time).")
+@click.option("--stop-before-gtid", metavar="GTID", help="Stop before this transaction.")
+@click.option("--stop-position", metavar="FILE:POS", help="Stop before a transaction ending "
+              "past it.")
+@click.option("--exclude-gtids", metavar="GTID[,GTID...]", help="Skip these transactions "
+              "(the bad DROP) and go on.")
+@click.option("--database", "databases", multiple=True, help="Only this schema (repeatable).")
+@click.option("--table", "tables", multiple=True, metavar="DB.TABLE",
+              help="Only this table (repeatable).")
+@click.option("--allow-gaps", is_flag=True, help="Replay across holes in the archive chain.")
+@click.option("--master", help="Spark master (default local[*]); spark-submit works too.")
+@handle_errors
+def replay(archive_url, archive_option, source_name, target, target_password_file, sql_path,
+           start_gtid, start_position, stop_datetime, stop_before_gtid, stop_position,
+           exclude_gtids, databases, tables, allow_gaps, master):
+    """Point-in-time replay of the archive with PySpark (one task per file), applying
+    only complete transactions in commit order, exactly once."""
+    if bool(target) == bool(sql_path):
+        raise click.UsageError("give exactly one of --target and --sql")
+    from replay.job import ReplayOptions, run_replay
+    from replay.options import build_selection
+    from replay.target import SqlFileSink, TargetApplier
+    from .store import parse_options
+    selection = build_selection(start_gtid, start_position, stop_datetime, stop_before_gtid,
+                                stop_position, exclude_gtids, databases, tables)
+    opts = ReplayOptions(archive_url or _missing("--archive"), parse_options(archive_option),
+                         source_name, selection, allow_gaps, master)
+    if target:
+        spec = source_from_options(target, target_password_file, (
+            "MYSQLBACKUP_TARGET_PASSWORD", PASSWORD_ENV))
+        sink = TargetApplier(spec)
+    else:
+        sink = SqlFileSink(sql_path)
+    summary = run_replay(opts, sink, progress=lambda line: click.echo(line, err=True))
+    click.echo(f"replay of {summary['source']}: {summary['applied']} applied, "
+               f"{summary['skipped']} skipped, {len(summary['dropped_incomplete'])} incomplete "
+               f"dropped, {summary['files']} files in {summary['tasks']} Spark tasks; stopped: "
+               f"{summary['stop_reason']}")
+
+
+def _missing(option):
+    raise click.UsageError(f"{option} is required")

@@ -146,7 +146,8 @@ class ArchiveStore:
     def list(self, prefix=""):
         """Relative names of every object under ``prefix`` (recursive)."""
         base = self.path(prefix).rstrip("/")
-        self.fs.invalidate_cache(base)  # another process may have written since
+        self.fs.invalidate_cache()  # another process may have written since (s3fs would
+        # otherwise keep the listings below ``base``: it clears only a path and its parents)
         if not self.fs.exists(base):
             return []
         found = self.fs.find(base)

@@ -66,7 +66,9 @@ class S3Endpoint:
     """moto's S3 server on loopback: a real HTTP endpoint that s3fs talks to."""
 
     def __init__(self, port=0):
+        import logging
         from moto.server import ThreadedMotoServer
+        logging.getLogger("werkzeug").setLevel(logging.ERROR)  # one line per request otherwise
         self.server = ThreadedMotoServer(ip_address="127.0.0.1", port=port, verbose=False)
         self.server.start()
         host, self.port = self.server.get_host_and_port()

@@ -1,0 +1,204 @@
+"""The PySpark replay job: list, decode one file per Spark task, apply in order.
+
+The driver plans the units (files) from the archive's indexes, Spark decodes
+them in parallel (each task opens its file through fsspec on the executor,
+checks magic and every CRC, and assembles complete transactions), and the
+driver applies the transactions in commit order to one sink, a window of files
+at a time so that memory stays bounded.
+"""
+
+import logging
+import os
+import shutil
+import sys
+import tempfile
+import time
+from dataclasses import dataclass, field
+
+from mysqlbackup import events as ev
+from mysqlbackup.errors import ResyncRequired
+
+from .plan import pick_source, plan_units
+from .select import Selection
+
+log = logging.getLogger(__name__)
+
+
+@dataclass
+class ReplayOptions:
+    """What ``mysqlbackup replay`` was asked to do."""
+
+    archive_url: str
+    archive_options: dict = field(default_factory=dict)
+    source_name: str = None
+    selection: Selection = field(default_factory=Selection)
+    allow_gaps: bool = False
+    master: str = None
+    window: int = None          # files decoded per Spark job (default: 2 x cores)
+
+
+def decode_unit(unit, url, options):
+    """Spark task: read one file from the archive and assemble its transactions."""
+    from mysqlbackup.store import ArchiveStore
+    from replay.assemble import assemble
+    store = ArchiveStore(url, options)
+    data = b"".join(store.read(key) for key in unit["keys"])
+    transactions, incomplete, fde = assemble(data, unit["name"], newest=unit["partial"])
+    return {"name": unit["name"], "transactions": transactions, "incomplete": incomplete,
+            "fde": fde, "partial": unit["partial"]}
+
+
+def plan(opts):
+    """(source, units, stop cut later files) from the archive's indexes only."""
+    from mysqlbackup.store import ArchiveStore
+    from mysqlbackup.verify import ArchiveListing
+    listing = ArchiveListing(ArchiveStore(opts.archive_url, opts.archive_options))
+    source = pick_source(listing.sources(), opts.source_name)
+    sealed = [(n, listing.sealed[source][n].get("data"), listing.index(source, n))
+              for n in listing.sealed_names(source)]
+    partial = _newest_partial(listing, source)
+    units, cut = plan_units(source, sealed, partial, _start_filter(opts.selection),
+                            _stop_filter(opts.selection), opts.allow_gaps)
+    return source, units, cut
+
+
+def _newest_partial(listing, source):
+    names = [n for n in listing.segments[source] if n not in listing.sealed[source]]
+    if not names:
+        return None
+    from mysqlbackup.names import binlog_sort_key
+    name = max(names, key=binlog_sort_key)
+    segs = [(s, e, slots.get("data"), listing.store.read_json(slots["index"])
+             if "index" in slots else None)
+            for (s, e), slots in listing.segments[source][name].items()]
+    return name, segs
+
+
+def _start_filter(sel):
+    if sel.start_gtids is None:
+        return None
+
+    def wholly_applied(index):
+        after = index.get("gtid_after")
+        if not after or "-" not in after:
+            return False
+        from mysqlbackup.gtid import MariaGtidPos
+        return all(sel.start_gtids.contains(d, s, n)
+                   for d, (s, n) in MariaGtidPos.parse(after).domains.items())
+    return wholly_applied
+
+
+def _stop_filter(sel):
+    if sel.stop_datetime is None:
+        return None
+    from datetime import datetime, timezone
+
+    def wholly_after(index):
+        first = index.get("first_commit")
+        return bool(first) and datetime.strptime(first, "%Y-%m-%dT%H:%M:%SZ").replace(
+            tzinfo=timezone.utc).timestamp() >= sel.stop_datetime
+    return wholly_after
+
+
+def spark_session(master=None):
+    """A SparkSession (local[*] unless told), with this package shipped to executors."""
+    os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
+    os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
+    from pyspark.sql import SparkSession
+    builder = SparkSession.builder.appName("mysqlbackup-replay").config(
+        "spark.ui.enabled", "false").config("spark.ui.showConsoleProgress", "false")
+    if master or not os.environ.get("SPARK_HOME_SUBMITTED"):
+        builder = builder.master(master or "local[*]")
+    spark = builder.getOrCreate()
+    spark.sparkContext.setLogLevel("ERROR")
+    spark.sparkContext.addPyFile(_package_zip())
+    return spark
+
+
+def _package_zip():
+    """A zip of mysqlbackup/ and replay/ for the executors (as spark-submit --py-files)."""
+    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    workdir = tempfile.mkdtemp(prefix="mysqlbackup-pyfiles-")
+    staging = os.path.join(workdir, "pkg")
+    for name in ("mysqlbackup", "replay"):
+        shutil.copytree(os.path.join(root, name), os.path.join(staging, name),
+                        ignore=shutil.ignore_patterns("__pycache__"))
+    return shutil.make_archive(os.path.join(workdir, "mysqlbackup"), "zip", staging)
+
+
+def run_replay(opts, sink, spark=None, progress=None):
+    """Replay into ``sink``; returns the summary dict (applied, skipped, dropped, stop)."""
+    source, units, cut = plan(opts)
+    summary = {"source": source, "files": len(units), "applied": 0, "skipped": 0,
+               "dropped_incomplete": [], "tasks": 0, "spark_tasks": 0,
+               "stop_reason": "stop datetime reached" if cut else "end of the archive"}
+    if not units:
+        return summary
+    spark = spark or spark_session(opts.master)
+    sc = spark.sparkContext
+    rdd = sc.parallelize(units, len(units))  # one partition, hence one task, per file
+    url, options = opts.archive_url, opts.archive_options
+    decoded = rdd.map(lambda unit: decode_unit(unit, url, options))
+    window = opts.window or max(2, 2 * sc.defaultParallelism)
+    started, stopped = time.monotonic(), False
+    sink.open(source)
+    sc.setJobGroup("mysqlbackup-replay", f"replay of {source}")
+    try:
+        for first in range(0, len(units), window):
+            parts = list(range(first, min(first + window, len(units))))
+            results = sc.runJob(decoded, lambda it: list(it), parts)
+            summary["tasks"] += len(parts)
+            for result in results:
+                stopped = _apply_file(result, opts.selection, sink, summary)
+                if stopped:
+                    break
+            _report(progress, summary, parts[-1] + 1, len(units), started)
+            if stopped:
+                break
+    finally:
+        sink.close()
+    summary["spark_tasks"] = _tasks_run(sc)
+    return summary
+
+
+def _tasks_run(sc):
+    """Tasks Spark actually ran for this replay's jobs (one per file)."""
+    tracker, total = sc.statusTracker(), 0
+    for job_id in tracker.getJobIdsForGroup("mysqlbackup-replay"):
+        job = tracker.getJobInfo(job_id)
+        for stage_id in (job.stageIds if job else ()):
+            stage = tracker.getStageInfo(stage_id)
+            total += stage.numTasks if stage else 0
+    return total
+
+
+def _apply_file(result, selection, sink, summary):
+    """Apply one file's transactions; True when a stop point was reached."""
+    fde = ev.parse_format_description(result["fde"])
+    checksum = fde.checksum_alg == ev.CHECKSUM_CRC32
+    for trx in result["transactions"]:
+        decision, reason = selection.decide(trx)
+        if decision == "stop":
+            summary["stop_reason"] = reason
+            return True
+        if decision == "skip" or sink.is_applied(trx):
+            summary["skipped"] += 1
+            continue
+        sink.apply(selection.filter_events(trx), result["fde"], checksum, fde)
+        summary["applied"] += 1
+    if result["incomplete"]:
+        summary["dropped_incomplete"].append(result["incomplete"])
+        if not result["partial"]:
+            raise ResyncRequired(f"{result['name']} ends inside a transaction (at "
+                                 f"{result['incomplete']['start']}) but is sealed")
+    return False
+
+
+def _report(progress, summary, done, total, started):
+    if progress is None:
+        return
+    elapsed = time.monotonic() - started
+    rate = summary["applied"] / elapsed if elapsed else 0.0
+    eta = elapsed / done * (total - done) if done else 0.0
+    progress(f"replay: files {done}/{total}, {summary['applied']} applied, "
+             f"{summary['skipped']} skipped, {rate:.0f} trx/s, ETA {eta:.0f}s")

@@ -1,0 +1,82 @@
+"""One transaction -> the SQL that applies it on a MySQL/MariaDB target (pure).
+
+Row events go as a ``BINLOG '<base64>'`` statement (the server's own row
+applier, as for ``mariadb-binlog | mariadb``), after one BINLOG of the file's
+format description per connection. Statements (DDL, statement-based DML) run as
+SQL under ``USE db``. The original MariaDB GTID is kept through the session
+variables ``gtid_domain_id``, ``server_id`` and ``gtid_seq_no``.
+"""
+
+import base64
+import struct
+
+from mysqlbackup import events as ev
+from mysqlbackup.errors import CorruptBinlog
+from mysqlbackup.transactions import classify_sql
+
+ROW_EVENTS = {ev.TABLE_MAP, 23, 24, 25, 30, 31, 32}
+SKIPPED = {ev.MARIA_ANNOTATE_ROWS, ev.ROWS_QUERY, ev.GTID, ev.ANONYMOUS_GTID, ev.MARIA_GTID,
+           ev.XID}
+
+
+def binlog_statement(events):
+    """``BINLOG '...'`` carrying the given whole events."""
+    return "BINLOG '" + base64.b64encode(b"".join(events)).decode("ascii") + "'"
+
+
+def gtid_session(trx):
+    """SET statement that makes the target log the transaction under its original GTID."""
+    parts = trx.get("gtid_parts")
+    if not parts or len(parts) != 3 or not isinstance(parts[0], int):
+        return None
+    domain, server_id, seq = parts
+    return f"SET SESSION gtid_domain_id={domain}, server_id={server_id}, gtid_seq_no={seq}"
+
+
+def transaction_steps(trx, fde, checksum):
+    """[(kind, sql)] for one transaction; kind 'sql', or 'binlog' (must end its packet).
+
+    A transaction with a commit (XID or COMMIT) is wrapped in BEGIN/COMMIT; a
+    standalone statement (DDL) runs alone. ``checksum``: events carry a CRC32.
+    """
+    steps, rows = [], []
+    transactional = any(e[4] == ev.XID or _is_commit(e, checksum, fde) for e in trx["events"])
+    if transactional:
+        steps.append(("sql", "BEGIN"))
+    for event in trx["events"]:
+        etype = event[4]
+        if etype in ROW_EVENTS:
+            rows.append(event)
+            continue
+        if rows:
+            steps.append(("binlog", binlog_statement(rows)))
+            rows = []
+        steps.extend(_other(event, etype, checksum, fde))
+    if rows:
+        steps.append(("binlog", binlog_statement(rows)))
+    if transactional:
+        steps.append(("commit", "COMMIT"))
+    return steps
+
+
+def _is_commit(event, checksum, fde):
+    return event[4] == ev.QUERY and classify_sql(
+        ev.parse_query(event, checksum, fde, max_sql=64).sql) == "commit"
+
+
+def _other(event, etype, checksum, fde):
+    if etype in SKIPPED:
+        return []
+    if etype == ev.QUERY:
+        q = ev.parse_query(event, checksum, fde)
+        kind = classify_sql(q.sql)
+        if kind != "other":
+            return []  # BEGIN / COMMIT come from the wrapping
+        use = [("sql", f"USE `{q.db.replace('`', '``')}`")] if q.db else []
+        return use + [("sql", q.sql)]
+    if etype == ev.INTVAR:
+        body = ev.event_body(event, checksum)
+        kind, value = struct.unpack_from("<BQ", body, 0)
+        name = "LAST_INSERT_ID" if kind == 1 else "INSERT_ID"
+        return [("sql", f"SET {name}={value}")]
+    raise CorruptBinlog(f"{ev.event_name(etype)} event: replay cannot apply it")
