@@ -19,7 +19,7 @@ from mysqlbackup import events as ev
 from mysqlbackup.errors import ResyncRequired
 
 from .plan import pick_source, plan_units
-from .select import Selection
+from .selection import Selection
 
 log = logging.getLogger(__name__)
 
@@ -107,17 +107,22 @@ def spark_session(master=None):
     from pyspark.sql import SparkSession
     builder = SparkSession.builder.appName("mysqlbackup-replay").config(
         "spark.ui.enabled", "false").config("spark.ui.showConsoleProgress", "false")
-    if master or not os.environ.get("SPARK_HOME_SUBMITTED"):
+    submitted = "PYSPARK_GATEWAY_PORT" in os.environ  # under spark-submit: its master rules
+    if master or not submitted:
         builder = builder.master(master or "local[*]")
     spark = builder.getOrCreate()
     spark.sparkContext.setLogLevel("ERROR")
-    spark.sparkContext.addPyFile(_package_zip())
+    package = _package_zip()
+    if package:
+        spark.sparkContext.addPyFile(package)
     return spark
 
 
 def _package_zip():
     """A zip of mysqlbackup/ and replay/ for the executors (as spark-submit --py-files)."""
     root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    if not os.path.isdir(os.path.join(root, "mysqlbackup")):
+        return None  # imported from a zip (spark-submit --py-files): already shipped
     workdir = tempfile.mkdtemp(prefix="mysqlbackup-pyfiles-")
     staging = os.path.join(workdir, "pkg")
     for name in ("mysqlbackup", "replay"):

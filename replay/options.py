@@ -6,7 +6,7 @@ from mysqlbackup.errors import UsageError
 from mysqlbackup.gtid import MariaGtidPos
 from mysqlbackup.names import parse_position
 
-from .select import Selection
+from .selection import Selection
 
 
 def parse_datetime(text):

@@ -1,0 +1,96 @@
+"""Replay's pure parts: options, per-transaction decisions, statements, planning."""
+
+import pytest
+
+from mysqlbackup.errors import ResyncRequired, UsageError
+from replay.assemble import assemble
+from replay.options import build_selection, parse_datetime
+from replay.plan import pick_source, plan_units
+from replay.statements import transaction_steps
+from mysqlbackup import events as ev
+from tests.helpers import read
+
+MARIA = "rust_mysql_common/mariadb-bin.000001"
+
+
+def test_datetime_is_utc_unless_a_zone_is_named():
+    assert parse_datetime("2026-11-21 10:00:00") == parse_datetime("2026-11-21T10:00:00Z")
+    assert parse_datetime("2026-11-21T12:00:00+02:00") == parse_datetime("2026-11-21T10:00:00")
+    with pytest.raises(UsageError, match="ISO 8601"):
+        parse_datetime("yesterday")
+
+
+def test_bad_options_are_refused():
+    with pytest.raises(UsageError, match="one GTID"):
+        build_selection(stop_before_gtid="0-1-5,1-1-3")
+    with pytest.raises(UsageError, match="DB.TABLE"):
+        build_selection(tables=["nodot"])
+    with pytest.raises(UsageError, match="FILE:POS"):
+        build_selection(stop_position="binlog.000001")
+
+
+def trx(seq, ts=100, file="b.000001", start=4, end=50, tables=("d.t",)):
+    return {"gtid_parts": [0, 1, seq], "commit_ts": ts, "file": file, "start": start,
+            "end": end, "tables": list(tables), "db": "d"}
+
+
+def test_decisions():
+    sel = build_selection(start_gtid="0-1-5", stop_before_gtid="0-1-9", exclude_gtids="0-1-7",
+                          databases=["d"])
+    assert sel.decide(trx(5)) == ("skip", "in the start GTID set")
+    assert sel.decide(trx(6)) == ("apply", None)
+    assert sel.decide(trx(7)) == ("skip", "excluded")
+    assert sel.decide(trx(8, tables=("other.t",))) == ("skip", "filtered out")
+    assert sel.decide(trx(9)) == ("stop", "stop before GTID 0-1-9")
+    by_time = build_selection(stop_datetime="1970-01-01T00:02:00Z")
+    assert by_time.decide(trx(1, ts=119))[0] == "apply"
+    assert by_time.decide(trx(2, ts=120)) == ("stop", "stop datetime reached")
+
+
+def test_steps_of_a_real_mariadb_transaction(shared_binlog):
+    data = read(shared_binlog(MARIA))
+    transactions, incomplete, fde_event = assemble(data, "mariadb-bin.000001")
+    assert incomplete is None and len(transactions) == 2
+    fde = ev.parse_format_description(fde_event)
+    steps = transaction_steps(transactions[0], fde, True)
+    assert [k for k, _ in steps] == ["sql", "binlog", "commit"]
+    assert steps[0][1] == "BEGIN" and steps[1][1].startswith("BINLOG '")
+    assert transactions[0]["gtid_parts"] == [0, 1, 1]
+    assert transactions[0]["tables"] == ["toddy_test.outbox"]
+
+
+def test_compressed_transactions_are_refused_not_dropped(shared_binlog):
+    data = read(shared_binlog("rust_mysql_common/transaction_compression.000001"))
+    with pytest.raises(Exception, match="TRANSACTION_PAYLOAD event"):
+        assemble(data, "transaction_compression.000001")
+
+
+def index(name, before, after, next_file=None):
+    return {"name": name, "gtid_before": before, "gtid_after": after, "next_file": next_file,
+            "first_commit": None}
+
+
+def test_plan_refuses_a_hole_unless_allowed():
+    sealed = [("b.000001", "k1", index("b.000001", "", "0-1-5", "b.000002")),
+              ("b.000003", "k3", index("b.000003", "0-1-9", "0-1-12", "b.000004"))]
+    with pytest.raises(ResyncRequired, match="b.000002: missing"):
+        plan_units("s", sealed, None)
+    units, cut = plan_units("s", sealed, None, allow_gaps=True)
+    assert [u["name"] for u in units] == ["b.000001", "b.000003"] and not cut
+
+
+def test_plan_skips_files_before_the_start_and_after_the_stop():
+    sealed = [(f"b.00000{i}", f"k{i}", index(f"b.00000{i}", f"0-1-{i * 10}",
+                                             f"0-1-{i * 10 + 10}", f"b.00000{i + 1}"))
+              for i in range(1, 5)]
+    units, cut = plan_units("s", sealed, None, start=lambda ix: ix["name"] == "b.000001",
+                            stop=lambda ix: ix["name"] == "b.000004")
+    assert [u["name"] for u in units] == ["b.000002", "b.000003"] and cut
+
+
+def test_pick_source():
+    assert pick_source(["a"], None) == "a"
+    with pytest.raises(UsageError, match="--source-name"):
+        pick_source(["a", "b"], None)
+    with pytest.raises(UsageError, match="no source 'c'"):
+        pick_source(["a", "b"], "c")
