@@ -19,6 +19,7 @@ from .gtid import MariaGtidPos
 log = logging.getLogger(__name__)
 
 BUFFER_SIZE = 8 << 20
+NUDGE_SERVER_ID = 4294967295  # the helper of nudge_ack_receiver uses this minus ours
 _ACCESS_DENIED, _UNKNOWN_VARIABLE = 1045, 1193
 
 
@@ -134,6 +135,10 @@ class ReplicaClient:
         self.conn._sock.settimeout(max(3 * self.heartbeat, self.heartbeat + 5))
         self.position_hint = (file, pos)
 
+    def wait_started(self, timeout):
+        """True when the source sent the first bytes of the dump within ``timeout`` s."""
+        return bool(select.select([self.conn._sock], [], [], timeout)[0])
+
     def locate_gtid(self, gtids):
         """Name of the binlog file where the source would start streaming after ``gtids``."""
         self._prepare_dump()
@@ -238,3 +243,20 @@ class ReplicaClient:
             except Exception:  # closing a dead socket must never mask the real error
                 pass
             self.conn = None
+
+
+def nudge_ack_receiver(source, server_id, heartbeat):
+    """Open a short semi-sync dump under another server_id; return it (close it later).
+
+    MariaDB 10.11 can deadlock when a replica reconnects with the same server_id
+    while its previous dump thread is being retired: that thread waits in
+    ``Ack_receiver::remove_slave`` for the ACK receiver, which sleeps until some
+    semi-sync replica registers, and the new dump waits for the old thread. A
+    semi-sync dump under another server_id registers and wakes the receiver. It
+    dumps from the current end of the binlog, so it streams nothing.
+    """
+    helper = ReplicaClient(source, NUDGE_SERVER_ID - server_id, True, heartbeat)
+    helper.connect()
+    file, pos = helper.query("SHOW MASTER STATUS")[0][:2]
+    helper.start_dump(file, int(pos))
+    return helper

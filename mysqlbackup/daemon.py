@@ -12,7 +12,7 @@ import threading
 import time
 from dataclasses import dataclass
 
-from .client import ReplicaClient
+from .client import ReplicaClient, nudge_ack_receiver
 from .errors import ConnectionLost, LocalStateError, SourceError, UsageError
 from .gtid import guess_flavor, parse_gtid_set
 from .localdir import DirectoryLock, ResumePoint, list_binlogs, recover
@@ -132,6 +132,7 @@ def _stream_once(opts, stop, on_syncer):
         writer.open(point.file, point.pos)
         state = _base_state(state, info, opts, point)
         client.start_dump(point.file, point.pos)
+        _ensure_started(client, opts)
         log.info("streaming from %s:%d (semi-sync %s)", point.file, point.pos,
                  "on" if client.semi_sync else "off")
         syncer = Syncer(client, writer, TrxTracker(gtids=point.gtids), state,
@@ -143,6 +144,24 @@ def _stream_once(opts, stop, on_syncer):
     finally:
         client.close()
         writer.close()
+
+
+def _ensure_started(client, opts, wait=3.0):
+    """Wait for the dump's first bytes; on MariaDB, break the semi-sync reconnect deadlock."""
+    if client.wait_started(wait):
+        return
+    if not (client.semi_sync and client.info.flavor == "mariadb"):
+        raise ConnectionLost(f"the source did not start the binlog dump within {wait:.0f}s")
+    log.warning("the source has not started the dump after %.0fs: a previous dump thread of "
+                "server_id %d is probably stuck in 'Waiting to finalize termination' (MariaDB "
+                "semi-sync); waking its ACK receiver with a short helper dump", wait,
+                opts.server_id)
+    helper = nudge_ack_receiver(opts.source, opts.server_id, opts.heartbeat)
+    try:
+        if not client.wait_started(max(10.0, 3 * opts.heartbeat)):
+            raise ConnectionLost("the source still did not start the binlog dump")
+    finally:
+        helper.close()
 
 
 def _source_changed(info, state, opts):
