@@ -176,6 +176,8 @@ def main():
     parser.add_argument("--intervals", default="2,0.5", help="archive intervals to measure")
     args = parser.parse_args()
     workdir = tempfile.mkdtemp(prefix="bench-archive-")
+    import logging
+    logging.getLogger("werkzeug").setLevel(logging.ERROR)  # moto logs every request
     moto = ThreadedMotoServer(ip_address="127.0.0.1", port=0, verbose=False)
     moto.start()
     host, port = moto.get_host_and_port()

@@ -131,12 +131,19 @@ def target_server(make_server, drill, log_bin=True):
     return target
 
 
-def test_replay_to_just_before_the_drop(drill, make_server, spark):
+def replay_into_new_target(drill, make_server, spark, **selection):
+    """Restore the dump into a new server, replay the archive onto it: (target, summary)."""
     target = target_server(make_server, drill)
-    sel = build_selection(start_gtid=drill["g0"], stop_before_gtid=drill["drop_gtid"])
+    sel = build_selection(start_gtid=drill["g0"], **selection)
     spec = SourceSpec("127.0.0.1", target.port, "root", "")
     summary = run_replay(ReplayOptions(drill["url"], drill["options"], selection=sel),
                          TargetApplier(spec), spark=spark)
+    return target, summary
+
+
+def test_replay_to_just_before_the_drop(drill, make_server, spark):
+    target, summary = replay_into_new_target(drill, make_server, spark,
+                                             stop_before_gtid=drill["drop_gtid"])
     assert summary["stop_reason"] == f"stop before GTID {drill['drop_gtid']}"
     assert summary["spark_tasks"] == summary["files"] == summary["tasks"]
     assert summary["applied"] > 60  # files wholly inside G0 are not even read
@@ -144,23 +151,17 @@ def test_replay_to_just_before_the_drop(drill, make_server, spark):
 
 
 def test_replay_by_datetime_in_another_zone(drill, make_server, spark):
-    target = target_server(make_server, drill)
     from datetime import datetime, timedelta, timezone
     stop = datetime.fromtimestamp(drill["drop_time"], timezone(timedelta(hours=2)))
-    sel = build_selection(start_gtid=drill["g0"], stop_datetime=stop.isoformat())
-    spec = SourceSpec("127.0.0.1", target.port, "root", "")
-    summary = run_replay(ReplayOptions(drill["url"], drill["options"], selection=sel),
-                         TargetApplier(spec), spark=spark)
+    target, summary = replay_into_new_target(drill, make_server, spark,
+                                             stop_datetime=stop.isoformat())
     assert summary["stop_reason"] == "stop datetime reached"
     assert checksums(target) == drill["before_drop"]
 
 
 def test_replay_excluding_the_drop_and_going_on(drill, make_server, spark):
-    target = target_server(make_server, drill)
-    sel = build_selection(start_gtid=drill["g0"], exclude_gtids=drill["drop_gtid"])
-    spec = SourceSpec("127.0.0.1", target.port, "root", "")
-    summary = run_replay(ReplayOptions(drill["url"], drill["options"], selection=sel),
-                         TargetApplier(spec), spark=spark)
+    target, summary = replay_into_new_target(drill, make_server, spark,
+                                             exclude_gtids=drill["drop_gtid"])
     assert summary["stop_reason"] == "end of the archive"
     expected = dict(drill["final"], **{"shop.ledger": drill["before_drop"]["shop.ledger"]})
     assert checksums(target) == expected
