@@ -1,0 +1,199 @@
+"""Replay benchmark: the same archive and starting state applied three ways.
+
+1. ``mariadb-binlog FILES | mariadb`` (the pipe: the anchor),
+2. a real MariaDB replica's SQL thread fed the files as relay logs,
+3. ``mysqlbackup replay`` (PySpark, local[*]) from a file:// archive of the files.
+
+The source writes the schema, then FLUSH BINARY LOGS (G0: the starting state is
+the empty tables), then ``--rows`` row changes in multi-row transactions. Each
+target starts from the same schema; the final CHECKSUM TABLE of every table must
+equal the source's. Prints wall times and ratios against the pipe.
+
+Run: .venv/bin/python scripts/bench_replay.py [--mb 1000] [--rows 1000000]
+"""
+
+import argparse
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+from mysqlbackup.archiver import Archiver  # noqa: E402
+from mysqlbackup.sandbox import MariaDBSandbox  # noqa: E402
+from mysqlbackup.state import State, save_state  # noqa: E402
+from mysqlbackup.store import ArchiveStore  # noqa: E402
+
+TABLES = [f"b.t{i}" for i in range(4)]
+SCHEMA = ["CREATE DATABASE b"] + [
+    f"CREATE TABLE {t} (id BIGINT PRIMARY KEY, k INT, v VARCHAR(1000), n DECIMAL(12,2))"
+    for t in TABLES]
+
+
+def generate(source, mb, rows):
+    """Row changes after G0 until both ``rows`` changes and ``mb`` MB of binlog are written."""
+    conn = source.root(autocommit=False)
+    done, batch, next_id = 0, 25, 0
+    with conn.cursor() as cur:
+        while done < rows or binlog_mb(source) < mb:
+            table = TABLES[next_id // batch % len(TABLES)]
+            values = [(next_id + i, i, "x" * 900, i * 1.5) for i in range(batch)]
+            cur.executemany(f"INSERT INTO {table} VALUES (%s, %s, %s, %s)", values)
+            if next_id % 500 == 0:
+                cur.execute(f"UPDATE {table} SET k = k + 1 WHERE id BETWEEN %s AND %s",
+                            (next_id - 400, next_id - 380))
+                cur.execute(f"DELETE FROM {table} WHERE id BETWEEN %s AND %s",
+                            (next_id - 300, next_id - 295))
+                done += 26
+            conn.commit()
+            next_id += batch
+            done += batch
+    conn.close()
+    source.execute("FLUSH BINARY LOGS")
+    return done
+
+
+def binlog_mb(server):
+    return sum(os.path.getsize(server.binlog_path(n)) for n in server.binlog_files()) / 1e6
+
+
+def checksums(server):
+    return {t: server.execute(f"CHECKSUM TABLE {t}")[0][1] for t in TABLES}
+
+
+def new_target(workdir, name, extra=()):
+    target = MariaDBSandbox(os.path.join(workdir, name), server_id=7, log_bin=False,
+                            semi_sync=False, extra_args=["--innodb-buffer-pool-size=1G",
+                                                         *extra]).start()
+    target.execute(*SCHEMA)
+    return target
+
+
+def run_pipe(workdir, files):
+    target = new_target(workdir, "pipe")
+    start = time.monotonic()
+    binlog = subprocess.Popen(["mariadb-binlog", "--no-defaults", *files],
+                              stdout=subprocess.PIPE)
+    subprocess.run(["mariadb", "--no-defaults", f"--socket={target.socket}", "-uroot"],
+                   stdin=binlog.stdout, check=True)
+    binlog.wait()
+    return time.monotonic() - start, target
+
+
+def run_sql_thread(workdir, files):
+    target = new_target(workdir, "sqlthread", ["--relay-log=relay-bin", "--skip-slave-start"])
+    names = []
+    for i, path in enumerate(files, 1):
+        name = f"relay-bin.{i:06d}"
+        shutil.copyfile(path, os.path.join(target.datadir, name))  # copy: relay logs get purged
+        names.append(f"./{name}")
+    with open(os.path.join(target.datadir, "relay-bin.index"), "w") as f:
+        f.write("\n".join(names) + "\n")
+    first = os.path.basename(files[0])
+    target.execute("RESET SLAVE ALL", f"CHANGE MASTER TO MASTER_HOST='dummy', "
+                   f"RELAY_LOG_FILE='relay-bin.000001', RELAY_LOG_POS=4, "
+                   f"MASTER_LOG_FILE='{first}', MASTER_LOG_POS=4, MASTER_USE_GTID=no")
+    start = time.monotonic()
+    target.execute("START SLAVE SQL_THREAD")
+    while True:
+        status = slave_status(target)
+        if status["Slave_SQL_Running"] == "No":
+            raise RuntimeError(f"SQL thread stopped: {status['Last_SQL_Error']}")
+        # past the copied relay logs (it opens one of its own) and idle: all applied
+        if status["Relay_Log_File"] > f"relay-bin.{len(files):06d}" and \
+                status["Slave_SQL_Running_State"].startswith("Slave has read all relay log"):
+            break
+        time.sleep(0.05)
+    return time.monotonic() - start, target
+
+
+def slave_status(server):
+    """SHOW SLAVE STATUS as a dict."""
+    conn = server.root()
+    try:
+        with conn.cursor() as cur:
+            cur.execute("SHOW SLAVE STATUS")
+            row = cur.fetchone()
+            return dict(zip([d[0] for d in cur.description], row))
+    finally:
+        conn.close()
+
+
+def run_ours(workdir, archive_url, target_port, start_gtid):
+    env = dict(os.environ, MYSQLBACKUP_TARGET_PASSWORD="")
+    start = time.monotonic()
+    result = subprocess.run(
+        [sys.executable, "-m", "mysqlbackup", "--log-level", "warning", "replay", "--archive",
+         archive_url, "--target", f"mysql://root@127.0.0.1:{target_port}", "--start-gtid",
+         start_gtid], env=env, capture_output=True, text=True)
+    if result.returncode:
+        raise RuntimeError(result.stderr[-2000:])
+    print("  " + result.stdout.strip())
+    return time.monotonic() - start
+
+
+def archive(workdir, source, files):
+    local = os.path.join(workdir, "local")
+    os.makedirs(local)
+    for name in source.binlog_files():
+        shutil.copyfile(source.binlog_path(name), os.path.join(local, name))
+    last = source.binlog_files()[-1]
+    save_state(local, State(file=last, pos=os.path.getsize(os.path.join(local, last)),
+                            source_identity="bench"))
+    url = f"file://{workdir}/archive"
+    Archiver(local, ArchiveStore(url)).run_once()
+    return url
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--mb", type=int, default=1000, help="binlog MB after G0")
+    parser.add_argument("--rows", type=int, default=1_000_000, help="row changes after G0")
+    parser.add_argument("--keep", action="store_true")
+    args = parser.parse_args()
+    workdir = tempfile.mkdtemp(prefix="bench-replay-")
+    servers = []
+    try:
+        source = MariaDBSandbox(os.path.join(workdir, "source"), semi_sync=False,
+                                extra_args=["--max-binlog-size=128M",
+                                            "--innodb-buffer-pool-size=1G"]).start()
+        servers.append(source)
+        source.execute(*SCHEMA, "FLUSH BINARY LOGS")
+        g0 = source.execute("SELECT @@gtid_binlog_pos")[0][0]
+        first_data = source.binlog_files()[-1]
+        t = time.monotonic()
+        changes = generate(source, args.mb, args.rows)
+        names = source.binlog_files()
+        files = [source.binlog_path(n) for n in names[names.index(first_data):]]
+        size = sum(map(os.path.getsize, files)) / 1e6
+        print(f"source: {changes} row changes, {size:.0f} MB in {len(files)} files after G0 "
+              f"{g0} ({time.monotonic() - t:.0f} s to write)")
+        expected = checksums(source)
+        url = archive(workdir, source, files)
+        results = {}
+        pipe_s, pipe_t = run_pipe(workdir, files)
+        servers.append(pipe_t)
+        results["mariadb-binlog | mariadb"] = (pipe_s, checksums(pipe_t) == expected)
+        sql_s, sql_t = run_sql_thread(workdir, files)
+        servers.append(sql_t)
+        results["replica SQL thread"] = (sql_s, checksums(sql_t) == expected)
+        ours_t = new_target(workdir, "ours")
+        servers.append(ours_t)
+        ours_s = run_ours(workdir, url, ours_t.port, g0)
+        results["mysqlbackup replay"] = (ours_s, checksums(ours_t) == expected)
+        print(f"\nsummary ({size:.0f} MB, {changes} row changes)")
+        for label, (secs, same) in results.items():
+            print(f"  {label:28s} {secs:7.1f} s  {size / secs:6.1f} MB/s  checksums "
+                  f"{'identical' if same else 'DIFFER'}  speed vs pipe {pipe_s / secs:.2f}x")
+    finally:
+        for server in servers:
+            server.stop(remove=not args.keep)
+        if not args.keep:
+            shutil.rmtree(workdir, ignore_errors=True)
+
+
+if __name__ == "__main__":
+    main()
