@@ -34,7 +34,7 @@ class ReplayOptions:
     selection: Selection = field(default_factory=Selection)
     allow_gaps: bool = False
     master: str = None
-    window: int = None          # files decoded per Spark job (default: 2 x cores)
+    window: int = None          # files decoded per Spark job (default: one per core)
 
 
 def decode_unit(unit, url, options):
@@ -105,8 +105,13 @@ def spark_session(master=None):
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
     os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
     from pyspark.sql import SparkSession
-    builder = SparkSession.builder.appName("mysqlbackup-replay").config(
-        "spark.ui.enabled", "false").config("spark.ui.showConsoleProgress", "false")
+    builder = (SparkSession.builder.appName("mysqlbackup-replay")
+               .config("spark.ui.enabled", "false")
+               .config("spark.ui.showConsoleProgress", "false")
+               # decoded files come back to the driver with their raw events
+               .config("spark.driver.memory",
+                       os.environ.get("MYSQLBACKUP_SPARK_DRIVER_MEMORY", "2g"))
+               .config("spark.driver.maxResultSize", "0"))
     submitted = "PYSPARK_GATEWAY_PORT" in os.environ  # under spark-submit: its master rules
     if master or not submitted:
         builder = builder.master(master or "local[*]")
@@ -144,7 +149,7 @@ def run_replay(opts, sink, spark=None, progress=None):
     rdd = sc.parallelize(units, len(units))  # one partition, hence one task, per file
     url, options = opts.archive_url, opts.archive_options
     decoded = rdd.map(lambda unit: decode_unit(unit, url, options))
-    window = opts.window or max(2, 2 * sc.defaultParallelism)
+    window = opts.window or max(1, sc.defaultParallelism)
     started, stopped = time.monotonic(), False
     sink.open(source)
     sc.setJobGroup("mysqlbackup-replay", f"replay of {source}")
