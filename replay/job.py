@@ -152,7 +152,8 @@ def run_replay(opts, sink, spark=None, progress=None):
     window = opts.window or max(1, sc.defaultParallelism)
     started, stopped = time.monotonic(), False
     sink.open(source)
-    sc.setJobGroup("mysqlbackup-replay", f"replay of {source}")
+    group = f"mysqlbackup-replay-{os.getpid()}-{time.time_ns()}"  # this run's jobs only
+    sc.setJobGroup(group, f"replay of {source}")
     try:
         for first in range(0, len(units), window):
             parts = list(range(first, min(first + window, len(units))))
@@ -167,14 +168,14 @@ def run_replay(opts, sink, spark=None, progress=None):
                 break
     finally:
         sink.close()
-    summary["spark_tasks"] = _tasks_run(sc)
+    summary["spark_tasks"] = _tasks_run(sc, group)
     return summary
 
 
-def _tasks_run(sc):
+def _tasks_run(sc, group):
     """Tasks Spark actually ran for this replay's jobs (one per file)."""
     tracker, total = sc.statusTracker(), 0
-    for job_id in tracker.getJobIdsForGroup("mysqlbackup-replay"):
+    for job_id in tracker.getJobIdsForGroup(group):
         job = tracker.getJobInfo(job_id)
         for stage_id in (job.stageIds if job else ()):
             stage = tracker.getStageInfo(stage_id)
