@@ -232,12 +232,15 @@ def inspect(paths, as_json):
 @click.option("--database", "databases", multiple=True, help="Only this schema (repeatable).")
 @click.option("--table", "tables", multiple=True, metavar="DB.TABLE",
               help="Only this table (repeatable).")
+@click.option("--rewrite-db", "rewrites", multiple=True, metavar="FROM:TO",
+              help="Apply schema FROM into schema TO (repeatable); names qualified inside "
+                   "SQL text are not rewritten.")
 @click.option("--allow-gaps", is_flag=True, help="Replay across holes in the archive chain.")
 @click.option("--master", help="Spark master (default local[*]); spark-submit works too.")
 @handle_errors
 def replay(archive_url, archive_option, source_name, target, target_password_file, sql_path,
            start_gtid, start_position, stop_datetime, stop_before_gtid, stop_position,
-           exclude_gtids, databases, tables, allow_gaps, master):
+           exclude_gtids, databases, tables, rewrites, allow_gaps, master):
     """Point-in-time replay of the archive with PySpark (one task per file), applying
     only complete transactions in commit order, exactly once."""
     if bool(target) == bool(sql_path):
@@ -247,7 +250,7 @@ def replay(archive_url, archive_option, source_name, target, target_password_fil
     from replay.target import SqlFileSink, TargetApplier
     from .store import parse_options
     selection = build_selection(start_gtid, start_position, stop_datetime, stop_before_gtid,
-                                stop_position, exclude_gtids, databases, tables)
+                                stop_position, exclude_gtids, databases, tables, rewrites)
     opts = ReplayOptions(archive_url or _missing("--archive"), parse_options(archive_option),
                          source_name, selection, allow_gaps, master)
     if target:

@@ -19,6 +19,7 @@ from mysqlbackup import events as ev
 from mysqlbackup.errors import ResyncRequired
 
 from .plan import pick_source, plan_units
+from .rewrite import rewrite_transaction
 from .selection import Selection
 
 log = logging.getLogger(__name__)
@@ -195,7 +196,8 @@ def _apply_file(result, selection, sink, summary):
         if decision == "skip" or sink.is_applied(trx):
             summary["skipped"] += 1
             continue
-        sink.apply(selection.filter_events(trx), result["fde"], checksum, fde)
+        trx = rewrite_transaction(selection.filter_events(trx), selection.rewrite, checksum)
+        sink.apply(trx, result["fde"], checksum, fde)
         summary["applied"] += 1
     if result["incomplete"]:
         summary["dropped_incomplete"].append(result["incomplete"])

@@ -6,6 +6,7 @@ from mysqlbackup.errors import UsageError
 from mysqlbackup.gtid import MariaGtidPos
 from mysqlbackup.names import parse_position
 
+from .rewrite import parse_rewrites
 from .selection import Selection
 
 
@@ -46,7 +47,7 @@ def position(text, option):
 
 def build_selection(start_gtid=None, start_position=None, stop_datetime=None,
                     stop_before_gtid=None, stop_position=None, exclude_gtids=None,
-                    databases=(), tables=()):
+                    databases=(), tables=(), rewrites=()):
     """A Selection from the CLI's option values."""
     for t in tables:
         if t.count(".") != 1:
@@ -59,4 +60,4 @@ def build_selection(start_gtid=None, start_position=None, stop_datetime=None,
                           if stop_before_gtid else None),
         stop_position=position(stop_position, "--stop-position"),
         exclude=parse_gtid_list(exclude_gtids, "--exclude-gtids"),
-        databases=set(databases), tables=set(tables))
+        databases=set(databases), tables=set(tables), rewrite=parse_rewrites(rewrites))

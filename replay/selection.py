@@ -23,6 +23,7 @@ class Selection:
     exclude: set = field(default_factory=set)   # {(domain, server_id, seq)}
     databases: set = field(default_factory=set)
     tables: set = field(default_factory=set)    # {"db.table"}
+    rewrite: dict = field(default_factory=dict)  # --rewrite-db {"from": "to"}
 
     def decide(self, trx):
         """('apply' | 'skip' | 'stop', reason)."""

@@ -51,7 +51,7 @@ def transaction_steps(trx, fde, checksum):
         if rows:
             steps.append(("binlog", binlog_statement(rows)))
             rows = []
-        steps.extend(_other(event, etype, checksum, fde))
+        steps.extend(_other(event, etype, checksum, fde, trx.get("db_map") or {}))
     if rows:
         steps.append(("binlog", binlog_statement(rows)))
     if transactional:
@@ -64,7 +64,7 @@ def _is_commit(event, checksum, fde):
         ev.parse_query(event, checksum, fde, max_sql=64).sql) == "commit"
 
 
-def _other(event, etype, checksum, fde):
+def _other(event, etype, checksum, fde, db_map):
     if etype in SKIPPED:
         return []
     if etype == ev.QUERY:
@@ -72,7 +72,8 @@ def _other(event, etype, checksum, fde):
         kind = classify_sql(q.sql)
         if kind != "other":
             return []  # BEGIN / COMMIT come from the wrapping
-        use = [("sql", f"USE `{q.db.replace('`', '``')}`")] if q.db else []
+        db = db_map.get(q.db, q.db)
+        use = [("sql", f"USE `{db.replace('`', '``')}`")] if db else []
         return use + [("sql", q.sql)]
     if etype == ev.INTVAR:
         body = ev.event_body(event, checksum)

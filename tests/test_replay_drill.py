@@ -217,3 +217,35 @@ def test_sql_sink_of_a_truncated_newest_file_keeps_complete_transactions(drill, 
     newest = last.split("/")[2]
     # five single-row transactions went into the newest file; the cut fifth is left out
     assert len(re.findall(rf"^-- 0-1-\d+ {re.escape(newest)}:", text, re.M)) == 4
+
+
+def test_rewrite_db_applies_into_another_schema(make_server, spark, tmp_path):
+    import shutil
+    from mysqlbackup.archiver import Archiver
+    from mysqlbackup.state import State, save_state
+    source = make_server(semi_sync=False)
+    ddl = "CREATE TABLE {}.t (id INT PRIMARY KEY, v VARCHAR(20))"
+    source.execute("CREATE DATABASE src", ddl.format("src"))
+    start = source.execute("SELECT @@gtid_binlog_pos")[0][0]
+    source.execute(*[f"INSERT INTO src.t VALUES ({i}, 'v{i}')" for i in range(50)],
+                   "UPDATE src.t SET v = 'changed' WHERE id % 3 = 0",
+                   "DELETE FROM src.t WHERE id % 7 = 0")
+    local = tmp_path / "local"
+    local.mkdir()
+    for name in source.binlog_files():
+        shutil.copyfile(source.binlog_path(name), local / name)
+    last = source.binlog_files()[-1]
+    save_state(str(local), State(file=last, pos=os.path.getsize(local / last),
+                                 source_identity="src1"))
+    url = f"file://{tmp_path / 'archive'}"
+    Archiver(str(local), ArchiveStore(url)).run_once()
+    target = make_server(server_id=4, semi_sync=False)
+    target.execute("CREATE DATABASE dst", ddl.format("dst"))
+    sel = build_selection(start_gtid=start, rewrites=["src:dst"])
+    spec = SourceSpec("127.0.0.1", target.port, "root", "")
+    summary = run_replay(ReplayOptions(url, {}, selection=sel), TargetApplier(spec),
+                         spark=spark)
+    assert summary["applied"] == 52
+    assert target.execute("CHECKSUM TABLE dst.t")[0][1] == \
+        source.execute("CHECKSUM TABLE src.t")[0][1]
+    assert not target.execute("SHOW DATABASES LIKE 'src'")

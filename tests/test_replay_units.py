@@ -94,3 +94,20 @@ def test_pick_source():
         pick_source(["a", "b"], None)
     with pytest.raises(UsageError, match="no source 'c'"):
         pick_source(["a", "b"], "c")
+
+
+def test_rewrite_db_rebuilds_table_maps(shared_binlog):
+    from replay.assemble import table_of
+    from replay.rewrite import parse_rewrites, rewrite_transaction
+    data = read(shared_binlog(MARIA))
+    transactions, _, _ = assemble(data, "mariadb-bin.000001")
+    trx = rewrite_transaction(transactions[0], parse_rewrites(["toddy_test:restored_copy"]),
+                              True)
+    table_map = [e for e in trx["events"] if e[4] == ev.TABLE_MAP][0]
+    assert table_of(table_map) == "restored_copy.outbox"
+    assert ev.crc_ok(table_map)
+    assert ev.parse_header(table_map).size == len(table_map)
+    original = [e for e in transactions[0]["events"] if e[4] == ev.TABLE_MAP][0]
+    assert len(table_map) == len(original) + len("restored_copy") - len("toddy_test")
+    with pytest.raises(UsageError, match="FROM:TO"):
+        parse_rewrites(["nocolon"])
