@@ -21,7 +21,7 @@ import time
 
 from .archive_index import build_index
 from .archive_names import binlog_key, format_key, parse_key, segment_key
-from .errors import MysqlBackupError
+from .errors import MysqlBackupError, UsageError
 from .localdir import list_binlogs
 from .names import binlog_sort_key
 from .state import ARCHIVE_STATE_FILE as ARCHIVE_STATE
@@ -48,7 +48,6 @@ class Retention:
             return cls(count=int(text))
         if text[:-1].isdigit() and text[-1:] in units:
             return cls(age=int(text[:-1]) * units[text[-1]])
-        from .errors import UsageError
         raise UsageError(f"bad --keep-local {text!r}: a count (10) or an age (36h, 7d)")
 
     def removable(self, sealed, mtime, now):

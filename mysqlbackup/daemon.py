@@ -118,7 +118,6 @@ def _stream_loop(opts, stop, sleep, on_syncer):
 def _stream_once(opts, stop, on_syncer):
     client = ReplicaClient(opts.source, opts.server_id, opts.semi_sync, opts.heartbeat)
     writer = BinlogWriter(opts.directory)
-    syncer = None
     try:
         info = client.connect()
         state = load_state(opts.directory)

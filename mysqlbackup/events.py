@@ -190,11 +190,6 @@ def parse_query(event, checksum, fde=None, max_sql=None):
     return Query(db, sql)
 
 
-def parse_xid(event, checksum):
-    """Transaction id of an XID event."""
-    return struct.unpack_from("<Q", event_body(event, checksum), 0)[0]
-
-
 MariaGtid = namedtuple("MariaGtid", "domain server_id seq flags commit_id")
 
 

@@ -118,11 +118,6 @@ class MysqlGtidSet:
         return ",".join(items)
 
 
-def empty_gtid_set(flavor):
-    """An empty set of the given flavor ('mariadb' or 'mysql')."""
-    return MariaGtidPos() if flavor == "mariadb" else MysqlGtidSet()
-
-
 def parse_gtid_set(text, flavor):
     """Parse a GTID set of ``flavor``; raise UsageError when it is malformed."""
     return MariaGtidPos.parse(text) if flavor == "mariadb" else MysqlGtidSet.parse(text)

@@ -9,7 +9,8 @@ checksummed) and, for the events the backup decodes, structurally sound.
 from collections import Counter
 
 from . import events as ev
-from .errors import CorruptBinlog
+from .archive_index import gtid_text
+from .errors import CorruptBinlog, UsageError
 from .scan import check_magic, iter_events
 from .transactions import TrxTracker
 
@@ -63,14 +64,12 @@ def _account(report, tracker, counts, event, off, name):
         alg = tracker.fde.checksum_alg
         report["checksum"] = {None: "none (pre-5.6)", 0: "OFF", 1: "CRC32"}.get(alg, str(alg))
     if tracker.transactions > before and tracker.last_gtid is not None:
-        from .archive_index import gtid_text
         report["first_gtid"] = report["first_gtid"] or gtid_text(tracker.last_gtid)
         report["last_gtid"] = gtid_text(tracker.last_gtid)
 
 
 def read_any(path):
     """Bytes of a local file or of an fsspec URL; UsageError when it cannot be read."""
-    from .errors import UsageError
     try:
         if "://" in path:
             import fsspec

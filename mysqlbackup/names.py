@@ -29,11 +29,6 @@ def binlog_sort_key(name):
     return (base, seq)
 
 
-def format_position(file, pos):
-    """``file:pos``, the way positions are shown to users."""
-    return f"{file}:{pos}"
-
-
 def parse_position(text):
     """Parse ``FILE:POS`` into (file, pos); raise ValueError when malformed."""
     file, sep, pos = text.rpartition(":")

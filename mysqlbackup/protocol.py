@@ -7,6 +7,7 @@ is on for the connection] + one event; 0xFF is an error, 0xFE an end of stream.
 """
 
 import struct
+import uuid
 
 from .errors import ProtocolError
 
@@ -59,7 +60,6 @@ def binlog_dump_payload(server_id, file, pos, flags=BINLOG_SEND_ANNOTATE_ROWS_EV
 
 def encode_mysql_gtid_set(gtids):
     """The binary form of a MysqlGtidSet used by COM_BINLOG_DUMP_GTID."""
-    import uuid
     out = [struct.pack("<Q", len(gtids.sids))]
     for sid, intervals in sorted(gtids.sids.items()):
         out.append(uuid.UUID(sid).bytes + struct.pack("<Q", len(intervals)))

@@ -9,6 +9,7 @@ crash mid-upload never leaves a half object under a real name.
 
 import hashlib
 import json
+import os
 import shutil
 import uuid
 
@@ -171,6 +172,5 @@ def _protocols(fs):
 
 
 def _fsync(f):
-    import os
     f.flush()
     os.fsync(f.fileno())

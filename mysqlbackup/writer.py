@@ -35,7 +35,6 @@ class BinlogWriter:
         self.pos = 0          # end of everything appended (buffered or not)
         self.synced_pos = 0   # end of what is known to be on stable storage
         self._buffer = []
-        self._buffered = 0
 
     def path(self, name):
         return os.path.join(self.directory, name)
@@ -66,12 +65,11 @@ class BinlogWriter:
     def append(self, data):
         """Buffer one event (or any bytes) for the next flush."""
         self._buffer.append(data)
-        self._buffered += len(data)
         self.pos += len(data)
 
     def flush(self):
         """Write the buffered bytes to the file (no fsync), with as few syscalls as it takes."""
-        buffers, self._buffer, self._buffered = self._buffer, [], 0
+        buffers, self._buffer = self._buffer, []
         for i in range(0, len(buffers), IOV_MAX):
             chunk = buffers[i:i + IOV_MAX]
             written = os.writev(self.fd, chunk)

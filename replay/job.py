@@ -14,9 +14,12 @@ import sys
 import tempfile
 import time
 from dataclasses import dataclass, field
+from datetime import datetime, timezone
 
 from mysqlbackup import events as ev
 from mysqlbackup.errors import ResyncRequired
+from mysqlbackup.gtid import MariaGtidPos
+from mysqlbackup.names import binlog_sort_key
 
 from .plan import pick_source, plan_units
 from .rewrite import rewrite_transaction
@@ -67,7 +70,6 @@ def _newest_partial(listing, source):
     names = [n for n in listing.segments[source] if n not in listing.sealed[source]]
     if not names:
         return None
-    from mysqlbackup.names import binlog_sort_key
     name = max(names, key=binlog_sort_key)
     segs = [(s, e, slots.get("data"), listing.store.read_json(slots["index"])
              if "index" in slots else None)
@@ -83,7 +85,6 @@ def _start_filter(sel):
         after = index.get("gtid_after")
         if not after or "-" not in after:
             return False
-        from mysqlbackup.gtid import MariaGtidPos
         return all(sel.start_gtids.contains(d, s, n)
                    for d, (s, n) in MariaGtidPos.parse(after).domains.items())
     return wholly_applied
@@ -92,7 +93,6 @@ def _start_filter(sel):
 def _stop_filter(sel):
     if sel.stop_datetime is None:
         return None
-    from datetime import datetime, timezone
 
     def wholly_after(index):
         first = index.get("first_commit")

@@ -17,6 +17,7 @@ from pymysql.constants import CLIENT
 
 from mysqlbackup.errors import MysqlBackupError, SourceError
 from mysqlbackup.gtid import MariaGtidPos
+from mysqlbackup.names import binlog_sort_key
 
 from .statements import binlog_statement, gtid_session, transaction_steps
 
@@ -149,7 +150,6 @@ class TargetApplier:
 
 def _not_after(a, b):
     """(file, pos) a is at or before b, comparing binlog files by sequence number."""
-    from mysqlbackup.names import binlog_sort_key
     return (binlog_sort_key(a[0]), a[1]) <= (binlog_sort_key(b[0]), b[1])
 
 
