@@ -148,3 +148,17 @@ def packets(events, semi_sync=False, ack_flags=None, first_seq=1):
 def file_events(path, check_log_pos=True):
     """The whole events of a binlog file, in order (bytes)."""
     return [bytes(e) for _, e in iter_events(read(path), 4, None, check_log_pos=check_log_pos)]
+
+
+def backup_dir(files, directory, source_identity):
+    """A backup directory holding copies of binlog ``files``, checkpointed at the end
+    of the last one (as the daemon leaves it), for driving the archiver directly."""
+    import shutil
+    from mysqlbackup.state import State, save_state
+    os.makedirs(directory, exist_ok=True)
+    for path in files:
+        shutil.copyfile(path, os.path.join(directory, os.path.basename(path)))
+    last = os.path.basename(files[-1])
+    save_state(str(directory), State(file=last, pos=os.path.getsize(files[-1]),
+                                     source_identity=source_identity))
+    return directory

@@ -12,7 +12,7 @@ from mysqlbackup.scan import iter_events
 from mysqlbackup.state import State, save_state
 from mysqlbackup.store import ArchiveStore, parse_options
 from mysqlbackup.verify import list_archive, verify_archive
-from tests.helpers import Daemon, read, run_cli, wait_for
+from tests.helpers import backup_dir, read, run_cli
 
 SOURCE = "src-1"
 
@@ -40,14 +40,7 @@ def source_files(tmp_path_factory):
 
 def local_dir(tmp_path, files):
     """A backup directory holding copies of ``files``, checkpointed at the end of the last."""
-    directory = tmp_path / "local"
-    directory.mkdir()
-    for f in files:
-        shutil.copyfile(f, directory / f.name)
-    last = files[-1]
-    save_state(str(directory), State(file=last.name, pos=os.path.getsize(last),
-                                     source_identity=SOURCE, flavor="mariadb"))
-    return directory
+    return backup_dir(files, tmp_path / "local", SOURCE)
 
 
 class CountingStore(ArchiveStore):

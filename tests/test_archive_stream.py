@@ -2,7 +2,6 @@
 kill -9 during an upload, and local retention of verified files only."""
 
 import os
-import shutil
 import subprocess
 import sys
 import time
@@ -10,7 +9,7 @@ import time
 from mysqlbackup.store import ArchiveStore, parse_options
 from mysqlbackup.verify import verify_archive
 from tests.conftest import S3Endpoint
-from tests.helpers import (REPO, Daemon, current_binlog, read, wait_for,
+from tests.helpers import (REPO, Daemon, backup_dir, current_binlog, read, wait_for,
                            wait_semi_sync_client)
 
 
@@ -102,14 +101,8 @@ def test_kill_9_during_upload_leaves_nothing_taken_for_whole(archive, make_serve
         insert(server, 40, size=50_000)
     server.execute("FLUSH BINARY LOGS")
     big = server.binlog_files()[0]
-    local = tmp_path / "local"
-    local.mkdir()
-    for name in server.binlog_files():
-        shutil.copyfile(server.binlog_path(name), local / name)
-    from mysqlbackup.state import State, save_state
-    last = server.binlog_files()[-1]
-    save_state(str(local), State(file=last, pos=os.path.getsize(local / last),
-                                 source_identity="db1"))
+    local = backup_dir([server.binlog_path(n) for n in server.binlog_files()],
+                       tmp_path / "local", "db1")
     url, options = archive
     store = ArchiveStore(url, parse_options(options))
     code = (f"from mysqlbackup.archiver import Archiver; from mysqlbackup.store import "

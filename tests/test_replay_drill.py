@@ -14,7 +14,7 @@ from replay.job import ReplayOptions, run_replay
 from replay.options import build_selection
 from replay.target import SqlFileSink, TargetApplier
 from mysqlbackup.source import SourceSpec
-from tests.helpers import REPO, Daemon, cli_env, current_binlog, wait_for
+from tests.helpers import REPO, Daemon, backup_dir, cli_env, current_binlog, wait_for
 
 TABLES = ["shop.customers", "shop.orders", "shop.ledger", "crm.notes"]
 
@@ -220,9 +220,7 @@ def test_sql_sink_of_a_truncated_newest_file_keeps_complete_transactions(drill, 
 
 
 def test_rewrite_db_applies_into_another_schema(make_server, spark, tmp_path):
-    import shutil
     from mysqlbackup.archiver import Archiver
-    from mysqlbackup.state import State, save_state
     source = make_server(semi_sync=False)
     ddl = "CREATE TABLE {}.t (id INT PRIMARY KEY, v VARCHAR(20))"
     source.execute("CREATE DATABASE src", ddl.format("src"))
@@ -230,13 +228,8 @@ def test_rewrite_db_applies_into_another_schema(make_server, spark, tmp_path):
     source.execute(*[f"INSERT INTO src.t VALUES ({i}, 'v{i}')" for i in range(50)],
                    "UPDATE src.t SET v = 'changed' WHERE id % 3 = 0",
                    "DELETE FROM src.t WHERE id % 7 = 0")
-    local = tmp_path / "local"
-    local.mkdir()
-    for name in source.binlog_files():
-        shutil.copyfile(source.binlog_path(name), local / name)
-    last = source.binlog_files()[-1]
-    save_state(str(local), State(file=last, pos=os.path.getsize(local / last),
-                                 source_identity="src1"))
+    local = backup_dir([source.binlog_path(n) for n in source.binlog_files()],
+                       tmp_path / "local", "src1")
     url = f"file://{tmp_path / 'archive'}"
     Archiver(str(local), ArchiveStore(url)).run_once()
     target = make_server(server_id=4, semi_sync=False)

@@ -7,17 +7,13 @@ import subprocess
 import pyspark
 
 from mysqlbackup.archiver import Archiver
-from mysqlbackup.state import State, save_state
 from mysqlbackup.store import ArchiveStore
-from tests.helpers import REPO
+from tests.helpers import REPO, backup_dir
 
 
 def test_spark_submit_with_py_files_zip(tmp_path, shared_binlog):
-    local = tmp_path / "local"
-    local.mkdir()
-    shutil.copyfile(shared_binlog("rust_mysql_common/mariadb-bin.000001"),
-                    local / "mariadb-bin.000001")
-    save_state(str(local), State(file="mariadb-bin.000001", pos=1074, source_identity="demo"))
+    local = backup_dir([shared_binlog("rust_mysql_common/mariadb-bin.000001")],
+                       tmp_path / "local", "demo")
     Archiver(str(local), ArchiveStore(f"file://{tmp_path / 'archive'}")).run_once()
     staging = tmp_path / "pkg"
     for name in ("mysqlbackup", "replay"):
