@@ -10,8 +10,9 @@ import os
 
 from .events import MAGIC
 
-IOV_MAX = 1024
 from .errors import LocalStateError
+
+IOV_MAX = 1024
 
 
 def fsync_dir(directory, fsync=os.fsync):

@@ -6,7 +6,7 @@ import threading
 from mysqlbackup.daemon import StreamOptions, run_stream
 from mysqlbackup.sandbox import REPL_PASSWORD
 from mysqlbackup.source import SourceSpec
-from tests.helpers import (Daemon, caught_up, current_binlog, read, same_except_in_use_flag,
+from tests.helpers import (Daemon, current_binlog, read, same_except_in_use_flag,
                            wait_for, wait_semi_sync_client)
 
 
@@ -27,16 +27,18 @@ def test_500_semi_sync_transactions_and_identical_files(primary, tmp_path):
         assert int(primary.status("Rpl_semi_sync_master_yes_tx")) - yes0 == 500
         assert int(primary.status("Rpl_semi_sync_master_no_tx")) - no0 == 0
         primary.execute("FLUSH BINARY LOGS")
-        wait_for(lambda: caught_up(primary, daemon.directory), what="the rotated file")
+        files = primary.binlog_files()
+        newest = files[-1]
+        # the server appends its BINLOG_CHECKPOINT event to the new file a moment later
+        wait_for(lambda: same_except_in_use_flag(os.path.join(daemon.directory, newest),
+                                                 primary.binlog_path(newest)),
+                 what="the rotated file, byte for byte")
     finally:
         assert daemon.stop() == 0, daemon.output()
-    files = primary.binlog_files()
     closed = files[files.index(start):-1]
-    assert closed
+    assert closed and primary.binlog_files() == files
     for name in closed:
         assert read(os.path.join(daemon.directory, name)) == read(primary.binlog_path(name)), name
-    assert same_except_in_use_flag(os.path.join(daemon.directory, files[-1]),
-                                   primary.binlog_path(files[-1]))
 
 
 class Recorder:
@@ -47,10 +49,11 @@ class Recorder:
         self.lock = threading.Lock()
 
     def fsync(self, fd):
+        size = os.fstat(fd).st_size  # bytes written before the fsync began: all covered
         os.fsync(fd)
         path = os.readlink(f"/proc/self/fd/{fd}")
         with self.lock:
-            self.calls.append(("fsync", os.path.basename(path), os.fstat(fd).st_size))
+            self.calls.append(("fsync", os.path.basename(path), size))
 
     def wrap_ack(self, send_ack):
         def ack(file, pos):
