@@ -219,6 +219,11 @@ def inspect(paths, as_json):
 @click.option("--target-password-file", type=click.Path(dir_okay=False))
 @click.option("--sql", "sql_path", type=click.Path(dir_okay=False),
               help="Write the statements to this file instead (dry run, for review).")
+@click.option("--parquet", "parquet_url", metavar="URL", help="Write a change table instead: "
+              "one row per row change (op, db, table, pk, before/after images as JSON, gtid, "
+              "commit_time, file, position) as Parquet parts under URL, which must hold none "
+              "yet (fsspec URL; the --archive-option values apply when it uses the archive's "
+              "protocol). Needs binlog_row_metadata=FULL on the source (column names).")
 @click.option("--start-gtid", metavar="SET", help="GTID position the restored full backup "
               "already contains (mariadb-dump --gtid); transactions inside it are skipped.")
 @click.option("--start-position", metavar="FILE:POS", help="Skip transactions before it.")
@@ -239,12 +244,12 @@ def inspect(paths, as_json):
 @click.option("--master", help="Spark master (default local[*]); spark-submit works too.")
 @handle_errors
 def replay(archive_url, archive_option, source_name, target, target_password_file, sql_path,
-           start_gtid, start_position, stop_datetime, stop_before_gtid, stop_position,
-           exclude_gtids, databases, tables, rewrites, allow_gaps, master):
+           parquet_url, start_gtid, start_position, stop_datetime, stop_before_gtid,
+           stop_position, exclude_gtids, databases, tables, rewrites, allow_gaps, master):
     """Point-in-time replay of the archive with PySpark (one task per file), applying
     only complete transactions in commit order, exactly once."""
-    if bool(target) == bool(sql_path):
-        raise click.UsageError("give exactly one of --target and --sql")
+    if [bool(target), bool(sql_path), bool(parquet_url)].count(True) != 1:
+        raise click.UsageError("give exactly one of --target, --sql and --parquet")
     from replay.job import ReplayOptions, run_replay
     from replay.options import build_selection
     from replay.target import SqlFileSink, TargetApplier
@@ -257,9 +262,18 @@ def replay(archive_url, archive_option, source_name, target, target_password_fil
         spec = source_from_options(target, target_password_file, (
             "MYSQLBACKUP_TARGET_PASSWORD", PASSWORD_ENV))
         sink = TargetApplier(spec)
-    else:
+    elif sql_path:
         sink = SqlFileSink(sql_path)
+    else:
+        from replay.parquet import ParquetSink, options_for
+        sink = ParquetSink(parquet_url, options_for(parquet_url, opts.archive_url,
+                                                    opts.archive_options))
+        sink.open(None)  # a taken or unusable destination fails before Spark starts
     summary = run_replay(opts, sink, progress=lambda line: click.echo(line, err=True))
+    if parquet_url:
+        sink.finish(summary)
+        click.echo(f"parquet: {sink.rows} row changes in {len(sink.parts)} parts at "
+                   f"{parquet_url}")
     click.echo(f"replay of {summary['source']}: {summary['applied']} applied, "
                f"{summary['skipped']} skipped, {len(summary['dropped_incomplete'])} incomplete "
                f"dropped, {summary['files']} files in {summary['tasks']} Spark tasks; stopped: "

@@ -1,17 +1,23 @@
-"""The change table decoder (replay.changes) on real binlog files."""
+"""replay --parquet: the change table, from real binlog files and real MariaDB servers."""
 
 import datetime
 import decimal
 import json
+import re
+import time
 from types import SimpleNamespace
 
+import pyarrow.dataset as pads
+import pyarrow.parquet as pq
 import pytest
 
 from mysqlbackup import events as ev
+from mysqlbackup.errors import UsageError
 from mysqlbackup.scan import iter_events
 from replay.assemble import assemble
 from replay.changes import ChangeDecodeError, encode_value, iter_changes
-from tests.helpers import read
+from replay.parquet import SCHEMA, ParquetSink, options_for
+from tests.helpers import backup_dir, read, run_cli
 
 MARIA = "rust_mysql_common/mariadb-bin.000001"
 
@@ -75,3 +81,196 @@ def test_statement_based_dml_is_refused_not_dropped(shared_binlog):
         changes_of(shared_binlog("rust_mysql_common/binlog_56_gtid_reserved_word.000001"),
                    "binlog_56_gtid_reserved_word.000001")
 
+
+def test_storage_options_follow_the_archive_protocol_only():
+    opts = {"endpoint_url": "http://127.0.0.1:9000"}
+    assert options_for("s3://b/changes", "s3://b/archive", opts) == opts
+    assert options_for("file:///tmp/changes", "s3://b/archive", opts) == {}
+
+
+def test_an_empty_selection_still_gives_a_readable_table(tmp_path):
+    sink = ParquetSink(f"file://{tmp_path / 'changes'}").open(None)
+    sink.close()
+    sink.finish({"stop_reason": "end of the archive"})
+    assert sorted(p.name for p in (tmp_path / "changes").iterdir()) == [
+        "_SUCCESS", "part-00000.parquet"]
+    table = pq.read_table(tmp_path / "changes" / "part-00000.parquet")
+    assert table.num_rows == 0 and table.schema == SCHEMA
+    assert json.loads((tmp_path / "changes" / "_SUCCESS").read_text()) == {
+        "rows": 0, "parts": ["part-00000.parquet"], "transactions": 0,
+        "stop_reason": "end of the archive"}
+
+
+# -- live: a real MariaDB, its archive, `mysqlbackup replay --parquet` -------------------
+
+ROWS = {23, 24, 25, 30, 31, 32}
+
+
+def commit(server, *statements):
+    """Run statements in one transaction; return its GTID."""
+    conn = server.root(autocommit=False)
+    try:
+        with conn.cursor() as cur:
+            for sql in statements:
+                cur.execute(sql)
+            conn.commit()
+            cur.execute("SELECT @@last_gtid")
+            return cur.fetchone()[0]
+    finally:
+        conn.close()
+
+
+def workload(server):
+    """Row changes over a table with a primary key and varied types, and one without."""
+    server.execute(
+        "CREATE DATABASE shop",
+        "CREATE TABLE shop.items (id INT PRIMARY KEY, name VARCHAR(40) CHARACTER SET utf8mb4, "
+        "price DECIMAL(10,2), made DATETIME(3), photo BLOB, qty INT UNSIGNED)",
+        "CREATE TABLE shop.log (msg VARCHAR(20), n INT)")
+    g1 = commit(server, "INSERT INTO shop.items VALUES (1, 'café ☕', 12.30, "
+                "'2024-01-02 03:04:05.678', x'00ff10', 4000000000), "
+                "(2, NULL, NULL, NULL, NULL, NULL)",
+                "INSERT INTO shop.log VALUES ('a', 1), ('a', 1)")
+    g2 = commit(server, "UPDATE shop.items SET price = 99.99, photo = NULL WHERE id = 1")
+    g3 = commit(server, "DELETE FROM shop.items WHERE id = 2", "DELETE FROM shop.log WHERE n = 1")
+    server.execute("FLUSH BINARY LOGS",
+                   "ALTER TABLE shop.items ADD COLUMN tag VARCHAR(5) DEFAULT 'n'")
+    g4 = commit(server, "INSERT INTO shop.items (id, name, price, made, photo, qty) VALUES "
+                "(3, 'zażółć', -0.05, '1999-12-31 23:59:59', '', 0)")
+    one = {"id": 1, "name": "café ☕", "price": "12.30", "made": "2024-01-02T03:04:05.678000",
+           "photo": "AP8Q", "qty": 4000000000}
+    two = {"id": 2, "name": None, "price": None, "made": None, "photo": None, "qty": None}
+    one_after = dict(one, price="99.99", photo=None)
+    three = {"id": 3, "name": "zażółć", "price": "-0.05", "made": "1999-12-31T23:59:59",
+             "photo": "", "qty": 0, "tag": "n"}
+    log = {"msg": "a", "n": 1}
+    items, nopk = ("shop", "items"), ("shop", "log")
+    return [  # op, (db, table), pk, before, after, gtid, row index in its event
+        ("insert", items, {"id": 1}, None, one, g1, 0),
+        ("insert", items, {"id": 2}, None, two, g1, 1),
+        ("insert", nopk, None, None, log, g1, 0),
+        ("insert", nopk, None, None, log, g1, 1),
+        ("update", items, {"id": 1}, one, one_after, g2, 0),
+        ("delete", items, {"id": 2}, two, None, g3, 0),
+        ("delete", nopk, None, log, None, g3, 0),
+        ("delete", nopk, None, log, None, g3, 1),
+        ("insert", items, {"id": 3}, None, three, g4, 0)]
+
+
+def archive_of(server, base):
+    """file:// archive of the server's binlogs, as the daemon's archiver leaves it."""
+    from mysqlbackup.archiver import Archiver
+    from mysqlbackup.store import ArchiveStore
+    local = backup_dir([server.binlog_path(n) for n in server.binlog_files()], base / "local",
+                       "src1")
+    url = f"file://{base / 'archive'}"
+    Archiver(str(local), ArchiveStore(url)).run_once()
+    return url
+
+
+def rows_events(server):
+    """(file, offset) of every rows event in the server's binlogs, in order."""
+    return [(name, off) for name in server.binlog_files()
+            for off, e in iter_events(read(server.binlog_path(name)), 4, True) if e[4] in ROWS]
+
+
+def decoded(row):
+    return (row["op"], (row["db"], row["table"]), row["pk"] and json.loads(row["pk"]),
+            row["before"] and json.loads(row["before"]),
+            row["after"] and json.loads(row["after"]), row["gtid"], row["row_index"])
+
+
+@pytest.fixture(scope="module")
+def source(tmp_path_factory):
+    from mysqlbackup.sandbox import MariaDBSandbox
+    base = tmp_path_factory.mktemp("parquet")
+    server = MariaDBSandbox(str(base / "server"), semi_sync=False).start()
+    try:
+        started = time.time()
+        expected = workload(server)
+        window = (started - 1, time.time() + 1)
+        yield SimpleNamespace(server=server, base=base, expected=expected, window=window,
+                              url=archive_of(server, base), events=rows_events(server))
+    finally:
+        server.stop(remove=True)
+
+
+@pytest.fixture(scope="module")
+def replayed(source):
+    """`mysqlbackup replay --parquet` of the whole archive: (CompletedProcess, out dir)."""
+    out = source.base / "changes"
+    result = run_cli("replay", "--archive", source.url, "--parquet", f"file://{out}",
+                     timeout=300)
+    return result, out
+
+
+def test_replay_writes_the_exact_change_table(source, replayed):
+    result, out = replayed
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert "parquet: 9 row changes in 1 parts at file://" in result.stdout
+    assert result.stdout.strip().splitlines()[-1].startswith("replay of src1: 8 applied")
+    assert sorted(p.name for p in out.iterdir()) == ["_SUCCESS", "part-00000.parquet"]
+    table = pq.read_table(out / "part-00000.parquet")
+    assert table.schema == SCHEMA
+    rows = table.to_pylist()
+    assert [decoded(r) for r in rows] == source.expected
+    # each rows event of the binlogs, in binlog order, at its own start offset
+    places = [(r["file"], r["position"]) for r in rows]
+    assert sorted(set(places), key=places.index) == source.events
+    assert places == sorted(places)
+    assert rows[0]["file"] == "binlog.000001" and rows[-1]["file"] == "binlog.000002"
+    low, high = source.window
+    assert all(low <= r["commit_time"].timestamp() <= high for r in rows)
+    assert all(r["commit_time"].tzinfo is not None for r in rows)
+    assert json.loads((out / "_SUCCESS").read_text())["rows"] == 9
+    # the dataset as readers see it (parts only; _SUCCESS skipped)
+    assert pads.dataset(str(out), format="parquet").to_table().num_rows == 9
+
+
+def test_a_destination_with_a_change_table_is_refused(source, replayed):
+    _, out = replayed
+    with pytest.raises(UsageError, match="already holds a change table"):
+        ParquetSink(f"file://{out}").open(None)
+    again = run_cli("replay", "--archive", source.url, "--parquet", f"file://{out}")
+    assert again.returncode == 2  # before Spark starts
+    assert "already holds a change table (_SUCCESS ...)" in again.stderr
+
+
+def test_parts_rotate_and_hold_the_same_rows(source, replayed, archive):
+    # the sink alone on the server's own files, two rows a part, file:// and S3 (moto)
+    from mysqlbackup.store import parse_options
+    url, option_list = archive
+    sink = ParquetSink(url + "/changes", parse_options(option_list), rows_per_part=2).open("x")
+    for name in source.server.binlog_files():
+        transactions, _, fde_event = assemble(read(source.server.binlog_path(name)), name,
+                                              newest=True)
+        fde = ev.parse_format_description(fde_event)
+        for trx in transactions:
+            sink.apply(trx, fde_event, True, fde)
+    sink.close()
+    sink.finish()
+    assert sink.parts == [f"part-{i:05d}.parquet" for i in range(5)]
+    listed = sorted(p.rsplit("/", 1)[-1] for p in sink.fs.ls(sink.root, detail=False))
+    assert listed == ["_SUCCESS"] + sink.parts  # no temporary names left behind
+    rows = [r for part in sink.parts
+            for r in pq.read_table(f"{sink.root}/{part}", filesystem=sink.fs).to_pylist()]
+    assert [len(pq.read_table(f"{sink.root}/{p}", filesystem=sink.fs)) for p in sink.parts] \
+        == [2, 2, 2, 2, 1]
+    assert rows == pq.read_table(replayed[1] / "part-00000.parquet").to_pylist()
+
+
+def test_minimal_row_metadata_fails_clearly(make_server, tmp_path):
+    server = make_server(semi_sync=False, extra_args=["--binlog-row-metadata=MINIMAL"])
+    assert server.execute("SELECT @@binlog_row_metadata")[0][0] == "MINIMAL"
+    server.execute("CREATE DATABASE d", "CREATE TABLE d.t (id INT PRIMARY KEY, v INT)",
+                   "INSERT INTO d.t VALUES (1, 2)")
+    url = archive_of(server, tmp_path)
+    out = tmp_path / "changes"
+    result = run_cli("replay", "--archive", url, "--parquet", f"file://{out}", timeout=300)
+    assert result.returncode == 1, result.stdout + result.stderr
+    error = [line for line in result.stderr.splitlines() if "error" in line]
+    assert len(error) == 1 and re.fullmatch(
+        r"mysqlbackup: error: binlog\.000001:\d+: TABLE_MAP of d\.t carries no column names: "
+        r"the source needs binlog_row_metadata=FULL for --parquet", error[0]), result.stderr
+    assert not (out / "_SUCCESS").exists()
+    assert not list(out.glob("part-*"))
