@@ -217,6 +217,10 @@ def inspect(paths, as_json):
               "--target-password-file). The user needs SUPER (MariaDB 10.5+: BINLOG REPLAY "
               "and REPLICATION SLAVE ADMIN) and write access to mysqlbackup_replay.")
 @click.option("--target-password-file", type=click.Path(dir_okay=False))
+@click.option("--workers", type=click.IntRange(1, 64), default=4, show_default=True,
+              help="Connections to the target. Transactions the binlog proves independent "
+              "(one MariaDB group commit, or MySQL logical-clock overlap) run side by side, "
+              "still committing in the original order; the rest run one by one.")
 @click.option("--sql", "sql_path", type=click.Path(dir_okay=False),
               help="Write the statements to this file instead (dry run, for review).")
 @click.option("--parquet", "parquet_url", metavar="URL", help="Write a change table instead: "
@@ -243,7 +247,8 @@ def inspect(paths, as_json):
 @click.option("--allow-gaps", is_flag=True, help="Replay across holes in the archive chain.")
 @click.option("--master", help="Spark master (default local[*]); spark-submit works too.")
 @handle_errors
-def replay(archive_url, archive_option, source_name, target, target_password_file, sql_path,
+def replay(archive_url, archive_option, source_name, target, target_password_file, workers,
+           sql_path,
            parquet_url, start_gtid, start_position, stop_datetime, stop_before_gtid,
            stop_position, exclude_gtids, databases, tables, rewrites, allow_gaps, master):
     """Point-in-time replay of the archive with PySpark (one task per file), applying
@@ -261,7 +266,7 @@ def replay(archive_url, archive_option, source_name, target, target_password_fil
     if target:
         spec = source_from_options(target, target_password_file, (
             "MYSQLBACKUP_TARGET_PASSWORD", PASSWORD_ENV))
-        sink = TargetApplier(spec)
+        sink = TargetApplier(spec, workers)
     elif sql_path:
         sink = SqlFileSink(sql_path)
     else:
@@ -278,6 +283,9 @@ def replay(archive_url, archive_option, source_name, target, target_password_fil
                f"{summary['skipped']} skipped, {len(summary['dropped_incomplete'])} incomplete "
                f"dropped, {summary['files']} files in {summary['tasks']} Spark tasks; stopped: "
                f"{summary['stop_reason']}")
+    if target:
+        click.echo(f"workers: {summary['workers']} connection(s) used; "
+                   f"{summary['parallel_applied']} transactions applied in parallel batches")
 
 
 def _missing(option):

@@ -2,7 +2,8 @@
 
 A transaction is a group as ``mysqlbackup.transactions.TrxTracker`` defines it
 (GTID or BEGIN ... XID/COMMIT, a DDL alone). Each carries its GTID, file,
-start/end position, commit time, the tables it touches and its raw events. A
+start/end position, commit time, the tables it touches, its raw events, its
+commit group (``replay.groups``) and how many rows events it holds. A
 group still open at the end of the bytes is incomplete: it is returned apart,
 never as a transaction.
 """
@@ -12,6 +13,8 @@ from mysqlbackup.archive_index import gtid_text
 from mysqlbackup.errors import CorruptBinlog
 from mysqlbackup.scan import check_magic, iter_events
 from mysqlbackup.transactions import OUTSIDE, TrxTracker
+
+from .groups import commit_group
 
 COMPRESSED = {165: "MARIA_QUERY_COMPRESSED", 166: "compressed rows", 167: "compressed rows",
               168: "compressed rows", 169: "compressed rows", 170: "compressed rows",
@@ -105,6 +108,8 @@ def _finish(current, end, last_event, tracker):
         "commit_ts": ev.parse_header(last_event).timestamp,
         "tables": sorted(current["tables"]), "events": current["events"],
         "db": current.get("db"),
+        "group": commit_group(current["events"][0], tracker.checksum),
+        "rows_events": sum(1 for e in current["events"] if e[4] in ev.ROWS_EVENTS),
     }
 
 

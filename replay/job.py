@@ -21,6 +21,7 @@ from mysqlbackup.errors import ResyncRequired
 from mysqlbackup.gtid import MariaGtidPos
 from mysqlbackup.names import binlog_sort_key
 
+from .groups import batches
 from .plan import pick_source, plan_units
 from .rewrite import rewrite_transaction
 from .selection import Selection
@@ -141,6 +142,7 @@ def run_replay(opts, sink, spark=None, progress=None):
     """Replay into ``sink``; returns the summary dict (applied, skipped, dropped, stop)."""
     source, units, cut = plan(opts)
     summary = {"source": source, "files": len(units), "applied": 0, "skipped": 0,
+               "rows_events": 0, "workers": 1, "parallel_applied": 0,
                "dropped_incomplete": [], "tasks": 0, "spark_tasks": 0,
                "stop_reason": "stop datetime reached" if cut else "end of the archive"}
     if not units:
@@ -170,6 +172,8 @@ def run_replay(opts, sink, spark=None, progress=None):
     finally:
         sink.close()
     summary["spark_tasks"] = _tasks_run(sc, group)
+    summary["workers"] = getattr(sink, "most_workers", 1)
+    summary["parallel_applied"] = getattr(sink, "parallel_applied", 0)
     return summary
 
 
@@ -188,17 +192,18 @@ def _apply_file(result, selection, sink, summary):
     """Apply one file's transactions; True when a stop point was reached."""
     fde = ev.parse_format_description(result["fde"])
     checksum = fde.checksum_alg == ev.CHECKSUM_CRC32
-    for trx in result["transactions"]:
-        decision, reason = selection.decide(trx)
-        if decision == "stop":
-            summary["stop_reason"] = reason
-            return True
-        if decision == "skip" or sink.is_applied(trx):
-            summary["skipped"] += 1
-            continue
-        trx = rewrite_transaction(selection.filter_events(trx), selection.rewrite, checksum)
-        sink.apply(trx, result["fde"], checksum, fde)
-        summary["applied"] += 1
+    chosen, stopped = _choose(result["transactions"], selection, sink, summary, checksum)
+    parallel = getattr(sink, "apply_group", None)
+    for batch in batches(chosen):
+        if parallel and len(batch) > 1:
+            parallel(batch, result["fde"], checksum, fde)
+        else:
+            for trx in batch:
+                sink.apply(trx, result["fde"], checksum, fde)
+        summary["applied"] += len(batch)
+        summary["rows_events"] += sum(t.get("rows_events", 0) for t in batch)
+    if stopped:
+        return True
     if result["incomplete"]:
         summary["dropped_incomplete"].append(result["incomplete"])
         if not result["partial"]:
@@ -207,11 +212,28 @@ def _apply_file(result, selection, sink, summary):
     return False
 
 
+def _choose(transactions, selection, sink, summary, checksum):
+    """(transactions to apply, in order; True when a stop point ends the file)."""
+    chosen = []
+    for trx in transactions:
+        decision, reason = selection.decide(trx)
+        if decision == "stop":
+            summary["stop_reason"] = reason
+            return chosen, True
+        if decision == "skip" or sink.is_applied(trx):
+            summary["skipped"] += 1
+            continue
+        chosen.append(rewrite_transaction(selection.filter_events(trx), selection.rewrite,
+                                          checksum))
+    return chosen, False
+
+
 def _report(progress, summary, done, total, started):
     if progress is None:
         return
     elapsed = time.monotonic() - started
     rate = summary["applied"] / elapsed if elapsed else 0.0
     eta = elapsed / done * (total - done) if done else 0.0
-    progress(f"replay: files {done}/{total}, {summary['applied']} applied, "
-             f"{summary['skipped']} skipped, {rate:.0f} trx/s, ETA {eta:.0f}s")
+    progress(f"replay: files {done}/{total}, {summary['applied']} transactions applied "
+             f"({summary['rows_events']} rows events), {summary['skipped']} skipped, "
+             f"{rate:.0f} trx/s, ETA {eta:.0f}s")

@@ -12,6 +12,8 @@ statements, plus REPLICATION SLAVE ADMIN or SUPER to set gtid_seq_no and
 server_id), and CREATE/INSERT/UPDATE on ``mysqlbackup_replay``.
 """
 
+import threading
+
 import pymysql
 from pymysql.constants import CLIENT
 
@@ -22,109 +24,29 @@ from mysqlbackup.names import binlog_sort_key
 from .statements import binlog_statement, gtid_session, transaction_steps
 
 CHECKPOINT_DDL = (
-    "CREATE TABLE IF NOT EXISTS mysqlbackup_replay.checkpoint (source VARCHAR(128) PRIMARY "
-    "KEY, file VARCHAR(255) NOT NULL, pos BIGINT NOT NULL, gtid TEXT, updated TIMESTAMP(6) "
-    "NOT NULL DEFAULT CURRENT_TIMESTAMP(6)) ENGINE=InnoDB")
+    "CREATE TABLE IF NOT EXISTS mysqlbackup_replay.checkpoint (source VARCHAR(128) NOT NULL, "
+    "worker SMALLINT NOT NULL DEFAULT 0, file VARCHAR(255) NOT NULL, pos BIGINT NOT NULL, "
+    "gtid TEXT, updated TIMESTAMP(6) NOT NULL DEFAULT CURRENT_TIMESTAMP(6), "
+    "PRIMARY KEY (source, worker)) ENGINE=InnoDB")
+# a table made before there were workers gets its column (the row becomes worker 0)
+CHECKPOINT_MIGRATE = (
+    "ALTER TABLE mysqlbackup_replay.checkpoint ADD COLUMN worker SMALLINT NOT NULL DEFAULT 0 "
+    "AFTER source, DROP PRIMARY KEY, ADD PRIMARY KEY (source, worker)")
+LOCK_WAIT_TIMEOUT = 10  # s; a parallel batch that waits longer is redone one by one
+_LOCK_ERRORS = (1205, 1213)  # lock wait timeout, deadlock
 
 
 class ApplyError(MysqlBackupError):
     """The target refused a transaction: names the transaction and the server's error."""
 
 
-class TargetApplier:
-    """Applies transactions in order on one connection."""
+class _Session:
+    """One connection to the target: a worker with its own checkpoint row."""
 
-    def __init__(self, spec):
-        self.spec, self.source = spec, None
-        self.conn = None
-        self.fde = None
-        self.applied = MariaGtidPos()
-        self.position = None   # (file, end) of the last applied transaction
-        self.binlog = False
+    def __init__(self, conn, slot):
+        self.conn, self.slot, self.fde = conn, slot, None
 
-    def open(self, source):
-        """Connect, create the checkpoint table (unlogged) and read what is applied."""
-        self.source = source
-        try:
-            self.conn = pymysql.connect(host=self.spec.host, port=self.spec.port,
-                                        user=self.spec.user, password=self.spec.password,
-                                        autocommit=True, client_flag=CLIENT.MULTI_STATEMENTS)
-        except pymysql.err.OperationalError as e:
-            raise SourceError(f"cannot connect to the target {self.spec.address}: "
-                              f"{e.args[-1]}") from None
-        self._run("SET SESSION sql_log_bin=0", "CREATE DATABASE IF NOT EXISTS mysqlbackup_replay",
-                  CHECKPOINT_DDL, "SET SESSION sql_log_bin=1")
-        self._load_state()
-        return self
-
-    def _load_state(self):
-        rows = self._run("SELECT @@log_bin, @@gtid_binlog_pos")
-        self.binlog = bool(int(rows[0][0]))
-        if self.binlog and rows[0][1]:
-            self.applied = MariaGtidPos.parse(rows[0][1])
-        row = self._run("SELECT file, pos, gtid FROM mysqlbackup_replay.checkpoint "
-                        f"WHERE source = {self._quote(self.source)}")
-        if row:
-            self.position = (row[0][0], int(row[0][1]))
-            for d, (s, n) in MariaGtidPos.parse(row[0][2] or "").domains.items():
-                self.applied.add(d, s, n)
-
-    def is_applied(self, trx):
-        """True when the target already has this transaction."""
-        parts = trx.get("gtid_parts")
-        if parts and len(parts) == 3 and isinstance(parts[0], int):
-            return self.applied.contains(*parts)
-        return self.position is not None and _not_after((trx["file"], trx["end"]),
-                                                        self.position)
-
-    def apply(self, trx, fde_event, checksum, fde):
-        """Apply one transaction with its checkpoint, in one commit where it can."""
-        if fde_event != self.fde:
-            self._run(binlog_statement([fde_event]))
-            self.fde = fde_event
-        steps = transaction_steps(trx, fde, checksum)
-        session = gtid_session(trx)
-        packets, current = [], [session] if session else []
-        for kind, sql in steps:
-            if kind == "commit":
-                current += [self._checkpoint_sql(trx), sql]
-                continue
-            current.append(sql)
-            if kind == "binlog":  # a BINLOG statement must end its packet
-                packets.append(current)
-                current = []
-        if current:
-            packets.append(current)
-        standalone = steps[-1][0] != "commit"
-        try:
-            for packet in packets:
-                self._run(";\n".join(packet))
-            if standalone:  # DDL commits by itself: record it, unlogged
-                self._run("SET SESSION sql_log_bin=0", self._checkpoint_sql(trx),
-                          "SET SESSION sql_log_bin=1")
-        except pymysql.err.MySQLError as e:
-            self._rollback()
-            raise ApplyError(f"the target refused transaction {trx.get('gtid') or ''} at "
-                             f"{trx['file']}:{trx['start']}: {e.args[-1]}") from None
-        self._mark(trx)
-
-    def _checkpoint_sql(self, trx):
-        gtids = self.applied.copy()
-        parts = trx.get("gtid_parts")
-        if parts and len(parts) == 3 and isinstance(parts[0], int):
-            gtids.add(*parts)
-        return ("INSERT INTO mysqlbackup_replay.checkpoint (source, file, pos, gtid) VALUES "
-                f"({self._quote(self.source)}, {self._quote(trx['file'])}, {trx['end']}, "
-                f"{self._quote(str(gtids))}) ON DUPLICATE KEY UPDATE file=VALUES(file), "
-                "pos=VALUES(pos), gtid=VALUES(gtid), updated=CURRENT_TIMESTAMP(6)")
-
-    def _mark(self, trx):
-        parts = trx.get("gtid_parts")
-        if parts and len(parts) == 3 and isinstance(parts[0], int):
-            self.applied.add(*parts)
-        self.position = (trx["file"], trx["end"])
-
-    def _run(self, *statements):
+    def run(self, *statements):
         rows = None
         with self.conn.cursor() as cur:
             for sql in statements:
@@ -134,18 +56,233 @@ class TargetApplier:
                     pass
         return rows
 
-    def _rollback(self):
+    def use_fde(self, fde_event):
+        """Send the file's format description once per connection (and per change)."""
+        if fde_event != self.fde:
+            self.run(binlog_statement([fde_event]))
+            self.fde = fde_event
+
+    def rollback(self):
         try:
-            self._run("ROLLBACK")
+            self.run("ROLLBACK")
         except pymysql.err.MySQLError:
             pass
 
+    def close(self):
+        self.conn.close()
+
+
+class _Plan:
+    """The packets of one transaction: its body, then what commits it."""
+
+    def __init__(self, trx, body, commit, standalone):
+        self.trx, self.body, self.commit, self.standalone = trx, body, commit, standalone
+
+
+class TargetApplier:
+    """Applies transactions in commit order; a batch of one commit group runs on up to
+    ``workers`` connections side by side, and still commits in the original order."""
+
+    def __init__(self, spec, workers=1):
+        self.spec, self.source = spec, None
+        self.workers = max(1, workers)
+        self.sessions = []
+        self.applied = MariaGtidPos()
+        self.position = None   # (file, end) of the last applied transaction
+        self.binlog = False
+        self.parallel_applied = 0  # transactions that ran beside another one
+        self.most_workers = 1      # the most connections one batch used
+
+    def open(self, source):
+        """Connect, create the checkpoint table (unlogged) and read what is applied."""
+        self.source = source
+        self.sessions = [_Session(self._connect(), 0)]
+        first = self.sessions[0]
+        first.run("SET SESSION sql_log_bin=0", "CREATE DATABASE IF NOT EXISTS mysqlbackup_replay",
+                  CHECKPOINT_DDL)
+        if not first.run("SHOW COLUMNS FROM mysqlbackup_replay.checkpoint LIKE 'worker'"):
+            first.run(CHECKPOINT_MIGRATE)
+        first.run("SET SESSION sql_log_bin=1")
+        self._load_state()
+        self.sessions += [_Session(self._connect(), slot) for slot in range(1, self.workers)]
+        for session in self.sessions:
+            session.run(f"SET SESSION innodb_lock_wait_timeout={LOCK_WAIT_TIMEOUT}")
+        return self
+
+    def _connect(self):
+        try:
+            return pymysql.connect(host=self.spec.host, port=self.spec.port,
+                                   user=self.spec.user, password=self.spec.password,
+                                   autocommit=True, client_flag=CLIENT.MULTI_STATEMENTS)
+        except pymysql.err.OperationalError as e:
+            raise SourceError(f"cannot connect to the target {self.spec.address}: "
+                              f"{e.args[-1]}") from None
+
+    def _load_state(self):
+        """Applied GTIDs and position: the target's binlog and the newest checkpoint row
+        (commits are in order, so the newest row's position covers all before it)."""
+        run = self.sessions[0].run
+        rows = run("SELECT @@log_bin, @@gtid_binlog_pos")
+        self.binlog = bool(int(rows[0][0]))
+        if self.binlog and rows[0][1]:
+            self.applied = MariaGtidPos.parse(rows[0][1])
+        for file, pos, gtid in run("SELECT file, pos, gtid FROM mysqlbackup_replay.checkpoint "
+                                   f"WHERE source = {self._quote(self.source)}"):
+            if self.position is None or _not_after(self.position, (file, int(pos))):
+                self.position = (file, int(pos))
+            for d, (s, n) in MariaGtidPos.parse(gtid or "").domains.items():
+                self.applied.add(d, s, n)
+
+    def is_applied(self, trx):
+        """True when the target already has this transaction."""
+        parts = _gtid_parts(trx)
+        if parts:
+            return self.applied.contains(*parts)
+        return self.position is not None and _not_after((trx["file"], trx["end"]),
+                                                        self.position)
+
+    def apply(self, trx, fde_event, checksum, fde):
+        """Apply one transaction with its checkpoint, in one commit where it can."""
+        self._apply_serially([self._plan(trx, fde, checksum, self.applied, 0)], fde_event)
+
+    def apply_group(self, batch, fde_event, checksum, fde):
+        """Apply transactions the binlog proves independent: bodies side by side on the
+        workers, commits in the original order. A lock wait between them (the target is
+        not the source) rolls the unfinished ones back and applies them one by one."""
+        n = min(self.workers, len(batch))
+        gtids, plans = self.applied.copy(), []
+        for i, trx in enumerate(batch):
+            plans.append(self._plan(trx, fde, checksum, gtids, i % n))
+            if _gtid_parts(trx):
+                gtids.add(*_gtid_parts(trx))
+        if n == 1:
+            return self._apply_serially(plans, fde_event)
+        turn = _Turn(len(plans))
+        threads = [threading.Thread(target=self._worker, args=(self.sessions[w],
+                                                               plans[w::n], w, n, turn,
+                                                               fde_event))
+                   for w in range(n)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+        for plan in plans[:turn.next]:
+            self._mark(plan.trx)
+        self.parallel_applied += turn.next
+        self.most_workers = max(self.most_workers, n)
+        if turn.next < len(plans):
+            for session in self.sessions[:n]:
+                session.rollback()
+            self._apply_serially([self._plan(p.trx, fde, checksum, self.applied, 0)
+                                  for p in plans[turn.next:]], fde_event, turn.error)
+
+    def _worker(self, session, plans, first, step, turn, fde_event):
+        """One worker's share of a batch: run each body, wait for its turn, commit."""
+        for k, plan in enumerate(plans):
+            index = first + k * step
+            try:
+                session.use_fde(fde_event)
+                for packet in plan.body:
+                    session.run(packet)
+                if not turn.wait(index):
+                    return
+                session.run(plan.commit)
+            except pymysql.err.MySQLError as e:
+                turn.fail(index, e)
+                return
+            turn.done(index)
+
+    def _apply_serially(self, plans, fde_event, cause=None):
+        session = self.sessions[0]
+        for plan in plans:
+            try:
+                session.use_fde(fde_event)
+                for packet in plan.body:
+                    session.run(packet)
+                session.run(plan.commit)
+            except pymysql.err.MySQLError as e:
+                session.rollback()
+                trx = plan.trx
+                raise ApplyError(f"the target refused transaction {trx.get('gtid') or ''} at "
+                                 f"{trx['file']}:{trx['start']}: {e.args[-1]}") from None
+            self._mark(plan.trx)
+
+    def _plan(self, trx, fde, checksum, gtids, slot):
+        """Packets of ``trx``; its checkpoint row (``slot``) goes into its own commit."""
+        steps = transaction_steps(trx, fde, checksum)
+        session = gtid_session(trx)
+        packets, current = [], [session] if session else []
+        checkpoint = self._checkpoint_sql(trx, gtids, slot)
+        for kind, sql in steps:
+            if kind == "commit":
+                current.append(checkpoint)
+                continue
+            current.append(sql)
+            if kind == "binlog":  # a BINLOG statement must end its packet
+                packets.append(";\n".join(current))
+                current = []
+        if current:
+            packets.append(";\n".join(current))
+        if steps[-1][0] == "commit":
+            return _Plan(trx, packets, "COMMIT", False)
+        # DDL commits by itself: record it afterwards, unlogged
+        return _Plan(trx, packets, f"SET SESSION sql_log_bin=0;\n{checkpoint};\n"
+                                   "SET SESSION sql_log_bin=1", True)
+
+    def _checkpoint_sql(self, trx, gtids, slot):
+        gtids = gtids.copy()
+        if _gtid_parts(trx):
+            gtids.add(*_gtid_parts(trx))
+        return ("INSERT INTO mysqlbackup_replay.checkpoint (source, worker, file, pos, gtid) "
+                f"VALUES ({self._quote(self.source)}, {slot}, {self._quote(trx['file'])}, "
+                f"{trx['end']}, {self._quote(str(gtids))}) ON DUPLICATE KEY UPDATE "
+                "file=VALUES(file), pos=VALUES(pos), gtid=VALUES(gtid), "
+                "updated=CURRENT_TIMESTAMP(6)")
+
+    def _mark(self, trx):
+        if _gtid_parts(trx):
+            self.applied.add(*_gtid_parts(trx))
+        self.position = (trx["file"], trx["end"])
+
     def _quote(self, value):
-        return self.conn.escape(value)
+        return self.sessions[0].conn.escape(value)
 
     def close(self):
-        if self.conn is not None:
-            self.conn.close()
+        for session in self.sessions:
+            session.close()
+        self.sessions = []
+
+
+class _Turn:
+    """Commit order of a parallel batch: index i commits only after i - 1 did."""
+
+    def __init__(self, size):
+        self.size, self.next, self.error = size, 0, None
+        self.failed = False
+        self.cond = threading.Condition()
+
+    def wait(self, index):
+        """Block until it is ``index``'s turn; False when the batch failed before it."""
+        with self.cond:
+            while self.next != index and not self.failed:
+                self.cond.wait()
+            return not self.failed
+
+    def done(self, index):
+        with self.cond:
+            self.next = index + 1
+            self.cond.notify_all()
+
+    def fail(self, index, error):
+        with self.cond:
+            self.failed = True
+            self.error = self.error or (index, error)
+            self.cond.notify_all()
+
+
+def _gtid_parts(trx):
+    parts = trx.get("gtid_parts")
+    return parts if parts and len(parts) == 3 and isinstance(parts[0], int) else None
 
 
 def _not_after(a, b):
