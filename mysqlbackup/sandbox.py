@@ -136,10 +136,10 @@ class MariaDBSandbox:
         """Source URL for the replication user (password goes in the environment)."""
         return f"mysql://{REPL_USER}@127.0.0.1:{self.port}"
 
-    def root(self, database=None, autocommit=True):
+    def root(self, database=None, autocommit=True, charset="utf8mb4"):
         """A new root connection over the unix socket."""
         return pymysql.connect(unix_socket=self.socket, user="root", database=database,
-                               autocommit=autocommit, connect_timeout=5)
+                               autocommit=autocommit, connect_timeout=5, charset=charset)
 
     def execute(self, *statements):
         """Run statements as root; return the rows of the last one."""

@@ -2,9 +2,12 @@
 
 Row events go as a ``BINLOG '<base64>'`` statement (the server's own row
 applier, as for ``mariadb-binlog | mariadb``), after one BINLOG of the file's
-format description per connection. Statements (DDL, statement-based DML) run as
-SQL under ``USE db``. The original MariaDB GTID is kept through the session
-variables ``gtid_domain_id``, ``server_id`` and ``gtid_seq_no``.
+format description per connection. Statements (DDL, statement-based DML) run
+as their raw bytes (kind 'raw', in the source's character set) under ``USE db``,
+after the ``SET`` statements that recreate the source session (timestamp,
+sql_mode, character sets, time zone, checks: ``mysqlbackup.query_vars``); the
+session is reset afterwards. The original MariaDB GTID is kept through the
+session variables ``gtid_domain_id``, ``server_id`` and ``gtid_seq_no``.
 """
 
 import base64
@@ -12,6 +15,7 @@ import struct
 
 from mysqlbackup import events as ev
 from mysqlbackup.errors import CorruptBinlog
+from mysqlbackup.query_vars import RESET_SESSION, raw_query, session_statements
 from mysqlbackup.transactions import classify_sql
 
 ROW_EVENTS = {ev.TABLE_MAP, 23, 24, 25, 30, 31, 32}
@@ -34,7 +38,8 @@ def gtid_session(trx):
 
 
 def transaction_steps(trx, fde, checksum):
-    """[(kind, sql)] for one transaction; kind 'sql', or 'binlog' (must end its packet).
+    """[(kind, sql)] for one transaction; kind 'sql', 'binlog' (must end its packet) or
+    'raw' (bytes: a packet of its own).
 
     A transaction with a commit (XID or COMMIT) is wrapped in BEGIN/COMMIT; a
     standalone statement (DDL) runs alone. ``checksum``: events carry a CRC32.
@@ -68,13 +73,13 @@ def _other(event, etype, checksum, fde, db_map):
     if etype in SKIPPED:
         return []
     if etype == ev.QUERY:
-        q = ev.parse_query(event, checksum, fde)
-        kind = classify_sql(q.sql)
-        if kind != "other":
+        if classify_sql(ev.parse_query(event, checksum, fde, max_sql=64).sql) != "other":
             return []  # BEGIN / COMMIT come from the wrapping
+        q = raw_query(event, checksum, fde)
         db = db_map.get(q.db, q.db)
         use = [("sql", f"USE `{db.replace('`', '``')}`")] if db else []
-        return use + [("sql", q.sql)]
+        return ([("sql", sql) for sql in session_statements(q)] + use
+                + [("raw", q.sql), ("sql", RESET_SESSION)])
     if etype == ev.INTVAR:
         body = ev.event_body(event, checksum)
         kind, value = struct.unpack_from("<BQ", body, 0)

@@ -12,6 +12,7 @@ statements, plus REPLICATION SLAVE ADMIN or SUPER to set gtid_seq_no and
 server_id), and CREATE/INSERT/UPDATE on ``mysqlbackup_replay``.
 """
 
+import logging
 import threading
 
 import pymysql
@@ -22,6 +23,8 @@ from mysqlbackup.gtid import MariaGtidPos
 from mysqlbackup.names import binlog_sort_key
 
 from .statements import binlog_statement, gtid_session, transaction_steps
+
+log = logging.getLogger(__name__)
 
 CHECKPOINT_DDL = (
     "CREATE TABLE IF NOT EXISTS mysqlbackup_replay.checkpoint (source VARCHAR(128) NOT NULL, "
@@ -143,7 +146,7 @@ class TargetApplier:
 
     def apply(self, trx, fde_event, checksum, fde):
         """Apply one transaction with its checkpoint, in one commit where it can."""
-        self._apply_serially([self._plan(trx, fde, checksum, self.applied, 0)], fde_event)
+        self._apply_serially([trx], fde_event, fde, checksum)
 
     def apply_group(self, batch, fde_event, checksum, fde):
         """Apply transactions the binlog proves independent: bodies side by side on the
@@ -156,7 +159,7 @@ class TargetApplier:
             if _gtid_parts(trx):
                 gtids.add(*_gtid_parts(trx))
         if n == 1:
-            return self._apply_serially(plans, fde_event)
+            return self._apply_serially(batch, fde_event, fde, checksum)
         turn = _Turn(len(plans))
         threads = [threading.Thread(target=self._worker, args=(self.sessions[w],
                                                                plans[w::n], w, n, turn,
@@ -171,10 +174,11 @@ class TargetApplier:
         self.parallel_applied += turn.next
         self.most_workers = max(self.most_workers, n)
         if turn.next < len(plans):
+            log.info("parallel batch stopped at %s (%s); applying the rest one by one",
+                     plans[turn.next].trx.get("gtid"), turn.error[1])
             for session in self.sessions[:n]:
                 session.rollback()
-            self._apply_serially([self._plan(p.trx, fde, checksum, self.applied, 0)
-                                  for p in plans[turn.next:]], fde_event, turn.error)
+            self._apply_serially(batch[turn.next:], fde_event, fde, checksum)
 
     def _worker(self, session, plans, first, step, turn, fde_event):
         """One worker's share of a batch: run each body, wait for its turn, commit."""
@@ -187,14 +191,15 @@ class TargetApplier:
                 if not turn.wait(index):
                     return
                 session.run(plan.commit)
-            except pymysql.err.MySQLError as e:
+            except Exception as e:  # noqa: BLE001 - any failure ends the batch's parallel part
                 turn.fail(index, e)
                 return
             turn.done(index)
 
-    def _apply_serially(self, plans, fde_event, cause=None):
+    def _apply_serially(self, transactions, fde_event, fde, checksum):
         session = self.sessions[0]
-        for plan in plans:
+        for trx in transactions:
+            plan = self._plan(trx, fde, checksum, self.applied, 0)
             try:
                 session.use_fde(fde_event)
                 for packet in plan.body:
@@ -202,7 +207,6 @@ class TargetApplier:
                 session.run(plan.commit)
             except pymysql.err.MySQLError as e:
                 session.rollback()
-                trx = plan.trx
                 raise ApplyError(f"the target refused transaction {trx.get('gtid') or ''} at "
                                  f"{trx['file']}:{trx['start']}: {e.args[-1]}") from None
             self._mark(plan.trx)
@@ -216,6 +220,11 @@ class TargetApplier:
         for kind, sql in steps:
             if kind == "commit":
                 current.append(checkpoint)
+                continue
+            if kind == "raw":  # the source's own bytes: a packet of their own
+                packets += [";\n".join(current)] if current else []
+                packets.append(sql)
+                current = []
                 continue
             current.append(sql)
             if kind == "binlog":  # a BINLOG statement must end its packet
@@ -297,23 +306,29 @@ class SqlFileSink:
         self.path, self.f, self.fde = path, None, None
 
     def open(self, source):
-        self.f = open(self.path, "w", encoding="utf-8")
-        self.f.write("-- mysqlbackup replay: apply with `mariadb < FILE` (user with SUPER)\n")
+        # binary: a statement from the binlog keeps its own bytes (its character set is
+        # set just before it, as mysqlbinlog does)
+        self.f = open(self.path, "wb")
+        self._write("-- mysqlbackup replay: apply with `mariadb < FILE` (user with SUPER)\n")
         return self
+
+    def _write(self, text):
+        self.f.write(text if isinstance(text, bytes) else text.encode("utf-8"))
 
     def is_applied(self, trx):
         return False
 
     def apply(self, trx, fde_event, checksum, fde):
         if fde_event != self.fde:
-            self.f.write(binlog_statement([fde_event]) + ";\n")
+            self._write(binlog_statement([fde_event]) + ";\n")
             self.fde = fde_event
-        self.f.write(f"-- {trx.get('gtid') or ''} {trx['file']}:{trx['start']}-{trx['end']}\n")
+        self._write(f"-- {trx.get('gtid') or ''} {trx['file']}:{trx['start']}-{trx['end']}\n")
         session = gtid_session(trx)
         if session:
-            self.f.write(session + ";\n")
+            self._write(session + ";\n")
         for _, sql in transaction_steps(trx, fde, checksum):
-            self.f.write(sql + ";\n")
+            self._write(sql)
+            self._write(";\n")
 
     def close(self):
         if self.f:

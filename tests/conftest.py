@@ -88,9 +88,10 @@ class S3Endpoint:
         return f"s3://{name}/backups"
 
 
-@pytest.fixture(scope="session")
+@pytest.fixture(scope="session", autouse=True)
 def aws_env():
-    """Dummy credentials for moto, also seen by daemon subprocesses."""
+    """Dummy credentials for moto, also seen by daemon subprocesses and by Spark's
+    workers: set before anything starts (a Spark JVM keeps the environment it began with)."""
     keys = {"AWS_ACCESS_KEY_ID": "testing", "AWS_SECRET_ACCESS_KEY": "testing",
             "AWS_DEFAULT_REGION": "us-east-1"}
     old = {k: os.environ.get(k) for k in keys}

@@ -1,6 +1,7 @@
-"""Parallel apply by commit groups: batches from the binlog, and a real run on servers."""
+"""Applying on real servers: parallel commit groups, and statements in their source session."""
 
 import threading
+import time
 
 import pytest
 
@@ -99,3 +100,38 @@ def test_group_commits_apply_in_parallel_and_in_order(make_server, spark, tmp_pa
     again = run_replay(opts, TargetApplier(spec, workers=4), spark=spark)
     assert again["applied"] == 0
     assert again["skipped"] == summary["skipped"] + summary["applied"]
+
+
+def test_statements_run_in_the_source_session(make_server, spark, tmp_path):
+    """DDL runs under its source's sql_mode, character set and timestamp."""
+    source = make_server(semi_sync=False)
+    source.execute("CREATE DATABASE s")
+    start = source.execute("SELECT @@gtid_binlog_pos")[0][0]
+    conn = source.root(charset="latin1")
+    with conn.cursor() as cur:
+        cur.execute("SET SESSION sql_mode = 'ANSI_QUOTES'")  # "id" is a name, not a string
+        cur.execute('CREATE TABLE s."quoted" ("id" INT PRIMARY KEY, "v" VARCHAR(10) '
+                    "DEFAULT 'caf\u00e9')")  # sent as latin1 bytes
+        cur.execute("SET SESSION sql_mode = DEFAULT")
+        cur.execute("INSERT INTO s.quoted (id) VALUES (1), (2)")
+    conn.close()
+    time.sleep(1.2)  # the ALTER fills ts with its own time: replay must not use its own
+    source.execute("ALTER TABLE s.quoted ADD COLUMN ts TIMESTAMP(6) NOT NULL "
+                   "DEFAULT CURRENT_TIMESTAMP(6)")
+    source.execute("FLUSH BINARY LOGS")
+    local = backup_dir([source.binlog_path(n) for n in source.binlog_files()],
+                       tmp_path / "local", "sess1")
+    url = f"file://{tmp_path / 'archive'}"
+    Archiver(str(local), ArchiveStore(url)).run_once()
+    target = make_server(server_id=6, semi_sync=False)
+    target.execute("SET SESSION sql_log_bin = 0", "CREATE DATABASE s")
+    spec = SourceSpec("127.0.0.1", target.port, "root", "")
+    time.sleep(1.2)
+    summary = run_replay(ReplayOptions(url, {}, selection=build_selection(start_gtid=start)),
+                         TargetApplier(spec), spark=spark)
+    assert summary["applied"] == 3
+    show = "SHOW CREATE TABLE s.quoted"
+    assert target.execute(show) == source.execute(show)
+    assert "'caf\u00e9'" in source.execute(show)[0][1]
+    rows = "SELECT id, v, ts FROM s.quoted ORDER BY id"
+    assert target.execute(rows) == source.execute(rows)

@@ -8,6 +8,7 @@ from replay.options import build_selection, parse_datetime
 from replay.plan import pick_source, plan_units
 from replay.statements import transaction_steps
 from mysqlbackup import events as ev
+from mysqlbackup.scan import iter_events
 from tests.helpers import read
 
 MARIA = "rust_mysql_common/mariadb-bin.000001"
@@ -111,3 +112,23 @@ def test_rewrite_db_rebuilds_table_maps(shared_binlog):
     assert len(table_map) == len(original) + len("restored_copy") - len("toddy_test")
     with pytest.raises(UsageError, match="FROM:TO"):
         parse_rewrites(["nocolon"])
+
+
+def test_query_status_vars_of_real_files(shared_binlog):
+    from mysqlbackup.query_vars import raw_query, session_statements
+    from mysqlbackup.transactions import TrxTracker
+    seen = 0
+    for name in ("rust_mysql_common/mariadb-bin.000001", "rust_mysql_common/binlog_transaction_with_GTID.000001"):
+        path = shared_binlog(name)
+        tracker = TrxTracker()
+        for _, event in iter_events(read(path), 4, None, file=path):
+            tracker.feed(event)
+            if event[4] != ev.QUERY:
+                continue
+            q = raw_query(event, tracker.checksum, tracker.fde)
+            assert q.sql.decode() == ev.parse_query(event, tracker.checksum, tracker.fde).sql
+            assert {"flags2", "sql_mode", "charset"} <= set(q.status), q.status
+            sets = session_statements(q)
+            assert sets[0].startswith("SET TIMESTAMP=") and any("sql_mode=" in s for s in sets)
+            seen += 1
+    assert seen > 4
