@@ -5,7 +5,9 @@
 3. ``mysqlbackup replay`` (PySpark, local[*]) from a file:// archive of the files.
 
 The source writes the schema, then FLUSH BINARY LOGS (G0: the starting state is
-the empty tables), then ``--rows`` row changes in multi-row transactions. Each
+the empty tables), then ``--rows`` row changes in multi-row transactions from
+``--clients`` concurrent connections (its own group commits give the commit_id
+groups a parallel apply may use). Each
 target starts from the same schema; the final CHECKSUM TABLE of every table must
 equal the source's. Prints wall times and ratios against the pipe.
 
@@ -18,6 +20,7 @@ import shutil
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
@@ -32,27 +35,39 @@ SCHEMA = ["CREATE DATABASE b"] + [
     for t in TABLES]
 
 
-def generate(source, mb, rows):
-    """Row changes after G0 until both ``rows`` changes and ``mb`` MB of binlog are written."""
-    conn = source.root(autocommit=False)
-    done, batch, next_id = 0, 25, 0
-    with conn.cursor() as cur:
-        while done < rows or binlog_mb(source) < mb:
-            table = TABLES[next_id // batch % len(TABLES)]
-            values = [(next_id + i, i, "x" * 900, i * 1.5) for i in range(batch)]
-            cur.executemany(f"INSERT INTO {table} VALUES (%s, %s, %s, %s)", values)
-            if next_id % 500 == 0:
-                cur.execute(f"UPDATE {table} SET k = k + 1 WHERE id BETWEEN %s AND %s",
-                            (next_id - 400, next_id - 380))
-                cur.execute(f"DELETE FROM {table} WHERE id BETWEEN %s AND %s",
-                            (next_id - 300, next_id - 295))
-                done += 26
-            conn.commit()
-            next_id += batch
-            done += batch
-    conn.close()
+def generate(source, mb, rows, clients):
+    """Row changes after G0 from ``clients`` concurrent connections (one table each),
+    until both ``rows`` changes and ``mb`` MB of binlog are written. Commits that meet
+    in one binlog group commit share a commit_id: what a parallel apply may use."""
+    counts, stop = [0] * clients, threading.Event()
+
+    def work(c):
+        conn = source.root(autocommit=False)
+        table, batch, next_id = TABLES[c % len(TABLES)], 25, c * 10_000_000
+        with conn.cursor() as cur:
+            while not stop.is_set():
+                values = [(next_id + i, i, "x" * 900, i * 1.5) for i in range(batch)]
+                cur.executemany(f"INSERT INTO {table} VALUES (%s, %s, %s, %s)", values)
+                if next_id % 500 == 0:
+                    cur.execute(f"UPDATE {table} SET k = k + 1 WHERE id BETWEEN %s AND %s",
+                                (next_id - 400, next_id - 380))
+                    cur.execute(f"DELETE FROM {table} WHERE id BETWEEN %s AND %s",
+                                (next_id - 300, next_id - 295))
+                    counts[c] += 26
+                conn.commit()
+                next_id += batch
+                counts[c] += batch
+        conn.close()
+    workers = [threading.Thread(target=work, args=(c,)) for c in range(clients)]
+    for w in workers:
+        w.start()
+    while sum(counts) < rows or binlog_mb(source) < mb:
+        time.sleep(0.2)
+    stop.set()
+    for w in workers:
+        w.join()
     source.execute("FLUSH BINARY LOGS")
-    return done
+    return sum(counts)
 
 
 def binlog_mb(server):
@@ -121,13 +136,13 @@ def slave_status(server):
         conn.close()
 
 
-def run_ours(workdir, archive_url, target_port, start_gtid):
+def run_ours(workdir, archive_url, target_port, start_gtid, workers):
     env = dict(os.environ, MYSQLBACKUP_TARGET_PASSWORD="")
     start = time.monotonic()
     result = subprocess.run(
         [sys.executable, "-m", "mysqlbackup", "--log-level", "warning", "replay", "--archive",
          archive_url, "--target", f"mysql://root@127.0.0.1:{target_port}", "--start-gtid",
-         start_gtid], env=env, capture_output=True, text=True)
+         start_gtid, "--workers", str(workers)], env=env, capture_output=True, text=True)
     if result.returncode:
         raise RuntimeError(result.stderr[-2000:])
     print("  " + result.stdout.strip())
@@ -152,6 +167,8 @@ def main():
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--mb", type=int, default=1000, help="binlog MB after G0")
     parser.add_argument("--rows", type=int, default=1_000_000, help="row changes after G0")
+    parser.add_argument("--clients", type=int, default=4, help="concurrent writers (4)")
+    parser.add_argument("--workers", type=int, default=4, help="replay --workers (4)")
     parser.add_argument("--keep", action="store_true")
     args = parser.parse_args()
     workdir = tempfile.mkdtemp(prefix="bench-replay-")
@@ -159,13 +176,17 @@ def main():
     try:
         source = MariaDBSandbox(os.path.join(workdir, "source"), semi_sync=False,
                                 extra_args=["--max-binlog-size=128M",
-                                            "--innodb-buffer-pool-size=1G"]).start()
+                                            "--innodb-buffer-pool-size=1G",
+                                            # a durable primary, as in production: its
+                                            # fsyncs are what group concurrent commits
+                                            "--sync-binlog=1",
+                                            "--innodb-flush-log-at-trx-commit=1"]).start()
         servers.append(source)
         source.execute(*SCHEMA, "FLUSH BINARY LOGS")
         g0 = source.execute("SELECT @@gtid_binlog_pos")[0][0]
         first_data = source.binlog_files()[-1]
         t = time.monotonic()
-        changes = generate(source, args.mb, args.rows)
+        changes = generate(source, args.mb, args.rows, args.clients)
         names = source.binlog_files()
         files = [source.binlog_path(n) for n in names[names.index(first_data):]]
         size = sum(map(os.path.getsize, files)) / 1e6
@@ -182,7 +203,7 @@ def main():
         results["replica SQL thread"] = (sql_s, checksums(sql_t) == expected)
         ours_t = new_target(workdir, "ours")
         servers.append(ours_t)
-        ours_s = run_ours(workdir, url, ours_t.port, g0)
+        ours_s = run_ours(workdir, url, ours_t.port, g0, args.workers)
         results["mysqlbackup replay"] = (ours_s, checksums(ours_t) == expected)
         print(f"\nsummary ({size:.0f} MB, {changes} row changes)")
         for label, (secs, same) in results.items():
