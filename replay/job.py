@@ -13,6 +13,7 @@ import shutil
 import sys
 import tempfile
 import time
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
 
@@ -156,12 +157,21 @@ def run_replay(opts, sink, spark=None, progress=None):
     started, stopped = time.monotonic(), False
     sink.open(source)
     group = f"mysqlbackup-replay-{os.getpid()}-{time.time_ns()}"  # this run's jobs only
-    sc.setJobGroup(group, f"replay of {source}")
+    windows = [list(range(first, min(first + window, len(units))))
+               for first in range(0, len(units), window)]
+
+    def decode(parts):
+        sc.setJobGroup(group, f"replay of {source}")  # job groups are per thread
+        summary["tasks"] += len(parts)  # decoded, even when a stop point comes first
+        return sc.runJob(decoded, lambda it: list(it), parts)
+    # Spark decodes the next window while the driver applies this one
+    prefetch = ThreadPoolExecutor(max_workers=1, thread_name_prefix="decode")
     try:
-        for first in range(0, len(units), window):
-            parts = list(range(first, min(first + window, len(units))))
-            results = sc.runJob(decoded, lambda it: list(it), parts)
-            summary["tasks"] += len(parts)
+        pending = prefetch.submit(decode, windows[0])
+        for i, parts in enumerate(windows):
+            results = pending.result()
+            if i + 1 < len(windows):
+                pending = prefetch.submit(decode, windows[i + 1])
             for result in results:
                 stopped = _apply_file(result, opts.selection, sink, summary)
                 if stopped:
@@ -170,15 +180,26 @@ def run_replay(opts, sink, spark=None, progress=None):
             if stopped:
                 break
     finally:
+        prefetch.shutdown(wait=True, cancel_futures=True)
         sink.close()
-    summary["spark_tasks"] = _tasks_run(sc, group)
+    summary["spark_tasks"] = _tasks_run(sc, group, summary["tasks"])
     summary["workers"] = getattr(sink, "most_workers", 1)
     summary["parallel_applied"] = getattr(sink, "parallel_applied", 0)
     return summary
 
 
-def _tasks_run(sc, group):
-    """Tasks Spark actually ran for this replay's jobs (one per file)."""
+def _tasks_run(sc, group, expected, patience=5.0):
+    """Tasks Spark actually ran for this replay's jobs (one per file). Spark's status
+    tracker learns of a finished job a moment later: wait a little for ``expected``."""
+    deadline = time.monotonic() + patience
+    while True:
+        total = _count_tasks(sc, group)
+        if total >= expected or time.monotonic() > deadline:
+            return total
+        time.sleep(0.05)
+
+
+def _count_tasks(sc, group):
     tracker, total = sc.statusTracker(), 0
     for job_id in tracker.getJobIdsForGroup(group):
         job = tracker.getJobInfo(job_id)

@@ -350,8 +350,25 @@ def start_commit_servers(tmp):
     return primary, replica
 
 
+def fdatasync_p50(directory, count=500, record=300):
+    """Median seconds of one small append + fdatasync in ``directory`` (our ACK's floor)."""
+    path = os.path.join(directory, "fsync-probe")
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    times = []
+    try:
+        for _ in range(count):
+            t = time.perf_counter()
+            os.write(fd, b"x" * record)
+            os.fdatasync(fd)
+            times.append(time.perf_counter() - t)
+    finally:
+        os.close(fd)
+        os.unlink(path)
+    return statistics.median(times)
+
+
 def bench_commits(args, tmp):
-    """Part B; returns {label: {tps (median), yes, no (sums)}}."""
+    """Part B; returns {label: {tps (median), yes, no (sums)}, "fsync": seconds}."""
     primary, replica = start_commit_servers(tmp)
     loads = {"async (no replica)": lambda: load_async(primary, args),
              "mysqlbackup": lambda: load_with_daemon(primary, args, tmp),
@@ -367,9 +384,11 @@ def bench_commits(args, tmp):
             flag = "" if label.startswith("async") or r["no"] == 0 else "  INVALID: fell back"
             print(f"  run {run + 1} {label:20s} {r['tps']:8.0f} tx/s  semi-sync yes_tx "
                   f"+{r['yes']} no_tx +{r['no']}{flag}")
-    return {label: {"tps": statistics.median(r["tps"] for r in rs),
-                    "yes": sum(r["yes"] for r in rs), "no": sum(r["no"] for r in rs)}
-            for label, rs in runs.items()}
+    result = {label: {"tps": statistics.median(r["tps"] for r in rs),
+                      "yes": sum(r["yes"] for r in rs), "no": sum(r["no"] for r in rs)}
+              for label, rs in runs.items()}
+    result["fsync"] = fdatasync_p50(tmp)
+    return result
 
 
 # -- output and main ------------------------------------------------------------------
@@ -384,7 +403,7 @@ def daemon_complaints():
     return list(dict.fromkeys(lines))
 
 
-def print_summary(stream, commits):
+def print_summary(stream, commits, args):
     print("\n=== summary (medians) ===")
     if stream:
         (times, data), parts = stream, []
@@ -405,6 +424,12 @@ def print_summary(stream, commits):
         print(f"commit rate  real replica: {real['tps']:.0f} tx/s | mysqlbackup: {ours['tps']:.0f}"
               f" tx/s | ratio: {ours['tps'] / real['tps']:.2f}{bad}   (async, no replica: "
               f"{commits['async (no replica)']['tps']:.0f} tx/s)")
+        # Little's law: each client's commit takes threads / tps with the real replica;
+        # ours adds at least one fdatasync (begun after the bytes were written) per ACK
+        latency = args.threads / real["tps"]
+        print(f"  fdatasync here p50 {commits['fsync'] * 1e6:.0f} us; real replica commit "
+              f"latency {latency * 1e6:.0f} us; ceiling for any replica that fsyncs before "
+              f"its ACK: {latency / (latency + commits['fsync']):.2f}")
     complaints = daemon_complaints()
     print(f"daemon warnings/errors: {len(complaints) or 'none'}")
     for line in complaints[:20]:
@@ -431,7 +456,7 @@ def main():
             print(f"== part B: commit rate, {args.threads} clients x {args.seconds:g} s, "
                   f"{args.runs} run(s) ==")
             commits = bench_commits(args, tmp)
-        print_summary(stream, commits)
+        print_summary(stream, commits, args)
     finally:
         for proc in DAEMONS:
             stop_daemon(proc)
