@@ -167,11 +167,9 @@ def parse_rotate(event, checksum):
 Query = namedtuple("Query", "db sql")
 
 
-def parse_query(event, checksum, fde=None, max_sql=None):
-    """Schema and statement text of a QUERY event; raise CorruptBinlog if lengths overflow.
-
-    ``max_sql`` limits how many bytes of the statement are decoded (enough to classify it).
-    """
+def query_parts(event, checksum, fde=None):
+    """(body, status vars, schema, start of the statement) of a QUERY event, as views of
+    its body; raise CorruptBinlog if the inner lengths overflow it."""
     body = event_body(event, checksum)
     phl = post_header_len(fde, QUERY, 13)
     if len(body) < phl:
@@ -184,10 +182,18 @@ def parse_query(event, checksum, fde=None, max_sql=None):
         raise CorruptBinlog(
             f"QUERY event lengths overflow it (status vars {status_len}, schema {db_len}, "
             f"body {len(body)} bytes)")
-    db = bytes(body[db_start:db_start + db_len]).decode("utf-8", "replace")
+    return body, body[phl:db_start], body[db_start:db_start + db_len], sql_start
+
+
+def parse_query(event, checksum, fde=None, max_sql=None):
+    """Schema and statement text of a QUERY event; raise CorruptBinlog if lengths overflow.
+
+    ``max_sql`` limits how many bytes of the statement are decoded (enough to classify it).
+    """
+    body, _, db, sql_start = query_parts(event, checksum, fde)
     sql_end = len(body) if max_sql is None else min(len(body), sql_start + max_sql)
     sql = bytes(body[sql_start:sql_end]).decode("utf-8", "replace")
-    return Query(db, sql)
+    return Query(bytes(db).decode("utf-8", "replace"), sql)
 
 
 MariaGtid = namedtuple("MariaGtid", "domain server_id seq flags commit_id")

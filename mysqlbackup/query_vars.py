@@ -77,14 +77,9 @@ def _store(out, code, raw):
 
 def raw_query(event, checksum, fde=None):
     """Schema, statement bytes, status variables and timestamp of a QUERY event."""
-    q = ev.parse_query(event, checksum, fde, max_sql=0)  # checks the inner lengths
-    body = ev.event_body(event, checksum)
-    phl = ev.post_header_len(fde, ev.QUERY, 13)
-    db_len = body[8]
-    status_len = struct.unpack_from("<H", body, 11)[0] if phl >= 13 else 0
-    status = parse_status_vars(body[phl:phl + status_len])
-    sql = bytes(body[phl + status_len + db_len + 1:])
-    return RawQuery(q.db, sql, status, ev.parse_header(event).timestamp)
+    body, status, db, sql_start = ev.query_parts(event, checksum, fde)
+    return RawQuery(bytes(db).decode("utf-8", "replace"), bytes(body[sql_start:]),
+                    parse_status_vars(status), ev.parse_header(event).timestamp)
 
 
 def session_statements(query):

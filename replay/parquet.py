@@ -72,7 +72,10 @@ class ParquetSink:
         self.parts, self.rows, self.transactions = [], 0, 0
 
     def open(self, source):
-        """Reach the destination and refuse one that already holds a change table."""
+        """Reach the destination and refuse one that already holds a change table (once:
+        the CLI opens it before Spark starts, the replay's own open is then a no-op)."""
+        if self.fs is not None:
+            return self
         options = self.options
         if protocol_of(self.url) in ("s3", "s3a"):
             options = s3_client_options(options)

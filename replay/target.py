@@ -36,7 +36,6 @@ CHECKPOINT_MIGRATE = (
     "ALTER TABLE mysqlbackup_replay.checkpoint ADD COLUMN worker SMALLINT NOT NULL DEFAULT 0 "
     "AFTER source, DROP PRIMARY KEY, ADD PRIMARY KEY (source, worker)")
 LOCK_WAIT_TIMEOUT = 10  # s; a parallel batch that waits longer is redone one by one
-_LOCK_ERRORS = (1205, 1213)  # lock wait timeout, deadlock
 
 
 class ApplyError(MysqlBackupError):
@@ -44,10 +43,10 @@ class ApplyError(MysqlBackupError):
 
 
 class _Session:
-    """One connection to the target: a worker with its own checkpoint row."""
+    """One connection to the target (a worker), with the format description it has."""
 
-    def __init__(self, conn, slot):
-        self.conn, self.slot, self.fde = conn, slot, None
+    def __init__(self, conn):
+        self.conn, self.fde = conn, None
 
     def run(self, *statements):
         rows = None
@@ -78,8 +77,8 @@ class _Session:
 class _Plan:
     """The packets of one transaction: its body, then what commits it."""
 
-    def __init__(self, trx, body, commit, standalone):
-        self.trx, self.body, self.commit, self.standalone = trx, body, commit, standalone
+    def __init__(self, trx, body, commit):
+        self.trx, self.body, self.commit = trx, body, commit
 
 
 class TargetApplier:
@@ -99,7 +98,7 @@ class TargetApplier:
     def open(self, source):
         """Connect, create the checkpoint table (unlogged) and read what is applied."""
         self.source = source
-        self.sessions = [_Session(self._connect(), 0)]
+        self.sessions = [_Session(self._connect())]
         first = self.sessions[0]
         first.run("SET SESSION sql_log_bin=0", "CREATE DATABASE IF NOT EXISTS mysqlbackup_replay",
                   CHECKPOINT_DDL)
@@ -107,7 +106,7 @@ class TargetApplier:
             first.run(CHECKPOINT_MIGRATE)
         first.run("SET SESSION sql_log_bin=1")
         self._load_state()
-        self.sessions += [_Session(self._connect(), slot) for slot in range(1, self.workers)]
+        self.sessions += [_Session(self._connect()) for _ in range(1, self.workers)]
         for session in self.sessions:
             session.run(f"SET SESSION innodb_lock_wait_timeout={LOCK_WAIT_TIMEOUT}")
         return self
@@ -153,14 +152,14 @@ class TargetApplier:
         workers, commits in the original order. A lock wait between them (the target is
         not the source) rolls the unfinished ones back and applies them one by one."""
         n = min(self.workers, len(batch))
-        gtids, plans = self.applied.copy(), []
-        for i, trx in enumerate(batch):
-            plans.append(self._plan(trx, fde, checksum, gtids, i % n))
-            if _gtid_parts(trx):
-                gtids.add(*_gtid_parts(trx))
         if n == 1:
             return self._apply_serially(batch, fde_event, fde, checksum)
-        turn = _Turn(len(plans))
+        gtids, plans = self.applied.copy(), []
+        for i, trx in enumerate(batch):
+            plans.append(self._plan(trx, fde, checksum, gtids, i % n))  # slot i % n: worker
+            if _gtid_parts(trx):
+                gtids.add(*_gtid_parts(trx))
+        turn = _Turn()
         threads = [threading.Thread(target=self._worker, args=(self.sessions[w],
                                                                plans[w::n], w, n, turn,
                                                                fde_event))
@@ -233,10 +232,10 @@ class TargetApplier:
         if current:
             packets.append(";\n".join(current))
         if steps[-1][0] == "commit":
-            return _Plan(trx, packets, "COMMIT", False)
+            return _Plan(trx, packets, "COMMIT")
         # DDL commits by itself: record it afterwards, unlogged
         return _Plan(trx, packets, f"SET SESSION sql_log_bin=0;\n{checkpoint};\n"
-                                   "SET SESSION sql_log_bin=1", True)
+                                   "SET SESSION sql_log_bin=1")
 
     def _checkpoint_sql(self, trx, gtids, slot):
         gtids = gtids.copy()
@@ -265,8 +264,8 @@ class TargetApplier:
 class _Turn:
     """Commit order of a parallel batch: index i commits only after i - 1 did."""
 
-    def __init__(self, size):
-        self.size, self.next, self.error = size, 0, None
+    def __init__(self):
+        self.next, self.error = 0, None
         self.failed = False
         self.cond = threading.Condition()
 
