@@ -15,6 +15,7 @@ Run: .venv/bin/python scripts/bench_replay.py [--mb 1000] [--rows 1000000]
 """
 
 import argparse
+import json
 import os
 import shutil
 import subprocess
@@ -162,6 +163,35 @@ def archive(workdir, source, files):
     return url
 
 
+def prepare(workdir, args, servers):
+    """Write the source and its archive once; what later runs need goes to bench.json."""
+    source = MariaDBSandbox(os.path.join(workdir, "source"), semi_sync=False,
+                            extra_args=["--max-binlog-size=128M",
+                                        "--innodb-buffer-pool-size=1G",
+                                        # a durable primary, as in production: its
+                                        # fsyncs are what group concurrent commits
+                                        "--sync-binlog=1",
+                                        "--innodb-flush-log-at-trx-commit=1"]).start()
+    servers.append(source)
+    source.execute(*SCHEMA, "FLUSH BINARY LOGS")
+    g0 = source.execute("SELECT @@gtid_binlog_pos")[0][0]
+    first_data = source.binlog_files()[-1]
+    t = time.monotonic()
+    changes = generate(source, args.mb, args.rows, args.clients)
+    names = source.binlog_files()
+    files = [source.binlog_path(n) for n in names[names.index(first_data):]]
+    size = sum(map(os.path.getsize, files)) / 1e6
+    print(f"source: {changes} row changes, {size:.0f} MB in {len(files)} files after G0 "
+          f"{g0} ({time.monotonic() - t:.0f} s to write)")
+    bench = {"g0": g0, "files": files, "changes": changes, "size": size,
+             "expected": checksums(source), "url": archive(workdir, source, files)}
+    source.stop(remove=False)
+    servers.remove(source)
+    with open(os.path.join(workdir, "bench.json"), "w") as f:
+        json.dump(bench, f)
+    return bench
+
+
 def main():
     parser = argparse.ArgumentParser(description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -169,50 +199,49 @@ def main():
     parser.add_argument("--rows", type=int, default=1_000_000, help="row changes after G0")
     parser.add_argument("--clients", type=int, default=4, help="concurrent writers (4)")
     parser.add_argument("--workers", type=int, default=4, help="replay --workers (4)")
-    parser.add_argument("--keep", action="store_true")
+    parser.add_argument("--keep", action="store_true",
+                        help="keep the work directory (its archive can be --reuse'd)")
+    parser.add_argument("--reuse", metavar="DIR",
+                        help="a kept work directory: replay its archive again, no writing")
+    parser.add_argument("--only", choices=["pipe", "sql", "ours"], action="append",
+                        help="run only these (repeatable; the pipe is the ratios' anchor)")
     args = parser.parse_args()
-    workdir = tempfile.mkdtemp(prefix="bench-replay-")
+    workdir = args.reuse or tempfile.mkdtemp(prefix="bench-replay-")
+    only = set(args.only or ["pipe", "sql", "ours"])
     servers = []
     try:
-        source = MariaDBSandbox(os.path.join(workdir, "source"), semi_sync=False,
-                                extra_args=["--max-binlog-size=128M",
-                                            "--innodb-buffer-pool-size=1G",
-                                            # a durable primary, as in production: its
-                                            # fsyncs are what group concurrent commits
-                                            "--sync-binlog=1",
-                                            "--innodb-flush-log-at-trx-commit=1"]).start()
-        servers.append(source)
-        source.execute(*SCHEMA, "FLUSH BINARY LOGS")
-        g0 = source.execute("SELECT @@gtid_binlog_pos")[0][0]
-        first_data = source.binlog_files()[-1]
-        t = time.monotonic()
-        changes = generate(source, args.mb, args.rows, args.clients)
-        names = source.binlog_files()
-        files = [source.binlog_path(n) for n in names[names.index(first_data):]]
-        size = sum(map(os.path.getsize, files)) / 1e6
-        print(f"source: {changes} row changes, {size:.0f} MB in {len(files)} files after G0 "
-              f"{g0} ({time.monotonic() - t:.0f} s to write)")
-        expected = checksums(source)
-        url = archive(workdir, source, files)
+        if args.reuse:
+            with open(os.path.join(workdir, "bench.json")) as f:
+                bench = json.load(f)
+            for name in ("pipe", "sqlthread", "ours"):
+                shutil.rmtree(os.path.join(workdir, name), ignore_errors=True)
+        else:
+            bench = prepare(workdir, args, servers)
+        files, size, expected = bench["files"], bench["size"], bench["expected"]
         results = {}
-        pipe_s, pipe_t = run_pipe(workdir, files)
-        servers.append(pipe_t)
-        results["mariadb-binlog | mariadb"] = (pipe_s, checksums(pipe_t) == expected)
-        sql_s, sql_t = run_sql_thread(workdir, files)
-        servers.append(sql_t)
-        results["replica SQL thread"] = (sql_s, checksums(sql_t) == expected)
-        ours_t = new_target(workdir, "ours")
-        servers.append(ours_t)
-        ours_s = run_ours(workdir, url, ours_t.port, g0, args.workers)
-        results["mysqlbackup replay"] = (ours_s, checksums(ours_t) == expected)
-        print(f"\nsummary ({size:.0f} MB, {changes} row changes)")
+        if "pipe" in only:
+            pipe_s, pipe_t = run_pipe(workdir, files)
+            servers.append(pipe_t)
+            results["mariadb-binlog | mariadb"] = (pipe_s, checksums(pipe_t) == expected)
+        if "sql" in only:
+            sql_s, sql_t = run_sql_thread(workdir, files)
+            servers.append(sql_t)
+            results["replica SQL thread"] = (sql_s, checksums(sql_t) == expected)
+        if "ours" in only:
+            ours_t = new_target(workdir, "ours")
+            servers.append(ours_t)
+            ours_s = run_ours(workdir, bench["url"], ours_t.port, bench["g0"], args.workers)
+            results["mysqlbackup replay"] = (ours_s, checksums(ours_t) == expected)
+        print(f"\nsummary ({size:.0f} MB, {bench['changes']} row changes)")
+        anchor = results.get("mariadb-binlog | mariadb", (None,))[0]
         for label, (secs, same) in results.items():
+            ratio = f"  speed vs pipe {anchor / secs:.2f}x" if anchor else ""
             print(f"  {label:28s} {secs:7.1f} s  {size / secs:6.1f} MB/s  checksums "
-                  f"{'identical' if same else 'DIFFER'}  speed vs pipe {pipe_s / secs:.2f}x")
+                  f"{'identical' if same else 'DIFFER'}{ratio}")
     finally:
         for server in servers:
-            server.stop(remove=not args.keep)
-        if not args.keep:
+            server.stop(remove=not (args.keep or args.reuse))
+        if not (args.keep or args.reuse):
             shutil.rmtree(workdir, ignore_errors=True)
 
 
