@@ -218,9 +218,14 @@ def inspect(paths, as_json):
               "and REPLICATION SLAVE ADMIN) and write access to mysqlbackup_replay.")
 @click.option("--target-password-file", type=click.Path(dir_okay=False))
 @click.option("--workers", type=click.IntRange(1, 64), default=4, show_default=True,
-              help="Connections to the target. Transactions the binlog proves independent "
+              help="Connections to a target that keeps a binlog (so every transaction keeps "
+              "its own GTID). Transactions the binlog proves independent "
               "(one MariaDB group commit, or MySQL logical-clock overlap) run side by side, "
               "still committing in the original order; the rest run one by one.")
+@click.option("--merge", type=click.IntRange(1, 10000), default=100, show_default=True,
+              help="A target without a binlog keeps no GTIDs: up to N consecutive row-only "
+              "transactions (committed by an XID) then share one target commit, the "
+              "checkpoint row inside it, so the apply stays exactly-once. 1 turns it off.")
 @click.option("--sql", "sql_path", type=click.Path(dir_okay=False),
               help="Write the statements to this file instead (dry run, for review).")
 @click.option("--parquet", "parquet_url", metavar="URL", help="Write a change table instead: "
@@ -248,7 +253,7 @@ def inspect(paths, as_json):
 @click.option("--master", help="Spark master (default local[*]); spark-submit works too.")
 @handle_errors
 def replay(archive_url, archive_option, source_name, target, target_password_file, workers,
-           sql_path,
+           merge, sql_path,
            parquet_url, start_gtid, start_position, stop_datetime, stop_before_gtid,
            stop_position, exclude_gtids, databases, tables, rewrites, allow_gaps, master):
     """Point-in-time replay of the archive with PySpark (one task per file), applying
@@ -266,7 +271,7 @@ def replay(archive_url, archive_option, source_name, target, target_password_fil
     if target:
         spec = source_from_options(target, target_password_file, (
             "MYSQLBACKUP_TARGET_PASSWORD", PASSWORD_ENV))
-        sink = TargetApplier(spec, workers)
+        sink = TargetApplier(spec, workers, merge)
     elif sql_path:
         sink = SqlFileSink(sql_path)
     else:
@@ -285,7 +290,8 @@ def replay(archive_url, archive_option, source_name, target, target_password_fil
                f"{summary['stop_reason']}")
     if target:
         click.echo(f"workers: {summary['workers']} connection(s) used; "
-                   f"{summary['parallel_applied']} transactions applied in parallel batches")
+                   f"{summary['parallel_applied']} transactions applied in parallel batches; "
+                   f"{summary['target_commits']} target commits")
 
 
 def _missing(option):

@@ -14,6 +14,9 @@ from .errors import ProtocolError
 COM_REGISTER_SLAVE = 0x15
 COM_BINLOG_DUMP = 0x12
 COM_BINLOG_DUMP_GTID = 0x1E
+COM_STMT_PREPARE = 0x16
+COM_STMT_EXECUTE = 0x17
+MYSQL_TYPE_BLOB = 0xFC
 BINLOG_DUMP_NON_BLOCK = 0x01
 BINLOG_SEND_ANNOTATE_ROWS_EVENT = 0x02
 BINLOG_THROUGH_GTID = 0x04
@@ -42,6 +45,31 @@ def _lenstr(value):
     if len(data) > 255:
         raise ValueError("string longer than 255 bytes")
     return bytes([len(data)]) + data
+
+
+def lenenc_int(n):
+    """A length-encoded integer (the client/server protocol's variable-length form)."""
+    if n < 251:
+        return bytes([n])
+    if n < 1 << 16:
+        return b"\xfc" + struct.pack("<H", n)
+    if n < 1 << 24:
+        return b"\xfd" + struct.pack("<I", n)[:3]
+    return b"\xfe" + struct.pack("<Q", n)
+
+
+def parse_prepare_ok(payload):
+    """(statement id, columns, parameters) of a COM_STMT_PREPARE OK payload."""
+    if not payload or payload[0] != 0:
+        raise ValueError("not a COM_STMT_PREPARE OK packet")
+    return struct.unpack_from("<IHH", payload, 1)
+
+
+def stmt_execute_blob_args(stmt_id, value):
+    """COM_STMT_EXECUTE body (after the command byte) binding one BLOB parameter to
+    ``value`` (bytes): no cursor, one iteration, not NULL, types sent."""
+    return (struct.pack("<IBI", stmt_id, 0, 1) + b"\x00\x01"
+            + bytes([MYSQL_TYPE_BLOB, 0]) + lenenc_int(len(value)) + value)
 
 
 def register_slave_payload(server_id, host="", user="", password="", port=0):

@@ -8,6 +8,8 @@ group still open at the end of the bytes is incomplete: it is returned apart,
 never as a transaction.
 """
 
+import zlib
+
 from mysqlbackup import events as ev
 from mysqlbackup.archive_index import gtid_text
 from mysqlbackup.errors import CorruptBinlog
@@ -111,6 +113,31 @@ def _finish(current, end, last_event, tracker):
         "group": commit_group(current["events"][0], tracker.checksum),
         "rows_events": sum(1 for e in current["events"] if e[4] in ev.ROWS_EVENTS),
     }
+
+
+def detach_events(transactions, data):
+    """A decode result without its bytes: each transaction keeps its events' lengths
+    (they are consecutive from its start), plus (size, CRC32) of the whole ``data``
+    so that whoever attaches the bytes again can prove they are the ones decoded."""
+    for trx in transactions:
+        trx["event_lengths"] = [len(e) for e in trx.pop("events")]
+    return len(data), zlib.crc32(data)
+
+
+def attach_events(transactions, data, name, fingerprint):
+    """Give transactions detached by ``detach_events`` their events back from ``data``
+    (the same object, read again); refuses bytes that are not the decoded ones."""
+    if (len(data), zlib.crc32(data)) != tuple(fingerprint):
+        raise CorruptBinlog(f"the archived object changed between decode and apply "
+                            f"(size/CRC32 {len(data)}/{zlib.crc32(data)}, decoded "
+                            f"{fingerprint[0]}/{fingerprint[1]}); resync required", name, 0)
+    view = memoryview(data)
+    for trx in transactions:
+        pos, events = trx["start"], []
+        for n in trx.pop("event_lengths"):
+            events.append(bytes(view[pos:pos + n]))
+            pos += n
+        trx["events"] = events
 
 
 def table_of(event):

@@ -22,7 +22,6 @@ from mysqlbackup.errors import ResyncRequired
 from mysqlbackup.gtid import MariaGtidPos
 from mysqlbackup.names import binlog_sort_key
 
-from .groups import batches
 from .plan import pick_source, plan_units
 from .rewrite import rewrite_transaction
 from .selection import Selection
@@ -44,14 +43,33 @@ class ReplayOptions:
 
 
 def decode_unit(unit, url, options):
-    """Spark task: read one file from the archive and assemble its transactions."""
-    from mysqlbackup.store import ArchiveStore
-    from replay.assemble import assemble
-    store = ArchiveStore(url, options)
-    data = b"".join(store.read(key) for key in unit["keys"])
+    """Spark task: read one file from the archive and assemble its transactions.
+
+    What comes back to the driver is the transactions without their bytes (event
+    lengths instead) and the object's size and CRC32: the driver reads the object
+    itself and attaches the bytes (``attach_unit``), so the binlog does not pass
+    through the JVM (that cost more than the decode itself)."""
+    from replay.assemble import assemble, detach_events
+    data = read_unit(unit, url, options)
     transactions, incomplete, fde = assemble(data, unit["name"], newest=unit["partial"])
+    fingerprint = detach_events(transactions, data)
     return {"name": unit["name"], "transactions": transactions, "incomplete": incomplete,
-            "fde": fde, "partial": unit["partial"]}
+            "fde": fde, "partial": unit["partial"], "fingerprint": fingerprint}
+
+
+def read_unit(unit, url, options):
+    """The bytes of one unit (a sealed file, or the segments of the newest one)."""
+    from mysqlbackup.store import ArchiveStore
+    store = ArchiveStore(url, options)
+    return b"".join(store.read(key) for key in unit["keys"])
+
+
+def attach_unit(result, unit, url, options):
+    """Driver side: the unit's bytes, read again and proved equal, into ``result``."""
+    from replay.assemble import attach_events
+    attach_events(result["transactions"], read_unit(unit, url, options), unit["name"],
+                  result["fingerprint"])
+    return result
 
 
 def plan(opts):
@@ -163,7 +181,8 @@ def run_replay(opts, sink, spark=None, progress=None):
     def decode(parts):
         sc.setJobGroup(group, f"replay of {source}")  # job groups are per thread
         summary["tasks"] += len(parts)  # decoded, even when a stop point comes first
-        return sc.runJob(decoded, lambda it: list(it), parts)
+        results = sc.runJob(decoded, lambda it: list(it), parts)
+        return [attach_unit(r, units[p], url, options) for r, p in zip(results, parts)]
     # Spark decodes the next window while the driver applies this one
     prefetch = ThreadPoolExecutor(max_workers=1, thread_name_prefix="decode")
     try:
@@ -185,6 +204,7 @@ def run_replay(opts, sink, spark=None, progress=None):
     summary["spark_tasks"] = _tasks_run(sc, group, summary["tasks"])
     summary["workers"] = getattr(sink, "most_workers", 1)
     summary["parallel_applied"] = getattr(sink, "parallel_applied", 0)
+    summary["target_commits"] = getattr(sink, "commits", None)
     return summary
 
 
@@ -214,15 +234,14 @@ def _apply_file(result, selection, sink, summary):
     fde = ev.parse_format_description(result["fde"])
     checksum = fde.checksum_alg == ev.CHECKSUM_CRC32
     chosen, stopped = _choose(result["transactions"], selection, sink, summary, checksum)
-    parallel = getattr(sink, "apply_group", None)
-    for batch in batches(chosen):
-        if parallel and len(batch) > 1:
-            parallel(batch, result["fde"], checksum, fde)
-        else:
-            for trx in batch:
-                sink.apply(trx, result["fde"], checksum, fde)
-        summary["applied"] += len(batch)
-        summary["rows_events"] += sum(t.get("rows_events", 0) for t in batch)
+    apply_many = getattr(sink, "apply_many", None)
+    if apply_many:
+        apply_many(chosen, result["fde"], checksum, fde)
+    else:
+        for trx in chosen:
+            sink.apply(trx, result["fde"], checksum, fde)
+    summary["applied"] += len(chosen)
+    summary["rows_events"] += sum(t.get("rows_events", 0) for t in chosen)
     if stopped:
         return True
     if result["incomplete"]:

@@ -18,6 +18,7 @@ from mysqlbackup.errors import CorruptBinlog
 from mysqlbackup.query_vars import RESET_SESSION, raw_query, session_statements
 from mysqlbackup.transactions import classify_sql
 
+BINLOG_CAP = 4 << 20  # raw bytes a BINLOG statement gathers before it ends at a statement
 ROW_EVENTS = {ev.TABLE_MAP, 23, 24, 25, 30, 31, 32}
 SKIPPED = {ev.MARIA_ANNOTATE_ROWS, ev.ROWS_QUERY, ev.GTID, ev.ANONYMOUS_GTID, ev.MARIA_GTID,
            ev.XID}
@@ -26,6 +27,49 @@ SKIPPED = {ev.MARIA_ANNOTATE_ROWS, ev.ROWS_QUERY, ev.GTID, ev.ANONYMOUS_GTID, ev
 def binlog_statement(events):
     """``BINLOG '...'`` carrying the given whole events."""
     return "BINLOG '" + base64.b64encode(b"".join(events)).decode("ascii") + "'"
+
+
+def binlog_chunks(events, fde, cap):
+    """Consecutive row events cut into BINLOG-sized lists: each holds whole row
+    statements (a TABLE_MAP through the rows event with STMT_END_F), and a new one
+    begins once ``cap`` raw bytes are reached (a single larger statement stays whole)."""
+    chunks, chunk, size = [], [], 0
+    for event in events:
+        chunk.append(event)
+        size += len(event)
+        if size >= cap and event[4] in ev.ROWS_EVENTS and ev.rows_statement_end(event, fde):
+            chunks.append(chunk)
+            chunk, size = [], 0
+    if chunk:
+        chunks.append(chunk)
+    return chunks
+
+
+def binlog_statements(events, fde, cap):
+    """``BINLOG '...'`` statements for consecutive row events (``binlog_chunks``)."""
+    return [binlog_statement(chunk) for chunk in binlog_chunks(events, fde, cap)]
+
+
+def mergeable(trx, checksum, fde):
+    """True when ``trx`` is only row changes committed by an XID (a transactional
+    engine), so that it may share one target commit with its neighbours."""
+    events = trx["events"]
+    if not events or events[-1][4] != ev.XID:
+        return False
+    for event in events:
+        etype = event[4]
+        if etype in ROW_EVENTS or etype in SKIPPED:
+            continue
+        if etype == ev.QUERY and classify_sql(
+                ev.parse_query(event, checksum, fde, max_sql=64).sql) == "begin":
+            continue
+        return False
+    return True
+
+
+def row_events(trx):
+    """The events of ``trx`` that go into BINLOG statements."""
+    return [e for e in trx["events"] if e[4] in ROW_EVENTS]
 
 
 def gtid_session(trx):
@@ -37,7 +81,7 @@ def gtid_session(trx):
     return f"SET SESSION gtid_domain_id={domain}, server_id={server_id}, gtid_seq_no={seq}"
 
 
-def transaction_steps(trx, fde, checksum):
+def transaction_steps(trx, fde, checksum, cap=BINLOG_CAP):
     """[(kind, sql)] for one transaction; kind 'sql', 'binlog' (must end its packet) or
     'raw' (bytes: a packet of its own).
 
@@ -54,11 +98,11 @@ def transaction_steps(trx, fde, checksum):
             rows.append(event)
             continue
         if rows:
-            steps.append(("binlog", binlog_statement(rows)))
+            steps += [("binlog", sql) for sql in binlog_statements(rows, fde, cap)]
             rows = []
         steps.extend(_other(event, etype, checksum, fde, trx.get("db_map") or {}))
     if rows:
-        steps.append(("binlog", binlog_statement(rows)))
+        steps += [("binlog", sql) for sql in binlog_statements(rows, fde, cap)]
     if transactional:
         steps.append(("commit", "COMMIT"))
     return steps

@@ -12,6 +12,7 @@ statements, plus REPLICATION SLAVE ADMIN or SUPER to set gtid_seq_no and
 server_id), and CREATE/INSERT/UPDATE on ``mysqlbackup_replay``.
 """
 
+import base64
 import logging
 import threading
 
@@ -21,8 +22,12 @@ from pymysql.constants import CLIENT
 from mysqlbackup.errors import MysqlBackupError, SourceError
 from mysqlbackup.gtid import MariaGtidPos
 from mysqlbackup.names import binlog_sort_key
+from mysqlbackup.protocol import (COM_STMT_EXECUTE, COM_STMT_PREPARE, parse_prepare_ok,
+                                  stmt_execute_blob_args)
 
-from .statements import binlog_statement, gtid_session, transaction_steps
+from .groups import batches
+from .statements import (binlog_chunks, binlog_statement, gtid_session, mergeable,
+                         row_events, transaction_steps)
 
 log = logging.getLogger(__name__)
 
@@ -36,6 +41,10 @@ CHECKPOINT_MIGRATE = (
     "ALTER TABLE mysqlbackup_replay.checkpoint ADD COLUMN worker SMALLINT NOT NULL DEFAULT 0 "
     "AFTER source, DROP PRIMARY KEY, ADD PRIMARY KEY (source, worker)")
 LOCK_WAIT_TIMEOUT = 10  # s; a parallel batch that waits longer is redone one by one
+MERGE_BYTES = 16 << 20  # raw row-event bytes one merged target commit gathers at most
+# MariaDB: BINLOG reads its base64 from two user variables (and empties them)
+FRAGMENT_SET = "SET @binlog_fragment_0 = ?, @binlog_fragment_1 = ''"
+FRAGMENT_BINLOG = "BINLOG @binlog_fragment_0, @binlog_fragment_1"
 
 
 class ApplyError(MysqlBackupError):
@@ -47,6 +56,7 @@ class _Session:
 
     def __init__(self, conn):
         self.conn, self.fde = conn, None
+        self.fragment_stmt = None  # id of the prepared FRAGMENT_SET
 
     def run(self, *statements):
         rows = None
@@ -63,6 +73,30 @@ class _Session:
         if fde_event != self.fde:
             self.run(binlog_statement([fde_event]))
             self.fde = fde_event
+
+    def binlog(self, events, before="", fragments=True):
+        """Apply whole events with BINLOG after ``before`` (statements in the same
+        packet). ``fragments`` (MariaDB): the base64 is bound to a prepared SET as a
+        parameter, so the server does not lex megabytes of text (a third of its work);
+        BINLOG empties the variables as it reads them, so a failed bind can never
+        replay older events. Otherwise a ``BINLOG '...'`` literal."""
+        if not fragments:
+            return self.run(before + binlog_statement(events))
+        if self.fragment_stmt is None:
+            self.fragment_stmt = self._prepare(FRAGMENT_SET)
+        value = base64.b64encode(b"".join(events))
+        self.conn._execute_command(COM_STMT_EXECUTE,
+                                   stmt_execute_blob_args(self.fragment_stmt, value))
+        self.conn._read_packet()  # OK, or raises the server's error
+        return self.run(before + FRAGMENT_BINLOG)
+
+    def _prepare(self, sql):
+        """Server-side prepared statement id (pymysql has none: its packet calls)."""
+        self.conn._execute_command(COM_STMT_PREPARE, sql)
+        stmt_id, columns, params = parse_prepare_ok(self.conn._read_packet().get_all_data())
+        for _ in range(params + bool(params) + columns + bool(columns)):  # defs, then EOF
+            self.conn._read_packet()
+        return stmt_id
 
     def rollback(self):
         try:
@@ -85,9 +119,13 @@ class TargetApplier:
     """Applies transactions in commit order; a batch of one commit group runs on up to
     ``workers`` connections side by side, and still commits in the original order."""
 
-    def __init__(self, spec, workers=1):
+    def __init__(self, spec, workers=1, merge=1):
         self.spec, self.source = spec, None
         self.workers = max(1, workers)
+        self.merge = max(1, merge)  # source transactions per target commit (no binlog)
+        self.cap = 4 << 20          # raw bytes per BINLOG statement (max_allowed_packet)
+        self.commits = 0            # target commits made
+        self.mariadb = False        # BINLOG from user variables (fragments) works
         self.sessions = []
         self.applied = MariaGtidPos()
         self.position = None   # (file, end) of the last applied transaction
@@ -124,8 +162,10 @@ class TargetApplier:
         """Applied GTIDs and position: the target's binlog and the newest checkpoint row
         (commits are in order, so the newest row's position covers all before it)."""
         run = self.sessions[0].run
-        rows = run("SELECT @@log_bin, @@gtid_binlog_pos")
+        rows = run("SELECT @@log_bin, @@gtid_binlog_pos, @@max_allowed_packet, VERSION()")
         self.binlog = bool(int(rows[0][0]))
+        self.mariadb = "mariadb" in rows[0][3].lower()
+        self.cap = min(self.cap, int(rows[0][2]) // 4)  # base64 takes 4/3; room to spare
         if self.binlog and rows[0][1]:
             self.applied = MariaGtidPos.parse(rows[0][1])
         for file, pos, gtid in run("SELECT file, pos, gtid FROM mysqlbackup_replay.checkpoint "
@@ -146,6 +186,69 @@ class TargetApplier:
     def apply(self, trx, fde_event, checksum, fde):
         """Apply one transaction with its checkpoint, in one commit where it can."""
         self._apply_serially([trx], fde_event, fde, checksum)
+
+    def apply_many(self, transactions, fde_event, checksum, fde):
+        """Apply transactions in order, doing as little per transaction as is safe.
+
+        A target without a binlog keeps no GTIDs, so runs of row-only transactions
+        share one commit (up to ``merge`` of them), the checkpoint row inside it;
+        a target with a binlog gets every transaction under its own GTID, commit
+        groups side by side on the workers (``apply_group``)."""
+        if self.merge > 1 and not self.binlog:
+            for unit in self._merge_units(transactions, checksum, fde):
+                if len(unit) > 1:
+                    self._apply_merged(unit, fde_event, fde, checksum)
+                else:
+                    self._apply_serially(unit, fde_event, fde, checksum)
+            return
+        for batch in batches(transactions):
+            if len(batch) > 1:
+                self.apply_group(batch, fde_event, checksum, fde)
+            else:
+                self._apply_serially(batch, fde_event, fde, checksum)
+
+    def _merge_units(self, transactions, checksum, fde):
+        """Consecutive runs of mergeable transactions (a limit of count and bytes);
+        any other transaction is a run of its own."""
+        unit, size = [], 0
+        for trx in transactions:
+            if not mergeable(trx, checksum, fde):
+                if unit:
+                    yield unit
+                yield [trx]
+                unit, size = [], 0
+                continue
+            trx_size = sum(len(e) for e in trx["events"])
+            if unit and (len(unit) >= self.merge or size + trx_size > MERGE_BYTES):
+                yield unit
+                unit, size = [], 0
+            unit.append(trx)
+            size += trx_size
+        if unit:
+            yield unit
+
+    def _apply_merged(self, unit, fde_event, fde, checksum):
+        """One target commit for ``unit``; when the target refuses it, the unit is
+        rolled back and applied one by one (which names the transaction at fault)."""
+        gtids = self.applied.copy()
+        for trx in unit[:-1]:
+            if _gtid_parts(trx):
+                gtids.add(*_gtid_parts(trx))
+        chunks = binlog_chunks([e for t in unit for e in row_events(t)], fde, self.cap)
+        session = self.sessions[0]
+        try:
+            session.use_fde(fde_event)
+            for i, chunk in enumerate(chunks):
+                session.binlog(chunk, "BEGIN;\n" if i == 0 else "", self.mariadb)
+            session.run(self._checkpoint_sql(unit[-1], gtids, 0) + ";\nCOMMIT")
+        except pymysql.err.MySQLError as e:
+            session.rollback()
+            log.info("merged commit of %d transactions refused (%s); applying them one "
+                     "by one", len(unit), e.args[-1])
+            return self._apply_serially(unit, fde_event, fde, checksum)
+        self.commits += 1
+        for trx in unit:
+            self._mark(trx)
 
     def apply_group(self, batch, fde_event, checksum, fde):
         """Apply transactions the binlog proves independent: bodies side by side on the
@@ -170,6 +273,7 @@ class TargetApplier:
             t.join()
         for plan in plans[:turn.next]:
             self._mark(plan.trx)
+        self.commits += turn.next
         self.parallel_applied += turn.next
         self.most_workers = max(self.most_workers, n)
         if turn.next < len(plans):
@@ -204,6 +308,7 @@ class TargetApplier:
                 for packet in plan.body:
                     session.run(packet)
                 session.run(plan.commit)
+                self.commits += 1
             except pymysql.err.MySQLError as e:
                 session.rollback()
                 raise ApplyError(f"the target refused transaction {trx.get('gtid') or ''} at "
@@ -212,14 +317,13 @@ class TargetApplier:
 
     def _plan(self, trx, fde, checksum, gtids, slot):
         """Packets of ``trx``; its checkpoint row (``slot``) goes into its own commit."""
-        steps = transaction_steps(trx, fde, checksum)
+        steps = transaction_steps(trx, fde, checksum, self.cap)
         session = gtid_session(trx)
         packets, current = [], [session] if session else []
         checkpoint = self._checkpoint_sql(trx, gtids, slot)
         for kind, sql in steps:
             if kind == "commit":
-                current.append(checkpoint)
-                continue
+                continue  # the checkpoint row goes with the COMMIT: one packet
             if kind == "raw":  # the source's own bytes: a packet of their own
                 packets += [";\n".join(current)] if current else []
                 packets.append(sql)
@@ -232,7 +336,7 @@ class TargetApplier:
         if current:
             packets.append(";\n".join(current))
         if steps[-1][0] == "commit":
-            return _Plan(trx, packets, "COMMIT")
+            return _Plan(trx, packets, f"{checkpoint};\nCOMMIT")
         # DDL commits by itself: record it afterwards, unlogged
         return _Plan(trx, packets, f"SET SESSION sql_log_bin=0;\n{checkpoint};\n"
                                    "SET SESSION sql_log_bin=1")

@@ -65,3 +65,20 @@ def test_dump_payload_layout():
     assert p[0] == protocol.COM_BINLOG_DUMP
     assert struct.unpack_from("<IHI", p, 1) == (4, protocol.BINLOG_SEND_ANNOTATE_ROWS_EVENT, 77)
     assert p[11:] == b"binlog.000001"
+
+
+def test_length_encoded_integers():
+    assert [protocol.lenenc_int(n) for n in (0, 250, 251, 65535, 65536, 1 << 24)] == [
+        b"\x00", b"\xfa", b"\xfc\xfb\x00", b"\xfc\xff\xff", b"\xfd\x00\x00\x01",
+        b"\xfe" + struct.pack("<Q", 1 << 24)]
+
+
+def test_prepared_statement_packets():
+    ok = b"\x00" + struct.pack("<IHH", 7, 0, 1) + b"\x00\x00\x00"
+    assert protocol.parse_prepare_ok(ok) == (7, 0, 1)
+    with pytest.raises(ValueError):
+        protocol.parse_prepare_ok(b"\xff\x01\x00")
+    body = protocol.stmt_execute_blob_args(7, b"QUJD" * 100)
+    # stmt id, no cursor, one iteration, NULL bitmap, types bound, BLOB, 400 as lenenc
+    assert body[:13] == struct.pack("<IBI", 7, 0, 1) + b"\x00\x01\xfc\x00"
+    assert body[13:] == b"\xfc\x90\x01" + b"QUJD" * 100

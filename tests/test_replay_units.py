@@ -2,8 +2,8 @@
 
 import pytest
 
-from mysqlbackup.errors import ResyncRequired, UsageError
-from replay.assemble import assemble
+from mysqlbackup.errors import CorruptBinlog, ResyncRequired, UsageError
+from replay.assemble import assemble, attach_events, detach_events
 from replay.options import build_selection, parse_datetime
 from replay.plan import pick_source, plan_units
 from replay.statements import transaction_steps
@@ -48,6 +48,26 @@ def test_decisions():
     assert by_time.decide(trx(2, ts=120)) == ("stop", "stop datetime reached")
 
 
+def test_events_detached_in_the_task_come_back_equal_on_the_driver(shared_binlog):
+    data = read(shared_binlog(MARIA))
+    whole, _, _ = assemble(data, "mariadb-bin.000001")
+    light, _, _ = assemble(data, "mariadb-bin.000001")
+    fingerprint = detach_events(light, data)
+    assert all("events" not in t for t in light)
+    assert [len(t["event_lengths"]) for t in light] == [len(t["events"]) for t in whole]
+    attach_events(light, data, "mariadb-bin.000001", fingerprint)
+    assert light == whole
+
+
+def test_bytes_that_changed_after_the_decode_are_refused(shared_binlog):
+    data = read(shared_binlog(MARIA))
+    light, _, _ = assemble(data, "mariadb-bin.000001")
+    fingerprint = detach_events(light, data)
+    changed = data[:-1] + bytes([data[-1] ^ 1])
+    with pytest.raises(CorruptBinlog, match="changed between decode and apply"):
+        attach_events(light, changed, "mariadb-bin.000001", fingerprint)
+
+
 def test_steps_of_a_real_mariadb_transaction(shared_binlog):
     data = read(shared_binlog(MARIA))
     transactions, incomplete, fde_event = assemble(data, "mariadb-bin.000001")
@@ -58,6 +78,30 @@ def test_steps_of_a_real_mariadb_transaction(shared_binlog):
     assert steps[0][1] == "BEGIN" and steps[1][1].startswith("BINLOG '")
     assert transactions[0]["gtid_parts"] == [0, 1, 1]
     assert transactions[0]["tables"] == ["toddy_test.outbox"]
+
+
+def test_only_row_transactions_committed_by_an_xid_may_share_a_commit(shared_binlog):
+    from replay.statements import mergeable
+    data = read(shared_binlog("gh-ost/mysql-bin.000066"))  # 2 DDL, then 11 row trx
+    transactions, _, fde_event = assemble(data, "mysql-bin.000066")
+    fde = ev.parse_format_description(fde_event)
+    assert [mergeable(t, True, fde) for t in transactions] == [False] * 2 + [True] * 11
+    commit_query = dict(transactions[2], events=transactions[2]["events"][:-1])
+    assert not mergeable(commit_query, True, fde)  # no XID: not a transactional commit
+
+
+def test_binlog_statements_are_cut_only_where_a_row_statement_ends(shared_binlog):
+    from replay.statements import binlog_chunks, row_events
+    data = read(shared_binlog("gh-ost/mysql-bin.000066"))
+    transactions, _, fde_event = assemble(data, "mysql-bin.000066")
+    fde = ev.parse_format_description(fde_event)
+    rows = [e for t in transactions for e in row_events(t)]
+    ends = [e for e in rows if e[4] in ev.ROWS_EVENTS and ev.rows_statement_end(e, fde)]
+    chunks = binlog_chunks(rows, fde, cap=1)  # cut at every statement end
+    assert len(chunks) == len(ends) == 16
+    assert all(c[0][4] == ev.TABLE_MAP and c[-1] in ends for c in chunks)
+    assert [e for c in chunks for e in c] == rows
+    assert binlog_chunks(rows, fde, cap=1 << 20) == [rows]
 
 
 def test_compressed_transactions_are_refused_not_dropped(shared_binlog):

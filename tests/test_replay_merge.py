@@ -1,0 +1,107 @@
+"""A target without a binlog: runs of row-only transactions share one commit, with the
+checkpoint row inside it; the result, the resume point and the errors stay exact."""
+
+import pytest
+
+from mysqlbackup.archiver import Archiver
+from mysqlbackup.sandbox import MariaDBSandbox
+from mysqlbackup.source import SourceSpec
+from mysqlbackup.store import ArchiveStore
+from replay.job import ReplayOptions, run_replay
+from replay.options import build_selection
+from replay.target import ApplyError, TargetApplier
+from tests.helpers import backup_dir
+
+SCHEMA = ["CREATE DATABASE m",
+          "CREATE TABLE m.t (id INT PRIMARY KEY, v VARCHAR(400)) ENGINE=InnoDB",
+          "CREATE TABLE m.log (id INT PRIMARY KEY, note VARCHAR(40)) ENGINE=MyISAM"]
+TABLES = ["m.t", "m.log"]
+
+
+@pytest.fixture(scope="module")
+def spark():
+    from replay.job import spark_session
+    session = spark_session("local[2]")
+    yield session
+    session.stop()
+
+
+@pytest.fixture(scope="module")
+def merged_source(tmp_path_factory):
+    """An archive of single-row transactions, a DDL, a MyISAM write and a multi-row
+    transaction; the GTID of the insert of id 12 (for the conflict test)."""
+    tmp = tmp_path_factory.mktemp("merge")
+    source = MariaDBSandbox(str(tmp / "source"), semi_sync=False).start()
+    try:
+        yield archived_workload(source, tmp)
+    finally:
+        source.stop(remove=True)
+
+
+def archived_workload(source, tmp):
+    source.execute(*SCHEMA)
+    start = source.execute("SELECT @@gtid_binlog_pos")[0][0]
+    insert_12 = None
+    for i in range(30):
+        source.execute(f"INSERT INTO m.t VALUES ({i}, REPEAT('x', 300))")
+        if i == 12:
+            insert_12 = source.execute("SELECT @@gtid_binlog_pos")[0][0]
+    source.execute("ALTER TABLE m.t ADD COLUMN n INT NOT NULL DEFAULT 7",
+                   "INSERT INTO m.log VALUES (1, 'not transactional')")
+    conn = source.root(autocommit=False)
+    with conn.cursor() as cur:
+        cur.execute("UPDATE m.t SET v = CONCAT(v, 'y'), n = id WHERE id < 10")
+        cur.execute("DELETE FROM m.t WHERE id = 5")
+    conn.commit()
+    conn.close()
+    for i in range(30, 60):
+        source.execute(f"INSERT INTO m.t (id, v) VALUES ({i}, REPEAT('z', 300))")
+    source.execute("FLUSH BINARY LOGS")
+    local = backup_dir([source.binlog_path(n) for n in source.binlog_files()], tmp / "local",
+                       "merge1")
+    url = f"file://{tmp / 'archive'}"
+    Archiver(str(local), ArchiveStore(url)).run_once()
+    state = {t: source.execute(f"CHECKSUM TABLE {t}")[0][1] for t in TABLES}
+    return {"url": url, "start": start, "insert_12": insert_12, "checksums": state,
+            "create": source.execute("SHOW CREATE TABLE m.t")}
+
+
+def new_target(make_server, server_id):
+    target = make_server(server_id=server_id, semi_sync=False, log_bin=False)
+    target.execute(*SCHEMA)
+    return target, SourceSpec("127.0.0.1", target.port, "root", "")
+
+
+def test_row_transactions_share_commits_and_apply_exactly_once(merged_source, make_server,
+                                                               spark):
+    target, spec = new_target(make_server, 8)
+    opts = ReplayOptions(merged_source["url"], {},
+                         selection=build_selection(start_gtid=merged_source["start"]))
+    applier = TargetApplier(spec, merge=8)
+    applier.cap = 1500  # several BINLOG statements in one merged commit
+    summary = run_replay(opts, applier, spark=spark)
+    assert summary["applied"] == 30 + 2 + 1 + 30
+    # 60 single-row inserts and the UPDATE/DELETE in merged commits of 8 at most; the
+    # DDL and the MyISAM write (committed by a COMMIT, not an XID) alone
+    assert 2 + 61 / 8 <= summary["target_commits"] <= 2 + 61 / 8 + 3
+    assert {t: target.execute(f"CHECKSUM TABLE {t}")[0][1] for t in TABLES} == \
+        merged_source["checksums"]
+    assert target.execute("SHOW CREATE TABLE m.t") == merged_source["create"]
+    again = run_replay(opts, TargetApplier(spec, merge=8), spark=spark)
+    assert again["applied"] == 0 and again["target_commits"] == 0
+
+
+def test_a_refused_merged_commit_is_redone_one_by_one_naming_the_transaction(
+        merged_source, make_server, spark):
+    target, spec = new_target(make_server, 9)
+    target.execute("INSERT INTO m.t VALUES (12, 'already here')")
+    opts = ReplayOptions(merged_source["url"], {},
+                         selection=build_selection(start_gtid=merged_source["start"]))
+    with pytest.raises(ApplyError, match=f"transaction {merged_source['insert_12']} at"):
+        run_replay(opts, TargetApplier(spec, merge=8), spark=spark)
+    # everything before the refused transaction is applied and checkpointed, nothing after
+    assert target.execute("SELECT COUNT(*) FROM m.t WHERE id < 12")[0][0] == 12
+    assert target.execute("SELECT COUNT(*) FROM m.t WHERE id > 12")[0][0] == 0
+    gtid = target.execute("SELECT gtid FROM mysqlbackup_replay.checkpoint")[0][0]
+    seq = int(merged_source["insert_12"].split("-")[-1])
+    assert gtid.endswith(f"-{seq - 1}")
