@@ -79,16 +79,19 @@ def checksums(server):
     return {t: server.execute(f"CHECKSUM TABLE {t}")[0][1] for t in TABLES}
 
 
-def new_target(workdir, name, extra=()):
+def new_target(workdir, name, servers, extra=()):
+    """A fresh target with the schema (G0); in ``servers`` so that it is always stopped."""
     target = MariaDBSandbox(os.path.join(workdir, name), server_id=7, log_bin=False,
                             semi_sync=False, extra_args=["--innodb-buffer-pool-size=1G",
-                                                         *extra]).start()
+                                                         *extra])
+    servers.append(target)
+    target.start()
     target.execute(*SCHEMA)
     return target
 
 
-def run_pipe(workdir, files):
-    target = new_target(workdir, "pipe")
+def run_pipe(workdir, files, servers):
+    target = new_target(workdir, "pipe", servers)
     start = time.monotonic()
     binlog = subprocess.Popen(["mariadb-binlog", "--no-defaults", *files],
                               stdout=subprocess.PIPE)
@@ -98,8 +101,9 @@ def run_pipe(workdir, files):
     return time.monotonic() - start, target
 
 
-def run_sql_thread(workdir, files):
-    target = new_target(workdir, "sqlthread", ["--relay-log=relay-bin", "--skip-slave-start"])
+def run_sql_thread(workdir, files, servers):
+    target = new_target(workdir, "sqlthread", servers,
+                        ["--relay-log=relay-bin", "--skip-slave-start"])
     names = []
     for i, path in enumerate(files, 1):
         name = f"relay-bin.{i:06d}"
@@ -137,17 +141,29 @@ def slave_status(server):
         conn.close()
 
 
-def run_ours(workdir, archive_url, target_port, start_gtid, workers):
+def run_ours(workdir, servers, archive_url, start_gtid, workers, merge):
+    target = new_target(workdir, "ours", servers)
+    target_port = target.port
     env = dict(os.environ, MYSQLBACKUP_TARGET_PASSWORD="")
     start = time.monotonic()
     result = subprocess.run(
         [sys.executable, "-m", "mysqlbackup", "--log-level", "warning", "replay", "--archive",
          archive_url, "--target", f"mysql://root@127.0.0.1:{target_port}", "--start-gtid",
-         start_gtid, "--workers", str(workers)], env=env, capture_output=True, text=True)
+         start_gtid, "--workers", str(workers), "--merge", str(merge)], env=env, capture_output=True, text=True)
     if result.returncode:
         raise RuntimeError(result.stderr[-2000:])
     print("  " + result.stdout.strip())
-    return time.monotonic() - start
+    return time.monotonic() - start, target
+
+
+def measure(run, servers, expected):
+    """(seconds, checksums equal) of one way; its target is stopped and removed at once,
+    so that its background flushing does not slow the next way down."""
+    secs, target = run()
+    same = checksums(target) == expected
+    target.stop(remove=True)
+    servers.remove(target)
+    return secs, same
 
 
 def archive(workdir, source, files):
@@ -199,6 +215,8 @@ def main():
     parser.add_argument("--rows", type=int, default=1_000_000, help="row changes after G0")
     parser.add_argument("--clients", type=int, default=4, help="concurrent writers (4)")
     parser.add_argument("--workers", type=int, default=4, help="replay --workers (4)")
+    parser.add_argument("--merge", type=int, default=100,
+                        help="replay --merge (100; 1: a commit per source transaction)")
     parser.add_argument("--keep", action="store_true",
                         help="keep the work directory (its archive can be --reuse'd)")
     parser.add_argument("--reuse", metavar="DIR",
@@ -220,18 +238,15 @@ def main():
         files, size, expected = bench["files"], bench["size"], bench["expected"]
         results = {}
         if "pipe" in only:
-            pipe_s, pipe_t = run_pipe(workdir, files)
-            servers.append(pipe_t)
-            results["mariadb-binlog | mariadb"] = (pipe_s, checksums(pipe_t) == expected)
+            results["mariadb-binlog | mariadb"] = measure(
+                lambda: run_pipe(workdir, files, servers), servers, expected)
         if "sql" in only:
-            sql_s, sql_t = run_sql_thread(workdir, files)
-            servers.append(sql_t)
-            results["replica SQL thread"] = (sql_s, checksums(sql_t) == expected)
+            results["replica SQL thread"] = measure(
+                lambda: run_sql_thread(workdir, files, servers), servers, expected)
         if "ours" in only:
-            ours_t = new_target(workdir, "ours")
-            servers.append(ours_t)
-            ours_s = run_ours(workdir, bench["url"], ours_t.port, bench["g0"], args.workers)
-            results["mysqlbackup replay"] = (ours_s, checksums(ours_t) == expected)
+            results["mysqlbackup replay"] = measure(
+                lambda: run_ours(workdir, servers, bench["url"], bench["g0"], args.workers,
+                                 args.merge), servers, expected)
         print(f"\nsummary ({size:.0f} MB, {bench['changes']} row changes)")
         anchor = results.get("mariadb-binlog | mariadb", (None,))[0]
         for label, (secs, same) in results.items():
