@@ -289,9 +289,10 @@ def replay(archive_url, archive_option, source_name, target, target_password_fil
                f"dropped, {summary['files']} files in {summary['tasks']} Spark tasks; stopped: "
                f"{summary['stop_reason']}")
     if target:
-        click.echo(f"workers: {summary['workers']} connection(s) used; "
-                   f"{summary['parallel_applied']} transactions applied in parallel batches; "
-                   f"{summary['target_commits']} target commits")
+        click.echo(f"target: {summary['applied']} transactions in "
+                   f"{summary['target_commits']} commits; workers: {summary['workers']} "
+                   f"connection(s) used, {summary['parallel_applied']} transactions in "
+                   f"parallel batches")
 
 
 def _missing(option):

@@ -45,9 +45,9 @@ def binlog_chunks(events, fde, cap):
     return chunks
 
 
-def binlog_statements(events, fde, cap):
-    """``BINLOG '...'`` statements for consecutive row events (``binlog_chunks``)."""
-    return [binlog_statement(chunk) for chunk in binlog_chunks(events, fde, cap)]
+def step_sql(kind, what):
+    """The text (or the source's bytes) of one step, as a SQL file or client sends it."""
+    return binlog_statement(what) if kind == "binlog" else what
 
 
 def mergeable(trx, checksum, fde):
@@ -82,8 +82,9 @@ def gtid_session(trx):
 
 
 def transaction_steps(trx, fde, checksum, cap=BINLOG_CAP):
-    """[(kind, sql)] for one transaction; kind 'sql', 'binlog' (must end its packet) or
-    'raw' (bytes: a packet of its own).
+    """[(kind, what)] for one transaction: 'sql' (text), 'binlog' (a list of whole row
+    events for one BINLOG statement, which must end its packet), 'raw' (bytes: a
+    packet of its own) and 'commit'.
 
     A transaction with a commit (XID or COMMIT) is wrapped in BEGIN/COMMIT; a
     standalone statement (DDL) runs alone. ``checksum``: events carry a CRC32.
@@ -98,11 +99,11 @@ def transaction_steps(trx, fde, checksum, cap=BINLOG_CAP):
             rows.append(event)
             continue
         if rows:
-            steps += [("binlog", sql) for sql in binlog_statements(rows, fde, cap)]
+            steps += [("binlog", chunk) for chunk in binlog_chunks(rows, fde, cap)]
             rows = []
         steps.extend(_other(event, etype, checksum, fde, trx.get("db_map") or {}))
     if rows:
-        steps += [("binlog", sql) for sql in binlog_statements(rows, fde, cap)]
+        steps += [("binlog", chunk) for chunk in binlog_chunks(rows, fde, cap)]
     if transactional:
         steps.append(("commit", "COMMIT"))
     return steps

@@ -27,7 +27,7 @@ from mysqlbackup.protocol import (COM_STMT_EXECUTE, COM_STMT_PREPARE, parse_prep
 
 from .groups import batches
 from .statements import (binlog_chunks, binlog_statement, gtid_session, mergeable,
-                         row_events, transaction_steps)
+                         row_events, step_sql, transaction_steps)
 
 log = logging.getLogger(__name__)
 
@@ -74,6 +74,12 @@ class _Session:
             self.run(binlog_statement([fde_event]))
             self.fde = fde_event
 
+    def send(self, packet, fragments):
+        """One packet of a plan: SQL text or bytes, or a BinlogPacket."""
+        if isinstance(packet, BinlogPacket):
+            return self.binlog(packet.events, packet.before, fragments)
+        return self.run(packet)
+
     def binlog(self, events, before="", fragments=True):
         """Apply whole events with BINLOG after ``before`` (statements in the same
         packet). ``fragments`` (MariaDB): the base64 is bound to a prepared SET as a
@@ -106,6 +112,13 @@ class _Session:
 
     def close(self):
         self.conn.close()
+
+
+class BinlogPacket:
+    """Statements (each ending in ';' and a newline), then one BINLOG of ``events``."""
+
+    def __init__(self, before, events):
+        self.before, self.events = before, events
 
 
 class _Plan:
@@ -290,7 +303,7 @@ class TargetApplier:
             try:
                 session.use_fde(fde_event)
                 for packet in plan.body:
-                    session.run(packet)
+                    session.send(packet, self.mariadb)
                 if not turn.wait(index):
                     return
                 session.run(plan.commit)
@@ -306,7 +319,7 @@ class TargetApplier:
             try:
                 session.use_fde(fde_event)
                 for packet in plan.body:
-                    session.run(packet)
+                    session.send(packet, self.mariadb)
                 session.run(plan.commit)
                 self.commits += 1
             except pymysql.err.MySQLError as e:
@@ -316,23 +329,26 @@ class TargetApplier:
             self._mark(plan.trx)
 
     def _plan(self, trx, fde, checksum, gtids, slot):
-        """Packets of ``trx``; its checkpoint row (``slot``) goes into its own commit."""
+        """Packets of ``trx``: SQL text, the source's bytes, or a BindLog (statements,
+        then a BINLOG, which must end its packet); its checkpoint row (``slot``) goes
+        with its commit."""
         steps = transaction_steps(trx, fde, checksum, self.cap)
         session = gtid_session(trx)
         packets, current = [], [session] if session else []
         checkpoint = self._checkpoint_sql(trx, gtids, slot)
-        for kind, sql in steps:
+        for kind, what in steps:
             if kind == "commit":
                 continue  # the checkpoint row goes with the COMMIT: one packet
-            if kind == "raw":  # the source's own bytes: a packet of their own
-                packets += [";\n".join(current)] if current else []
-                packets.append(sql)
-                current = []
+            if kind == "sql":
+                current.append(what)
                 continue
-            current.append(sql)
-            if kind == "binlog":  # a BINLOG statement must end its packet
-                packets.append(";\n".join(current))
-                current = []
+            before = "".join(sql + ";\n" for sql in current)
+            if kind == "binlog":
+                packets.append(BinlogPacket(before, what))
+            else:  # the source's own bytes: a packet of their own
+                packets += [before] if before else []
+                packets.append(what)
+            current = []
         if current:
             packets.append(";\n".join(current))
         if steps[-1][0] == "commit":
@@ -429,8 +445,8 @@ class SqlFileSink:
         session = gtid_session(trx)
         if session:
             self._write(session + ";\n")
-        for _, sql in transaction_steps(trx, fde, checksum):
-            self._write(sql)
+        for kind, what in transaction_steps(trx, fde, checksum):
+            self._write(step_sql(kind, what))
             self._write(";\n")
 
     def close(self):

@@ -193,6 +193,8 @@ def test_killed_replay_rerun_gives_the_same_state(drill, make_server, log_bin):
     rerun = subprocess.run(args, env=env, cwd=REPO, capture_output=True, text=True, timeout=300)
     assert rerun.returncode == 0, rerun.stdout + rerun.stderr
     assert "stopped: stop before GTID" in rerun.stdout
+    assert re.search(r"^target: \d+ transactions in \d+ commits; workers: \d+ connection",
+                     rerun.stdout, re.M), rerun.stdout
     assert checksums(target) == drill["before_drop"]
 
 

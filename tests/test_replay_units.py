@@ -6,7 +6,7 @@ from mysqlbackup.errors import CorruptBinlog, ResyncRequired, UsageError
 from replay.assemble import assemble, attach_events, detach_events
 from replay.options import build_selection, parse_datetime
 from replay.plan import pick_source, plan_units
-from replay.statements import transaction_steps
+from replay.statements import step_sql, transaction_steps
 from mysqlbackup import events as ev
 from mysqlbackup.scan import iter_events
 from tests.helpers import read
@@ -75,7 +75,8 @@ def test_steps_of_a_real_mariadb_transaction(shared_binlog):
     fde = ev.parse_format_description(fde_event)
     steps = transaction_steps(transactions[0], fde, True)
     assert [k for k, _ in steps] == ["sql", "binlog", "commit"]
-    assert steps[0][1] == "BEGIN" and steps[1][1].startswith("BINLOG '")
+    assert steps[0][1] == "BEGIN" and step_sql(*steps[1]).startswith("BINLOG '")
+    assert [e[4] for e in steps[1][1]] == [ev.TABLE_MAP, 23]  # whole events, in order
     assert transactions[0]["gtid_parts"] == [0, 1, 1]
     assert transactions[0]["tables"] == ["toddy_test.outbox"]
 
