@@ -2,9 +2,10 @@
 
 The driver plans the units (files) from the archive's indexes, Spark decodes
 them in parallel (each task opens its file through fsspec on the executor,
-checks magic and every CRC, and assembles complete transactions), and the
-driver applies the transactions in commit order to one sink, a window of files
-at a time so that memory stays bounded.
+checks magic and every CRC, and assembles complete transactions, handed back
+without their bytes), the driver reads each file again, proves it is the one
+decoded and cuts the events out, and applies the transactions in commit order
+to one sink, a window of files at a time so that memory stays bounded.
 """
 
 import logging
@@ -129,7 +130,7 @@ def spark_session(master=None):
     builder = (SparkSession.builder.appName("mysqlbackup-replay")
                .config("spark.ui.enabled", "false")
                .config("spark.ui.showConsoleProgress", "false")
-               # decoded files come back to the driver with their raw events
+               # what tasks hand back is small (no event bytes); room for big files
                .config("spark.driver.memory",
                        os.environ.get("MYSQLBACKUP_SPARK_DRIVER_MEMORY", "2g"))
                .config("spark.driver.maxResultSize", "0"))

@@ -4,12 +4,16 @@ What is already applied comes from the target itself: its ``@@gtid_binlog_pos``
 (the original GTIDs are kept, so a target with a binlog records them in the
 same commit) and a checkpoint row in ``mysqlbackup_replay.checkpoint`` written
 inside each applied transaction. A crash at any point and a re-run therefore
-apply every transaction once. Setup writes are never binlogged, so they never
-invent a GTID in the source's domain.
+apply every transaction once. A DDL commits by itself, so it is announced in
+``mysqlbackup_replay.pending_ddl`` before it runs and the row is deleted in the
+commit of its checkpoint; a re-run that finds the row and gets "already exists"
+(or "does not exist") from that DDL records it as applied (MariaDB DDL is
+atomic). Setup writes are never binlogged, so they never invent a GTID in the
+source's domain.
 
 The target user needs SUPER (MariaDB 10.5+: BINLOG REPLAY for BINLOG
 statements, plus REPLICATION SLAVE ADMIN or SUPER to set gtid_seq_no and
-server_id), and CREATE/INSERT/UPDATE on ``mysqlbackup_replay``.
+server_id), and CREATE/INSERT/UPDATE/DELETE on ``mysqlbackup_replay``.
 """
 
 import base64
@@ -24,6 +28,7 @@ from mysqlbackup.gtid import MariaGtidPos
 from mysqlbackup.names import binlog_sort_key
 from mysqlbackup.protocol import (COM_STMT_EXECUTE, COM_STMT_PREPARE, parse_prepare_ok,
                                   stmt_execute_blob_args)
+from mysqlbackup.query_vars import RESET_SESSION
 
 from .groups import batches
 from .statements import (binlog_chunks, binlog_statement, gtid_session, mergeable,
@@ -40,6 +45,15 @@ CHECKPOINT_DDL = (
 CHECKPOINT_MIGRATE = (
     "ALTER TABLE mysqlbackup_replay.checkpoint ADD COLUMN worker SMALLINT NOT NULL DEFAULT 0 "
     "AFTER source, DROP PRIMARY KEY, ADD PRIMARY KEY (source, worker)")
+# a statement that commits by itself (DDL) is announced here first, and the row goes in
+# the commit of its checkpoint: a row left over means it ran, or not, when cut off
+PENDING_DDL = (
+    "CREATE TABLE IF NOT EXISTS mysqlbackup_replay.pending_ddl (source VARCHAR(128) NOT NULL "
+    "PRIMARY KEY, file VARCHAR(255) NOT NULL, start BIGINT NOT NULL, gtid VARCHAR(128), "
+    "since TIMESTAMP(6) NOT NULL DEFAULT CURRENT_TIMESTAMP(6)) ENGINE=InnoDB")
+# what a DDL that already ran says when it runs again (exists / does not exist)
+ALREADY_DONE = {1007, 1008, 1022, 1050, 1051, 1054, 1060, 1061, 1091, 1146, 1304, 1305,
+                1359, 1360, 1396, 1826, 4031}
 LOCK_WAIT_TIMEOUT = 10  # s; a parallel batch that waits longer is redone one by one
 MERGE_BYTES = 16 << 20  # raw row-event bytes one merged target commit gathers at most
 # MariaDB: BINLOG reads its base64 from two user variables (and empties them)
@@ -126,6 +140,7 @@ class _Plan:
 
     def __init__(self, trx, body, commit):
         self.trx, self.body, self.commit = trx, body, commit
+        self.ddl_at = None  # index in body of a statement that commits by itself
 
 
 class TargetApplier:
@@ -139,6 +154,7 @@ class TargetApplier:
         self.cap = 4 << 20          # raw bytes per BINLOG statement (max_allowed_packet)
         self.commits = 0            # target commits made
         self.mariadb = False        # BINLOG from user variables (fragments) works
+        self.pending_ddl = None     # (file, start) of a DDL an earlier run was cut off in
         self.sessions = []
         self.applied = MariaGtidPos()
         self.position = None   # (file, end) of the last applied transaction
@@ -152,7 +168,7 @@ class TargetApplier:
         self.sessions = [_Session(self._connect())]
         first = self.sessions[0]
         first.run("SET SESSION sql_log_bin=0", "CREATE DATABASE IF NOT EXISTS mysqlbackup_replay",
-                  CHECKPOINT_DDL)
+                  CHECKPOINT_DDL, PENDING_DDL)
         if not first.run("SHOW COLUMNS FROM mysqlbackup_replay.checkpoint LIKE 'worker'"):
             first.run(CHECKPOINT_MIGRATE)
         first.run("SET SESSION sql_log_bin=1")
@@ -181,6 +197,9 @@ class TargetApplier:
         self.cap = min(self.cap, int(rows[0][2]) // 4)  # base64 takes 4/3; room to spare
         if self.binlog and rows[0][1]:
             self.applied = MariaGtidPos.parse(rows[0][1])
+        pending = run("SELECT file, start FROM mysqlbackup_replay.pending_ddl WHERE source = "
+                      f"{self._quote(self.source)}")
+        self.pending_ddl = (pending[0][0], int(pending[0][1])) if pending else None
         for file, pos, gtid in run("SELECT file, pos, gtid FROM mysqlbackup_replay.checkpoint "
                                    f"WHERE source = {self._quote(self.source)}"):
             if self.position is None or _not_after(self.position, (file, int(pos))):
@@ -315,18 +334,44 @@ class TargetApplier:
     def _apply_serially(self, transactions, fde_event, fde, checksum):
         session = self.sessions[0]
         for trx in transactions:
-            plan = self._plan(trx, fde, checksum, self.applied, 0)
+            plan, sent = self._plan(trx, fde, checksum, self.applied, 0), 0
             try:
                 session.use_fde(fde_event)
                 for packet in plan.body:
                     session.send(packet, self.mariadb)
+                    sent += 1
                 session.run(plan.commit)
                 self.commits += 1
             except pymysql.err.MySQLError as e:
                 session.rollback()
-                raise ApplyError(f"the target refused transaction {trx.get('gtid') or ''} at "
-                                 f"{trx['file']}:{trx['start']}: {e.args[-1]}") from None
+                if not self._ran_before(trx, e, session, plan):
+                    if sent == plan.ddl_at:  # the DDL itself was refused: it did not run
+                        self._withdraw(session)
+                    raise ApplyError(f"the target refused transaction {trx.get('gtid') or ''} "
+                                     f"at {trx['file']}:{trx['start']}: {e.args[-1]}") from None
             self._mark(plan.trx)
+
+    def _ran_before(self, trx, error, session, plan):
+        """True (and its checkpoint written) when ``trx`` is the DDL an earlier run was
+        cut off in, and the target says it is already there (MariaDB DDL is atomic)."""
+        if self.pending_ddl != (trx["file"], trx["start"]) or error.args[0] not in ALREADY_DONE:
+            return False
+        log.warning("%s at %s:%s was cut off in an earlier run and the target already has "
+                    "it (%s); recorded as applied", trx.get("gtid") or "the statement",
+                    trx["file"], trx["start"], error.args[-1])
+        session.run(RESET_SESSION, plan.commit)
+        self.pending_ddl = None
+        self.commits += 1
+        return True
+
+    def _withdraw(self, session):
+        """Forget the announcement of a DDL the target refused (DDL is atomic)."""
+        try:
+            session.run("SET SESSION sql_log_bin=0", "DELETE FROM mysqlbackup_replay."
+                        f"pending_ddl WHERE source = {self._quote(self.source)}",
+                        "SET SESSION sql_log_bin=1")
+        except pymysql.err.MySQLError:
+            pass  # left announced: a re-run then checks what the target says
 
     def _plan(self, trx, fde, checksum, gtids, slot):
         """Packets of ``trx``: SQL text, the source's bytes, or a BindLog (statements,
@@ -353,9 +398,18 @@ class TargetApplier:
             packets.append(";\n".join(current))
         if steps[-1][0] == "commit":
             return _Plan(trx, packets, f"{checkpoint};\nCOMMIT")
-        # DDL commits by itself: record it afterwards, unlogged
-        return _Plan(trx, packets, f"SET SESSION sql_log_bin=0;\n{checkpoint};\n"
-                                   "SET SESSION sql_log_bin=1")
+        # DDL commits by itself: announced before, recorded after (both unlogged)
+        source = self._quote(self.source)
+        announce = ("SET SESSION sql_log_bin=0;\nREPLACE INTO mysqlbackup_replay.pending_ddl "
+                    f"(source, file, start, gtid) VALUES ({source}, {self._quote(trx['file'])}, "
+                    f"{trx['start']}, {self._quote(trx.get('gtid') or '')});\n"
+                    "SET SESSION sql_log_bin=1")
+        plan = _Plan(trx, [announce] + packets, "SET SESSION sql_log_bin=0;\nBEGIN;\n"
+                     f"{checkpoint};\nDELETE FROM mysqlbackup_replay.pending_ddl WHERE "
+                     f"source = {source};\nCOMMIT;\nSET SESSION sql_log_bin=1")
+        raw = [i for i, packet in enumerate(packets) if isinstance(packet, bytes)]
+        plan.ddl_at = 1 + raw[0] if len(raw) == 1 else None  # after the announcement
+        return plan
 
     def _checkpoint_sql(self, trx, gtids, slot):
         gtids = gtids.copy()

@@ -105,3 +105,42 @@ def test_a_refused_merged_commit_is_redone_one_by_one_naming_the_transaction(
     gtid = target.execute("SELECT gtid FROM mysqlbackup_replay.checkpoint")[0][0]
     seq = int(merged_source["insert_12"].split("-")[-1])
     assert gtid.endswith(f"-{seq - 1}")
+
+
+class Cut(Exception):
+    """Stands for a replay killed at one precise point."""
+
+
+def test_a_ddl_cut_off_before_its_checkpoint_counts_as_applied_on_the_rerun(
+        merged_source, make_server, spark, monkeypatch):
+    from replay.target import _Session
+    target, spec = new_target(make_server, 10)
+    opts = ReplayOptions(merged_source["url"], {},
+                         selection=build_selection(start_gtid=merged_source["start"]))
+    real_run = _Session.run
+
+    def run_until_the_ddl_checkpoint(self, *statements):
+        if any("DELETE FROM mysqlbackup_replay.pending_ddl" in str(s) for s in statements):
+            raise Cut()
+        return real_run(self, *statements)
+    monkeypatch.setattr(_Session, "run", run_until_the_ddl_checkpoint)
+    with pytest.raises(Cut):
+        run_replay(opts, TargetApplier(spec, merge=8), spark=spark)
+    monkeypatch.setattr(_Session, "run", real_run)
+    # the ALTER ran, its checkpoint did not: only the announcement says so
+    assert "`n` int(11) NOT NULL DEFAULT 7" in target.execute("SHOW CREATE TABLE m.t")[0][1]
+    pending = target.execute("SELECT source, file, start, gtid FROM "
+                             "mysqlbackup_replay.pending_ddl")
+    assert len(pending) == 1
+    target.execute("DELETE FROM mysqlbackup_replay.pending_ddl")
+    with pytest.raises(ApplyError, match="Duplicate column name 'n'"):
+        run_replay(opts, TargetApplier(spec, merge=8), spark=spark)  # without it: refused
+    # a DDL the target refused did not run: its announcement is withdrawn
+    assert target.execute("SELECT COUNT(*) FROM mysqlbackup_replay.pending_ddl")[0][0] == 0
+    target.execute("INSERT INTO mysqlbackup_replay.pending_ddl (source, file, start, gtid) "
+                   "VALUES ('%s', '%s', %d, '%s')" % pending[0])
+    summary = run_replay(opts, TargetApplier(spec, merge=8), spark=spark)
+    assert summary["applied"] == 1 + 1 + 1 + 30  # the ALTER recorded, then the rest
+    assert {t: target.execute(f"CHECKSUM TABLE {t}")[0][1] for t in TABLES} == \
+        merged_source["checksums"]
+    assert target.execute("SELECT COUNT(*) FROM mysqlbackup_replay.pending_ddl")[0][0] == 0
