@@ -374,7 +374,7 @@ class TargetApplier:
             pass  # left announced: a re-run then checks what the target says
 
     def _plan(self, trx, fde, checksum, gtids, slot):
-        """Packets of ``trx``: SQL text, the source's bytes, or a BindLog (statements,
+        """Packets of ``trx``: SQL text, the source's bytes, or a BinlogPacket (statements,
         then a BINLOG, which must end its packet); its checkpoint row (``slot``) goes
         with its commit."""
         steps = transaction_steps(trx, fde, checksum, self.cap)
