@@ -98,6 +98,8 @@ def transaction_steps(trx, fde, checksum, cap=BINLOG_CAP):
         if etype in ROW_EVENTS:
             rows.append(event)
             continue
+        if etype in SKIPPED:
+            continue  # an Annotate_rows between statements need not end a BINLOG
         if rows:
             steps += [("binlog", chunk) for chunk in binlog_chunks(rows, fde, cap)]
             rows = []

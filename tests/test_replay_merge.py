@@ -56,6 +56,13 @@ def archived_workload(source, tmp):
     conn.close()
     for i in range(30, 60):
         source.execute(f"INSERT INTO m.t (id, v) VALUES ({i}, REPEAT('z', 300))")
+    big = source.root(autocommit=False)  # 4 row statements of ~30 KB in one transaction
+    with big.cursor() as cur:
+        for s in range(4):
+            cur.execute("INSERT INTO m.t (id, v) VALUES " + ", ".join(
+                f"({1000 + s * 100 + r}, REPEAT('b', 390))" for r in range(75)))
+    big.commit()
+    big.close()
     source.execute("FLUSH BINARY LOGS")
     local = backup_dir([source.binlog_path(n) for n in source.binlog_files()], tmp / "local",
                        "merge1")
@@ -66,8 +73,9 @@ def archived_workload(source, tmp):
             "create": source.execute("SHOW CREATE TABLE m.t")}
 
 
-def new_target(make_server, server_id):
-    target = make_server(server_id=server_id, semi_sync=False, log_bin=False)
+def new_target(make_server, server_id, extra_args=()):
+    target = make_server(server_id=server_id, semi_sync=False, log_bin=False,
+                         extra_args=list(extra_args))
     target.execute(*SCHEMA)
     return target, SourceSpec("127.0.0.1", target.port, "root", "")
 
@@ -80,10 +88,10 @@ def test_row_transactions_share_commits_and_apply_exactly_once(merged_source, ma
     applier = TargetApplier(spec, merge=8)
     applier.cap = 1500  # several BINLOG statements in one merged commit
     summary = run_replay(opts, applier, spark=spark)
-    assert summary["applied"] == 30 + 2 + 1 + 30
-    # 60 single-row inserts and the UPDATE/DELETE in merged commits of 8 at most; the
-    # DDL and the MyISAM write (committed by a COMMIT, not an XID) alone
-    assert 2 + 61 / 8 <= summary["target_commits"] <= 2 + 61 / 8 + 3
+    assert summary["applied"] == 30 + 2 + 1 + 30 + 1
+    # 60 single-row inserts, the UPDATE/DELETE and the big one in merged commits of 8 at
+    # most; the DDL and the MyISAM write (committed by a COMMIT, not an XID) alone
+    assert 2 + 62 / 8 <= summary["target_commits"] <= 2 + 62 / 8 + 3
     assert {t: target.execute(f"CHECKSUM TABLE {t}")[0][1] for t in TABLES} == \
         merged_source["checksums"]
     assert target.execute("SHOW CREATE TABLE m.t") == merged_source["create"]
@@ -105,6 +113,19 @@ def test_a_refused_merged_commit_is_redone_one_by_one_naming_the_transaction(
     gtid = target.execute("SELECT gtid FROM mysqlbackup_replay.checkpoint")[0][0]
     seq = int(merged_source["insert_12"].split("-")[-1])
     assert gtid.endswith(f"-{seq - 1}")
+
+
+@pytest.mark.parametrize("merge", [1, 8], ids=["commit-each", "merged"])
+def test_binlog_statements_stay_under_a_small_max_allowed_packet(merged_source, make_server,
+                                                                 spark, merge):
+    # 64 KiB: the big transaction (~120 KB, ~160 KB as base64) cannot go in one statement
+    target, spec = new_target(make_server, 11 + merge, ["--max-allowed-packet=65536"])
+    opts = ReplayOptions(merged_source["url"], {},
+                         selection=build_selection(start_gtid=merged_source["start"]))
+    summary = run_replay(opts, TargetApplier(spec, merge=merge), spark=spark)
+    assert summary["applied"] == 64
+    assert {t: target.execute(f"CHECKSUM TABLE {t}")[0][1] for t in TABLES} == \
+        merged_source["checksums"]
 
 
 class Cut(Exception):
@@ -140,7 +161,7 @@ def test_a_ddl_cut_off_before_its_checkpoint_counts_as_applied_on_the_rerun(
     target.execute("INSERT INTO mysqlbackup_replay.pending_ddl (source, file, start, gtid) "
                    "VALUES ('%s', '%s', %d, '%s')" % pending[0])
     summary = run_replay(opts, TargetApplier(spec, merge=8), spark=spark)
-    assert summary["applied"] == 1 + 1 + 1 + 30  # the ALTER recorded, then the rest
+    assert summary["applied"] == 1 + 1 + 1 + 30 + 1  # the ALTER recorded, then the rest
     assert {t: target.execute(f"CHECKSUM TABLE {t}")[0][1] for t in TABLES} == \
         merged_source["checksums"]
     assert target.execute("SELECT COUNT(*) FROM mysqlbackup_replay.pending_ddl")[0][0] == 0
