@@ -218,8 +218,9 @@ def inspect(paths, as_json):
               "and REPLICATION SLAVE ADMIN) and write access to mysqlbackup_replay.")
 @click.option("--target-password-file", type=click.Path(dir_okay=False))
 @click.option("--workers", type=click.IntRange(1, 64), default=4, show_default=True,
-              help="Connections to a target that keeps a binlog (so every transaction keeps "
-              "its own GTID). Transactions the binlog proves independent "
+              help="Connections to the target where every transaction gets a commit of "
+              "its own (a target with a binlog, or --merge 1). Transactions the binlog "
+              "proves independent "
               "(one MariaDB group commit, or MySQL logical-clock overlap) run side by side, "
               "still committing in the original order; the rest run one by one.")
 @click.option("--merge", type=click.IntRange(1, 10000), default=100, show_default=True,
