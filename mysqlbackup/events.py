@@ -260,11 +260,24 @@ def parse_previous_gtids(event, checksum):
     return result
 
 
+def _rows_flags_at(event, fde):
+    phl = post_header_len(fde, event[4], 8) if event[4] < 160 else 10
+    return HEADER_LEN + (4 if phl == 6 else 6)
+
+
 def rows_statement_end(event, fde):
     """True when a rows event carries STMT_END_F (the last rows event of its statement)."""
-    phl = post_header_len(fde, event[4], 8) if event[4] < 160 else 10
-    flags_at = HEADER_LEN + (4 if phl == 6 else 6)
-    return bool(struct.unpack_from("<H", event, flags_at)[0] & STMT_END_F)
+    return bool(struct.unpack_from("<H", event, _rows_flags_at(event, fde))[0] & STMT_END_F)
+
+
+def with_statement_end(event, fde, checksum):
+    """The rows event with STMT_END_F set (its CRC32 recomputed when it has one)."""
+    at = _rows_flags_at(event, fde)
+    flags = struct.unpack_from("<H", event, at)[0] | STMT_END_F
+    out = bytes(event[:at]) + struct.pack("<H", flags) + bytes(event[at + 2:])
+    if checksum:
+        out = out[:-CRC_LEN] + struct.pack("<I", zlib.crc32(out[:-CRC_LEN]))
+    return out
 
 
 def _varlen(buf, off):

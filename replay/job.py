@@ -19,7 +19,7 @@ from dataclasses import dataclass, field
 from datetime import datetime, timezone
 
 from mysqlbackup import events as ev
-from mysqlbackup.errors import ResyncRequired
+from mysqlbackup.errors import MysqlBackupError, ResyncRequired
 from mysqlbackup.gtid import MariaGtidPos
 from mysqlbackup.names import binlog_sort_key
 
@@ -68,8 +68,13 @@ def read_unit(unit, url, options):
 def attach_unit(result, unit, url, options):
     """Driver side: the unit's bytes, read again and proved equal, into ``result``."""
     from replay.assemble import attach_events
-    attach_events(result["transactions"], read_unit(unit, url, options), unit["name"],
-                  result["fingerprint"])
+    try:
+        data = read_unit(unit, url, options)
+    except FileNotFoundError as e:  # the newest file's segments go once it is sealed
+        raise MysqlBackupError(f"the archive changed during the replay: {e} is gone (the "
+                               f"newest file {unit['name']} was sealed meanwhile?); run the "
+                               "replay again: it resumes where this one stopped") from None
+    attach_events(result["transactions"], data, unit["name"], result["fingerprint"])
     return result
 
 
@@ -234,7 +239,7 @@ def _apply_file(result, selection, sink, summary):
     """Apply one file's transactions; True when a stop point was reached."""
     fde = ev.parse_format_description(result["fde"])
     checksum = fde.checksum_alg == ev.CHECKSUM_CRC32
-    chosen, stopped = _choose(result["transactions"], selection, sink, summary, checksum)
+    chosen, stopped = _choose(result["transactions"], selection, sink, summary, checksum, fde)
     apply_many = getattr(sink, "apply_many", None)
     if apply_many:
         apply_many(chosen, result["fde"], checksum, fde)
@@ -253,7 +258,7 @@ def _apply_file(result, selection, sink, summary):
     return False
 
 
-def _choose(transactions, selection, sink, summary, checksum):
+def _choose(transactions, selection, sink, summary, checksum, fde):
     """(transactions to apply, in order; True when a stop point ends the file)."""
     chosen = []
     for trx in transactions:
@@ -264,8 +269,8 @@ def _choose(transactions, selection, sink, summary, checksum):
         if decision == "skip" or sink.is_applied(trx):
             summary["skipped"] += 1
             continue
-        chosen.append(rewrite_transaction(selection.filter_events(trx), selection.rewrite,
-                                          checksum))
+        kept = selection.filter_events(trx, fde, checksum)
+        chosen.append(rewrite_transaction(kept, selection.rewrite, checksum))
     return chosen, False
 
 

@@ -64,22 +64,46 @@ class Selection:
         return (not self.databases or name.split(".", 1)[0] in self.databases) and (
             not self.tables or name in self.tables)
 
-    def filter_events(self, trx):
-        """The transaction without the row events of tables that are filtered out."""
+    def filter_events(self, trx, fde, checksum):
+        """The transaction without the row events of tables that are filtered out.
+
+        A row statement (its TABLE_MAPs, then rows events up to the one flagged
+        STMT_END_F) keeps its end: when the flagged event goes, the last kept one
+        takes the flag; a statement left without rows events goes whole. Otherwise the
+        server would hold the statement open and skip later ones in the same BINLOG."""
         if not self.databases and not self.tables:
             return trx
-        keep, wanted_ids = [], {}
+        keep, statement, wanted_ids = [], [], {}
         for event in trx["events"]:
-            if event[4] == ev.TABLE_MAP:
-                table_id = int.from_bytes(event[19:25], "little")
-                wanted_ids[table_id] = self._table_wanted(table_of(event))
-                if not wanted_ids[table_id]:
-                    continue
-            elif event[4] in ROWS and not wanted_ids.get(int.from_bytes(event[19:25], "little"),
-                                                         True):
+            etype = event[4]
+            if etype not in ROWS and etype != ev.TABLE_MAP:
+                keep += self._close(statement, fde, checksum)
+                statement = []
+                keep.append(event)
                 continue
-            keep.append(event)
+            if etype == ev.TABLE_MAP:
+                wanted_ids[_table_id(event)] = self._table_wanted(table_of(event))
+            statement.append((event, wanted_ids.get(_table_id(event), True)))
+            if etype in ROWS and ev.rows_statement_end(event, fde):
+                keep += self._close(statement, fde, checksum)
+                statement = []
+        keep += self._close(statement, fde, checksum)
         return dict(trx, events=keep)
+
+    @staticmethod
+    def _close(statement, fde, checksum):
+        """The kept events of one row statement, its end flag on its last rows event."""
+        kept = [e for e, wanted in statement if wanted]
+        if not any(e[4] in ROWS for e in kept):
+            return []
+        ended = any(e[4] in ROWS and ev.rows_statement_end(e, fde) for e, _ in statement)
+        if ended and not ev.rows_statement_end(kept[-1], fde):
+            kept[-1] = ev.with_statement_end(kept[-1], fde, checksum)
+        return kept
+
+
+def _table_id(event):
+    return int.from_bytes(event[19:25], "little")
 
 
 def _before(a, b):

@@ -275,6 +275,14 @@ class TargetApplier:
             session.run(self._checkpoint_sql(unit[-1], gtids, 0) + ";\nCOMMIT")
         except pymysql.err.MySQLError as e:
             session.rollback()
+            if not _server_refused(e) or not session.conn.open:
+                first, last = unit[0], unit[-1]
+                raise ApplyError(
+                    f"lost the target during one commit of {len(unit)} transactions "
+                    f"({first.get('gtid') or ''}..{last.get('gtid') or ''} at "
+                    f"{first['file']}:{first['start']}-{last['end']}): {e.args[-1] or e!r}; "
+                    "run the replay again: it resumes from what the target committed"
+                ) from None
             log.info("merged commit of %d transactions refused (%s); applying them one "
                      "by one", len(unit), e.args[-1])
             return self._apply_serially(unit, fde_event, fde, checksum)
@@ -460,6 +468,12 @@ class _Turn:
             self.failed = True
             self.error = self.error or (index, error)
             self.cond.notify_all()
+
+
+def _server_refused(error):
+    """True for an error the server sent (not a client or connection error, 2000-2999)."""
+    code = error.args[0] if error.args and isinstance(error.args[0], int) else 0
+    return code >= 1000 and not 2000 <= code < 3000
 
 
 def _gtid_parts(trx):

@@ -1,5 +1,7 @@
 """Pure event parsing against real binlog files from ../shared/binlogs."""
 
+import struct
+
 import pytest
 
 from mysqlbackup import events as ev
@@ -102,3 +104,17 @@ def test_rotate_and_query_bodies():
 def test_parse_version():
     assert ev.parse_version("5.6.4-m7-debug-log") == (5, 6, 4)
     assert ev.parse_version("10.11.19-MariaDB-0+deb12u1-log") == (10, 11, 19)
+
+
+def test_statement_end_flag_is_set_with_a_fresh_crc(shared_binlog):
+    import zlib
+    data = read(shared_binlog("gh-ost/mysql-bin.000066"))
+    events = [bytes(e) for _, e in iter_events(data, 4, None, file="mysql-bin.000066")]
+    fde = ev.parse_format_description(events[0])
+    ended = next(e for e in events if e[4] in ev.ROWS_EVENTS and ev.rows_statement_end(e, fde))
+    at = ev.HEADER_LEN + 6  # v2 rows: table_id (6), then the flags
+    cleared = bytearray(ended)
+    cleared[at] &= ~ev.STMT_END_F & 0xFF
+    cleared[-4:] = struct.pack("<I", zlib.crc32(bytes(cleared[:-4])))
+    assert not ev.rows_statement_end(bytes(cleared), fde) and ev.crc_ok(bytes(cleared))
+    assert ev.with_statement_end(bytes(cleared), fde, checksum=True) == ended

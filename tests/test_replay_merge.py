@@ -48,21 +48,12 @@ def archived_workload(source, tmp):
             insert_12 = source.execute("SELECT @@gtid_binlog_pos")[0][0]
     source.execute("ALTER TABLE m.t ADD COLUMN n INT NOT NULL DEFAULT 7",
                    "INSERT INTO m.log VALUES (1, 'not transactional')")
-    conn = source.root(autocommit=False)
-    with conn.cursor() as cur:
-        cur.execute("UPDATE m.t SET v = CONCAT(v, 'y'), n = id WHERE id < 10")
-        cur.execute("DELETE FROM m.t WHERE id = 5")
-    conn.commit()
-    conn.close()
+    transaction(source, "UPDATE m.t SET v = CONCAT(v, 'y'), n = id WHERE id < 10",
+                "DELETE FROM m.t WHERE id = 5")
     for i in range(30, 60):
         source.execute(f"INSERT INTO m.t (id, v) VALUES ({i}, REPEAT('z', 300))")
-    big = source.root(autocommit=False)  # 4 row statements of ~30 KB in one transaction
-    with big.cursor() as cur:
-        for s in range(4):
-            cur.execute("INSERT INTO m.t (id, v) VALUES " + ", ".join(
-                f"({1000 + s * 100 + r}, REPEAT('b', 390))" for r in range(75)))
-    big.commit()
-    big.close()
+    transaction(source, *["INSERT INTO m.t (id, v) VALUES " + ", ".join(  # 4 x ~30 KB
+        f"({1000 + s * 100 + r}, REPEAT('b', 390))" for r in range(75)) for s in range(4)])
     source.execute("FLUSH BINARY LOGS")
     local = backup_dir([source.binlog_path(n) for n in source.binlog_files()], tmp / "local",
                        "merge1")
@@ -71,6 +62,16 @@ def archived_workload(source, tmp):
     state = {t: source.execute(f"CHECKSUM TABLE {t}")[0][1] for t in TABLES}
     return {"url": url, "start": start, "insert_12": insert_12, "checksums": state,
             "create": source.execute("SHOW CREATE TABLE m.t")}
+
+
+def transaction(server, *statements):
+    """Run ``statements`` as one transaction."""
+    conn = server.root(autocommit=False)
+    with conn.cursor() as cur:
+        for sql in statements:
+            cur.execute(sql)
+    conn.commit()
+    conn.close()
 
 
 def new_target(make_server, server_id, extra_args=()):
@@ -113,6 +114,32 @@ def test_a_refused_merged_commit_is_redone_one_by_one_naming_the_transaction(
     gtid = target.execute("SELECT gtid FROM mysqlbackup_replay.checkpoint")[0][0]
     seq = int(merged_source["insert_12"].split("-")[-1])
     assert gtid.endswith(f"-{seq - 1}")
+
+
+def test_a_connection_lost_in_a_merged_commit_stops_and_the_rerun_resumes(
+        merged_source, make_server, spark, monkeypatch):
+    from replay.target import FRAGMENT_BINLOG, _Session
+    target, spec = new_target(make_server, 15)
+    opts = ReplayOptions(merged_source["url"], {},
+                         selection=build_selection(start_gtid=merged_source["start"]))
+    real_run, seen = _Session.run, []
+
+    def killed_at_the_second_merged_commit(self, *statements):
+        if any(FRAGMENT_BINLOG in str(s) and "BEGIN" in str(s) for s in statements):
+            seen.append(1)
+            if len(seen) == 2:  # the server drops this connection as the BINLOG arrives
+                target.execute(f"KILL {self.conn.thread_id()}")
+        return real_run(self, *statements)
+    monkeypatch.setattr(_Session, "run", killed_at_the_second_merged_commit)
+    with pytest.raises(ApplyError, match=r"lost the target during one commit of 8 "
+                                         r"transactions .* run the replay again"):
+        run_replay(opts, TargetApplier(spec, merge=8), spark=spark)
+    monkeypatch.setattr(_Session, "run", real_run)
+    assert target.execute("SELECT COUNT(*) FROM m.t")[0][0] == 8  # the first commit only
+    summary = run_replay(opts, TargetApplier(spec, merge=8), spark=spark)
+    assert summary["applied"] == 64 - 8
+    assert {t: target.execute(f"CHECKSUM TABLE {t}")[0][1] for t in TABLES} == \
+        merged_source["checksums"]
 
 
 @pytest.mark.parametrize("merge", [1, 8], ids=["commit-each", "merged"])
@@ -165,3 +192,35 @@ def test_a_ddl_cut_off_before_its_checkpoint_counts_as_applied_on_the_rerun(
     assert {t: target.execute(f"CHECKSUM TABLE {t}")[0][1] for t in TABLES} == \
         merged_source["checksums"]
     assert target.execute("SELECT COUNT(*) FROM mysqlbackup_replay.pending_ddl")[0][0] == 0
+
+
+def test_a_table_filter_keeps_each_row_statement_whole(make_server, spark, tmp_path):
+    """A trigger writes m2.audit inside the statements on m2.orders; filtering audit out
+    drops the rows event that ends those statements: the kept one must take the flag,
+    or the server skips the later statements of the same BINLOG without a word."""
+    source = make_server(semi_sync=False)
+    schema = ["CREATE DATABASE m2", "CREATE TABLE m2.orders (id INT PRIMARY KEY)",
+              "CREATE TABLE m2.audit (id INT PRIMARY KEY AUTO_INCREMENT, o INT)",
+              "CREATE TABLE m2.t (id INT PRIMARY KEY)"]
+    source.execute(*schema, "CREATE TRIGGER m2.tr AFTER INSERT ON m2.orders FOR EACH ROW "
+                   "INSERT INTO m2.audit (o) VALUES (NEW.id)")
+    start = source.execute("SELECT @@gtid_binlog_pos")[0][0]
+    source.execute("INSERT INTO m2.orders VALUES (1)")
+    transaction(source, "INSERT INTO m2.orders VALUES (5)", "INSERT INTO m2.t VALUES (1)")
+    source.execute("INSERT INTO m2.t VALUES (2)", "INSERT INTO m2.orders VALUES (2)",
+                   "INSERT INTO m2.t VALUES (3)", "FLUSH BINARY LOGS")
+    local = backup_dir([source.binlog_path(n) for n in source.binlog_files()],
+                       tmp_path / "local", "filter1")
+    url = f"file://{tmp_path / 'archive'}"
+    Archiver(str(local), ArchiveStore(url)).run_once()
+    selection = build_selection(start_gtid=start, tables=["m2.orders", "m2.t"])
+    for server_id, merge in ((20, 1), (21, 100)):
+        target = make_server(server_id=server_id, semi_sync=False, log_bin=False)
+        target.execute(*schema)
+        spec = SourceSpec("127.0.0.1", target.port, "root", "")
+        summary = run_replay(ReplayOptions(url, {}, selection=selection),
+                             TargetApplier(spec, merge=merge), spark=spark)
+        assert summary["applied"] == 5
+        assert target.execute("SELECT id FROM m2.orders ORDER BY id") == ((1,), (2,), (5,))
+        assert target.execute("SELECT id FROM m2.t ORDER BY id") == ((1,), (2,), (3,)), merge
+        assert target.execute("SELECT COUNT(*) FROM m2.audit")[0][0] == 0
