@@ -11,6 +11,7 @@ session variables ``gtid_domain_id``, ``server_id`` and ``gtid_seq_no``.
 """
 
 import base64
+import re
 import struct
 
 from mysqlbackup import events as ev
@@ -65,6 +66,33 @@ def mergeable(trx, checksum, fde):
             continue
         return False
     return True
+
+
+# what a DDL says when it runs a second time: (verb, object) -> error codes
+_AGAIN = {("CREATE", "DATABASE"): {1007}, ("DROP", "DATABASE"): {1008},
+          ("CREATE", "TABLE"): {1050}, ("CREATE", "VIEW"): {1050},
+          ("DROP", "TABLE"): {1051}, ("DROP", "VIEW"): {1051, 4092},
+          ("ALTER", "TABLE"): {1054, 1060, 1061, 1091, 1146, 1826},
+          ("RENAME", "TABLE"): {1050, 1146}, ("CREATE", "INDEX"): {1061},
+          ("DROP", "INDEX"): {1091}, ("CREATE", "TRIGGER"): {1359},
+          ("DROP", "TRIGGER"): {1360}, ("CREATE", "PROCEDURE"): {1304},
+          ("CREATE", "FUNCTION"): {1304}, ("DROP", "PROCEDURE"): {1305},
+          ("DROP", "FUNCTION"): {1305}, ("CREATE", "USER"): {1396}, ("DROP", "USER"): {1396}}
+_OBJECTS = {"DATABASE": "DATABASE", "SCHEMA": "DATABASE", "TABLE": "TABLE", "VIEW": "VIEW",
+            "INDEX": "INDEX", "TRIGGER": "TRIGGER", "PROCEDURE": "PROCEDURE",
+            "FUNCTION": "FUNCTION", "USER": "USER"}
+
+
+def errors_if_already_applied(sql):
+    """Error codes that mean "this DDL has already run" when ``sql`` (bytes or text)
+    runs again (CREATE TABLE -> table exists, ...); empty for anything else."""
+    text = sql.decode("utf-8", "replace") if isinstance(sql, bytes) else sql
+    text = re.sub(r"/\*.*?\*/|--[^\n]*|#[^\n]*", " ", text[:1000], flags=re.S)
+    words = re.findall(r"[A-Za-z_]+", text.upper())
+    if not words:
+        return set()
+    noun = next((_OBJECTS[w] for w in words[1:8] if w in _OBJECTS), None)
+    return _AGAIN.get((words[0], noun), set())
 
 
 def row_events(trx):

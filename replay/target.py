@@ -31,8 +31,8 @@ from mysqlbackup.protocol import (COM_STMT_EXECUTE, COM_STMT_PREPARE, parse_prep
 from mysqlbackup.query_vars import RESET_SESSION
 
 from .groups import batches
-from .statements import (binlog_chunks, binlog_statement, gtid_session, mergeable,
-                         row_events, step_sql, transaction_steps)
+from .statements import (binlog_chunks, binlog_statement, errors_if_already_applied,
+                         gtid_session, mergeable, row_events, step_sql, transaction_steps)
 
 log = logging.getLogger(__name__)
 
@@ -51,9 +51,6 @@ PENDING_DDL = (
     "CREATE TABLE IF NOT EXISTS mysqlbackup_replay.pending_ddl (source VARCHAR(128) NOT NULL "
     "PRIMARY KEY, file VARCHAR(255) NOT NULL, start BIGINT NOT NULL, gtid VARCHAR(128), "
     "since TIMESTAMP(6) NOT NULL DEFAULT CURRENT_TIMESTAMP(6)) ENGINE=InnoDB")
-# what a DDL that already ran says when it runs again (exists / does not exist)
-ALREADY_DONE = {1007, 1008, 1022, 1050, 1051, 1054, 1060, 1061, 1091, 1146, 1304, 1305,
-                1359, 1360, 1396, 1826, 4031}
 LOCK_WAIT_TIMEOUT = 10  # s; a parallel batch that waits longer is redone one by one
 MERGE_BYTES = 16 << 20  # raw row-event bytes one merged target commit gathers at most
 # MariaDB: BINLOG reads its base64 from two user variables (and empties them)
@@ -362,7 +359,8 @@ class TargetApplier:
     def _ran_before(self, trx, error, session, plan):
         """True (and its checkpoint written) when ``trx`` is the DDL an earlier run was
         cut off in, and the target says it is already there (MariaDB DDL is atomic)."""
-        if self.pending_ddl != (trx["file"], trx["start"]) or error.args[0] not in ALREADY_DONE:
+        if self.pending_ddl != (trx["file"], trx["start"]) or plan.ddl_at is None or \
+                error.args[0] not in errors_if_already_applied(plan.body[plan.ddl_at]):
             return False
         log.warning("%s at %s:%s was cut off in an earlier run and the target already has "
                     "it (%s); recorded as applied", trx.get("gtid") or "the statement",

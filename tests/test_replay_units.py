@@ -177,3 +177,14 @@ def test_query_status_vars_of_real_files(shared_binlog):
             assert sets[0].startswith("SET TIMESTAMP=") and any("sql_mode=" in s for s in sets)
             seen += 1
     assert seen > 4
+
+
+def test_what_a_ddl_says_when_it_runs_a_second_time():
+    from replay.statements import errors_if_already_applied as again
+    assert 1060 in again(b"ALTER TABLE m.t ADD COLUMN n INT")
+    assert again(b"/* from the app */ CREATE TABLE IF NOT EXISTS a (x INT)") == {1050}
+    assert again(b"CREATE TABLE x LIKE missing") == {1050}  # not 1146: that is real
+    assert again(b"CREATE OR REPLACE DEFINER=`u`@`%` TRIGGER tr BEFORE INSERT ON t "
+                 b"FOR EACH ROW SET @x = 1") == {1359}
+    assert again("drop schema d") == {1008}
+    assert again(b"TRUNCATE TABLE t") == set() and again(b"INSERT INTO t VALUES (1)") == set()
