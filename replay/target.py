@@ -6,10 +6,10 @@ same commit) and a checkpoint row in ``mysqlbackup_replay.checkpoint`` written
 inside each applied transaction. A crash at any point and a re-run therefore
 apply every transaction once. A DDL commits by itself, so it is announced in
 ``mysqlbackup_replay.pending_ddl`` before it runs and the row is deleted in the
-commit of its checkpoint; a re-run that finds the row and gets "already exists"
-(or "does not exist") from that DDL records it as applied (MariaDB DDL is
-atomic). Setup writes are never binlogged, so they never invent a GTID in the
-source's domain.
+commit of its checkpoint; a re-run that finds the row and gets from that DDL the
+error its kind gives when it runs twice (``errors_if_already_applied``) records
+it as applied (MariaDB DDL is atomic). Setup writes are never binlogged, so
+they never invent a GTID in the source's domain.
 
 The target user needs SUPER (MariaDB 10.5+: BINLOG REPLAY for BINLOG
 statements, plus REPLICATION SLAVE ADMIN or SUPER to set gtid_seq_no and
@@ -31,8 +31,9 @@ from mysqlbackup.protocol import (COM_STMT_EXECUTE, COM_STMT_PREPARE, parse_prep
 from mysqlbackup.query_vars import RESET_SESSION
 
 from .groups import batches
-from .statements import (binlog_chunks, binlog_statement, errors_if_already_applied,
-                         gtid_session, mergeable, row_events, step_sql, transaction_steps)
+from .statements import (BINLOG_CAP, binlog_chunks, binlog_statement,
+                         errors_if_already_applied, gtid_session, mergeable, row_events,
+                         step_sql, transaction_steps)
 
 log = logging.getLogger(__name__)
 
@@ -148,7 +149,7 @@ class TargetApplier:
         self.spec, self.source = spec, None
         self.workers = max(1, workers)
         self.merge = max(1, merge)  # source transactions per target commit (no binlog)
-        self.cap = 4 << 20          # raw bytes per BINLOG statement (max_allowed_packet)
+        self.cap = BINLOG_CAP       # raw bytes per BINLOG statement (max_allowed_packet)
         self.commits = 0            # target commits made
         self.mariadb = False        # BINLOG from user variables (fragments) works
         self.pending_ddl = None     # (file, start) of a DDL an earlier run was cut off in
@@ -211,10 +212,6 @@ class TargetApplier:
             return self.applied.contains(*parts)
         return self.position is not None and _not_after((trx["file"], trx["end"]),
                                                         self.position)
-
-    def apply(self, trx, fde_event, checksum, fde):
-        """Apply one transaction with its checkpoint, in one commit where it can."""
-        self._apply_serially([trx], fde_event, fde, checksum)
 
     def apply_many(self, transactions, fde_event, checksum, fde):
         """Apply transactions in order, doing as little per transaction as is safe.

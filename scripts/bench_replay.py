@@ -143,13 +143,13 @@ def slave_status(server):
 
 def run_ours(workdir, servers, archive_url, start_gtid, workers, merge):
     target = new_target(workdir, "ours", servers)
-    target_port = target.port
     env = dict(os.environ, MYSQLBACKUP_TARGET_PASSWORD="")
     start = time.monotonic()
     result = subprocess.run(
         [sys.executable, "-m", "mysqlbackup", "--log-level", "warning", "replay", "--archive",
-         archive_url, "--target", f"mysql://root@127.0.0.1:{target_port}", "--start-gtid",
-         start_gtid, "--workers", str(workers), "--merge", str(merge)], env=env, capture_output=True, text=True)
+         archive_url, "--target", f"mysql://root@127.0.0.1:{target.port}", "--start-gtid",
+         start_gtid, "--workers", str(workers), "--merge", str(merge)],
+        env=env, capture_output=True, text=True)
     if result.returncode:
         raise RuntimeError(result.stderr[-2000:])
     print("  " + result.stdout.strip())
