@@ -6,12 +6,26 @@ is read from an environment variable or from a file, so it shows neither in
 """
 
 import os
+import re
 from dataclasses import dataclass, field
 from urllib.parse import unquote, urlsplit
 
 from .errors import UsageError
 
 PASSWORD_ENV = "MYSQLBACKUP_PASSWORD"
+# the user-info part ("user:secret@") of any URL in a text
+_USERINFO = re.compile(r"(?P<scheme>[A-Za-z][A-Za-z0-9+.-]*://)[^/\s@'\"]*@")
+
+
+def mask_url(text):
+    """``text`` with the user-info of every URL in it replaced by ``***``.
+
+    Used on every URL (source, archive, target) and error text we print, log or
+    store, so credentials written into a URL never reach a terminal or a file.
+    """
+    if text is None:
+        return None
+    return _USERINFO.sub(lambda m: m["scheme"] + "***@", str(text))
 
 
 @dataclass(frozen=True)
@@ -32,16 +46,17 @@ def parse_source_url(url):
     """Parse ``mysql://USER@HOST[:PORT]`` into (user, host, port); refuse a password in it."""
     parts = urlsplit(url)
     if parts.scheme not in ("mysql", "mariadb") or not parts.hostname:
-        raise UsageError(f"bad source URL {url!r}: expected mysql://USER@HOST:PORT")
+        raise UsageError(f"bad source URL {mask_url(url)!r}: expected mysql://USER@HOST:PORT")
     if parts.password is not None:
         raise UsageError("do not put the password in the URL: use the MYSQLBACKUP_PASSWORD "
                          "environment variable or --password-file")
     if not parts.username:
-        raise UsageError(f"bad source URL {url!r}: the user is missing (mysql://USER@HOST:PORT)")
+        raise UsageError(f"bad source URL {mask_url(url)!r}: the user is missing "
+                         f"(mysql://USER@HOST:PORT)")
     try:
         port = parts.port or 3306
     except ValueError:
-        raise UsageError(f"bad port in source URL {url!r}") from None
+        raise UsageError(f"bad port in source URL {mask_url(url)!r}") from None
     return unquote(parts.username), parts.hostname, port
 
 
