@@ -7,9 +7,11 @@ and the file its ROTATE names.
 """
 
 import hashlib
+import json
 from datetime import datetime, timezone
 
 from . import events as ev
+from .errors import CorruptBinlog
 from .scan import iter_events
 from .transactions import TrxTracker
 
@@ -73,3 +75,76 @@ def _account(info, tracker, event, is_first):
             info["last_gtid"] = gtid
     if header.type == ev.ROTATE and not ev.is_artificial(header):
         info["next_file"] = ev.parse_rotate(event, tracker.checksum)[1]
+
+
+_TEXT, _COUNT, _FLAG = (str,), (int,), (bool,)
+_OPTIONAL_TEXT = (str, type(None))
+_OPTIONAL_COUNT = (int, type(None))
+# every field build_index writes, with the types a sound index may hold there
+INDEX_FIELDS = {
+    "version": _COUNT, "name": _TEXT, "source": _OPTIONAL_TEXT, "start": _COUNT,
+    "end": _COUNT, "size": _COUNT, "sha256": _TEXT, "predecessor": _OPTIONAL_TEXT,
+    "gtid_before": _OPTIONAL_TEXT, "gtid_after": _OPTIONAL_TEXT,
+    "complete_transactions": _FLAG, "first_gtid": _OPTIONAL_TEXT, "last_gtid": _OPTIONAL_TEXT,
+    "first_commit": _OPTIONAL_TEXT, "last_commit": _OPTIONAL_TEXT, "transactions": _COUNT,
+    "next_file": _OPTIONAL_TEXT, "server_id": _OPTIONAL_COUNT,
+}
+_HEX = frozenset("0123456789abcdef")
+
+
+def parse_index(raw, where, name=None, start=None, end=None):
+    """The index dict in ``raw`` (the bytes of an index object) or CorruptBinlog naming it.
+
+    ``name``, ``start``, ``end``: what the object's key says (see validate_index).
+    """
+    try:
+        obj = json.loads(raw)
+    except (ValueError, UnicodeDecodeError):
+        raise CorruptBinlog("index is not JSON", file=where) from None
+    return validate_index(obj, where, name, start, end)
+
+
+def validate_index(obj, where, name=None, start=None, end=None):
+    """``obj`` when it is a sound index, else CorruptBinlog naming ``where`` and the fault.
+
+    Sound: a dict with every field ``build_index`` writes, each of its type, a
+    64-digit sha256, ``end == start + size``; and, when given, the binlog ``name``
+    and segment bounds the object's key says.
+    """
+    if not isinstance(obj, dict) or not obj:
+        raise CorruptBinlog(f"index is not an index object: {_short(obj)}", file=where)
+    problem = _field_problem(obj) or _consistency_problem(obj, name, start, end)
+    if problem:
+        raise CorruptBinlog(f"bad index: {problem}", file=where)
+    return obj
+
+
+def _field_problem(obj):
+    missing = [f for f in INDEX_FIELDS if f not in obj]
+    if missing:
+        return "missing " + ", ".join(missing)
+    for field, types in INDEX_FIELDS.items():
+        value = obj[field]
+        bad_bool = isinstance(value, bool) and bool not in types
+        if bad_bool or not isinstance(value, types):
+            return f"{field} is {_short(value)}"
+        if types is _COUNT and value < 0:
+            return f"{field} is {value}"
+    if len(obj["sha256"]) != 64 or not set(obj["sha256"]) <= _HEX:
+        return f"sha256 is {_short(obj['sha256'])}"
+    return None
+
+
+def _consistency_problem(obj, name, start, end):
+    if obj["end"] != obj["start"] + obj["size"]:
+        return f"end {obj['end']} is not start {obj['start']} + size {obj['size']}"
+    if name is not None and obj["name"] != name:
+        return f"name {obj['name']!r} (the object is {name})"
+    if start is not None and (obj["start"], obj["end"]) != (start, end):
+        return f"covers {obj['start']}-{obj['end']} (the object is {start}-{end})"
+    return None
+
+
+def _short(value):
+    text = repr(value)
+    return text if len(text) <= 40 else text[:37] + "..."

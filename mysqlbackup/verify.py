@@ -2,7 +2,7 @@
 
 from collections import defaultdict
 
-from .archive_index import build_index
+from .archive_index import build_index, parse_index
 from .archive_check import check_chain, check_object, check_segments
 from .archive_names import parse_key
 from .names import binlog_sort_key
@@ -35,8 +35,23 @@ class ArchiveListing:
         return sorted(self.sealed[source], key=binlog_sort_key)
 
     def index(self, source, name):
+        """The validated index of a sealed file, None when it has none (see read_index)."""
         key = self.sealed[source][name].get("index")
-        return self.store.read_json(key) if key else None
+        return self.read_index(key) if key else None
+
+    def read_index(self, relative_key):
+        """The index object ``relative_key`` (a sealed file's or a segment's), validated.
+
+        Raises CorruptBinlog (exit 6) naming the object when it is not JSON, not an
+        index dict, misses fields, has fields of the wrong type, or does not describe
+        the object its key names (binlog name, segment bounds). A missing object
+        raises FileNotFoundError (removed since the listing).
+        """
+        key = parse_key(relative_key)
+        raw = self.store.read(relative_key)
+        if key is None:
+            return parse_index(raw, relative_key)
+        return parse_index(raw, relative_key, key.name, key.start, key.end)
 
 
 def verify_archive(store, source=None):
