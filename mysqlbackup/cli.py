@@ -10,10 +10,10 @@ import click
 
 from .archive_names import check_source_name
 from .archiver import Retention
-from .daemon import StreamOptions, run_stream
+from .daemon import StopRequest, StreamOptions, run_stream
 from .errors import MysqlBackupError
 from .gtid import guess_flavor, parse_gtid_set
-from .source import PASSWORD_ENV, source_from_options
+from .source import PASSWORD_ENV, mask_url, source_from_options
 from .status import collect_status, format_status
 
 
@@ -24,7 +24,7 @@ def handle_errors(func):
         try:
             return func(*args, **kwargs)
         except MysqlBackupError as e:
-            click.echo(f"mysqlbackup: error: {e}", err=True)
+            click.echo(f"mysqlbackup: error: {mask_url(e)}", err=True)
             sys.exit(e.exit_code)
     return wrapper
 
@@ -65,8 +65,16 @@ def dir_option(func):
               type=click.Choice(["debug", "info", "warning", "error"]))
 def main(log_level):
     """Back up MySQL/MariaDB binary logs as a semi-synchronous replica."""
-    logging.basicConfig(level=log_level.upper(), stream=sys.stderr,
-                        format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    handler = logging.StreamHandler(sys.stderr)
+    handler.setFormatter(MaskingFormatter("%(asctime)s %(levelname)s %(name)s: %(message)s"))
+    logging.basicConfig(level=log_level.upper(), handlers=[handler])
+
+
+class MaskingFormatter(logging.Formatter):
+    """Log lines never carry the user-info (credentials) of a URL."""
+
+    def format(self, record):
+        return mask_url(super().format(record))
 
 
 @main.command()
@@ -117,10 +125,10 @@ def stream(source, password_file, server_id, directory, start_file, start_gtid, 
                          archive_interval=archive_interval,
                          source_name=source_name and check_source_name(source_name),
                          keep_local=Retention.parse(keep_local))
-    stopping = []
+    stop = StopRequest()
     for sig in (signal.SIGTERM, signal.SIGINT):
-        signal.signal(sig, lambda *_: stopping.append(True))
-    run_stream(opts, stop=lambda: bool(stopping))
+        signal.signal(sig, stop.request)
+    run_stream(opts, stop=stop)
 
 
 @main.command()

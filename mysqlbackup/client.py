@@ -3,11 +3,21 @@
 PyMySQL does the handshake and the setup queries; then this module writes the
 replication commands itself and reads the dump straight from the connection's
 buffered socket file, handing the bytes to the pure ``protocol.StreamDecoder``.
+
+It uses these PyMySQL 1.2 internals (pinned in setup.cfg): ``_sock``, ``_rfile``,
+``_write_bytes``, ``_read_packet``, ``_next_seq_id``, ``_force_close``.
+
+Every connection-level failure, in any phase (TCP connect, handshake, setup
+queries, dump), is a ``ConnectionLost`` (retried by the daemon), except a refused
+login and a source that cannot be reached at all (``SourceError``). Nothing
+waits without a bound: the handshake and setup queries have a read timeout, and
+a dump that stays silent for several heartbeat periods is a dead link.
 """
 
 import logging
 import select
 import socket
+import time
 
 import pymysql
 
@@ -20,7 +30,12 @@ log = logging.getLogger(__name__)
 
 BUFFER_SIZE = 8 << 20
 NUDGE_SERVER_ID = 4294967295  # the helper of nudge_ack_receiver uses this minus ours
+SETUP_TIMEOUT = 15.0          # seconds a handshake or setup query may stay unanswered
+POLL_SLICE = 0.5              # longest single wait, so that a stop request is seen
 _ACCESS_DENIED, _UNKNOWN_VARIABLE = 1045, 1193
+_CANT_CONNECT = 2003          # PyMySQL: the TCP connection could not be made
+# client-side codes of a broken link (gone away, lost, handshake lost, out of sync)
+_LINK_ERRORS = {2006, 2013, 2055, 2014, 0}
 
 
 class ServerInfo:
@@ -58,38 +73,84 @@ class ReplicaClient:
     # -- connection and setup ------------------------------------------------------
 
     def connect(self):
-        """Open the connection and read the server facts; SourceError when it cannot."""
+        """Open the connection and read the server facts.
+
+        SourceError when the source refuses us or cannot be reached at all;
+        ConnectionLost when the link breaks or stays silent during the set-up."""
+        conn = pymysql.connections.Connection(
+            host=self.source.host, port=self.source.port, user=self.source.user,
+            password=self.source.password, connect_timeout=self.connect_timeout,
+            read_timeout=SETUP_TIMEOUT, write_timeout=SETUP_TIMEOUT, autocommit=True,
+            defer_connect=True)
         try:
-            self.conn = pymysql.connect(
-                host=self.source.host, port=self.source.port, user=self.source.user,
-                password=self.source.password, connect_timeout=self.connect_timeout,
-                autocommit=True)
-        except pymysql.err.OperationalError as e:
-            raise SourceError(self._connect_error(e)) from None
+            conn.connect(self._open_socket())
+        except pymysql.err.MySQLError as e:
+            raise self._connect_error(e) from None
+        self.conn = conn
         self.info = self._read_server_info()
         return self.info
+
+    def _open_socket(self):
+        """The TCP connection (ours, so that ``interrupt`` can shut it down)."""
+        try:
+            sock = socket.create_connection((self.source.host, self.source.port),
+                                            self.connect_timeout)
+        except OSError as e:
+            raise SourceError(f"cannot connect to {self.source.address}: "
+                              f"{e.strerror or e}") from None
+        sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_KEEPALIVE, 1)
+        self.sock = sock
+        return sock
 
     def _connect_error(self, e):
         code = e.args[0] if e.args else 0
         where = f"{self.source.user}@{self.source.address}"
         if code == _ACCESS_DENIED:
-            return (f"access denied for {where}: check the password (MYSQLBACKUP_PASSWORD "
-                    f"or --password-file)")
-        return f"cannot connect to {self.source.address}: {e.args[-1]}"
+            return SourceError(f"access denied for {where}: check the password "
+                               f"(MYSQLBACKUP_PASSWORD or --password-file)")
+        if isinstance(e, pymysql.err.OperationalError) and code in _LINK_ERRORS | {
+                _CANT_CONNECT}:
+            return ConnectionLost(f"lost the connection to {self.source.address} during the "
+                                  f"handshake: {e.args[-1]}")
+        return SourceError(f"cannot log in to {self.source.address}: {e.args[-1]}")
+
+    def interrupt(self):
+        """Shut the connection down from another context (a signal handler, a thread):
+        whatever waits on it returns at once with a lost connection."""
+        sock = getattr(self, "sock", None)
+        if sock is not None:
+            try:
+                sock.shutdown(socket.SHUT_RDWR)
+            except OSError:
+                pass
 
     def query(self, sql):
         """Run one statement on the control connection; return all rows."""
-        with self.conn.cursor() as cur:
-            cur.execute(sql)
-            return cur.fetchall()
+        try:
+            with self.conn.cursor() as cur:
+                cur.execute(sql)
+                return cur.fetchall()
+        except pymysql.err.MySQLError as e:
+            raise self._query_error(e, sql) from None
+
+    def _query_error(self, e, sql):
+        """A broken link is a lost connection; a refused statement keeps its error."""
+        code = e.args[0] if e.args else 0
+        if isinstance(e, pymysql.err.InterfaceError) or (
+                isinstance(e, pymysql.err.OperationalError) and code in _LINK_ERRORS):
+            return ConnectionLost(f"lost the connection to {self.source.address} during "
+                                  f"set-up ({sql.split()[0]} ...): {e.args[-1]}")
+        if code == _UNKNOWN_VARIABLE:
+            return e
+        return SourceError(f"the source {self.source.address} refused {sql!r}: "
+                           f"error {code}: {e.args[-1]}")
 
     def _variable(self, name):
         try:
             return self.query(f"SELECT @@{name}")[0][0]
-        except pymysql.err.OperationalError as e:
-            if e.args[0] == _UNKNOWN_VARIABLE:
-                return None
-            raise
+        except pymysql.err.OperationalError as e:  # only error 1193 comes back raw
+            return None
 
     def _read_server_info(self):
         version = self.query("SELECT VERSION()")[0][0]
@@ -123,7 +184,7 @@ class ReplicaClient:
             if self.info.flavor == "mysql":
                 self.query("SET @rpl_semi_sync_replica = 1")
         self._send(protocol.register_slave_payload(self.server_id, port=0))
-        self.conn._read_packet()  # OK
+        self._read_reply("COM_REGISTER_SLAVE")
 
     # -- dump ------------------------------------------------------------------------
 
@@ -132,12 +193,30 @@ class ReplicaClient:
         self._prepare_dump()
         self._send(protocol.binlog_dump_payload(self.server_id, file, pos))
         self._new_decoder()
-        self.conn._sock.settimeout(max(3 * self.heartbeat, self.heartbeat + 5))
         self.position_hint = (file, pos)
 
-    def wait_started(self, timeout):
+    @property
+    def silence_limit(self):
+        """Seconds without a byte from a dumping source that mean the link is dead."""
+        return max(3 * self.heartbeat, self.heartbeat + 5)
+
+    def wait_started(self, timeout, stop=lambda: False):
         """True when the source sent the first bytes of the dump within ``timeout`` s."""
-        return bool(select.select([self.conn._sock], [], [], timeout)[0])
+        deadline = time.monotonic() + timeout
+        while not stop():
+            left = deadline - time.monotonic()
+            if left <= 0:
+                return False
+            if self._wait_readable(min(left, POLL_SLICE)):
+                return True
+        return False
+
+    def _wait_readable(self, timeout):
+        try:
+            return bool(select.select([self.conn._sock], [], [], timeout)[0])
+        except (OSError, ValueError) as e:  # a socket shut down or closed meanwhile
+            raise ConnectionLost(f"lost the connection to {self.source.address}: {e}") \
+                from None
 
     def locate_gtid(self, gtids):
         """Name of the binlog file where the source would start streaming after ``gtids``."""
@@ -150,7 +229,10 @@ class ReplicaClient:
             self._send(protocol.binlog_dump_gtid_payload(self.server_id, gtids))
         self._new_decoder()
         self.position_hint = (f"GTID {gtids}", 4)
-        for event, _ in self.read_batch():
+        batch = []
+        while not batch:  # [] only when nothing came yet (read_batch bounds the silence)
+            batch = self.read_batch()
+        for event, _ in batch:
             if event[4] == ev.ROTATE:
                 return ev.parse_rotate(event, self.stream_checksum)[1]
         raise SourceError("the source did not name a binlog file for that GTID position")
@@ -159,16 +241,25 @@ class ReplicaClient:
         self.decoder = protocol.StreamDecoder(self.semi_sync)
         self.buf = bytearray(BUFFER_SIZE)
         self.buf_start = self.buf_end = 0
+        self.conn._sock.settimeout(self.silence_limit)
+        self.last_bytes = time.monotonic()
 
     def read_batch(self, timeout=None):
-        """Wait for events (at most ``timeout`` seconds), then take everything waiting.
+        """Wait for events (at most ``timeout`` seconds, and never more than POLL_SLICE
+        so that the caller sees a stop request), then take everything waiting.
 
-        Returns all complete (event, needs_ack) pairs, or [] when the timeout passed
+        Returns all complete (event, needs_ack) pairs, or [] when the wait ended
         first: one batch is written and fsynced once, so taking what is queued
-        groups more transactions per ACK.
+        groups more transactions per ACK. A source silent for ``silence_limit``
+        seconds (heartbeats included) is a dead link: ConnectionLost.
         """
         self._compact()
-        if timeout is not None and not select.select([self.conn._sock], [], [], timeout)[0]:
+        wait = POLL_SLICE if timeout is None else min(timeout, POLL_SLICE)
+        if not self._wait_readable(wait):
+            silent = time.monotonic() - self.last_bytes
+            if silent > self.silence_limit:
+                raise ConnectionLost(f"the source {self.source.address} sent nothing for "
+                                     f"{silent:.0f}s (no event, no heartbeat): dead link")
             return []
         batch = []
         while not batch or (self.buf_end < len(self.buf) // 2 and self.readable()):
@@ -197,6 +288,7 @@ class ReplicaClient:
         if not n:
             raise ConnectionLost(f"the source {self.source.address} closed the connection")
         self.buf_end += n
+        self.last_bytes = time.monotonic()
 
     def _decode(self):
         try:
@@ -208,7 +300,7 @@ class ReplicaClient:
 
     def readable(self):
         """True when bytes from the source are waiting to be read right now."""
-        return bool(select.select([self.conn._sock], [], [], 0)[0])
+        return self._wait_readable(0)
 
     def idle(self):
         """True when nothing more is waiting: a good moment to fsync."""
@@ -232,8 +324,19 @@ class ReplicaClient:
 
     def _send(self, payload):
         self.conn._next_seq_id = 0
-        self.conn._write_bytes(protocol.frame(payload, 0))
+        try:
+            self.conn._write_bytes(protocol.frame(payload, 0))
+        except pymysql.err.MySQLError as e:
+            raise ConnectionLost(f"lost the connection to {self.source.address}: "
+                                 f"{e.args[-1]}") from None
         self.conn._next_seq_id = 1
+
+    def _read_reply(self, what):
+        """The OK packet answering a command; a broken link is a lost connection."""
+        try:
+            self.conn._read_packet()
+        except pymysql.err.MySQLError as e:
+            raise self._query_error(e, what) from None
 
     def close(self):
         """Close the connection without waiting for the server."""

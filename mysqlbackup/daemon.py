@@ -1,8 +1,11 @@
 """``mysqlbackup stream``: connect, check the source, recover, dump, reconnect.
 
 The first connection must succeed (a wrong password or host is reported at
-once); after that, a lost connection is retried with exponential backoff and
-streaming resumes from the durable position in the local files.
+once); after that, a lost connection is retried with exponential backoff (reset
+by a connection that streamed) and streaming resumes from the durable position
+in the local files. A stop request (SIGTERM/SIGINT through ``StopRequest``) ends
+the daemon within about a second in every state: waits are sliced, and a
+connection that waits on the network is shut down at once.
 """
 
 import contextlib
@@ -16,12 +19,15 @@ from .client import ReplicaClient, nudge_ack_receiver
 from .errors import ConnectionLost, LocalStateError, SourceError, UsageError
 from .gtid import guess_flavor, parse_gtid_set
 from .localdir import DirectoryLock, ResumePoint, list_binlogs, recover
+from .source import mask_url
 from .state import State, load_state, save_state
 from .syncer import Syncer
 from .transactions import TrxTracker
 from .writer import BinlogWriter
 
 log = logging.getLogger(__name__)
+
+ARCHIVER_STOP_WAIT = 5.0  # seconds a stopping daemon waits for the archiver's last pass
 
 
 @dataclass
@@ -60,15 +66,65 @@ class Backoff:
         self.delay = self.first
 
 
+class StopRequest:
+    """A stop flag for ``run_stream`` that a signal handler sets (``request``): the
+    daemon sees it within a poll slice, and every replication connection waiting on
+    the network is shut down at once, so nothing waits out a timeout."""
+
+    def __init__(self):
+        self.requested = False
+        self.clients = set()
+
+    def __call__(self):
+        return self.requested
+
+    def request(self, *_):
+        """Ask the daemon to stop (signal-handler signature)."""
+        self.requested = True
+        for client in list(self.clients):
+            client.interrupt()
+
+
+@contextlib.contextmanager
+def _watched(stop, client):
+    """Let a StopRequest interrupt ``client`` while the block runs."""
+    clients = getattr(stop, "clients", None)
+    if clients is None:
+        yield client
+        return
+    clients.add(client)
+    try:
+        if stop():
+            client.interrupt()
+        yield client
+    finally:
+        clients.discard(client)
+
+
+def sleep_until(stop, seconds, sleep=time.sleep):
+    """Sleep ``seconds`` in short slices, returning early once ``stop()`` is true."""
+    deadline = time.monotonic() + seconds
+    while not stop() and time.monotonic() < deadline:
+        sleep(min(0.1, max(0.0, deadline - time.monotonic())))
+
+
 def run_stream(opts, stop=lambda: False, sleep=time.sleep, on_syncer=None):
-    """Run the daemon until ``stop()``; raise a MysqlBackupError on a fatal problem."""
-    os.makedirs(opts.directory, exist_ok=True)
-    with DirectoryLock(opts.directory):
-        if (opts.start_file or opts.start_gtid) and list_binlogs(opts.directory):
-            raise UsageError(f"{opts.directory} already holds a backup: --start-file and "
-                             f"--start-gtid only apply to an empty directory")
-        with _archiver_thread(opts, stop):
-            _stream_loop(opts, stop, sleep, on_syncer)
+    """Run the daemon until ``stop()``; raise a MysqlBackupError on a fatal problem.
+
+    A local file-system error (ENOSPC, EROFS, EACCES, EFBIG...) is a LocalStateError
+    naming the path (exit 8); the checkpoint never moves past what was fsynced."""
+    try:
+        os.makedirs(opts.directory, exist_ok=True)
+        with DirectoryLock(opts.directory):
+            if (opts.start_file or opts.start_gtid) and list_binlogs(opts.directory):
+                raise UsageError(f"{opts.directory} already holds a backup: --start-file and "
+                                 f"--start-gtid only apply to an empty directory")
+            with _archiver_thread(opts, stop):
+                _stream_loop(opts, stop, sleep, on_syncer)
+    except OSError as e:
+        if e.filename is None:
+            raise
+        raise LocalStateError(f"{e.filename}: {e.strerror or e}") from None
 
 
 @contextlib.contextmanager
@@ -83,7 +139,7 @@ def _archiver_thread(opts, stop):
     problem = store.probe()
     if problem:
         log.warning("archive %s not reachable now (%s): streaming goes on, uploads retry",
-                    opts.archive_url, problem)
+                    mask_url(opts.archive_url), mask_url(problem))
     archiver = Archiver(opts.directory, store, opts.source_name, opts.archive_interval,
                         opts.keep_local)
     done = threading.Event()
@@ -94,60 +150,84 @@ def _archiver_thread(opts, stop):
         yield archiver
     finally:
         done.set()
-        thread.join(60)
+        # a last pass finishes what it started; a hung store must not hold the stop up
+        thread.join(ARCHIVER_STOP_WAIT)
 
 
 def _stream_loop(opts, stop, sleep, on_syncer):
-    """Stream, reconnecting with backoff; the first connection must succeed."""
+    """Stream, reconnecting with backoff; the first connection must succeed.
+
+    The backoff starts again from its first step after a connection that streamed
+    (events or heartbeats came), so a blip after healthy streaming is retried
+    within a second, however many blips came before."""
     backoff, connected_once = Backoff(maximum=opts.max_backoff), False
     while not stop():
+        attempt = {}
         try:
-            _stream_once(opts, stop, on_syncer)
+            _stream_once(opts, stop, on_syncer, attempt)
         except (ConnectionLost, SourceError) as e:
             if not connected_once and isinstance(e, SourceError):
                 raise
+            if stop():
+                return
+            if _streamed(attempt.get("syncer")):
+                backoff.reset()
             delay = backoff.next()
             log.warning("%s; reconnecting in %.1fs", e, delay)
-            sleep(delay)
+            sleep_until(stop, delay, sleep)
             continue
         finally:
             connected_once = True
         backoff.reset()
 
 
-def _stream_once(opts, stop, on_syncer):
+def _streamed(syncer):
+    """True when a connection delivered something (events or heartbeats)."""
+    return syncer is not None and bool(syncer.events or syncer.source_position)
+
+
+def _stream_once(opts, stop, on_syncer, attempt):
     client = ReplicaClient(opts.source, opts.server_id, opts.semi_sync, opts.heartbeat)
     writer = BinlogWriter(opts.directory)
     try:
-        info = client.connect()
-        state = load_state(opts.directory)
-        if _source_changed(info, state, opts):
-            point = _follow_point(opts, state)
-        else:
-            point = recover(opts.directory, state) or _initial_point(client, opts)
-        if point.cut_bytes:
-            log.warning("cut %d bytes after %s:%d (%s)", point.cut_bytes, point.file, point.pos,
-                        point.cut_reason)
-        writer.open(point.file, point.pos)
-        state = _base_state(state, info, opts, point)
-        client.start_dump(point.file, point.pos)
-        _ensure_started(client, opts)
-        log.info("streaming from %s:%d (semi-sync %s)", point.file, point.pos,
-                 "on" if client.semi_sync else "off")
-        syncer = Syncer(client, writer, TrxTracker(gtids=point.gtids), state,
-                        opts.sync_interval, opts.checkpoint_interval)
-        syncer.checkpoint()
-        if on_syncer:
-            on_syncer(syncer)
-        syncer.run(stop)
+        with _watched(stop, client):
+            _stream_with(client, writer, opts, stop, on_syncer, attempt)
     finally:
         client.close()
         writer.close()
 
 
-def _ensure_started(client, opts, wait=3.0):
+def _stream_with(client, writer, opts, stop, on_syncer, attempt):
+    """Connect, find the resume point, dump, and run the syncer until ``stop()``."""
+    info = client.connect()
+    state = load_state(opts.directory)
+    if _source_changed(info, state, opts):
+        point = _follow_point(opts, state)
+    else:
+        point = recover(opts.directory, state) or _initial_point(client, opts)
+    if point.cut_bytes:
+        log.warning("cut %d bytes after %s:%d (%s)", point.cut_bytes, point.file, point.pos,
+                    point.cut_reason)
+    writer.open(point.file, point.pos)
+    state = _base_state(state, info, opts, point)
+    client.start_dump(point.file, point.pos)
+    _ensure_started(client, opts, stop)
+    if stop():
+        return
+    log.info("streaming from %s:%d (semi-sync %s)", point.file, point.pos,
+             "on" if client.semi_sync else "off")
+    syncer = Syncer(client, writer, TrxTracker(gtids=point.gtids), state,
+                    opts.sync_interval, opts.checkpoint_interval)
+    attempt["syncer"] = syncer
+    syncer.checkpoint()
+    if on_syncer:
+        on_syncer(syncer)
+    syncer.run(stop)
+
+
+def _ensure_started(client, opts, stop, wait=3.0):
     """Wait for the dump's first bytes; on MariaDB, break the semi-sync reconnect deadlock."""
-    if client.wait_started(wait):
+    if client.wait_started(wait, stop) or stop():
         return
     if not (client.semi_sync and client.info.flavor == "mariadb"):
         raise ConnectionLost(f"the source did not start the binlog dump within {wait:.0f}s")
@@ -157,8 +237,9 @@ def _ensure_started(client, opts, wait=3.0):
                 opts.server_id)
     helper = nudge_ack_receiver(opts.source, opts.server_id, opts.heartbeat)
     try:
-        if not client.wait_started(max(10.0, 3 * opts.heartbeat)):
-            raise ConnectionLost("the source still did not start the binlog dump")
+        with _watched(stop, helper):
+            if not client.wait_started(max(10.0, 3 * opts.heartbeat), stop) and not stop():
+                raise ConnectionLost("the source still did not start the binlog dump")
     finally:
         helper.close()
 

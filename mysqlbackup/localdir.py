@@ -90,6 +90,7 @@ def recover(directory, state):
     path = os.path.join(directory, last)
     size = os.path.getsize(path)
     _check_checkpoint_on_disk(state, names, size, directory)
+    _check_chain_after_checkpoint(directory, names, state)
     if size <= len(ev.MAGIC):
         return ResumePoint(last, len(ev.MAGIC), _state_gtids(state))
     with open(path, "rb") as f, mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ) as buf:
@@ -100,12 +101,51 @@ def _check_checkpoint_on_disk(state, names, size, directory):
     """The checkpoint must point into the local files, or durable data went missing."""
     if state is None:
         return
-    lost = (state.file == names[-1] and state.pos > size) or (
-        state.file not in names and binlog_sort_key(state.file) > binlog_sort_key(names[-1]))
+    if state.file in names:
+        size = os.path.getsize(os.path.join(directory, state.file))
+        lost, where = state.pos > size, f"{state.file} has {size} bytes"
+    else:
+        lost = binlog_sort_key(state.file) > binlog_sort_key(names[-1])
+        where = f"{directory} ends at {names[-1]} with {size} bytes"
     if lost:
         raise LocalStateError(f"the checkpoint says {state.file}:{state.pos} is durable but "
-                              f"{directory} ends at {names[-1]} with {size} bytes: local data "
-                              f"was lost (restore the directory or start a new one)")
+                              f"{where}: local data was lost (restore the directory or start "
+                              f"a new one)")
+
+
+def _check_chain_after_checkpoint(directory, names, state):
+    """The checkpoint is the truth: a file after its file must be the one that file's
+    ROTATE names (and so on down the chain), else it was not written by this backup
+    and is refused by name; nothing is resumed or checkpointed from it."""
+    if state is None or state.file not in names:
+        return
+    previous, start = state.file, state.pos
+    for name in names[names.index(state.file) + 1:]:
+        named = _rotates_to(os.path.join(directory, previous), start)
+        if named != name:
+            why = (f"{previous} rotates to {named}" if named else
+                   f"{previous} has no ROTATE after {start}")
+            raise LocalStateError(
+                f"{os.path.join(directory, name)} is not in the chain of the checkpoint "
+                f"{state.file}:{state.pos} ({why}): it was not written by this backup; "
+                f"move it out of the directory")
+        previous, start = name, len(ev.MAGIC)
+
+
+def _rotates_to(path, start):
+    """The file named by the ROTATE event after ``start`` in ``path`` (None if none)."""
+    with open(path, "rb") as f:
+        data = f.read()
+    checksum = None
+    try:
+        if len(data) > len(ev.MAGIC):
+            checksum = read_fde(data, path)[1].checksum_alg == ev.CHECKSUM_CRC32
+        for _, event in iter_events(data, max(start, len(ev.MAGIC)), checksum, file=path):
+            if event[4] == ev.ROTATE:
+                return ev.parse_rotate(event, checksum)[1]
+    except CorruptBinlog:
+        return None  # a torn tail: the file never rotated
+    return None
 
 
 def _state_gtids(state):

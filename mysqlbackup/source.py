@@ -14,18 +14,27 @@ from .errors import UsageError
 
 PASSWORD_ENV = "MYSQLBACKUP_PASSWORD"
 # the user-info part ("user:secret@") of any URL in a text
-_USERINFO = re.compile(r"(?P<scheme>[A-Za-z][A-Za-z0-9+.-]*://)[^/\s@'\"]*@")
+_USERINFO = re.compile(r"(?P<scheme>[A-Za-z][A-Za-z0-9+.-]*://)(?P<info>[^/\s@'\"]*)@")
+_SERVER_SCHEMES = ("mysql://", "mariadb://")
 
 
 def mask_url(text):
-    """``text`` with the user-info of every URL in it replaced by ``***``.
+    """``text`` with the credentials in every URL replaced by ``***``.
 
     Used on every URL (source, archive, target) and error text we print, log or
-    store, so credentials written into a URL never reach a terminal or a file.
-    """
+    store. The user-info of a storage URL goes whole (it may be a key or a token);
+    of a server URL (mysql://USER@HOST) only a password, the user name stays."""
     if text is None:
         return None
-    return _USERINFO.sub(lambda m: m["scheme"] + "***@", str(text))
+    return _USERINFO.sub(_mask_one, str(text))
+
+
+def _mask_one(m):
+    scheme, info = m["scheme"], m["info"]
+    if scheme.lower() in _SERVER_SCHEMES:
+        user, colon, _ = info.partition(":")
+        return f"{scheme}{user}{':***' if colon else ''}@"
+    return f"{scheme}***@"
 
 
 @dataclass(frozen=True)

@@ -39,18 +39,28 @@ class State:
 
 
 def save_state(directory, state, fsync=os.fsync):
-    """Replace the checkpoint atomically and durably."""
+    """Replace the checkpoint atomically and durably (LocalStateError when it cannot)."""
     path = os.path.join(directory, STATE_FILE)
     tmp = path + ".tmp"
     data = json.dumps({"format": FORMAT_VERSION, **asdict(state)}, indent=1, sort_keys=True)
-    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o640)
     try:
-        os.write(fd, data.encode("utf-8"))
-        fsync(fd)
-    finally:
-        os.close(fd)
-    os.rename(tmp, path)
-    fsync_dir(directory, fsync)
+        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o640)
+        try:
+            _write_all(fd, data.encode("utf-8"))
+            fsync(fd)
+        finally:
+            os.close(fd)
+        os.rename(tmp, path)
+        fsync_dir(directory, fsync)
+    except OSError as e:
+        raise LocalStateError(f"cannot write the checkpoint {path}: "
+                              f"{e.strerror or e}") from None
+
+
+def _write_all(fd, data):
+    view = memoryview(data)
+    while view:
+        view = view[os.write(fd, view):]
 
 
 def load_state(directory):

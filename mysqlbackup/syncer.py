@@ -67,11 +67,13 @@ class Syncer:
         ack = None
         try:
             for event, needs_ack in batch:
+                name = self.writer.name  # the file this event goes to: a ROTATE moves on
                 self._route(event)
                 if needs_ack:
-                    ack = (self.writer.name, int.from_bytes(event[13:17], "little"))
+                    ack = (name, int.from_bytes(event[13:17], "little"))
         finally:
-            self._commit(ack)
+            if not self.writer.failed:
+                self._commit(ack)
 
     def _route(self, event):
         """The common case (a real event of a transaction) takes the short path."""
@@ -225,8 +227,11 @@ class Syncer:
         save_state(self.writer.directory, state)
 
     def finish(self):
-        """Make everything written durable and record the checkpoint."""
-        if self.writer.fd is not None:
+        """Make everything written durable and record the checkpoint.
+
+        After a failed write or fsync nothing more is synced or recorded: the last
+        checkpoint stays the truth, and a restart rescans the file from there."""
+        if self.writer.fd is not None and not self.writer.failed:
             self.writer.sync()
             self._synced(self.clock())
             self.checkpoint()

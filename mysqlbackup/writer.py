@@ -4,6 +4,12 @@ One file is open at a time. ``append`` only buffers; ``flush`` hands the
 buffered bytes to the kernel in one write; ``sync`` flushes and fsyncs. A new
 file is created with the binlog magic and fsynced together with its directory,
 so a file that exists after a crash always has its name on disk.
+
+A failed write or fsync is final for the writer: it raises LocalStateError
+(exit 8) naming the file, keeps ``synced_pos`` where it was (nothing it did not
+fsync is ever reported durable), and refuses any further write or fsync. After
+a failed fsync the kernel may have dropped the dirty pages: only a restart,
+which rescans the file from the checkpoint, knows what is on disk.
 """
 
 import os
@@ -36,6 +42,7 @@ class BinlogWriter:
         self.pos = 0          # end of everything appended (buffered or not)
         self.synced_pos = 0   # end of what is known to be on stable storage
         self._buffer = []
+        self.failed = None    # the OSError that ended this writer, if any
 
     def path(self, name):
         return os.path.join(self.directory, name)
@@ -43,6 +50,12 @@ class BinlogWriter:
     def open(self, name, pos):
         """Continue ``name`` at ``pos`` (cutting anything after it) or create it at pos 4."""
         self.close()
+        try:
+            self._open(name, pos)
+        except OSError as e:
+            self._fail("open", e, name)
+
+    def _open(self, name, pos):
         path = self.path(name)
         exists = os.path.exists(path)
         if not exists and pos != len(MAGIC):
@@ -70,7 +83,14 @@ class BinlogWriter:
 
     def flush(self):
         """Write the buffered bytes to the file (no fsync), with as few syscalls as it takes."""
-        buffers, self._buffer = self._buffer, []
+        self._check_usable()
+        try:
+            self._write_all(self._buffer)
+        except OSError as e:
+            self._fail("write", e)
+        self._buffer = []
+
+    def _write_all(self, buffers):
         for i in range(0, len(buffers), IOV_MAX):
             chunk = buffers[i:i + IOV_MAX]
             written = os.writev(self.fd, chunk)
@@ -89,7 +109,10 @@ class BinlogWriter:
         """Flush and fsync; afterwards everything appended so far is durable."""
         self.flush()
         if self.synced_pos != self.pos:
-            self._fsync(self.fd)
+            try:
+                self._fsync(self.fd)
+            except OSError as e:
+                self._fail("fsync", e)
             self.synced_pos = self.pos
 
     def rotate(self, next_name):
@@ -98,8 +121,23 @@ class BinlogWriter:
         self.open(next_name, len(MAGIC))
 
     def close(self):
-        """Sync and close the current file, if any."""
-        if self.fd is not None:
-            self.sync()
+        """Sync and close the current file, if any (a failed writer only closes it)."""
+        if self.fd is None:
+            return
+        try:
+            if not self.failed:
+                self.sync()
+        finally:
             os.close(self.fd)
             self.fd = None
+
+    def _check_usable(self):
+        if self.failed is not None:
+            raise LocalStateError(f"{self.path(self.name)}: an earlier write or fsync failed "
+                                  f"({self.failed.strerror or self.failed}); restart to rescan")
+
+    def _fail(self, what, error, name=None):
+        """A failed write/fsync ends the writer: nothing more is written or called durable."""
+        self.failed = error
+        path = self.path(name or self.name)
+        raise LocalStateError(f"cannot {what} {path}: {error.strerror or error}") from None
