@@ -29,12 +29,17 @@ HEADER_EVENTS = {ev.FORMAT_DESCRIPTION, ev.ROTATE, ev.STOP, ev.PREVIOUS_GTIDS,
                  ev.MARIA_GTID_LIST, ev.MARIA_BINLOG_CHECKPOINT}
 
 
-def assemble(data, name, base=0, tracker=None, newest=False):
+def assemble(data, name, base=0, tracker=None, newest=False, facts=None):
     """(transactions, incomplete, fde_event) of ``data`` (a whole file when base == 0).
 
     ``newest``: the file may end inside an event (a torn tail), which then counts
     as an incomplete transaction; anywhere else a torn event is an error.
+    ``facts``: a dict that receives what the bytes say of their place in the chain,
+    as ``archive_index.build_index`` computes it: ``gtid_before``, ``gtid_after``
+    and ``next_file`` (the file a real ROTATE names).
     """
+    facts = {} if facts is None else facts
+    facts.update(gtid_before=None, gtid_after=None, next_file=None)
     if base == 0:
         check_magic(data, name)
     tracker = tracker or TrxTracker()
@@ -50,11 +55,13 @@ def assemble(data, name, base=0, tracker=None, newest=False):
         if current is None and etype not in HEADER_EVENTS:
             current = {"file": name, "start": off, "events": [], "tables": set()}
         tracker.feed(event)
+        _note(facts, event, etype, tracker, base == 0)
         if current is not None:
             _collect(current, event, tracker)
         if current is not None and tracker.state == OUTSIDE:
             transactions.append(_finish(current, off + len(event), event, tracker))
             current = None
+    facts["gtid_after"] = str(tracker.gtids) if tracker.gtids is not None else None
     end = base + len(data)
     if current is None and events.torn_at is not None:
         current = {"start": events.torn_at, "events": []}
@@ -89,6 +96,16 @@ def _refuse(etype, off, name):
     if etype == ev.INCIDENT:
         raise CorruptBinlog("INCIDENT event: the source lost events here; resync required",
                             name, off)
+
+
+def _note(facts, event, etype, tracker, whole):
+    """Chain facts of the bytes, the way ``archive_index.build_index`` records them."""
+    if etype == ev.FORMAT_DESCRIPTION and whole:
+        facts["gtid_before"] = None
+    elif etype in (ev.MARIA_GTID_LIST, ev.PREVIOUS_GTIDS) and facts["gtid_before"] is None:
+        facts["gtid_before"] = str(tracker.gtids)
+    elif etype == ev.ROTATE and not ev.is_artificial(ev.parse_header(event)):
+        facts["next_file"] = ev.parse_rotate(event, tracker.checksum)[1]
 
 
 def _collect(current, event, tracker):

@@ -19,11 +19,12 @@ from dataclasses import dataclass, field
 from datetime import datetime, timezone
 
 from mysqlbackup import events as ev
-from mysqlbackup.errors import MysqlBackupError, ResyncRequired
+from mysqlbackup.errors import CorruptBinlog, MysqlBackupError
 from mysqlbackup.gtid import MariaGtidPos
 from mysqlbackup.names import binlog_sort_key
+from mysqlbackup.source import mask_url
 
-from .plan import pick_source, plan_units
+from .plan import check_decoded, check_link, pick_source, plan_units
 from .rewrite import rewrite_transaction
 from .selection import Selection
 
@@ -47,22 +48,61 @@ def decode_unit(unit, url, options):
     """Spark task: read one file from the archive and assemble its transactions.
 
     What comes back to the driver is the transactions without their bytes (event
-    lengths instead) and the object's size and CRC32: the driver reads the object
-    itself and attaches the bytes (``attach_unit``), so the binlog does not pass
-    through the JVM (that cost more than the decode itself)."""
+    lengths instead), the object's size and CRC32 (``fingerprint``), the size and
+    sha256 of each object read (``digests``, to compare with their indexes) and what
+    the bytes say of their place in the chain (``facts``): the driver checks those
+    (``plan.check_decoded``), then reads the object itself and attaches the bytes
+    (``attach_unit``), so the binlog does not pass through the JVM. A failure comes
+    back as ``error`` (kind, message, offset) instead of an exception, which Spark
+    would wrap into its own: the driver raises it with the object named."""
+    import hashlib
+    import traceback
     from replay.assemble import assemble, detach_events
-    data = read_unit(unit, url, options)
-    transactions, incomplete, fde = assemble(data, unit["name"], newest=unit["partial"])
+    out = {"name": unit["name"], "partial": unit["partial"], "error": None,
+           "digests": [], "facts": {}, "transactions": [], "incomplete": None}
+    try:
+        parts = read_parts(unit, url, options)
+    except FileNotFoundError as e:
+        return dict(out, error={"kind": "missing", "message": str(e)})
+    except OSError as e:
+        return dict(out, error={"kind": "unreadable", "message": f"{type(e).__name__}: {e}"})
+    out["digests"] = [(len(p), hashlib.sha256(p).hexdigest()) for p in parts]
+    data = parts[0] if len(parts) == 1 else b"".join(parts)
+    del parts
+    try:
+        transactions, incomplete, fde = assemble(data, unit["name"], newest=unit["partial"],
+                                                 facts=out["facts"])
+    except CorruptBinlog as e:
+        return dict(out, error={"kind": "corrupt", "message": bare_message(e),
+                                "offset": e.offset})
+    except Exception:  # noqa: BLE001 - the driver tells a damaged object from a bug
+        return dict(out, error={"kind": "failed", "message": traceback.format_exc()})
     fingerprint = detach_events(transactions, data)
-    return {"name": unit["name"], "transactions": transactions, "incomplete": incomplete,
-            "fde": fde, "partial": unit["partial"], "fingerprint": fingerprint}
+    return dict(out, transactions=transactions, incomplete=incomplete, fde=fde,
+                fingerprint=fingerprint)
+
+
+def bare_message(error):
+    """The text of a CorruptBinlog without its 'FILE at offset N: ' prefix."""
+    text = str(error)
+    if error.file is not None:
+        where = f"{error.file}" + (f" at offset {error.offset}"
+                                   if error.offset is not None else "") + ": "
+        if text.startswith(where):
+            return text[len(where):]
+    return text
+
+
+def read_parts(unit, url, options):
+    """The bytes of each object of one unit (a sealed file, or the newest one's segments)."""
+    from mysqlbackup.store import ArchiveStore
+    store = ArchiveStore(url, options)
+    return [store.read(key) for key in unit["keys"]]
 
 
 def read_unit(unit, url, options):
     """The bytes of one unit (a sealed file, or the segments of the newest one)."""
-    from mysqlbackup.store import ArchiveStore
-    store = ArchiveStore(url, options)
-    return b"".join(store.read(key) for key in unit["keys"])
+    return b"".join(read_parts(unit, url, options))
 
 
 def attach_unit(result, unit, url, options):
@@ -71,11 +111,30 @@ def attach_unit(result, unit, url, options):
     try:
         data = read_unit(unit, url, options)
     except FileNotFoundError as e:  # the newest file's segments go once it is sealed
-        raise MysqlBackupError(f"the archive changed during the replay: {e} is gone (the "
-                               f"newest file {unit['name']} was sealed meanwhile?); run the "
-                               "replay again: it resumes where this one stopped") from None
-    attach_events(result["transactions"], data, unit["name"], result["fingerprint"])
+        raise MysqlBackupError(f"the archive changed during the replay: {mask_url(e)} is "
+                               f"gone (the newest file {unit['name']} was sealed meanwhile?); "
+                               "run the replay again: it resumes where this one stopped"
+                               ) from None
+    attach_events(result["transactions"], data, unit["where"], result["fingerprint"])
     return result
+
+
+class ChainCheck:
+    """Driver side: each decoded unit checked against its indexes and against the unit
+    replayed before it (across windows), before anything of it is applied."""
+
+    def __init__(self, allow_gaps):
+        self.allow_gaps, self.previous = allow_gaps, None
+
+    def check(self, unit, result):
+        """Raise CorruptBinlog naming the object when ``result`` is not what was archived."""
+        tail_lost = check_decoded(unit, result, self.allow_gaps)
+        if tail_lost:
+            log.warning("%s: the last segment is shorter than its index says (its tail is "
+                        "lost); --allow-gaps replays what it holds", unit["where"])
+        if self.previous is not None and not self.allow_gaps:
+            check_link(self.previous, (unit, result["facts"]))
+        self.previous = (unit, result["facts"])
 
 
 def plan(opts):
@@ -97,9 +156,14 @@ def _newest_partial(listing, source):
     if not names:
         return None
     name = max(names, key=binlog_sort_key)
-    segs = [(s, e, slots.get("data"), listing.store.read_json(slots["index"])
-             if "index" in slots else None)
-            for (s, e), slots in listing.segments[source][name].items()]
+    try:
+        segs = [(s, e, slots.get("data"), listing.read_index(slots["index"])
+                 if "index" in slots else None)
+                for (s, e), slots in listing.segments[source][name].items()]
+    except FileNotFoundError as e:  # sealed between the listing and this read
+        raise MysqlBackupError(f"the archive changed while the replay was planned: "
+                               f"{mask_url(e)} is gone (the newest file {name} was sealed "
+                               "meanwhile?); run the replay again") from None
     return name, segs
 
 
@@ -184,10 +248,14 @@ def run_replay(opts, sink, spark=None, progress=None):
     windows = [list(range(first, min(first + window, len(units))))
                for first in range(0, len(units), window)]
 
+    chain = ChainCheck(opts.allow_gaps)
+
     def decode(parts):
         sc.setJobGroup(group, f"replay of {source}")  # job groups are per thread
         summary["tasks"] += len(parts)  # decoded, even when a stop point comes first
         results = sc.runJob(decoded, lambda it: list(it), parts)
+        for result, p in zip(results, parts):  # before anything of this window is applied
+            chain.check(units[p], result)
         return [attach_unit(r, units[p], url, options) for r, p in zip(results, parts)]
     # Spark decodes the next window while the driver applies this one
     prefetch = ThreadPoolExecutor(max_workers=1, thread_name_prefix="decode")
@@ -250,11 +318,8 @@ def _apply_file(result, selection, sink, summary):
     summary["rows_events"] += sum(t.get("rows_events", 0) for t in chosen)
     if stopped:
         return True
-    if result["incomplete"]:
+    if result["incomplete"]:  # only the newest file's (plan.check_decoded refused others)
         summary["dropped_incomplete"].append(result["incomplete"])
-        if not result["partial"]:
-            raise ResyncRequired(f"{result['name']} ends inside a transaction (at "
-                                 f"{result['incomplete']['start']}) but is sealed")
     return False
 
 

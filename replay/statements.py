@@ -3,7 +3,8 @@
 Row events go as a ``BINLOG '<base64>'`` statement (the server's own row
 applier, as for ``mariadb-binlog | mariadb``), after one BINLOG of the file's
 format description per connection. Statements (DDL, statement-based DML) run
-as their raw bytes (kind 'raw', in the source's character set) under ``USE db``,
+as their raw bytes (kind 'raw', in the source's character set) under ``USE db``
+(none when the event's header flags LOG_EVENT_SUPPRESS_USE_F, as for CREATE DATABASE),
 after the ``SET`` statements that recreate the source session (timestamp,
 sql_mode, character sets, time zone, checks: ``mysqlbackup.query_vars``); the
 session is reset afterwards. The original MariaDB GTID is kept through the
@@ -19,6 +20,7 @@ from mysqlbackup.errors import CorruptBinlog
 from mysqlbackup.query_vars import RESET_SESSION, raw_query, session_statements
 from mysqlbackup.transactions import classify_sql
 
+LOG_EVENT_SUPPRESS_USE_F = 0x0008  # header flag: run without USE (CREATE/DROP DATABASE)
 BINLOG_CAP = 4 << 20  # raw bytes a BINLOG statement gathers before it ends at a statement
 ROW_EVENTS = {ev.TABLE_MAP, 23, 24, 25, 30, 31, 32}
 SKIPPED = {ev.MARIA_ANNOTATE_ROWS, ev.ROWS_QUERY, ev.GTID, ev.ANONYMOUS_GTID, ev.MARIA_GTID,
@@ -144,6 +146,13 @@ def _is_commit(event, checksum, fde):
         ev.parse_query(event, checksum, fde, max_sql=64).sql) == "commit"
 
 
+def suppresses_use(event):
+    """True when a QUERY event's header says to run it without ``USE db``: the server
+    sets LOG_EVENT_SUPPRESS_USE_F on CREATE/DROP DATABASE, whose ``db`` is the very
+    database they create or drop (mysqlbinlog prints no ``use`` for them either)."""
+    return bool(ev.parse_header(event).flags & LOG_EVENT_SUPPRESS_USE_F)
+
+
 def _other(event, etype, checksum, fde, db_map):
     if etype in SKIPPED:
         return []
@@ -151,7 +160,7 @@ def _other(event, etype, checksum, fde, db_map):
         if classify_sql(ev.parse_query(event, checksum, fde, max_sql=64).sql) != "other":
             return []  # BEGIN / COMMIT come from the wrapping
         q = raw_query(event, checksum, fde)
-        db = db_map.get(q.db, q.db)
+        db = None if suppresses_use(event) else db_map.get(q.db, q.db)
         use = [("sql", f"USE `{db.replace('`', '``')}`")] if db else []
         return ([("sql", sql) for sql in session_statements(q)] + use
                 + [("raw", q.sql), ("sql", RESET_SESSION)])
