@@ -25,8 +25,29 @@ def check_object(where, data, index):
     if index is None:
         return [f"{where}: no index (upload not finished or not verified)"]
     fresh = build_index(data, index["name"], index.get("predecessor"), source=index.get("source"))
+    return compare_index(where, index, fresh)
+
+
+def compare_index(where, index, fresh):
+    """Problems where ``index`` differs from ``fresh`` (recomputed from the object's bytes)."""
     return [f"{where}: index says {field} {index.get(field)!r}, the object has {fresh[field]!r}"
             for field in _COMPARED if index.get(field) != fresh[field]]
+
+
+def check_segment(where, name, start, data, index, tracker):
+    """(problems, whole) of one segment of an active file, read in order from offset 0.
+
+    ``tracker`` followed the segments before this one and is advanced through it;
+    ``index`` (a validated dict, or None) is compared with what the bytes give.
+    ``whole`` is False when the bytes are damaged: later segments cannot be read.
+    """
+    try:
+        if start == 0:
+            check_magic(data, where)
+        fresh = build_index(data, name, start=start, tracker=tracker)
+    except CorruptBinlog as e:
+        return [str(e)], False
+    return (compare_index(where, index, fresh) if index is not None else []), True
 
 
 def check_chain(source, indexes):
@@ -48,17 +69,18 @@ def check_chain(source, indexes):
     return problems
 
 
-def check_segments(source, name, segments, last_sealed):
+def check_segments(source, name, segments, last_sealed, in_flight=()):
     """Problems of the active file's segments: contiguous from 0, after the last sealed file.
 
-    ``segments``: (start, end, index or None) sorted by start.
+    ``segments``: (start, end, index or None) sorted by start; a segment whose start
+    is in ``in_flight`` may lack its index (its upload is under way).
     """
     where = f"{source}/partial/{name}"
     problems, pos = [], 0
     for start, end, index in segments:
         if start != pos:
             problems.append(f"{where} at offset {pos}: segment missing (next starts at {start})")
-        if index is None:
+        if index is None and start not in in_flight:
             problems.append(f"{where}/{start:012d}-{end:012d}: no index (upload not finished)")
         pos = end
     if last_sealed and last_sealed.get("next_file") not in (None, name):

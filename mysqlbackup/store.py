@@ -7,16 +7,21 @@ atomic: object stores publish an object only when its upload completes, and on
 crash mid-upload never leaves a half object under a real name.
 """
 
+import contextlib
+import gc
 import hashlib
 import json
 import os
 import shutil
+import sys
 import uuid
+from datetime import datetime, timezone
 
 import fsspec
 
 from .archive_names import TMP_MARK
 from .errors import UsageError
+from .source import mask_url
 
 CHUNK = 4 << 20
 
@@ -59,35 +64,85 @@ def s3_client_options(options):
     return options
 
 
+# every S3 request gets bounded time: a hung endpoint becomes an error and a retry
+S3_DEFAULTS = {"connect_timeout": 5, "read_timeout": 20, "retries": {"max_attempts": 2}}
+S3_FS_RETRIES = 2
+
+
+def with_timeouts(options):
+    """s3fs options with request timeouts and bounded retries unless the user chose them."""
+    options = dict(options)
+    config = dict(options.get("config_kwargs") or {})
+    for key, value in S3_DEFAULTS.items():
+        config.setdefault(key, value)
+    options["config_kwargs"] = config
+    return options
+
+
 class ArchiveStore:
-    """The archive root: put, read, list and remove objects by relative name."""
+    """The archive root: put, read, list and remove objects by relative name.
+
+    ``url`` is the masked URL (no credentials), safe to print and store. A bad URL or
+    option raises UsageError; a store that cannot be reached now (an FTP server that
+    refuses the connection) is connected again on the next request.
+    """
 
     def __init__(self, url, options=None):
         options = dict(options or {})
         protocol = url.split("://", 1)[0] if "://" in url else "file"
         if protocol in ("s3", "s3a"):
-            options = s3_client_options(options)
+            options = with_timeouts(s3_client_options(options))
+        self.url = mask_url(url)
+        self._raw_url, self._options, self._fs, self.root = url, options, None, None
+        self.problem = None
         try:
-            self.fs, self.root = fsspec.core.url_to_fs(url, **options)
-        except (ImportError, ValueError) as e:
-            raise UsageError(f"cannot use archive {url}: {e}") from None
-        self.url = url
-        self.local = "file" in _protocols(self.fs)
-        self.root = self.root.rstrip("/")
+            self._connect()
+        except UsageError:
+            raise
+        except Exception as e:  # noqa: BLE001 - refused, timed out, login refused: retried
+            self.problem = self._describe(e)
+        self.local = protocol == "file" or (self._fs is not None and
+                                           "file" in _protocols(self._fs))
+
+    def _connect(self):
+        with _quiet_partial_init():
+            try:
+                fs, root = fsspec.core.url_to_fs(self._raw_url, **self._options)
+            except (ImportError, ValueError, TypeError) as e:
+                raise UsageError(f"cannot use archive {self.url}: {self._describe(e)}"
+                                 f"{' (check --archive-option)' if self._options else ''}") \
+                    from None
+        if "s3" in _protocols(fs):
+            fs.retries = S3_FS_RETRIES  # s3fs's own retry loop, on top of botocore's
+        self._fs, self.root = fs, root.rstrip("/")
+
+    @property
+    def fs(self):
+        """The fsspec file system, connected again if the store was down at start-up."""
+        if self._fs is None:
+            self._connect()
+        return self._fs
+
+    def _describe(self, error):
+        return mask_url(f"{type(error).__name__}: {error}")
 
     def probe(self):
         """One cheap request at start-up: a bad option fails now, an outage only warns.
 
-        Returns None when the store answered, else the error text (the caller goes on:
-        streaming never waits for the archive).
+        Returns None when the store answered, else the error text, masked (the caller
+        goes on: streaming never waits for the archive). Raises only UsageError.
         """
+        if self._fs is None and self.problem:
+            return self.problem  # the constructor just tried: no second wait
         try:
             self.fs.exists(self.root)
+        except UsageError:
+            raise
         except (TypeError, ValueError) as e:
-            raise UsageError(f"cannot use archive {self.url}: {e} (check --archive-option)") \
-                from None
+            raise UsageError(f"cannot use archive {self.url}: {self._describe(e)} (check "
+                             f"--archive-option)") from None
         except Exception as e:  # noqa: BLE001 - any transport error means "not reachable now"
-            return f"{type(e).__name__}: {e}"
+            return self._describe(e)
         return None
 
     def path(self, relative):
@@ -122,6 +177,22 @@ class ArchiveStore:
     def info_size(self, relative):
         """Size of an object from its metadata (no read)."""
         return self.fs.info(self.path(relative))["size"]
+
+    def modified(self, relative):
+        """When an object was last written (epoch seconds), None if the store does not say."""
+        info = self.fs.info(self.path(relative))
+        for field in ("mtime", "LastModified", "last_modified", "updated", "created"):
+            value = info.get(field)
+            if isinstance(value, (int, float)) and not isinstance(value, bool):
+                return float(value)
+            if isinstance(value, datetime):
+                return (value if value.tzinfo else value.replace(tzinfo=timezone.utc)).timestamp()
+            if isinstance(value, str):
+                try:
+                    return datetime.fromisoformat(value.replace("Z", "+00:00")).timestamp()
+                except ValueError:
+                    continue
+        return None
 
     def put_json(self, relative, obj):
         self.put_bytes(relative, json.dumps(obj, indent=1, sort_keys=True).encode("utf-8"))
@@ -161,9 +232,36 @@ class ArchiveStore:
     def remove(self, relative):
         self.fs.rm_file(self.path(relative))
 
+    def remove_empty_folder(self, relative):
+        """On file://, remove the folder ``relative`` if it is empty (object stores have
+        no folders); a folder that is not empty or already gone stays as it is."""
+        if self.local:
+            try:
+                os.rmdir(self.path(relative))
+            except OSError:
+                pass
+
     def invalidate(self):
         """Forget cached listings (s3fs caches them)."""
         self.fs.invalidate_cache()
+
+
+@contextlib.contextmanager
+def _quiet_partial_init():
+    """Silence the 'Exception ignored in __del__' an fsspec file system prints when its
+    constructor failed half way (FTPFileSystem on a refused connection)."""
+    previous = sys.unraisablehook
+
+    def hook(args):
+        if "FileSystem.__del__" in repr(getattr(args, "object", None)):
+            return
+        previous(args)
+    sys.unraisablehook = hook
+    try:
+        yield
+    finally:
+        gc.collect()
+        sys.unraisablehook = previous
 
 
 def _protocols(fs):
