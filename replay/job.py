@@ -64,7 +64,7 @@ def decode_unit(unit, url, options):
         parts = read_parts(unit, url, options)
     except FileNotFoundError as e:
         return dict(out, error={"kind": "missing", "message": str(e)})
-    except OSError as e:
+    except Exception as e:  # noqa: BLE001 - a store error of any kind, named by the driver
         return dict(out, error={"kind": "unreadable", "message": f"{type(e).__name__}: {e}"})
     out["digests"] = [(len(p), hashlib.sha256(p).hexdigest()) for p in parts]
     data = parts[0] if len(parts) == 1 else b"".join(parts)

@@ -259,3 +259,13 @@ def test_the_suppress_use_flag_is_the_header_bit_0x8():
     body = b"\0" * 13
     assert suppresses_use(make_event(ev.QUERY, body, 100, flags=0x8))
     assert not suppresses_use(make_event(ev.QUERY, body, 100, flags=0x4 | 0x10))
+
+
+def test_an_object_the_store_cannot_read_is_named(sealed):
+    store, url = sealed
+    _, units, _ = plan(ReplayOptions(url, {}))
+    unreadable = dict(units[0], keys=["s/binlog"])  # a folder, not an object
+    result = decode_unit(unreadable, url, {})
+    assert result["error"]["kind"] == "unreadable"
+    with pytest.raises(MysqlBackupError, match=rf"^s/binlog/{NAME}: cannot read the object: "):
+        check_decoded(unreadable, result)
