@@ -66,6 +66,7 @@ class ReplicaClient:
         self.heartbeat = heartbeat
         self.connect_timeout = connect_timeout
         self.conn = None
+        self.sock = None
         self.info = None
         self.decoder = None
         self.semi_sync = False
@@ -118,7 +119,7 @@ class ReplicaClient:
     def interrupt(self):
         """Shut the connection down from another context (a signal handler, a thread):
         whatever waits on it returns at once with a lost connection."""
-        sock = getattr(self, "sock", None)
+        sock = self.sock
         if sock is not None:
             try:
                 sock.shutdown(socket.SHUT_RDWR)

@@ -158,7 +158,7 @@ def _stream_loop(opts, stop, sleep, on_syncer):
     """Stream, reconnecting with backoff; the first connection must succeed.
 
     The backoff starts again from its first step after a connection that streamed
-    (events or heartbeats came), so a blip after healthy streaming is retried
+    (the source started the dump), so a blip after healthy streaming is retried
     within a second, however many blips came before."""
     backoff, connected_once = Backoff(maximum=opts.max_backoff), False
     while not stop():
@@ -170,7 +170,7 @@ def _stream_loop(opts, stop, sleep, on_syncer):
                 raise
             if stop():
                 return
-            if _streamed(attempt.get("syncer")):
+            if attempt.get("streamed"):
                 backoff.reset()
             delay = backoff.next()
             log.warning("%s; reconnecting in %.1fs", e, delay)
@@ -179,11 +179,6 @@ def _stream_loop(opts, stop, sleep, on_syncer):
         finally:
             connected_once = True
         backoff.reset()
-
-
-def _streamed(syncer):
-    """True when a connection delivered something (events or heartbeats)."""
-    return syncer is not None and bool(syncer.events or syncer.source_position)
 
 
 def _stream_once(opts, stop, on_syncer, attempt):
@@ -218,7 +213,7 @@ def _stream_with(client, writer, opts, stop, on_syncer, attempt):
              "on" if client.semi_sync else "off")
     syncer = Syncer(client, writer, TrxTracker(gtids=point.gtids), state,
                     opts.sync_interval, opts.checkpoint_interval)
-    attempt["syncer"] = syncer
+    attempt["streamed"] = True
     syncer.checkpoint()
     if on_syncer:
         on_syncer(syncer)
