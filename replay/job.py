@@ -2,10 +2,13 @@
 
 The driver plans the units (files) from the archive's indexes, Spark decodes
 them in parallel (each task opens its file through fsspec on the executor,
-checks magic and every CRC, and assembles complete transactions, handed back
-without their bytes), the driver reads each file again, proves it is the one
-decoded and cuts the events out, and applies the transactions in commit order
-to one sink, a window of files at a time so that memory stays bounded.
+checks magic and every CRC, hashes each object and assembles complete
+transactions, handed back without their bytes), the driver checks each unit
+against its indexes and the unit before it (``plan.check_decoded``,
+``plan.check_link``) before anything of its window is applied, reads each file
+again, proves it is the one decoded and cuts the events out, and applies the
+transactions in commit order to one sink, a window of files at a time so that
+memory stays bounded.
 """
 
 import logging

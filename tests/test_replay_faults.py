@@ -6,7 +6,6 @@ into a new, empty target through ``mysqlbackup replay``. A damaged object must s
 the replay with exit 6 naming it, and nothing of it may reach the target.
 """
 
-import os
 import shutil
 import subprocess
 import sys
