@@ -58,7 +58,8 @@ class TcpProxy:
 
     ``cut()`` closes every current connection (both sides); ``stall(True)`` stops
     forwarding bytes (connections stay open); ``blackhole(True)`` accepts new
-    connections but neither forwards nor answers; ``cut_after(n)`` cuts each new
+    connections but neither forwards nor answers (they stay open after
+    ``blackhole(False)`` until ``release_holes()`` or ``stop()``); ``cut_after(n)`` cuts each new
     connection once the server sent ``n`` bytes (None: off). ``accepted`` counts
     the connections accepted.
     """
@@ -96,6 +97,10 @@ class TcpProxy:
         """Stop listening and close every connection."""
         self._running = False
         if self._listener is not None:
+            try:
+                self._listener.shutdown(socket.SHUT_RDWR)  # wakes a blocked accept()
+            except OSError:
+                pass
             self._listener.close()
             self._listener = None
         self.cut()
@@ -121,11 +126,13 @@ class TcpProxy:
     def blackhole(self, on):
         """New connections are accepted but nothing is forwarded or answered (True)."""
         self._blackhole = bool(on)
-        if not on:
-            with self._lock:
-                holes, self._holes = self._holes, []
-            for sock in holes:
-                sock.close()
+
+    def release_holes(self):
+        """Close the connections a blackhole swallowed (a client that never timed out)."""
+        with self._lock:
+            holes, self._holes = self._holes, []
+        for sock in holes:
+            sock.close()
 
     def cut_after(self, n_bytes_from_server):
         """Cut each new connection once the server sent ``n`` bytes; None turns it off."""
