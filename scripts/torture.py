@@ -33,6 +33,7 @@ import collections
 import json
 import os
 import random
+import re
 import shutil
 import signal
 import subprocess
@@ -299,7 +300,7 @@ def scenario_kills(ctx):
         result["kills"] += 1
         stream.start()
     result["exit_codes"]["self_exits"] = dict(exits)
-    result["torn_tails_cut"] = stream.output(whole=True).count(" cut ")
+    result["torn_tails_cut"] = len(re.findall(r": cut \d+ bytes after", stream.output(whole=True)))
     finish_stream(ctx, stream, load, start, result)
     result["unacked_commits"] = int(ctx.server.status("Rpl_semi_sync_master_no_tx")) - no_tx
     result["ok"] = copy_ok(result) and not exits and result["unacked_commits"] == 0 \
@@ -325,10 +326,10 @@ def scenario_proxy(ctx):
     ctx.semi_sync_ready()
     load = Load(ctx.server, db).start()
     quick = ctx.args.quick
-    steps = [("cut", None)] * (3 if quick else 20)
     points = [60, 150, 400] if quick else [1, 20, 60, 90, 120, 150, 200, 300, 400, 600,
                                            900, 1300, 2000, 4000]
-    steps += [("setup-cut", n) for n in points]
+    # setup cuts first: the cuts after them show whether the backoff was reset
+    steps = [("setup-cut", n) for n in points] + [("cut", None)] * (3 if quick else 20)
     steps += [("stall", 3 if quick else 10), ("blackhole", 5 if quick else 20)]
     resume, failures = {}, []
     try:
