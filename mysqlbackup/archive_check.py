@@ -44,7 +44,7 @@ def check_segment(where, name, start, data, index, tracker):
     try:
         if start == 0:
             check_magic(data, where)
-        fresh = build_index(data, name, start=start, tracker=tracker)
+        fresh = build_index(data, name, start=start, tracker=tracker, where=where)
     except CorruptBinlog as e:
         return [str(e)], False
     return (compare_index(where, index, fresh) if index is not None else []), True

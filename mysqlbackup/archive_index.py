@@ -30,11 +30,13 @@ def gtid_text(gtid):
     return "-".join(map(str, gtid[1:])) if gtid[0] == "mariadb" else f"{gtid[1]}:{gtid[2]}"
 
 
-def build_index(data, name, predecessor=None, start=0, tracker=None, source=None):
+def build_index(data, name, predecessor=None, start=0, tracker=None, source=None,
+                where=None):
     """Index of ``data``: a whole file (start 0) or a segment of one beginning at ``start``.
 
     A segment after the first needs the ``tracker`` that followed the bytes before
     it (its checksum setting and GTID state); the tracker is advanced through it.
+    Damaged bytes raise CorruptBinlog naming ``where`` (default: ``name``).
     """
     tracker = tracker or TrxTracker()
     before = str(tracker.gtids) if tracker.gtids is not None else None
@@ -42,7 +44,7 @@ def build_index(data, name, predecessor=None, start=0, tracker=None, source=None
             "last_commit": None, "transactions": 0, "next_file": None, "server_id": None}
     offset = 4 if start == 0 else 0
     checksum = None if start == 0 else tracker.checksum
-    for off, event in iter_events(data, offset, checksum, file=name, base=start):
+    for off, event in iter_events(data, offset, checksum, file=where or name, base=start):
         _account(info, tracker, event, off == 4)
         if event[4] == ev.FORMAT_DESCRIPTION and start == 0:
             before = None

@@ -6,6 +6,7 @@ import time
 import json
 
 from .localdir import list_binlogs
+from .source import mask_url
 from .state import ARCHIVE_STATE_FILE, load_state
 
 
@@ -19,7 +20,7 @@ def collect_status(directory, now=None):
     state = load_state(directory)
     result = {"directory": directory, "exists": True, "files": files,
               "total_bytes": sum(f["size"] for f in files), "state": None,
-              "archive": _archive_report(directory)}
+              "archive": archive_view(_archive_report(directory), files, now)}
     if state is None:
         return result
     result["state"] = {
@@ -38,6 +39,38 @@ def _archive_report(directory):
             return json.load(f)
     except (OSError, ValueError):
         return None
+
+
+STALLED_AFTER = 60.0  # an upload running longer than this is shown as stalled
+
+
+def archive_view(report, files, now):
+    """The archiver's report with what ``status`` computes from the local files now.
+
+    ``backlog_files``: the sealed local files (all but the newest) not in the report's
+    ``archived`` set, so files sealed while the archiver hangs count at once;
+    ``upload_in_progress`` gains its age in seconds; ``active_behind_bytes``: how much of
+    the newest local file is not in the archive yet.
+    """
+    if not report:
+        return report
+    report = dict(report)
+    names = [f["name"] for f in files]
+    archived = report.get("archived")
+    if archived is not None or "archived" in report:
+        done = set(archived or ())
+        report["backlog_files"] = [n for n in names[:-1] if n not in done]
+        report["archive_listed"] = archived is not None
+    upload = report.get("upload_in_progress")
+    if upload and upload.get("since") is not None:
+        report["upload_in_progress"] = dict(upload, age_s=round(max(0.0, now - upload["since"]),
+                                                                 1))
+    partial = report.get("partial")
+    if files:
+        newest = files[-1]
+        end = partial["end"] if partial and partial.get("file") == newest["name"] else 0
+        report["active_behind_bytes"] = max(0, newest["size"] - end)
+    return report
 
 
 def _lag_bytes(state):
@@ -79,11 +112,46 @@ def _format_archive(report):
         return []
     backlog = report.get("backlog_files")
     partial = report.get("partial")
-    lines = [f"archive:          {report['url']} (source {report['source']})",
-             "archive backlog:  " + ("unknown" if backlog is None else
-                                     f"{len(backlog)} sealed files not yet archived"),
+    lines = [f"archive:          {mask_url(report['url'])} (source {report['source']})",
+             "archive backlog:  " + _backlog_text(report, backlog),
              "archive partial:  " + (f"{partial['file']} up to {partial['end']}"
-                                     if partial else "none")]
+                                     if partial else "none")
+             + (f" ({report['active_behind_bytes']} bytes of the newest file not archived "
+                f"yet)" if report.get("active_behind_bytes") else "")]
+    upload = report.get("upload_in_progress")
+    if upload:
+        age = upload.get("age_s")
+        stalled = age is not None and age > STALLED_AFTER
+        lines.append(f"archive upload:   {upload['object']} in progress since "
+                     f"{_clock(upload.get('since'))}" + (f" ({age:.0f} s" if age is not None
+                                                         else " (")
+                     + (", stalled?)" if stalled else ")"))
+    if report.get("reuploaded"):
+        lines.append(f"archive repair:   re-uploaded {report['reuploaded']} objects missing "
+                     f"from the store (last: {', '.join(report.get('reuploaded_last') or [])})")
+    if report.get("missing"):
+        lines.append(f"archive missing:  {len(report['missing'])} objects lost by the store, "
+                     f"uploading again: {', '.join(report['missing'])}")
+    if report.get("lost"):
+        lines.append(f"archive lost:     {', '.join(report['lost'])} missing from the store "
+                     f"and no longer local")
     if report.get("last_error"):
-        lines.append(f"archive error:    {report['last_error']}")
+        lines.append(f"archive error:    {mask_url(report['last_error'])} (at "
+                     f"{_clock(report.get('last_error_time'))})")
     return lines
+
+
+def _backlog_text(report, backlog):
+    if backlog is None:
+        return "unknown"
+    text = f"{len(backlog)} sealed files not yet archived"
+    if report.get("archive_listed") is False:
+        text += " (the archive was not listed yet)"
+    return text
+
+
+def _clock(ts):
+    """Local wall-clock text of an epoch timestamp, or '?'."""
+    if ts is None:
+        return "?"
+    return time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(ts))

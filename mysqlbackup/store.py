@@ -8,6 +8,7 @@ crash mid-upload never leaves a half object under a real name.
 """
 
 import contextlib
+import functools
 import gc
 import hashlib
 import json
@@ -20,10 +21,34 @@ from datetime import datetime, timezone
 import fsspec
 
 from .archive_names import TMP_MARK
-from .errors import UsageError
+from .errors import MysqlBackupError, UsageError
 from .source import mask_url
 
 CHUNK = 4 << 20
+MIN_RATE = 1 << 20          # bytes/s an upload or read may not fall below
+ASYNC_CALL_TIME = 120.0     # the time limit of one call on an async store other than s3
+
+
+class StoreError(MysqlBackupError):
+    """A request to the archive store failed: unreachable, timed out, refused."""
+
+
+_BUGS = (TypeError, AttributeError, NameError, KeyError, IndexError, AssertionError)
+
+
+def _request(method):
+    """Turn a failed store request into one StoreError line naming the object (masked);
+    a missing object stays FileNotFoundError, our own errors and bugs pass unchanged."""
+    @functools.wraps(method)
+    def wrapper(self, relative="", *args, **kwargs):
+        try:
+            return method(self, relative, *args, **kwargs)
+        except (FileNotFoundError, MysqlBackupError, *_BUGS):
+            raise
+        except Exception as e:  # noqa: BLE001 - every transport's errors differ
+            raise StoreError(f"archive {self.url}: {method.__name__} {relative or '/'} "
+                             f"failed: {self._describe(e)}") from e
+    return wrapper
 
 
 def parse_options(pairs):
@@ -65,7 +90,7 @@ def s3_client_options(options):
 
 
 # every S3 request gets bounded time: a hung endpoint becomes an error and a retry
-S3_DEFAULTS = {"connect_timeout": 5, "read_timeout": 20, "retries": {"max_attempts": 2}}
+S3_DEFAULTS = {"connect_timeout": 5, "read_timeout": 10, "retries": {"max_attempts": 2}}
 S3_FS_RETRIES = 2
 
 
@@ -77,6 +102,18 @@ def with_timeouts(options):
         config.setdefault(key, value)
     options["config_kwargs"] = config
     return options
+
+
+def _call_time(options):
+    """Seconds one s3 call may take: every attempt timing out, and a margin."""
+    config = options.get("config_kwargs") or {}
+    try:
+        attempts = int((config.get("retries") or {}).get("max_attempts", 3)) or 1
+        per_try = float(config.get("connect_timeout", 60)) + float(config.get("read_timeout", 60))
+    except (TypeError, ValueError, AttributeError):
+        raise UsageError(f"bad config_kwargs {config!r}: timeouts are numbers, retries is "
+                         f"{{\"max_attempts\": N}}") from None
+    return per_try * attempts * S3_FS_RETRIES + 5.0
 
 
 class ArchiveStore:
@@ -94,6 +131,7 @@ class ArchiveStore:
             options = with_timeouts(s3_client_options(options))
         self.url = mask_url(url)
         self._raw_url, self._options, self._fs, self.root = url, options, None, None
+        self._call_time = _call_time(options) if protocol in ("s3", "s3a") else ASYNC_CALL_TIME
         self.problem = None
         try:
             self._connect()
@@ -124,7 +162,9 @@ class ArchiveStore:
         return self._fs
 
     def _describe(self, error):
-        return mask_url(f"{type(error).__name__}: {error}")
+        text = str(error) or ("no answer within the time limit"
+                              if isinstance(error, TimeoutError) else "failed")
+        return mask_url(f"{type(error).__name__}: {text}")
 
     def probe(self):
         """One cheap request at start-up: a bad option fails now, an outage only warns.
@@ -135,7 +175,7 @@ class ArchiveStore:
         if self._fs is None and self.problem:
             return self.problem  # the constructor just tried: no second wait
         try:
-            self.fs.exists(self.root)
+            self.fs.exists(self.root, **self._limit())
         except UsageError:
             raise
         except (TypeError, ValueError) as e:
@@ -145,9 +185,19 @@ class ArchiveStore:
             return self._describe(e)
         return None
 
+    def _limit(self, size=0):
+        """The time limit of one call on an async store (s3, gcs, ...): its requests'
+        timeouts and retries, plus time to move ``size`` bytes at MIN_RATE. A request
+        that hangs anyway (s3's 'Expect: 100-continue' waits with no timeout) is then
+        cancelled. Sync stores (file://, ftp://) take no such argument."""
+        if not getattr(self._fs, "async_impl", False):
+            return {}
+        return {"timeout": self._call_time + size / MIN_RATE}
+
     def path(self, relative):
         return f"{self.root}/{relative}"
 
+    @_request
     def put_bytes(self, relative, data):
         """Store ``data`` under ``relative`` as one whole object."""
         target = self.path(relative)
@@ -159,8 +209,9 @@ class ArchiveStore:
                 _fsync(f)
             self.fs.mv(tmp, target)
         else:
-            self.fs.pipe_file(target, data)
+            self.fs.pipe_file(target, data, **self._limit(len(data)))
 
+    @_request
     def put_file(self, relative, local_path):
         """Upload a local file under ``relative`` without holding it in memory."""
         target = self.path(relative)
@@ -172,15 +223,19 @@ class ArchiveStore:
                 _fsync(dst)
             self.fs.mv(tmp, target)
         else:
-            self.fs.put_file(local_path, target)
+            self.fs.put_file(local_path, target, **self._limit(os.path.getsize(local_path)))
 
+    @_request
     def info_size(self, relative):
-        """Size of an object from its metadata (no read)."""
-        return self.fs.info(self.path(relative))["size"]
+        """Size of an object from its metadata (no read; asks the store, not a cache)."""
+        self.fs.invalidate_cache(self.path(relative))
+        return self.fs.info(self.path(relative), **self._limit())["size"]
 
+    @_request
     def modified(self, relative):
         """When an object was last written (epoch seconds), None if the store does not say."""
-        info = self.fs.info(self.path(relative))
+        self.fs.invalidate_cache(self.path(relative))
+        info = self.fs.info(self.path(relative), **self._limit())
         for field in ("mtime", "LastModified", "last_modified", "updated", "created"):
             value = info.get(field)
             if isinstance(value, (int, float)) and not isinstance(value, bool):
@@ -197,40 +252,57 @@ class ArchiveStore:
     def put_json(self, relative, obj):
         self.put_bytes(relative, json.dumps(obj, indent=1, sort_keys=True).encode("utf-8"))
 
+    @_request
     def read(self, relative, start=None, end=None):
         """Bytes of an object (or of [start, end))."""
-        return self.fs.cat_file(self.path(relative), start=start, end=end)
+        return self.fs.cat_file(self.path(relative), start=start, end=end,
+                                **self._limit(CHUNK if end is None else end - (start or 0)))
 
     def read_json(self, relative):
         return json.loads(self.read(relative))
 
+    @_request
     def sha256(self, relative):
         """(size, sha256 hex) of an object, read back in chunks."""
-        digest, size = hashlib.sha256(), 0
-        with self.fs.open(self.path(relative), "rb", block_size=CHUNK) as f:
-            while True:
-                chunk = f.read(CHUNK)
-                if not chunk:
-                    return size, digest.hexdigest()
-                digest.update(chunk)
-                size += len(chunk)
+        digest, size, path = hashlib.sha256(), 0, self.path(relative)
+        if self.local:
+            with open(path, "rb") as f:
+                for chunk in iter(lambda: f.read(CHUNK), b""):
+                    digest.update(chunk)
+                    size += len(chunk)
+            return size, digest.hexdigest()
+        self.fs.invalidate_cache(path)
+        total = self.fs.info(path, **self._limit())["size"]
+        while size < total:  # ranged reads, each with its time limit
+            chunk = self.fs.cat_file(path, start=size, end=min(total, size + CHUNK),
+                                     **self._limit(CHUNK))
+            if not chunk:
+                break
+            digest.update(chunk)
+            size += len(chunk)
+        return size, digest.hexdigest()
 
+    @_request
     def list(self, prefix=""):
         """Relative names of every object under ``prefix`` (recursive)."""
         base = self.path(prefix).rstrip("/")
         self.fs.invalidate_cache()  # another process may have written since (s3fs would
         # otherwise keep the listings below ``base``: it clears only a path and its parents)
-        if not self.fs.exists(base):
+        if not self.fs.exists(base, **self._limit()):
             return []
-        found = self.fs.find(base)
+        found = self.fs.find(base, **self._limit())
         strip = len(self.root) + 1
         return sorted(p[strip:] for p in found)
 
+    @_request
     def exists(self, relative):
-        return self.fs.exists(self.path(relative))
+        """Whether the object is there now (asks the store, not a cached listing)."""
+        self.fs.invalidate_cache(self.path(relative))
+        return self.fs.exists(self.path(relative), **self._limit())
 
+    @_request
     def remove(self, relative):
-        self.fs.rm_file(self.path(relative))
+        self.fs.rm_file(self.path(relative), **self._limit())
 
     def remove_empty_folder(self, relative):
         """On file://, remove the folder ``relative`` if it is empty (object stores have

@@ -183,12 +183,27 @@ def _verify_segments(run, source, name, segs, last, newest):
                                              for (s, e), slots in ordered], last, in_flight)
     try:
         return problems + _check_segment_objects(run, source, name, ordered)
-    except FileNotFoundError as e:
+    except _Gone as gone:
         if run.sealed_now(source, name):
             run.notes.append(f"{source}/partial/{name}: gone since the listing (sealed since)")
             return []
-        return problems + [f"{source}/partial/{name}: {e.filename or e} removed since the "
-                           f"listing, and {name} is not sealed"]
+        return problems + [f"{gone.key}: removed since the listing, and {name} is not sealed"]
+
+
+class _Gone(Exception):
+    """An object listed a moment ago is not there any more."""
+
+    def __init__(self, key):
+        super().__init__(key)
+        self.key = key
+
+
+def _read(run, key, index=False):
+    """The bytes (or validated index) of ``key``; _Gone when it was removed meanwhile."""
+    try:
+        return run.listing.read_index(key) if index else run.store.read(key)
+    except FileNotFoundError:
+        raise _Gone(key) from None
 
 
 def _check_segment_objects(run, source, name, ordered):
@@ -202,11 +217,11 @@ def _check_segment_objects(run, source, name, ordered):
         index = None
         if "index" in slots:
             try:
-                index = run.listing.read_index(slots["index"])
+                index = _read(run, slots["index"], index=True)
             except CorruptBinlog as e:
                 problems.append(str(e))
-        found, whole = check_segment(where, name, start, run.store.read(slots["data"]),
-                                     index, tracker)
+        found, whole = check_segment(where, name, start, _read(run, slots["data"]), index,
+                                     tracker)
         problems += found
         if not whole:
             break
