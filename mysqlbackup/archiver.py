@@ -258,7 +258,8 @@ class Archiver:
                 delay = self.interval
             except Exception as e:  # storage down or flaky: keep streaming, retry later
                 self.listed_at = None
-                self.report["last_error"] = mask_url(f"{type(e).__name__}: {e}")
+                self.report["last_error"] = mask_url(
+                    str(e) if isinstance(e, MysqlBackupError) else f"{type(e).__name__}: {e}")
                 self.report["last_error_time"] = self.clock()
                 self.report["upload_in_progress"] = None
                 self._write_report(self.source, _local_names(self.directory))

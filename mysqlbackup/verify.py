@@ -149,16 +149,19 @@ def _verify_sealed(run, source, name, newest):
             problems.append(str(e))
         except FileNotFoundError:
             problems.append(f"{index_key}: removed since the listing")
-    if "data" not in slots:
+    data_key = slots.get("data")
+    if data_key is None and run.store.exists(where):
+        data_key = where  # listed between the two pages that held it and its index
+    if data_key is None:
         problems.append(f"{where}: index without the binlog object (file deleted)")
         return problems, index  # the index still tells where the file sat in the chain
     try:
-        data = run.store.read(slots["data"])
+        data = run.store.read(data_key)
     except FileNotFoundError:
         return problems + [f"{where}: removed since the listing"], index
     found = check_object(where, data, index)
     unindexed = index is None and len(found) == 1 and "no index" in found[0]
-    if unindexed and (index_key or run.in_flight(slots["data"], newest)):
+    if unindexed and (index_key or run.in_flight(data_key, newest)):
         found = []  # a bad index is the problem already, or the index is on its way
     if index is None and (unindexed or not found):
         index = build_index(data, name, source=source)  # whole: still in the chain
