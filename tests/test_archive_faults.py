@@ -384,6 +384,9 @@ def test_periodic_listing_uploads_again_what_the_store_lost(archive, tmp_path, s
     archiver.run_once()
     lost = source_files[1].name
     store.remove(f"{SOURCE}/binlog/{lost}")
+    gone = source_files[0].name  # removed locally (retention) and then lost by the store
+    os.remove(directory / gone)
+    store.remove(f"{SOURCE}/binlog/{gone}.json")
     segment = [k for k in store.list(f"{SOURCE}/partial") if not k.endswith(".json")][0]
     store.remove(segment + ".json")
     now[0] += 30
@@ -392,11 +395,15 @@ def test_periodic_listing_uploads_again_what_the_store_lost(archive, tmp_path, s
     now[0] += 31
     archiver.run_once()
     assert store.read(f"{SOURCE}/binlog/{lost}") == read(source_files[1])
-    assert verify_archive(store) == (4, [])
+    assert verify_archive(store)[1] == [f"{SOURCE}/binlog/{gone}: no index (upload not "
+                                        f"finished or not verified)"]
     with open(directory / ARCHIVE_STATE_FILE, encoding="utf-8") as f:
         report = json.load(f)
     assert report["reuploaded"] == 2 and report["missing"] == []
-    assert report["reuploaded_last"] == [lost, "(active file)"]
+    assert report["reuploaded_last"] == [lost, "(active file)"] and report["lost"] == [gone]
+    text = run_cli("status", "--dir", str(directory)).stdout
+    assert f"re-uploaded 2 objects missing from the store (last: {lost}, (active file))" in text
+    assert f"archive lost:     {gone} missing from the store and no longer local" in text
 
 
 # -- item 12 and start-up: credentials never echoed, an unreachable ftp:// archive -----------
