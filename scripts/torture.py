@@ -80,8 +80,12 @@ def wait_for(predicate, timeout, interval=0.05):
 
 
 def last_line(text):
+    """The last line of an output, prefixed by its first problem line when it has one."""
     lines = [ln for ln in text.strip().splitlines() if ln.strip()]
-    return lines[-1] if lines else ""
+    if not lines:
+        return ""
+    problems = [ln for ln in lines[:-1] if "problem" in ln.lower() or "error" in ln.lower()]
+    return (problems[0].strip()[:300] + " ... " if problems else "") + lines[-1]
 
 
 class Stream:
@@ -180,9 +184,8 @@ def binlog_ids(paths, db):
             counts[int(line.split("=", 1)[1].split()[0])] += 1
             want = False
     err = proc.stderr.read().decode("utf-8", "replace")
-    if proc.wait() != 0:
-        raise RuntimeError(f"mariadb-binlog failed: {err.strip()}")
-    return counts
+    return counts, (f"mariadb-binlog cannot read the local copy: {' | '.join(err.split(chr(10)))}"
+                    if proc.wait() != 0 else None)
 
 
 def check_copy(server, directory, start, acked, db, result):
@@ -199,7 +202,10 @@ def check_copy(server, directory, start, acked, db, result):
     result["files_identical"] = not missing and not different
     if missing or different:
         result["messages"].append(f"files missing {missing}, different {different}")
-    counts = binlog_ids([p for p in local if os.path.exists(p)], db)
+    counts, error = binlog_ids([p for p in local if os.path.exists(p)], db)
+    if error:
+        result["files_identical"] = False
+        result["messages"].append(error.strip()[:400])
     acked = set(acked)
     result["acknowledged"] = len(acked)
     result["lost"] = len(acked - set(counts))
