@@ -162,10 +162,16 @@ def verify(archive_url, archive_option, source_name):
     (each ROTATE names the next, GTID sets continue), and each index against its file.
 
     Exits 0 only when all holds; otherwise prints every problem with file and offset.
+    On a live archive, an upload still in flight (its index not written yet, younger
+    than 10 minutes) or an object removed since the listing (its file was sealed) is
+    a NOTE, not a problem.
     """
     from .verify import verify_archive
     store = open_store(archive_url, archive_option)
-    checked, problems = verify_archive(store, source_name)
+    notes = []
+    checked, problems = verify_archive(store, source_name, notes=notes)
+    for note in notes:
+        click.echo(f"NOTE {note}")
     for problem in problems:
         click.echo(f"PROBLEM {problem}")
     click.echo(f"{checked} objects checked, {len(problems)} problems")
@@ -292,7 +298,7 @@ def replay(archive_url, archive_option, source_name, target, target_password_fil
     if parquet_url:
         sink.finish(summary)
         click.echo(f"parquet: {sink.rows} row changes in {len(sink.parts)} parts at "
-                   f"{parquet_url}")
+                   f"{mask_url(parquet_url)}")
     click.echo(f"replay of {summary['source']}: {summary['applied']} applied, "
                f"{summary['skipped']} skipped, {len(summary['dropped_incomplete'])} incomplete "
                f"dropped, {summary['files']} files in {summary['tasks']} Spark tasks; stopped: "
