@@ -66,7 +66,10 @@ def plan_units(source, sealed, partial, start=None, stop=None, allow_gaps=False)
 def _partial_unit(source, partial, last_sealed, problems):
     name, segments = partial
     pos, keys, indexes, objects = 0, [], [], []
-    for start, end, key, index in sorted(segments, key=lambda s: s[0]):
+    ordered = sorted(segments, key=lambda s: s[0])
+    for i, (start, end, key, index) in enumerate(ordered):
+        if start == pos and key is not None and index is None and i == len(ordered) - 1:
+            break  # the newest segment's upload is in flight: replay up to the one before
         if start != pos or key is None or index is None:
             problems.append(f"{source}/partial/{name}: segment missing at offset {pos}")
             break

@@ -188,3 +188,14 @@ def test_what_a_ddl_says_when_it_runs_a_second_time():
                  b"FOR EACH ROW SET @x = 1") == {1359}
     assert again("drop schema d") == {1008}
     assert again(b"TRUNCATE TABLE t") == set() and again(b"INSERT INTO t VALUES (1)") == set()
+
+
+def test_plan_takes_an_unindexed_newest_segment_as_in_flight_but_not_a_hole():
+    sealed = [("b.000001", "k1", index("b.000001", "", "0-1-5", "b.000002"))]
+    seg = dict(index("b.000002", "0-1-5", "0-1-7"), first_commit=None)
+    in_flight = ("b.000002", [(0, 100, "p0", seg), (100, 180, "p1", None)])
+    units, _ = plan_units("s", sealed, in_flight)
+    assert units[-1]["keys"] == ["p0"]  # replayed up to the last indexed segment
+    hole = ("b.000002", [(0, 100, "p0", seg), (100, 180, "p1", None), (180, 200, "p2", seg)])
+    with pytest.raises(ResyncRequired, match="segment missing at offset 100"):
+        plan_units("s", sealed, hole)
