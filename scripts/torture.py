@@ -145,7 +145,22 @@ class Load:
     def start(self):
         for t in self.threads:
             t.start()
+        threading.Thread(target=self._watch, daemon=True).start()
         return self
+
+    def _watch(self):
+        """Record when the primary's semi-sync is OFF (commits then return unacknowledged)."""
+        self.semi_sync_off, conn = [], None
+        while not self.stopped.is_set():
+            try:
+                conn = conn or self.server.root()
+                with conn.cursor() as cur:
+                    cur.execute("SHOW GLOBAL STATUS LIKE 'Rpl_semi_sync_master_status'")
+                    if cur.fetchone()[1] != "ON":
+                        self.semi_sync_off.append(round(time.time(), 2))
+            except Exception:
+                conn = None
+            time.sleep(0.1)
 
     def _run(self, worker):
         rows, next_id, conn = (20 if worker == 0 else 1), worker * 10 ** 9, None
@@ -172,20 +187,47 @@ class Load:
 
 
 def binlog_ids(paths, db):
-    """Counter of the ids inserted into ``db``.t, as ``mariadb-binlog -v`` decodes them."""
-    proc = subprocess.Popen(["mariadb-binlog", "--base64-output=decode-rows", "-v", *paths],
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE)
-    counts, want, header = collections.Counter(), False, f"### INSERT INTO `{db}`.`t`"
-    for raw in proc.stdout:
-        line = raw.decode("utf-8", "replace").rstrip("\n")
-        if line.startswith("### INSERT INTO"):
-            want = line == header
-        elif want and line.startswith("###   @1="):
-            counts[int(line.split("=", 1)[1].split()[0])] += 1
-            want = False
-    err = proc.stderr.read().decode("utf-8", "replace")
-    return counts, (f"mariadb-binlog cannot read the local copy: {' | '.join(err.split(chr(10)))}"
-                    if proc.wait() != 0 else None)
+    """(Counter of the ids inserted into ``db``.t, {id: (file index, end of its commit)},
+    error) as ``mariadb-binlog -v`` (not our decoder) reads the files."""
+    counts, where, errors = collections.Counter(), {}, []
+    header = f"### INSERT INTO `{db}`.`t`"
+    for index, path in enumerate(paths):
+        proc = subprocess.Popen(["mariadb-binlog", "--base64-output=decode-rows", "-v", path],
+                                stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+        want, pending = False, []
+        for raw in proc.stdout:
+            line = raw.decode("utf-8", "replace").rstrip("\n")
+            if line.startswith("### INSERT INTO"):
+                want = line == header
+            elif want and line.startswith("###   @1="):
+                pending.append(int(line.split("=", 1)[1].split()[0]))
+                want = False
+            elif "\tXid = " in line and pending:
+                end = int(re.search(r"end_log_pos (\d+)", line)[1])
+                for i in pending:
+                    counts[i] += 1
+                    where[i] = (index, end)
+                pending = []
+        err = proc.stderr.read().decode("utf-8", "replace")
+        if proc.wait() != 0:
+            errors.append(f"{os.path.basename(path)}: {' | '.join(err.strip().splitlines())}")
+    return counts, where, ("mariadb-binlog cannot read the local copy: " + "; ".join(errors)
+                           if errors else None)
+
+
+def lost_at_kills(kills, acked, where, names):
+    """Ids whose COMMIT returned before a kill but whose commit was not inside the local
+    files as they stood right after that kill (ACK before the bytes were written)."""
+    lost, reach, upto = set(), (-1, 0), 0
+    order = {n: i for i, n in enumerate(names)}
+    for n_acked, name, size in kills:
+        for i in acked[upto:n_acked]:
+            reach = max(reach, where.get(i, (10 ** 9, 0)))
+        upto = n_acked
+        if reach > (order.get(name, -1), size):
+            lost.update(i for i in acked[:n_acked]
+                        if where.get(i, (10 ** 9, 0)) > (order.get(name, -1), size))
+    return lost
 
 
 def check_copy(server, directory, start, acked, db, result):
@@ -202,7 +244,7 @@ def check_copy(server, directory, start, acked, db, result):
     result["files_identical"] = not missing and not different
     if missing or different:
         result["messages"].append(f"files missing {missing}, different {different}")
-    counts, error = binlog_ids([p for p in local if os.path.exists(p)], db)
+    counts, where, error = binlog_ids([p for p in local if os.path.exists(p)], db)
     if error:
         result["files_identical"] = False
         result["messages"].append(error.strip()[:400])
@@ -212,6 +254,7 @@ def check_copy(server, directory, start, acked, db, result):
     result["duplicates"] = sum(c - 1 for c in counts.values() if c > 1)
     if result["lost"]:
         result["messages"].append(f"lost ids e.g. {sorted(acked - set(counts))[:5]}")
+    return where, [n for n, p in zip(files, local) if os.path.exists(p)]
 
 
 def caught_up(server, directory):
@@ -219,6 +262,23 @@ def caught_up(server, directory):
     path = os.path.join(directory, name)
     return os.path.exists(path) and os.path.getsize(path) == os.path.getsize(
         server.binlog_path(name))
+
+
+def checkpoint_problem(directory):
+    """None when the checkpoint names the newest local file at its end (as a clean stop
+    leaves it with no transaction open), else what is wrong."""
+    try:
+        with open(os.path.join(directory, "mysqlbackup.state.json")) as f:
+            state = json.load(f)
+    except (OSError, ValueError) as e:
+        return f"no readable checkpoint: {e}"
+    names = sorted((n for n in os.listdir(directory) if n.startswith("binlog.")),
+                   key=lambda n: int(n.rsplit(".", 1)[1]))
+    size = os.path.getsize(os.path.join(directory, names[-1])) if names else None
+    if not names or state.get("file") != names[-1] or state.get("pos") != size:
+        return (f"checkpoint {state.get('file')}:{state.get('pos')} is not the end of "
+                f"{names[-1] if names else 'any file'} ({size} bytes)")
+    return None
 
 
 def new_result(name):
@@ -230,15 +290,18 @@ def finish_stream(ctx, stream, load, start, result, catch_up=60):
     """Stop the load, rotate, wait for the daemon to catch up, SIGTERM it, check the copy."""
     load.stop()
     ctx.server.execute("FLUSH BINARY LOGS")
-    if not wait_for(lambda: caught_up(ctx.server, stream.directory), catch_up, 0.2):
+    if not wait_for(lambda: caught_up(ctx.server, stream.directory), catch_up, 0.2) or \
+            time.sleep(1) or not wait_for(  # MariaDB adds a BINLOG_CHECKPOINT a moment later
+                lambda: caught_up(ctx.server, stream.directory), 30, 0.2):
         result["messages"].append(f"daemon not caught up {catch_up}s after the load stopped; "
                                   f"alive={stream.alive()}: {last_line(stream.output())}")
     code, took = stream.stop()
     result["exit_codes"]["final_sigterm"] = code
     if code != 0:
         result["messages"].append(f"final SIGTERM: exit {code}: {last_line(stream.output())}")
-    check_copy(ctx.server, stream.directory, start, load.acked, load.db, result)
-    return result
+    elif checkpoint_problem(stream.directory):
+        result["messages"].append(f"after SIGTERM: {checkpoint_problem(stream.directory)}")
+    return check_copy(ctx.server, stream.directory, start, load.acked, load.db, result)
 
 
 def copy_ok(result):
@@ -283,6 +346,22 @@ class Context:
 
 # -- scenarios -----------------------------------------------------------------------------
 
+def _newest(directory, server, result):
+    """(name, size) of the newest local file right after a kill; its bytes must be a
+    prefix of the primary's file (never a byte the primary does not have)."""
+    names = sorted((n for n in os.listdir(directory) if n.startswith("binlog.")),
+                   key=lambda n: int(n.rsplit(".", 1)[1]))
+    if not names:
+        return "", 0
+    data = read(os.path.join(directory, names[-1]))
+    with open(server.binlog_path(names[-1]), "rb") as f:
+        theirs = f.read(len(data))
+    if data[:21] + data[22:] != theirs[:21] + theirs[22:]:
+        result["messages"].append(f"at a kill, local {names[-1]} ({len(data)} bytes) is not "
+                                  f"a prefix of the primary's file")
+    return names[-1], len(data)
+
+
 def scenario_kills(ctx):
     """N kill -9 under semi-sync load, every fifth right after a rotation."""
     result, rng = new_result("kills"), ctx.rng
@@ -291,7 +370,7 @@ def scenario_kills(ctx):
     ctx.semi_sync_ready()
     no_tx = int(ctx.server.status("Rpl_semi_sync_master_no_tx"))
     load = Load(ctx.server, db).start()
-    exits = collections.Counter()
+    exits, kills = collections.Counter(), []
     for i in range(ctx.args.kills):
         time.sleep(rng.uniform(0.05, 1.0))
         if i % 5 == 4:
@@ -302,15 +381,26 @@ def scenario_kills(ctx):
             result["messages"].append(f"daemon exited by itself with {stream.proc.returncode} "
                                       f"before kill {i}: {last_line(stream.output())}")
         else:
+            n_acked = len(load.acked)
             stream.kill9()
+            kills.append((n_acked, *_newest(directory, ctx.server, result)))
         result["kills"] += 1
         stream.start()
     result["exit_codes"]["self_exits"] = dict(exits)
     result["torn_tails_cut"] = len(re.findall(r": cut \d+ bytes after", stream.output(whole=True)))
-    finish_stream(ctx, stream, load, start, result)
+    where, names = finish_stream(ctx, stream, load, start, result)
     result["unacked_commits"] = int(ctx.server.status("Rpl_semi_sync_master_no_tx")) - no_tx
-    result["ok"] = copy_ok(result) and not exits and result["unacked_commits"] == 0 \
-        and result["exit_codes"]["final_sigterm"] == 0
+    off = load.semi_sync_off
+    result["semi_sync_off_seen"] = f"{len(off)} samples" + (
+        f" from {time.strftime('%H:%M:%S', time.localtime(off[0]))} to "
+        f"{time.strftime('%H:%M:%S', time.localtime(off[-1]))}" if off else "")
+    lost = lost_at_kills(kills, load.acked, where, names)
+    result["lost_at_kill"] = len(lost)
+    if lost:
+        result["messages"].append(f"{len(lost)} ids acknowledged before a kill were not in "
+                                  f"the local files at that kill, e.g. {sorted(lost)[:3]}")
+    result["ok"] = copy_ok(result) and not result["messages"] \
+        and result["unacked_commits"] == 0 and result["exit_codes"]["final_sigterm"] == 0
     return result
 
 
@@ -380,8 +470,7 @@ def scenario_proxy(ctx):
         result["messages"] += failures
         finish_stream(ctx, stream, load, start, result)
         proxy.stop()
-    result["kills"] = 0
-    result["ok"] = copy_ok(result) and not failures and \
+    result["ok"] = copy_ok(result) and not result["messages"] and \
         result["exit_codes"]["final_sigterm"] == 0
     return result
 
@@ -408,6 +497,8 @@ def scenario_sigterm(ctx):
         if code != 0 or took[state] > 3:
             result["messages"].append(f"{state}: exit {code} after {took[state]}s: "
                                       f"{last_line(stream.output())}")
+        elif checkpoint_problem(directory):
+            result["messages"].append(f"{state}: {checkpoint_problem(directory)}")
         if state == "backing-off":
             proxy = faults.TcpProxy("127.0.0.1", ctx.server.port, port=proxy.port).start()
             stream.args[1] = proxy.url
