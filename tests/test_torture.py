@@ -55,6 +55,8 @@ def test_kill_9_under_semi_sync_load_loses_nothing(quick_run):
     assert_nothing_lost(r)
     assert r["exit_codes"]["self_exits"] == {}, r["messages"]
     assert r["unacked_commits"] == 0, "the primary committed without an ACK"
+    # every id acknowledged before a kill was in the local files right after that kill
+    assert r["lost_at_kill"] == 0, r["messages"]
     assert r["ok"], r["messages"]
 
 
