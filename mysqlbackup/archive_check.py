@@ -6,7 +6,7 @@ the offset. ``verify`` (the I/O side) feeds these with what it reads.
 
 from .archive_index import build_index
 from .errors import CorruptBinlog
-from .names import parse_binlog_name
+from .names import next_binlog_name
 from .scan import check_magic, iter_events
 
 # index fields that must equal the ones recomputed from the object's bytes
@@ -58,7 +58,7 @@ def check_chain(source, indexes):
     problems = []
     for prev, cur in zip(indexes, indexes[1:]):
         where = f"{source}/binlog/{cur['name']}"
-        expected = prev.get("next_file") or _next_name(prev["name"])
+        expected = prev.get("next_file") or next_binlog_name(prev["name"])
         if expected != cur["name"]:
             problems.append(f"{source}/binlog/{expected}: missing ({prev['name']} is followed "
                             f"by it, the archive goes on with {cur['name']})")
@@ -87,9 +87,3 @@ def check_segments(source, name, segments, last_sealed, in_flight=()):
         problems.append(f"{where}: follows {last_sealed['name']}, whose ROTATE names "
                         f"{last_sealed['next_file']}")
     return problems
-
-
-def _next_name(name):
-    base, seq = parse_binlog_name(name)
-    width = len(name) - len(base) - 1
-    return f"{base}.{seq + 1:0{width}d}"

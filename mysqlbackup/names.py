@@ -35,3 +35,14 @@ def parse_position(text):
     if not sep or not file or not pos.isdigit():
         raise ValueError(f"expected FILE:POS, got {text!r}")
     return file, int(pos)
+
+
+def next_binlog_name(name):
+    """The name that follows ``name`` in its sequence (binlog.000009 -> binlog.000010),
+    or None when ``name`` is not a binlog file name."""
+    parsed = parse_binlog_name(name)
+    if parsed is None:
+        return None
+    base, seq = parsed
+    width = len(name) - len(base) - 1
+    return f"{base}.{seq + 1:0{width}d}"

@@ -283,15 +283,18 @@ class ArchiveStore:
         return size, digest.hexdigest()
 
     @_request
-    def list(self, prefix=""):
-        """Relative names of every object under ``prefix`` (recursive)."""
+    def list(self, prefix="", sizes=False):
+        """Relative names of every object under ``prefix`` (recursive), sorted; with
+        ``sizes``, a dict of name -> size as the listing reports it (no extra request)."""
         base = self.path(prefix).rstrip("/")
         self.fs.invalidate_cache()  # another process may have written since (s3fs would
         # otherwise keep the listings below ``base``: it clears only a path and its parents)
         if not self.fs.exists(base, **self._limit()):
-            return []
-        found = self.fs.find(base, **self._limit())
+            return {} if sizes else []
+        found = self.fs.find(base, detail=True, **self._limit())
         strip = len(self.root) + 1
+        if sizes:
+            return {p[strip:]: found[p].get("size") for p in sorted(found)}
         return sorted(p[strip:] for p in found)
 
     @_request

@@ -19,7 +19,8 @@ class ArchiveListing:
         self.sealed = defaultdict(dict)     # source -> name -> {"data": key, "index": key}
         self.segments = defaultdict(dict)   # source -> name -> {(start, end): {...}}
         self.stray = []
-        for relative in store.list():
+        self.sizes = store.list(sizes=True)  # object -> size, as listed
+        for relative in self.sizes:
             key = parse_key(relative)
             if key is None:
                 self.stray.append(relative)

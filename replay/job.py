@@ -27,7 +27,8 @@ from mysqlbackup.gtid import MariaGtidPos
 from mysqlbackup.names import binlog_sort_key
 from mysqlbackup.source import mask_url
 
-from .plan import check_decoded, check_link, pick_source, plan_units
+from .plan import (check_decoded, check_digests, check_link, check_listed_sizes, pick_source,
+                   plan_units)
 from .rewrite import rewrite_transaction
 from .selection import Selection
 
@@ -83,6 +84,38 @@ def decode_unit(unit, url, options):
     fingerprint = detach_events(transactions, data)
     return dict(out, transactions=transactions, incomplete=incomplete, fde=fde,
                 fingerprint=fingerprint)
+
+
+def digest_unit(unit, url, options):
+    """Spark task: the (size, sha256) of each object of one unit, read in chunks (never
+    whole in memory), or an error record as ``decode_unit`` returns it. An object that
+    is not its index's and is a sealed file is scanned, so that a damaged event comes back
+    with its offset (not the newest file: the newest file's tail may be short, see
+    ``plan.check_digests``)."""
+    from mysqlbackup.store import ArchiveStore
+    try:
+        store = ArchiveStore(url, options)
+        digests = [store.sha256(obj["key"]) for obj in unit["objects"]]
+        for obj, (size, sha) in zip(unit["objects"], digests):
+            if (size, sha) != (obj["index"].get("size"), obj["index"].get("sha256")) \
+                    and not unit["partial"]:
+                _scan_object(store.read(obj["key"]), unit["name"])
+        return {"error": None, "digests": digests}
+    except CorruptBinlog as e:
+        return {"error": {"kind": "corrupt", "message": bare_message(e), "offset": e.offset}}
+    except FileNotFoundError as e:
+        return {"error": {"kind": "missing", "message": str(e)}}
+    except Exception as e:  # noqa: BLE001 - a store error of any kind, named by the driver
+        return {"error": {"kind": "unreadable", "message": f"{type(e).__name__}: {e}"}}
+
+
+def _scan_object(data, name):
+    """Raise CorruptBinlog at the first damaged event of a file's bytes (magic, framing,
+    CRC32); a whole tail event that is merely missing is not found here."""
+    from mysqlbackup.scan import check_magic, iter_events
+    check_magic(data, name)
+    for _ in iter_events(data, 4, None, file=name):
+        pass
 
 
 def bare_message(error):
@@ -151,6 +184,7 @@ def plan(opts):
     partial = _newest_partial(listing, source)
     units, cut = plan_units(source, sealed, partial, _start_filter(opts.selection),
                             _stop_filter(opts.selection), opts.allow_gaps)
+    check_listed_sizes(units, listing.sizes, opts.allow_gaps)
     return source, units, cut
 
 
@@ -243,6 +277,7 @@ def run_replay(opts, sink, spark=None, progress=None):
     sc = spark.sparkContext
     rdd = sc.parallelize(units, len(units))  # one partition, hence one task, per file
     url, options = opts.archive_url, opts.archive_options
+    _check_every_object(sc, rdd, units, opts)
     decoded = rdd.map(lambda unit: decode_unit(unit, url, options))
     window = opts.window or max(1, sc.defaultParallelism)
     started, stopped = time.monotonic(), False
@@ -283,6 +318,17 @@ def run_replay(opts, sink, spark=None, progress=None):
     summary["parallel_applied"] = getattr(sink, "parallel_applied", 0)
     summary["target_commits"] = getattr(sink, "commits", None)
     return summary
+
+
+def _check_every_object(sc, rdd, units, opts):
+    """Before anything is applied: every object's size and sha256 against its index, one
+    Spark task per file (a job group of its own: the decode's task count stays one per
+    file). The decode checks again what it reads, so nothing changed in between."""
+    url, options = opts.archive_url, opts.archive_options
+    sc.setJobGroup(f"mysqlbackup-check-{os.getpid()}-{time.time_ns()}", "replay: digests")
+    results = rdd.map(lambda unit: digest_unit(unit, url, options)).collect()
+    for unit, result in zip(units, results):
+        check_digests(unit, result, opts.allow_gaps)
 
 
 def _tasks_run(sc, group, expected, patience=5.0):

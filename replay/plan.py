@@ -15,7 +15,7 @@ before it. A mismatch is a CorruptBinlog naming the object.
 
 from mysqlbackup.archive_check import check_chain
 from mysqlbackup.errors import CorruptBinlog, MysqlBackupError, ResyncRequired, UsageError
-from mysqlbackup.names import binlog_sort_key, parse_binlog_name
+from mysqlbackup.names import binlog_sort_key, next_binlog_name
 from mysqlbackup.source import mask_url
 
 CHAIN_FACTS = ("gtid_before", "gtid_after", "next_file")
@@ -116,6 +116,34 @@ def check_decoded(unit, result, allow_gaps=False):
     return tail_lost
 
 
+def check_digests(unit, result, allow_gaps=False):
+    """Refuse ``unit`` when the (size, sha256) of its objects in ``result["digests"]`` are
+    not its indexes' (or the task could not read them: ``result["error"]``). Returns
+    True when ``allow_gaps`` lets the newest file's last segment be short."""
+    error = result.get("error")
+    if error:
+        _raise_task_error(unit, error)
+    return _check_digests(unit, result["digests"], allow_gaps)
+
+
+def check_listed_sizes(units, sizes, allow_gaps=False):
+    """Refuse, before anything at all is applied, a unit whose object the listing shows
+    with another size than its index (replaced or cut); the sha256 of each object is
+    checked later, when its window is decoded. With ``allow_gaps`` the newest file's
+    last segment may be shorter (its tail lost), as ``check_decoded`` allows."""
+    for unit in units:
+        last = unit["objects"][-1] if unit["objects"] else None
+        for obj in unit["objects"]:
+            listed, indexed = sizes.get(obj["key"]), obj["index"].get("size")
+            if listed is None or listed == indexed:
+                continue
+            if allow_gaps and unit["partial"] and obj is last and listed < indexed:
+                continue
+            raise CorruptBinlog(f"the archive lists {listed} bytes, its index says {indexed}: "
+                                "not the archived object (replaced or cut); nothing was "
+                                "applied", obj["key"])
+
+
 def check_link(previous, unit):
     """Refuse ``unit`` (unit, facts) when it does not continue ``previous`` (the unit
     replayed before it): the previous sealed file's ROTATE names another file, or its
@@ -138,16 +166,6 @@ def object_at(unit, offset):
     objects = unit["objects"]
     held = [o for o in objects if offset is not None and o["start"] <= offset]
     return (held[-1] if held else objects[0])["key"]
-
-
-def next_binlog_name(name):
-    """The name that follows ``name`` in a binlog sequence (binlog.000009 -> .000010)."""
-    parsed = parse_binlog_name(name)
-    if parsed is None:
-        return None
-    base, seq = parsed
-    width = len(name) - len(base) - 1
-    return f"{base}.{seq + 1:0{width}d}"
 
 
 def _check_digests(unit, digests, allow_gaps):

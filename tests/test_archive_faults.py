@@ -160,8 +160,8 @@ class RacingStore(ArchiveStore):
 
     between = None
 
-    def list(self, prefix=""):
-        found = super().list(prefix)
+    def list(self, prefix="", sizes=False):
+        found = super().list(prefix, sizes)
         if self.between:
             step, self.between = self.between, None
             step()

@@ -17,7 +17,8 @@ from mysqlbackup.store import ArchiveStore
 from mysqlbackup.transactions import TrxTracker
 from replay.assemble import assemble
 from replay.job import ReplayOptions, decode_unit, plan
-from replay.plan import check_decoded, check_link, next_binlog_name, plan_units
+from mysqlbackup.names import next_binlog_name
+from replay.plan import check_decoded, check_link, check_listed_sizes, plan_units
 from replay.statements import suppresses_use, transaction_steps
 from tests.conftest import SHARED_BINLOGS
 from tests.helpers import make_event, read
@@ -64,11 +65,24 @@ def sealed(tmp_path):
     return store, url
 
 
-def decoded(url, allow_gaps=False):
-    """The single unit of the archive, decoded as a Spark task would: (unit, result)."""
+def planned(url, allow_gaps=False):
+    """The single unit of the archive as the driver plans it."""
     _, units, _ = plan(ReplayOptions(url, {}, allow_gaps=allow_gaps))
     assert len(units) == 1
-    return units[0], decode_unit(units[0], url, {})
+    return units[0]
+
+
+def decoded(url, allow_gaps=False, unit=None):
+    """The single unit of the archive (or ``unit``, planned before the archive changed),
+    decoded as a Spark task would: (unit, result)."""
+    unit = unit or planned(url, allow_gaps)
+    return unit, decode_unit(unit, url, {})
+
+
+def refused_at_plan(url, allow_gaps=False):
+    """A size the listing shows against the index is refused before anything runs."""
+    with pytest.raises(CorruptBinlog, match="the archive lists .* its index says"):
+        planned(url, allow_gaps)
 
 
 def test_a_sound_object_passes_and_gives_its_chain_facts(sealed):
@@ -80,8 +94,10 @@ def test_a_sound_object_passes_and_gives_its_chain_facts(sealed):
 
 def test_an_object_replaced_by_another_file_is_refused_by_name(sealed):
     store, url = sealed
+    before = planned(url)  # changed between the plan and the decode: the sha256 check
     store.put_bytes(binlog_key("s", NAME), real("gh-ost/mysql-bin.000066"))
-    unit, result = decoded(url)
+    refused_at_plan(url)
+    unit, result = decoded(url, unit=before)
     assert result["error"] is None  # it decodes: only its index tells it is not the one
     with pytest.raises(CorruptBinlog, match=r"^s/binlog/mariadb-bin.000001: .*not the "
                                             r"archived object"):
@@ -92,8 +108,10 @@ def test_an_object_cut_at_a_transaction_boundary_is_refused_by_name(sealed):
     store, url = sealed
     data = real(MARIA)
     first_end = assemble(data, NAME)[0][0]["end"]
+    before = planned(url)
     store.put_bytes(binlog_key("s", NAME), data[:first_end])
-    unit, result = decoded(url)
+    refused_at_plan(url)
+    unit, result = decoded(url, unit=before)
     assert result["error"] is None and result["incomplete"] is None
     with pytest.raises(CorruptBinlog, match=rf"s/binlog/{NAME}: the object has {first_end} "
                                             rf"bytes.*its index says {len(data)} bytes"):
@@ -118,8 +136,10 @@ def test_an_object_cut_inside_an_event_names_object_and_offset(sealed):
     store, url = sealed
     data = real(MARIA)
     second = assemble(data, NAME)[0][1]
+    before = planned(url)
     store.put_bytes(binlog_key("s", NAME), data[:second["start"] + 10])
-    unit, result = decoded(url)
+    refused_at_plan(url)
+    unit, result = decoded(url, unit=before)
     with pytest.raises(CorruptBinlog, match=rf"^s/binlog/{NAME} at offset {second['start']}: "
                                             r"torn event"):
         check_decoded(unit, result)
@@ -188,8 +208,10 @@ def test_segments_of_the_newest_file_are_each_checked_against_their_own_index(pa
 def test_a_lost_tail_of_the_newest_file_goes_on_only_with_allow_gaps(partial):
     store, url, data = partial
     key = [k for k in store.list("s/partial") if not k.endswith(".json")][-1]
+    before = planned(url)
     store.put_bytes(key, store.read(key)[:-10])
-    unit, result = decoded(url)
+    refused_at_plan(url)
+    unit, result = decoded(url, unit=before)
     with pytest.raises(CorruptBinlog, match=rf"^{key}: the object has"):
         check_decoded(unit, result)
     unit, result = decoded(url, allow_gaps=True)
@@ -269,3 +291,16 @@ def test_an_object_the_store_cannot_read_is_named(sealed):
     assert result["error"]["kind"] == "unreadable"
     with pytest.raises(MysqlBackupError, match=rf"^s/binlog/{NAME}: cannot read the object: "):
         check_decoded(unreadable, result)
+
+
+def test_listed_sizes_refuse_a_replaced_or_cut_object_before_anything_is_applied():
+    unit = {"name": "b.000002", "partial": False, "objects": [
+        {"key": "s/binlog/b.000002", "start": 0, "index": {"size": 500}}]}
+    check_listed_sizes([unit], {"s/binlog/b.000002": 500})
+    with pytest.raises(CorruptBinlog, match="s/binlog/b.000002: the archive lists 420 bytes"):
+        check_listed_sizes([unit], {"s/binlog/b.000002": 420})
+    newest = {"name": "b.000003", "partial": True, "objects": [
+        {"key": "s/partial/b.000003/0-100", "start": 0, "index": {"size": 100}}]}
+    check_listed_sizes([newest], {"s/partial/b.000003/0-100": 60}, allow_gaps=True)
+    with pytest.raises(CorruptBinlog):
+        check_listed_sizes([newest], {"s/partial/b.000003/0-100": 60})

@@ -107,6 +107,7 @@ def test_an_object_replaced_by_the_previous_file_is_refused(damaged, make_server
     shutil.copyfile(sealed / "binlog.000002", sealed / "binlog.000003")  # index left as is
     target = empty_target(make_server)
     assert_refused(replay(url, target), target, 3, "not the archived object")
+    assert rows_by_file(target) == {}  # refused before anything at all was applied
 
 
 def test_an_object_cut_at_a_transaction_boundary_is_refused(damaged, make_server):
@@ -117,7 +118,9 @@ def test_an_object_cut_at_a_transaction_boundary_is_refused(damaged, make_server
     cut = transactions[len(transactions) // 2]["end"]
     path.write_bytes(data[:cut])  # index left as is
     target = empty_target(make_server)
-    assert_refused(replay(url, target), target, 4, f"the object has {cut} bytes")
+    result = replay(url, target)
+    assert_refused(result, target, 4, f"the archive lists {cut} bytes")
+    assert rows_by_file(target) == {}  # refused before anything at all was applied
 
 
 def test_a_flipped_byte_is_refused_with_object_and_offset(damaged, make_server):
