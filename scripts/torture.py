@@ -46,6 +46,7 @@ REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, REPO)
 
 from mysqlbackup.sandbox import MariaDBSandbox  # noqa: E402
+from mysqlbackup.source import mask_url  # noqa: E402
 from tests import faults  # noqa: E402
 from tests.helpers import cli_env, read, same_except_in_use_flag  # noqa: E402
 
@@ -432,7 +433,7 @@ def scenario_proxy(ctx):
     points = [60, 150, 400] if quick else [1, 20, 60, 90, 120, 150, 200, 300, 400, 600,
                                            900, 1300, 2000, 4000]
     # setup cuts first: the cuts after them show whether the backoff was reset
-    steps = [("setup-cut", n) for n in points] + [("cut", None)] * (3 if quick else 20)
+    steps = [("setup-cut", n) for n in points] + [("cut", None)] * (6 if quick else 20)
     steps += [("stall", 3 if quick else 10), ("blackhole", 5 if quick else 20)]
     resume, failures = {}, []
     try:
@@ -866,7 +867,7 @@ def parse_args(argv=None):
     p.add_argument("--scenario", action="append", choices=sorted(SCENARIOS),
                    help="run only this scenario (repeatable; default: all)")
     p.add_argument("--quick", action="store_true",
-                   help="the CI-sized run: 10 kills, 3 cuts, 3 setup cuts, short faults")
+                   help="the CI-sized run: 10 kills, 3 setup cuts, 6 cuts, short faults")
     p.add_argument("--kills", type=int, help="kill -9 count (default 100, --quick 10)")
     p.add_argument("--seed", type=int, default=1, help="random seed (delays, cut times)")
     p.add_argument("--workdir", help="parent of the work directory (default: $TMPDIR)")
@@ -894,7 +895,7 @@ def main(argv=None):
                 result["messages"].append(f"scenario raised {type(e).__name__}: {e}")
                 result["traceback"] = traceback.format_exc()[-2000:]
             result["seconds"] = round(time.monotonic() - t0, 1)
-            print(json.dumps(result, sort_keys=False), flush=True)
+            print(mask_url(json.dumps(result)), flush=True)
             ok = ok and result["ok"]
     finally:
         ctx.close()
