@@ -19,6 +19,8 @@ Scenarios (``--scenario NAME``, repeatable; default all):
   store-restart  moto S3 restarted empty: everything archived again, verify exits 0
   fs-full        a full tmpfs (root only): exit 8 naming the path, restart loses nothing
   fs-fsize       prlimit --fsize (EFBIG): the same
+  foreign-file   an empty file with a binlog name in the directory: exit 8 naming it,
+                 the checkpoint untouched; without it the daemon resumes
   archive-faults each archive fault (flip, truncations, deletions, replaced object,
                  garbage indexes, bad segment index) against verify (exit 1 naming
                  the object) and replay --sql / --target (exit 6 naming it, nothing
@@ -688,6 +690,45 @@ def scenario_fs_fsize(ctx):
     return _fs_scenario(ctx, "fs-fsize")
 
 
+def scenario_foreign_file(ctx):
+    """An empty file with a binlog name in the directory (far ahead, or the next name) is
+    refused at start with exit 8 naming it, the checkpoint untouched; without it the
+    daemon resumes and loses nothing."""
+    result = new_result("foreign-file")
+    db, directory, start = ctx.begin("foreign-file")
+    stream = ctx.stream(ctx.server.url, directory).start("--start-file", start)
+    ctx.semi_sync_ready()
+    load = Load(ctx.server, db).start()
+    time.sleep(1)
+    state = os.path.join(directory, "mysqlbackup.state.json")
+    for bogus in ("binlog.000099", "next"):
+        code, _ = stream.stop()
+        newest = sorted(n for n in os.listdir(directory) if n.startswith("binlog."))[-1]
+        name = bogus if bogus != "next" else \
+            f"binlog.{int(newest.rsplit('.', 1)[1]) + 1:06d}"
+        path = os.path.join(directory, name)
+        open(path, "wb").close()
+        before = read(state)
+        stream.start()
+        exited = wait_for(lambda: not stream.alive(), 15, 0.1)
+        got = stream.proc.returncode if exited else "still running"
+        result["exit_codes"][f"empty {bogus}"] = got
+        line = last_line(stream.output())
+        if got != 8 or path not in line or read(state) != before:
+            result["messages"].append(
+                f"empty {name}: want exit 8 naming {path}, checkpoint untouched; got {got}"
+                f"{', checkpoint rewritten' if read(state) != before else ''}: {line[:300]}")
+        if not exited:
+            stream.stop()
+        os.remove(path)
+        stream.start()
+        ctx.semi_sync_ready(20)
+    time.sleep(1)
+    finish_stream(ctx, stream, load, start, result)
+    result["ok"] = copy_ok(result) and not result["messages"]
+    return result
+
+
 def _named(rel, out):
     """True when ``out`` names the object ``rel`` (its binlog name, and segment if any)."""
     parts = rel.split("/")
@@ -858,6 +899,7 @@ def replay_batch_main(spec):
 SCENARIOS = {"kills": scenario_kills, "proxy": scenario_proxy, "sigterm": scenario_sigterm,
              "store-freeze": scenario_store_freeze, "store-restart": scenario_store_restart,
              "fs-full": scenario_fs_full, "fs-fsize": scenario_fs_fsize,
+             "foreign-file": scenario_foreign_file,
              "archive-faults": scenario_archive_faults}
 
 

@@ -102,6 +102,14 @@ def test_refusing_file_system_exits_8_naming_the_path_and_resumes(quick_run, nam
     assert r["ok"], r["messages"]
 
 
+def test_empty_file_with_a_binlog_name_is_refused_and_checkpoint_kept(quick_run):
+    r = summary(quick_run, "foreign-file")
+    assert r["exit_codes"]["empty binlog.000099"] == 8, r["messages"]
+    assert r["exit_codes"]["empty next"] == 8, r["messages"]
+    assert_nothing_lost(r)
+    assert r["ok"], r["messages"]
+
+
 def test_every_archive_fault_is_refused_by_name(quick_run):
     r = summary(quick_run, "archive-faults")
     codes = r["exit_codes"]
