@@ -150,7 +150,7 @@ class ReplicaClient:
     def _variable(self, name):
         try:
             return self.query(f"SELECT @@{name}")[0][0]
-        except pymysql.err.OperationalError as e:  # only error 1193 comes back raw
+        except pymysql.err.OperationalError:  # only error 1193 comes back raw
             return None
 
     def _read_server_info(self):
