@@ -122,7 +122,7 @@ def test_every_archive_fault_is_refused_by_name(quick_run):
         wanted = (6, 7) if name.startswith("delete") else (6,)
         assert codes[f"replay {name}"] in wanted, (name, r["messages"])
     assert codes["replay replace-object --target"] == 6, r["messages"]
-    assert r["messages"] == []  # each names the object, nothing of it applied
+    assert r["messages"] == []  # each names the object, nothing at all applied
     assert r["ok"]
 
 
