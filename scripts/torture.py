@@ -34,317 +34,17 @@ import argparse
 import collections
 import json
 import os
-import random
 import re
-import shutil
-import signal
-import subprocess
 import sys
-import tempfile
-import threading
 import time
 
-REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-sys.path.insert(0, REPO)
-
-from mysqlbackup.sandbox import MariaDBSandbox  # noqa: E402
-from mysqlbackup.source import mask_url  # noqa: E402
-from tests import faults  # noqa: E402
-from tests.helpers import cli_env, read, same_except_in_use_flag  # noqa: E402
-
-AWS = {"AWS_ACCESS_KEY_ID": "testing", "AWS_SECRET_ACCESS_KEY": "testing",
-       "AWS_DEFAULT_REGION": "us-east-1"}
-os.environ.update(AWS)
-
-
-def env():
-    return dict(cli_env(), **AWS)
-
-
-def cli(*args, timeout=120):
-    """Run ``mysqlbackup ARGS``: (exit code, stdout+stderr)."""
-    try:
-        p = subprocess.run([sys.executable, "-m", "mysqlbackup", *args], env=env(),
-                           capture_output=True, text=True, timeout=timeout)
-    except subprocess.TimeoutExpired as e:
-        return "timeout", f"no exit after {timeout}s: {e.stdout or ''}{e.stderr or ''}"
-    return p.returncode, p.stdout + p.stderr
-
-
-def wait_for(predicate, timeout, interval=0.05):
-    """Poll until true; return the value, or None after ``timeout`` seconds."""
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        value = predicate()
-        if value:
-            return value
-        time.sleep(interval)
-    return None
-
-
-def last_line(text):
-    """The last line of an output, prefixed by its first problem line when it has one."""
-    lines = [ln for ln in text.strip().splitlines() if ln.strip()]
-    if not lines:
-        return ""
-    problems = [ln for ln in lines[:-1] if "problem" in ln.lower() or "error" in ln.lower()]
-    return (problems[0].strip()[:300] + " ... " if problems else "") + lines[-1]
-
-
-class Stream:
-    """``mysqlbackup stream`` as a subprocess (optionally under a command prefix)."""
-
-    def __init__(self, url, directory, *extra, log_path, server_id=77):
-        self.args = ["--source", url, "--server-id", str(server_id), "--dir", directory, *extra]
-        self.directory, self.log_path, self.proc = directory, log_path, None
-        self.prefix = []
-
-    def start(self, *first_only):
-        self.mark = os.path.getsize(self.log_path) if os.path.exists(self.log_path) else 0
-        with open(self.log_path, "ab") as log:
-            self.proc = subprocess.Popen(
-                [*self.prefix, sys.executable, "-m", "mysqlbackup", "stream", *self.args,
-                 *first_only], env=env(), stdout=log, stderr=subprocess.STDOUT)
-        return self
-
-    def alive(self):
-        return self.proc is not None and self.proc.poll() is None
-
-    def kill9(self):
-        self.proc.send_signal(signal.SIGKILL)
-        return self.proc.wait(timeout=10)
-
-    def stop(self, timeout=30):
-        """SIGTERM; return (exit code or 'hung', seconds it took)."""
-        t0 = time.monotonic()
-        if self.alive():
-            self.proc.send_signal(signal.SIGTERM)
-        try:
-            code = self.proc.wait(timeout=timeout)
-        except subprocess.TimeoutExpired:
-            self.proc.kill()
-            self.proc.wait()
-            code = "hung"
-        return code, round(time.monotonic() - t0, 2)
-
-    def output(self, whole=False):
-        with open(self.log_path, "rb") as f:
-            f.seek(0 if whole else self.mark)
-            return f.read().decode("utf-8", "replace")
-
-
-class Load:
-    """Client threads committing until stopped; ``acked`` holds each id whose COMMIT
-    returned. Thread 0 commits 20-row transactions, the others single rows."""
-
-    def __init__(self, server, db, threads=3):
-        self.server, self.db, self.acked = server, db, []
-        self.stopped, self.errors = threading.Event(), 0
-        server.execute(f"CREATE DATABASE IF NOT EXISTS {db}",
-                       f"CREATE TABLE IF NOT EXISTS {db}.t (id BIGINT PRIMARY KEY, w INT)")
-        self.threads = [threading.Thread(target=self._run, args=(i,), daemon=True)
-                        for i in range(threads)]
-
-    def start(self):
-        for t in self.threads:
-            t.start()
-        threading.Thread(target=self._watch, daemon=True).start()
-        return self
-
-    def _watch(self):
-        """Record when the primary's semi-sync is OFF (commits then return unacknowledged)."""
-        self.semi_sync_off, conn = [], None
-        while not self.stopped.is_set():
-            try:
-                conn = conn or self.server.root()
-                with conn.cursor() as cur:
-                    cur.execute("SHOW GLOBAL STATUS LIKE 'Rpl_semi_sync_master_status'")
-                    if cur.fetchone()[1] != "ON":
-                        self.semi_sync_off.append(round(time.time(), 2))
-            except Exception:
-                conn = None
-            time.sleep(0.1)
-
-    def _run(self, worker):
-        rows, next_id, conn = (20 if worker == 0 else 1), worker * 10 ** 9, None
-        while not self.stopped.is_set():
-            try:
-                conn = conn or self.server.root(autocommit=False)
-                ids = list(range(next_id, next_id + rows))
-                next_id += rows
-                with conn.cursor() as cur:
-                    cur.executemany(f"INSERT INTO {self.db}.t VALUES (%s, {worker})", ids)
-                conn.commit()
-                self.acked.extend(ids)
-            except Exception:  # a COMMIT that did not return is not acknowledged
-                self.errors += 1
-                conn = None
-                time.sleep(0.1)
-        if conn:
-            conn.close()
-
-    def stop(self):
-        self.stopped.set()
-        for t in self.threads:
-            t.join(90)
-
-
-def binlog_ids(paths, db):
-    """(Counter of the ids inserted into ``db``.t, {id: (file index, end of its commit)},
-    error) as ``mariadb-binlog -v`` (not our decoder) reads the files."""
-    counts, where, errors = collections.Counter(), {}, []
-    header = f"### INSERT INTO `{db}`.`t`"
-    for index, path in enumerate(paths):
-        proc = subprocess.Popen(["mariadb-binlog", "--base64-output=decode-rows", "-v", path],
-                                stdout=subprocess.PIPE, stderr=subprocess.PIPE)
-        want, pending = False, []
-        for raw in proc.stdout:
-            line = raw.decode("utf-8", "replace").rstrip("\n")
-            if line.startswith("### INSERT INTO"):
-                want = line == header
-            elif want and line.startswith("###   @1="):
-                pending.append(int(line.split("=", 1)[1].split()[0]))
-                want = False
-            elif "\tXid = " in line and pending:
-                end = int(re.search(r"end_log_pos (\d+)", line)[1])
-                for i in pending:
-                    counts[i] += 1
-                    where[i] = (index, end)
-                pending = []
-        err = proc.stderr.read().decode("utf-8", "replace")
-        if proc.wait() != 0:
-            errors.append(f"{os.path.basename(path)}: {' | '.join(err.strip().splitlines())}")
-    return counts, where, ("mariadb-binlog cannot read the local copy: " + "; ".join(errors)
-                           if errors else None)
-
-
-def lost_at_kills(kills, acked, where, names):
-    """Ids whose COMMIT returned before a kill but whose commit was not inside the local
-    files as they stood right after that kill (ACK before the bytes were written)."""
-    lost, reach, upto = set(), (-1, 0), 0
-    order = {n: i for i, n in enumerate(names)}
-    for n_acked, name, size in kills:
-        for i in acked[upto:n_acked]:
-            reach = max(reach, where.get(i, (10 ** 9, 0)))
-        upto = n_acked
-        if reach > (order.get(name, -1), size):
-            lost.update(i for i in acked[:n_acked]
-                        if where.get(i, (10 ** 9, 0)) > (order.get(name, -1), size))
-    return lost
-
-
-def check_copy(server, directory, start, acked, db, result):
-    """Fill lost / duplicates / files_identical of ``result`` for the local copy."""
-    files = server.binlog_files()
-    files = files[files.index(start):]
-    local = [os.path.join(directory, n) for n in files]
-    missing = [n for n, p in zip(files, local) if not os.path.exists(p)]
-    different = [n for n, p in zip(files[:-1], local) if os.path.exists(p)
-                 and read(p) != read(server.binlog_path(n))]
-    if os.path.exists(local[-1]) and not same_except_in_use_flag(
-            local[-1], server.binlog_path(files[-1])):
-        different.append(files[-1])
-    result["files_identical"] = not missing and not different
-    if missing or different:
-        result["messages"].append(f"files missing {missing}, different {different}")
-    counts, where, error = binlog_ids([p for p in local if os.path.exists(p)], db)
-    if error:
-        result["files_identical"] = False
-        result["messages"].append(error.strip()[:400])
-    acked = set(acked)
-    result["acknowledged"] = len(acked)
-    result["lost"] = len(acked - set(counts))
-    result["duplicates"] = sum(c - 1 for c in counts.values() if c > 1)
-    if result["lost"]:
-        result["messages"].append(f"lost ids e.g. {sorted(acked - set(counts))[:5]}")
-    return where, [n for n, p in zip(files, local) if os.path.exists(p)]
-
-
-def caught_up(server, directory):
-    name = server.execute("SHOW MASTER STATUS")[0][0]
-    path = os.path.join(directory, name)
-    return os.path.exists(path) and os.path.getsize(path) == os.path.getsize(
-        server.binlog_path(name))
-
-
-def checkpoint_problem(directory):
-    """None when the checkpoint names the newest local file at its end (as a clean stop
-    leaves it with no transaction open), else what is wrong."""
-    try:
-        with open(os.path.join(directory, "mysqlbackup.state.json")) as f:
-            state = json.load(f)
-    except (OSError, ValueError) as e:
-        return f"no readable checkpoint: {e}"
-    names = sorted((n for n in os.listdir(directory) if n.startswith("binlog.")),
-                   key=lambda n: int(n.rsplit(".", 1)[1]))
-    size = os.path.getsize(os.path.join(directory, names[-1])) if names else None
-    if not names or state.get("file") != names[-1] or state.get("pos") != size:
-        return (f"checkpoint {state.get('file')}:{state.get('pos')} is not the end of "
-                f"{names[-1] if names else 'any file'} ({size} bytes)")
-    return None
-
-
-def new_result(name):
-    return {"scenario": name, "kills": 0, "acknowledged": 0, "lost": None, "duplicates": None,
-            "files_identical": None, "exit_codes": {}, "messages": [], "ok": False}
-
-
-def finish_stream(ctx, stream, load, start, result, catch_up=60):
-    """Stop the load, rotate, wait for the daemon to catch up, SIGTERM it, check the copy."""
-    load.stop()
-    ctx.server.execute("FLUSH BINARY LOGS")
-    if not wait_for(lambda: caught_up(ctx.server, stream.directory), catch_up, 0.2) or \
-            time.sleep(1) or not wait_for(  # MariaDB adds a BINLOG_CHECKPOINT a moment later
-                lambda: caught_up(ctx.server, stream.directory), 30, 0.2):
-        result["messages"].append(f"daemon not caught up {catch_up}s after the load stopped; "
-                                  f"alive={stream.alive()}: {last_line(stream.output())}")
-    code, took = stream.stop()
-    result["exit_codes"]["final_sigterm"] = code
-    if code != 0:
-        result["messages"].append(f"final SIGTERM: exit {code}: {last_line(stream.output())}")
-    elif checkpoint_problem(stream.directory):
-        result["messages"].append(f"after SIGTERM: {checkpoint_problem(stream.directory)}")
-    return check_copy(ctx.server, stream.directory, start, load.acked, load.db, result)
-
-
-def copy_ok(result):
-    return result["lost"] == 0 and result["duplicates"] == 0 and bool(result["files_identical"])
-
-
-class Context:
-    """What scenarios share: the options, a work directory and one primary."""
-
-    def __init__(self, args):
-        self.args, self.rng = args, random.Random(args.seed)
-        if args.workdir:
-            os.makedirs(args.workdir, exist_ok=True)
-        self.work = tempfile.mkdtemp(prefix="mysqlbackup-torture-", dir=args.workdir)
-        self.server = MariaDBSandbox(os.path.join(self.work, "primary"),
-                                     semi_sync_timeout_ms=60000).start()
-        self.count = 0
-
-    def begin(self, name):
-        """A fresh database, directory, and the binlog file a scenario starts from."""
-        self.count += 1
-        self.server.execute("FLUSH BINARY LOGS")
-        start = self.server.execute("SHOW MASTER STATUS")[0][0]
-        return f"t{self.count}_{name.replace('-', '_')}", os.path.join(
-            self.work, f"{self.count}-{name}"), start
-
-    def stream(self, url, directory, *extra, server_id=None):
-        os.makedirs(os.path.dirname(directory), exist_ok=True)
-        return Stream(url, directory, *extra, server_id=server_id or 100 + self.count,
-                      log_path=directory.rstrip("/") + ".log")
-
-    def semi_sync_ready(self, timeout=30):
-        return wait_for(lambda: self.server.status("Rpl_semi_sync_master_clients") == "1"
-                        and self.server.status("Rpl_semi_sync_master_status") == "ON",
-                        timeout, 0.1)
-
-    def close(self):
-        self.server.stop()
-        if not self.args.keep:
-            shutil.rmtree(self.work, ignore_errors=True)
+from torture_harness import Context, cli, last_line, new_result, wait_for  # REPO on sys.path
+from torture_load import (Load, caught_up, check_copy, checkpoint_problem, copy_ok,
+                          finish_stream, lost_at_kills)
+from torture_archive import replay_batch_main, scenario_archive_faults
+from mysqlbackup.source import mask_url
+from tests import faults
+from tests.helpers import read
 
 
 # -- scenarios -----------------------------------------------------------------------------
@@ -615,10 +315,12 @@ def _restart_empty(moto, bucket, result, stream, ctx):
 
 
 def scenario_store_freeze(ctx):
+    """moto S3 frozen (SIGSTOP) a while: ACKs go on, status shows it, all archived after."""
     return _store_scenario(ctx, "store-freeze", _freeze)
 
 
 def scenario_store_restart(ctx):
+    """moto S3 restarted empty: everything is archived again and verify exits 0."""
     return _store_scenario(ctx, "store-restart", _restart_empty)
 
 
@@ -679,6 +381,7 @@ def _fs_scenario(ctx, name):
 
 
 def scenario_fs_full(ctx):
+    """A full tmpfs (root only; skipped otherwise): exit 8 naming the path, then resume."""
     if not faults.can_mount_tmpfs():
         r = new_result("fs-full")
         r.update(ok=True, skipped="not root: no tmpfs (fs-fsize covers EFBIG)")
@@ -687,6 +390,7 @@ def scenario_fs_full(ctx):
 
 
 def scenario_fs_fsize(ctx):
+    """``prlimit --fsize`` (EFBIG): exit 8 naming the path, then resume."""
     return _fs_scenario(ctx, "fs-fsize")
 
 
@@ -729,162 +433,6 @@ def scenario_foreign_file(ctx):
     return result
 
 
-def _named(rel, out):
-    """True when ``out`` names the object ``rel`` (its binlog name, and segment if any)."""
-    parts = rel.split("/")
-    return parts[2] in out and (len(parts) < 4 or parts[3] in out)
-
-
-def _build_archive(ctx, result):
-    """A file:// archive of several sealed files and active-file segments, written by a
-    daemon under load while verify runs on it (each run must exit 0)."""
-    db, directory, start = ctx.begin("archive")
-    root = os.path.join(ctx.work, f"{ctx.count}-archive-store")
-    url = f"file://{root}"
-    stream = ctx.stream(ctx.server.url, directory, "--archive", url,
-                        "--archive-interval", "1").start("--start-file", start)
-    ctx.semi_sync_ready()
-    load = Load(ctx.server, db, threads=2).start()
-    live = []
-    for i in range(4 if ctx.args.quick else 12):
-        time.sleep(1.2)
-        ctx.server.execute("FLUSH BINARY LOGS")
-        live.append(cli("verify", "--archive", url))
-    load.stop()
-    for i in range(5):
-        ctx.server.execute(f"INSERT INTO {db}.t VALUES ({9 * 10 ** 12 + i}, 9)")
-    files = ctx.server.binlog_files()
-    files, active = files[files.index(start):-1], files[-1]
-    size = os.path.getsize(ctx.server.binlog_path(active))
-    wait_for(lambda: all(os.path.exists(p + ".json") for p in (
-        os.path.join(root, rel) for rel in faults.sealed_objects(root))) and len(
-        faults.sealed_objects(root)) >= len(files) and any(
-        rel.split("/")[2] == active and rel.endswith(f"-{size:012d}")
-        for rel in faults.segment_objects(root)), 30, 0.2)
-    result["exit_codes"]["archive_daemon"] = stream.stop()[0]
-    bad = [f"exit {c}: {last_line(o)}" for c, o in live if c != 0]
-    result["live_verify"] = f"{len(live) - len(bad)}/{len(live)} exit 0"
-    if bad:
-        result["messages"].append(f"verify on the live archive: {bad[0]}")
-    return root, db, load
-
-
-def _replay_jobs(ctx, root, db, found, target):
-    """One process runs every replay (one Spark start): pristine, each fault --sql,
-    and replace-object onto a real target."""
-    jobs = []
-    for name, (rel, copy) in [("pristine", (None, root))] + sorted(found.items()):
-        sql = os.path.join(ctx.work, f"replay-{name}.sql")
-        jobs.append({"name": name, "rel": rel, "sql": sql,
-                     "args": ["replay", "--archive", f"file://{copy}", "--sql", sql]})
-    rel, copy = found["replace-object"]
-    jobs.append({"name": "replace-object --target", "rel": rel, "sql": None, "target": True,
-                 "args": ["replay", "--archive", f"file://{copy}", "--target",
-                          f"mysql://admin@127.0.0.1:{target.port}"]})
-    spec = os.path.join(ctx.work, "replay-jobs.json")
-    with open(spec, "w") as f:
-        json.dump(jobs, f)
-    proc = subprocess.run([sys.executable, os.path.abspath(__file__), "--replay-batch", spec],
-                          env=dict(env(), MYSQLBACKUP_TARGET_PASSWORD="admin-pw"),
-                          capture_output=True, text=True, timeout=900)
-    lines = [ln for ln in proc.stdout.splitlines() if ln.startswith("{")]
-    if not lines:
-        raise RuntimeError(f"replay batch printed nothing: {proc.stderr[-1500:]}")
-    return jobs, [json.loads(ln) for ln in lines]
-
-
-# deletions leave a hole in the chain: resync required (7) is a named refusal too
-REPLAY_CODES = {"delete-object": (6, 7), "delete-index": (6, 7)}
-
-
-def _judge_replay(job, res, target, result):
-    """A named refusal, and nothing at all applied (no transaction in the --sql file, no
-    GTID on the target): every object is proved against its index first."""
-    code, out = res["code"], res["output"]
-    sql = read(job["sql"]).decode("utf-8", "replace") if job["sql"] and os.path.exists(
-        job["sql"]) else ""
-    result["exit_codes"][f"replay {job['name']}"] = code
-    if job["rel"] is None:
-        if code != 0 or "gtid_seq_no=" not in sql:
-            result["messages"].append(f"replay of the pristine archive: exit {code}: "
-                                      f"{last_line(out)}")
-        return
-    if job.get("target"):
-        pos = target.execute("SELECT @@gtid_binlog_pos")[0][0]
-        applied = f"target at GTID {pos}" if pos else ""
-    else:
-        n = sql.count("gtid_seq_no=")
-        applied = f"{n} transactions in the SQL file" if n else ""
-    want = REPLAY_CODES.get(job["name"], (6,))
-    if code not in want or not _named(job["rel"], out) or applied or "Traceback" in out:
-        result["messages"].append(
-            f"replay {job['name']}: want exit {want} naming {job['rel']} and nothing applied; "
-            f"got exit {code}" + (f", {applied}" if applied else "")
-            + f": {last_line(out)[:300]}")
-
-
-def scenario_archive_faults(ctx):
-    """Every archive fault against verify (exit 1, named) and replay (exit 6, named)."""
-    result = new_result("archive-faults")
-    root, db, load = _build_archive(ctx, result)
-    code, out = cli("verify", "--archive", f"file://{root}")
-    result["exit_codes"]["verify pristine"] = code
-    if code != 0:
-        result["messages"].append(f"verify of the pristine archive: exit {code}: "
-                                  f"{last_line(out)}")
-    found = {}
-    for name, inject in faults.ARCHIVE_FAULTS.items():
-        copy = os.path.join(ctx.work, "faults", name)
-        shutil.copytree(root, copy)
-        rel = inject(copy)
-        found[name] = (rel, copy)
-        code, out = cli("verify", "--archive", f"file://{copy}")
-        result["exit_codes"][f"verify {name}"] = code
-        if code != 1 or not _named(rel, out) or "Traceback" in out:
-            result["messages"].append(f"verify {name}: want exit 1 naming {rel}; got exit "
-                                      f"{code}: {last_line(out)[:300]}")
-    target = MariaDBSandbox(os.path.join(ctx.work, "target"), server_id=3,
-                            semi_sync=False).start()
-    try:
-        target.execute("SET SESSION sql_log_bin=0",
-                       "CREATE USER 'admin'@'127.0.0.1' IDENTIFIED BY 'admin-pw'",
-                       "GRANT ALL ON *.* TO 'admin'@'127.0.0.1'")
-        jobs, results = _replay_jobs(ctx, root, db, found, target)
-        for job, res in zip(jobs, results):
-            _judge_replay(job, res, target, result)
-    finally:
-        target.stop()
-    result["acknowledged"] = len(load.acked)
-    result["faults"] = len(found)
-    result["ok"] = not result["messages"]
-    return result
-
-
-def replay_batch_main(spec):
-    """Run each replay job of ``spec`` in this one process (one Spark session): one
-    JSON line per job with its exit code and output."""
-    import contextlib
-    import io
-    import traceback
-    from mysqlbackup.cli import main as cli_main
-    with open(spec) as f:
-        jobs = json.load(f)
-    for job in jobs:
-        buf = io.StringIO()
-        with contextlib.redirect_stdout(buf), contextlib.redirect_stderr(buf):
-            try:
-                cli_main.main(args=job["args"], standalone_mode=False)
-                code = 0
-            except SystemExit as e:
-                code = e.code if isinstance(e.code, int) else 1
-            except Exception as e:  # noqa: BLE001 - what the CLI would end with
-                code = getattr(e, "exit_code", 1)
-                buf.write(traceback.format_exc())
-        print(json.dumps({"name": job["name"], "code": code, "output": buf.getvalue()[-4000:]}),
-              flush=True)
-    return 0
-
-
 SCENARIOS = {"kills": scenario_kills, "proxy": scenario_proxy, "sigterm": scenario_sigterm,
              "store-freeze": scenario_store_freeze, "store-restart": scenario_store_restart,
              "fs-full": scenario_fs_full, "fs-fsize": scenario_fs_fsize,
@@ -893,6 +441,7 @@ SCENARIOS = {"kills": scenario_kills, "proxy": scenario_proxy, "sigterm": scenar
 
 
 def parse_args(argv=None):
+    """The command line (``--kills`` defaults to 10 with ``--quick``, else 100)."""
     p = argparse.ArgumentParser(description=__doc__,
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--scenario", action="append", choices=sorted(SCENARIOS),
@@ -911,6 +460,7 @@ def parse_args(argv=None):
 
 
 def main(argv=None):
+    """Run the chosen scenarios, one masked JSON line each; 0 when all are ok."""
     args = parse_args(argv)
     if args.replay_batch:
         return replay_batch_main(args.replay_batch)
