@@ -220,13 +220,16 @@ def _stream_with(client, writer, opts, stop, on_syncer, attempt):
     syncer.run(stop)
 
 
-def _ensure_started(client, opts, stop, wait=3.0):
-    """Wait for the dump's first bytes; on MariaDB, break the semi-sync reconnect deadlock."""
+def _ensure_started(client, opts, stop, wait=1.0):
+    """Wait for the dump's first bytes; on MariaDB, break the semi-sync reconnect deadlock.
+
+    A dump starts within milliseconds; while it is stuck, semi-sync commits on the
+    primary wait, so the helper dump goes out after one second (it streams nothing)."""
     if client.wait_started(wait, stop) or stop():
         return
     if not (client.semi_sync and client.info.flavor == "mariadb"):
         raise ConnectionLost(f"the source did not start the binlog dump within {wait:.0f}s")
-    log.warning("the source has not started the dump after %.0fs: a previous dump thread of "
+    log.warning("the source has not started the dump after %.1fs: a previous dump thread of "
                 "server_id %d is probably stuck in 'Waiting to finalize termination' (MariaDB "
                 "semi-sync); waking its ACK receiver with a short helper dump", wait,
                 opts.server_id)

@@ -87,12 +87,19 @@ def current_binlog(server):
     return server.execute("SHOW MASTER STATUS")[0][0]
 
 
-def caught_up(server, directory):
-    """True when the local copy of the server's newest file is as long as the server's."""
-    name = current_binlog(server)
-    local = os.path.join(str(directory), name)
-    return os.path.exists(local) and os.path.getsize(local) == os.path.getsize(
-        server.binlog_path(name))
+def caught_up(server, directory, settle=0.3):
+    """True when the local copy of the server's newest file is as long as the server's,
+    and still is ``settle`` seconds later: after a rotation the server appends its
+    BINLOG_CHECKPOINT event to the new file a moment later (and a daemon stops at once)."""
+    def same():
+        name = current_binlog(server)
+        local = os.path.join(str(directory), name)
+        return os.path.exists(local) and os.path.getsize(local) == os.path.getsize(
+            server.binlog_path(name))
+    if not same():
+        return False
+    time.sleep(settle)
+    return same()
 
 
 def read(path):
