@@ -1,3 +1,3 @@
-from .cli import main
+from mysqlbackup.cli import main
 
 main(prog_name="mysqlbackup")

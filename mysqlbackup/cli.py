@@ -8,13 +8,14 @@ import sys
 
 import click
 
-from .archive_names import check_source_name
-from .archiver import Retention
-from .daemon import StopRequest, StreamOptions, run_stream
-from .errors import MysqlBackupError
-from .gtid import guess_flavor, parse_gtid_set
-from .source import PASSWORD_ENV, mask_url, source_from_options
-from .status import collect_status, format_status
+from mysqlbackup.archive.names import check_source_name
+from mysqlbackup.archive.archiver import Retention
+from mysqlbackup.stream.daemon import StopRequest, StreamOptions, run_stream
+from mysqlbackup.errors import MysqlBackupError
+from mysqlbackup.binlog.gtid import guess_flavor, parse_gtid_set
+from mysqlbackup.source.spec import PASSWORD_ENV, source_from_options
+from mysqlbackup.errors import mask_url
+from mysqlbackup.stream.status import collect_status, format_status
 
 
 def handle_errors(func):
@@ -60,7 +61,31 @@ def dir_option(func):
                         help="Local directory for the binlog files and the checkpoint.")(func)
 
 
-@click.group(context_settings={"help_option_names": ["-h", "--help"]})
+class CommandGroup(click.Group):
+    """The ``mysqlbackup`` group: the backup commands are defined here; commands of
+    other packages (``replay``) register under the ``mysqlbackup.commands`` entry-point
+    group and are loaded only when listed or run, so this package never imports them."""
+
+    def list_commands(self, ctx):
+        return sorted(set(super().list_commands(ctx)) | set(_plugins()))
+
+    def get_command(self, ctx, name):
+        command = super().get_command(ctx, name)
+        if command is None and name in _plugins():
+            command = _plugins()[name].load()
+        return command
+
+
+def _plugins():
+    """{name: entry point} of the installed ``mysqlbackup.commands``."""
+    from importlib.metadata import entry_points
+    found = entry_points()
+    group = (found.select(group="mysqlbackup.commands") if hasattr(found, "select")
+             else found.get("mysqlbackup.commands", ()))
+    return {ep.name: ep for ep in group}
+
+
+@click.group(cls=CommandGroup, context_settings={"help_option_names": ["-h", "--help"]})
 @click.option("--log-level", default="info", show_default=True,
               type=click.Choice(["debug", "info", "warning", "error"]))
 def main(log_level):
@@ -117,7 +142,7 @@ def stream(source, password_file, server_id, directory, start_file, start_gtid, 
         raise click.UsageError("--keep-local needs --archive: local files go only once archived")
     storage_options = None
     if archive_url:
-        from .store import parse_options  # fsspec loads only when an archive is asked for
+        from mysqlbackup.archive.store import parse_options  # fsspec loads only when an archive is asked for
         storage_options = parse_options(archive_option)
     opts = StreamOptions(source_from_options(source, password_file), server_id, directory,
                          start_file, start_gtid, not no_semi_sync, heartbeat, follow_by_gtid,
@@ -147,7 +172,7 @@ def status(directory, as_json):
 
 
 def open_store(archive_url, archive_option):
-    from .store import ArchiveStore, parse_options  # fsspec loads only when needed
+    from mysqlbackup.archive.store import ArchiveStore, parse_options  # fsspec loads only when needed
     if not archive_url:
         raise click.UsageError("--archive URL is required")
     return ArchiveStore(archive_url, parse_options(archive_option))
@@ -166,7 +191,7 @@ def verify(archive_url, archive_option, source_name):
     than 10 minutes) or an object removed since the listing (its file was sealed) is
     a NOTE, not a problem.
     """
-    from .verify import verify_archive
+    from mysqlbackup.archive.verify import verify_archive
     store = open_store(archive_url, archive_option)
     notes = []
     checked, problems = verify_archive(store, source_name, notes=notes)
@@ -190,7 +215,7 @@ def archive():
 @handle_errors
 def archive_ls(archive_url, archive_option, source_name, as_json):
     """List archived files with their GTID and time ranges."""
-    from .verify import list_archive
+    from mysqlbackup.archive.verify import list_archive
     rows = list_archive(open_store(archive_url, archive_option), source_name)
     if as_json:
         click.echo(json.dumps(rows, indent=1))
@@ -213,102 +238,12 @@ def inspect(paths, as_json):
     offset. Exits 0 when every event is whole, every CRC matches and the decoded
     events are sound; 1 otherwise. An incomplete last transaction alone is no error.
     """
-    from .inspect_binlog import format_report, inspect_bytes, read_any
-    reports = [inspect_bytes(read_any(p), p) for p in paths]
+    from mysqlbackup.archive.store import read_path_or_url
+    from mysqlbackup.binlog.inspect import format_report, inspect_bytes
+    reports = [inspect_bytes(read_path_or_url(p), p) for p in paths]
     if as_json:
         click.echo(json.dumps(reports, indent=1))
     else:
         for report in reports:
             click.echo("\n".join(format_report(report)))
     sys.exit(1 if any(r["error"] for r in reports) else 0)
-
-
-@main.command()
-@archive_options
-@source_name_option
-@click.option("--target", metavar="mysql://USER@HOST:PORT", help="Apply to this server "
-              "(password: $MYSQLBACKUP_TARGET_PASSWORD, else $MYSQLBACKUP_PASSWORD, or "
-              "--target-password-file). The user needs SUPER (MariaDB 10.5+: BINLOG REPLAY "
-              "and REPLICATION SLAVE ADMIN) and write access to mysqlbackup_replay.")
-@click.option("--target-password-file", type=click.Path(dir_okay=False))
-@click.option("--workers", type=click.IntRange(1, 64), default=4, show_default=True,
-              help="Connections to the target where every transaction gets a commit of "
-              "its own (a target with a binlog, or --merge 1). Transactions the binlog "
-              "proves independent "
-              "(one MariaDB group commit, or MySQL logical-clock overlap) run side by side, "
-              "still committing in the original order; the rest run one by one.")
-@click.option("--merge", type=click.IntRange(1, 10000), default=100, show_default=True,
-              help="A target without a binlog keeps no GTIDs: up to N consecutive row-only "
-              "transactions (committed by an XID) then share one target commit, the "
-              "checkpoint row inside it, so the apply stays exactly-once. 1 turns it off.")
-@click.option("--sql", "sql_path", type=click.Path(dir_okay=False),
-              help="Write the statements to this file instead (dry run, for review).")
-@click.option("--parquet", "parquet_url", metavar="URL", help="Write a change table instead: "
-              "one row per row change (op, db, table, pk, before/after images as JSON, gtid, "
-              "commit_time, file, position) as Parquet parts under URL, which must hold none "
-              "yet (fsspec URL; the --archive-option values apply when it uses the archive's "
-              "protocol). Needs binlog_row_metadata=FULL on the source (column names).")
-@click.option("--start-gtid", metavar="SET", help="GTID position the restored full backup "
-              "already contains (mariadb-dump --gtid); transactions inside it are skipped.")
-@click.option("--start-position", metavar="FILE:POS", help="Skip transactions before it.")
-@click.option("--stop-datetime", metavar="ISO8601", help="Stop before the first transaction "
-              "committed at or after it; UTC unless it names a zone (never local time).")
-@click.option("--stop-before-gtid", metavar="GTID", help="Stop before this transaction.")
-@click.option("--stop-position", metavar="FILE:POS", help="Stop before a transaction ending "
-              "past it.")
-@click.option("--exclude-gtids", metavar="GTID[,GTID...]", help="Skip these transactions "
-              "(the bad DROP) and go on.")
-@click.option("--database", "databases", multiple=True, help="Only this schema (repeatable).")
-@click.option("--table", "tables", multiple=True, metavar="DB.TABLE",
-              help="Only this table (repeatable).")
-@click.option("--rewrite-db", "rewrites", multiple=True, metavar="FROM:TO",
-              help="Apply schema FROM into schema TO (repeatable); names qualified inside "
-                   "SQL text are not rewritten.")
-@click.option("--allow-gaps", is_flag=True, help="Replay across holes in the archive chain.")
-@click.option("--master", help="Spark master (default local[*]); spark-submit works too.")
-@handle_errors
-def replay(archive_url, archive_option, source_name, target, target_password_file, workers,
-           merge, sql_path,
-           parquet_url, start_gtid, start_position, stop_datetime, stop_before_gtid,
-           stop_position, exclude_gtids, databases, tables, rewrites, allow_gaps, master):
-    """Point-in-time replay of the archive with PySpark (one task per file), applying
-    only complete transactions in commit order, exactly once."""
-    if [bool(target), bool(sql_path), bool(parquet_url)].count(True) != 1:
-        raise click.UsageError("give exactly one of --target, --sql and --parquet")
-    from replay.job import ReplayOptions, run_replay
-    from replay.options import build_selection
-    from replay.target import SqlFileSink, TargetApplier
-    from .store import parse_options
-    selection = build_selection(start_gtid, start_position, stop_datetime, stop_before_gtid,
-                                stop_position, exclude_gtids, databases, tables, rewrites)
-    opts = ReplayOptions(archive_url or _missing("--archive"), parse_options(archive_option),
-                         source_name, selection, allow_gaps, master)
-    if target:
-        spec = source_from_options(target, target_password_file, (
-            "MYSQLBACKUP_TARGET_PASSWORD", PASSWORD_ENV))
-        sink = TargetApplier(spec, workers, merge)
-    elif sql_path:
-        sink = SqlFileSink(sql_path)
-    else:
-        from replay.parquet import ParquetSink, options_for
-        sink = ParquetSink(parquet_url, options_for(parquet_url, opts.archive_url,
-                                                    opts.archive_options))
-        sink.open(None)  # a taken or unusable destination fails before Spark starts
-    summary = run_replay(opts, sink, progress=lambda line: click.echo(line, err=True))
-    if parquet_url:
-        sink.finish(summary)
-        click.echo(f"parquet: {sink.rows} row changes in {len(sink.parts)} parts at "
-                   f"{mask_url(parquet_url)}")
-    click.echo(f"replay of {summary['source']}: {summary['applied']} applied, "
-               f"{summary['skipped']} skipped, {len(summary['dropped_incomplete'])} incomplete "
-               f"dropped, {summary['files']} files in {summary['tasks']} Spark tasks; stopped: "
-               f"{summary['stop_reason']}")
-    if target:
-        click.echo(f"target: {summary['applied']} transactions in "
-                   f"{summary['target_commits']} commits; workers: {summary['workers']} "
-                   f"connection(s) used, {summary['parallel_applied']} transactions in "
-                   f"parallel batches")
-
-
-def _missing(option):
-    raise click.UsageError(f"{option} is required")

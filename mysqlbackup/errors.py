@@ -4,6 +4,31 @@ The CLI turns any MysqlBackupError into one clear line on stderr and a non-zero
 exit code (``exit_code`` of the class); anything else is a bug and shows a traceback.
 """
 
+import re
+
+# the user-info part ("user:secret@") of any URL in a text
+_USERINFO = re.compile(r"(?P<scheme>[A-Za-z][A-Za-z0-9+.-]*://)(?P<info>[^/\s@'\"]*)@")
+_SERVER_SCHEMES = ("mysql://", "mariadb://")
+
+
+def mask_url(text):
+    """``text`` with the credentials in every URL replaced by ``***``.
+
+    Used on every URL (source, archive, target) and error text we print, log or
+    store. The user-info of a storage URL goes whole (it may be a key or a token);
+    of a server URL (mysql://USER@HOST) only a password, the user name stays."""
+    if text is None:
+        return None
+    return _USERINFO.sub(_mask_one, str(text))
+
+
+def _mask_one(m):
+    scheme, info = m["scheme"], m["info"]
+    if scheme.lower() in _SERVER_SCHEMES:
+        user, colon, _ = info.partition(":")
+        return f"{scheme}{user}{':***' if colon else ''}@"
+    return f"{scheme}***@"
+
 
 class MysqlBackupError(Exception):
     """Base of every error the tool raises on purpose."""

@@ -21,16 +21,16 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
 
-from mysqlbackup import events as ev
+from mysqlbackup.binlog import events as ev
 from mysqlbackup.errors import CorruptBinlog, MysqlBackupError
-from mysqlbackup.gtid import MariaGtidPos
-from mysqlbackup.names import binlog_sort_key
-from mysqlbackup.source import mask_url
+from mysqlbackup.binlog.gtid import MariaGtidPos
+from mysqlbackup.binlog.names import binlog_sort_key
+from mysqlbackup.errors import mask_url
 
-from .plan import (check_decoded, check_digests, check_link, check_listed_sizes, pick_source,
+from replay.planning.units import (check_decoded, check_digests, check_link, check_listed_sizes, pick_source,
                    plan_units)
-from .rewrite import rewrite_transaction
-from .selection import Selection
+from replay.decoding.rewrite import rewrite_transaction
+from replay.planning.selection import Selection
 
 log = logging.getLogger(__name__)
 
@@ -61,7 +61,7 @@ def decode_unit(unit, url, options):
     would wrap into its own: the driver raises it with the object named."""
     import hashlib
     import traceback
-    from replay.assemble import assemble, detach_events
+    from replay.decoding.assemble import assemble, detach_events
     out = {"name": unit["name"], "partial": unit["partial"], "error": None,
            "digests": [], "facts": {}, "transactions": [], "incomplete": None}
     try:
@@ -92,7 +92,7 @@ def digest_unit(unit, url, options):
     is not its index's and is a sealed file is scanned, so that a damaged event comes back
     with its offset (not the newest file: the newest file's tail may be short, see
     ``plan.check_digests``)."""
-    from mysqlbackup.store import ArchiveStore
+    from mysqlbackup.archive.store import ArchiveStore
     try:
         store = ArchiveStore(url, options)
         digests = [store.sha256(obj["key"]) for obj in unit["objects"]]
@@ -112,7 +112,7 @@ def digest_unit(unit, url, options):
 def _scan_object(data, name):
     """Raise CorruptBinlog at the first damaged event of a file's bytes (magic, framing,
     CRC32); a whole tail event that is merely missing is not found here."""
-    from mysqlbackup.scan import check_magic, iter_events
+    from mysqlbackup.binlog.scan import check_magic, iter_events
     check_magic(data, name)
     for _ in iter_events(data, 4, None, file=name):
         pass
@@ -131,7 +131,7 @@ def bare_message(error):
 
 def read_parts(unit, url, options):
     """The bytes of each object of one unit (a sealed file, or the newest one's segments)."""
-    from mysqlbackup.store import ArchiveStore
+    from mysqlbackup.archive.store import ArchiveStore
     store = ArchiveStore(url, options)
     return [store.read(key) for key in unit["keys"]]
 
@@ -143,7 +143,7 @@ def read_unit(unit, url, options):
 
 def attach_unit(result, unit, url, options):
     """Driver side: the unit's bytes, read again and proved equal, into ``result``."""
-    from replay.assemble import attach_events
+    from replay.decoding.assemble import attach_events
     try:
         data = read_unit(unit, url, options)
     except FileNotFoundError as e:  # the newest file's segments go once it is sealed
@@ -175,8 +175,8 @@ class ChainCheck:
 
 def plan(opts):
     """(source, units, stop cut later files) from the archive's indexes only."""
-    from mysqlbackup.store import ArchiveStore
-    from mysqlbackup.verify import ArchiveListing
+    from mysqlbackup.archive.store import ArchiveStore
+    from mysqlbackup.archive.listing import ArchiveListing
     listing = ArchiveListing(ArchiveStore(opts.archive_url, opts.archive_options))
     source = pick_source(listing.sources(), opts.source_name)
     sealed = [(n, listing.sealed[source][n].get("data"), listing.index(source, n))

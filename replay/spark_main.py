@@ -8,6 +8,8 @@ The arguments are those of ``mysqlbackup``; spark-submit's --master is used.
 """
 
 from mysqlbackup.cli import main
+from replay.cli import replay
 
 if __name__ == "__main__":
+    main.add_command(replay)  # a zip shipped with --py-files has no entry points
     main(prog_name="mysqlbackup")

@@ -26,10 +26,10 @@ import boto3
 from moto.server import ThreadedMotoServer
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-from mysqlbackup.archiver import Archiver  # noqa: E402
+from mysqlbackup.archive.archiver import Archiver  # noqa: E402
 from mysqlbackup.sandbox import REPL_PASSWORD, MariaDBSandbox  # noqa: E402
-from mysqlbackup.state import State, save_state  # noqa: E402
-from mysqlbackup.store import ArchiveStore  # noqa: E402
+from mysqlbackup.stream.state import State, save_state  # noqa: E402
+from mysqlbackup.archive.store import ArchiveStore  # noqa: E402
 
 os.environ.update(AWS_ACCESS_KEY_ID="bench", AWS_SECRET_ACCESS_KEY="bench",
                   AWS_DEFAULT_REGION="us-east-1")

@@ -25,10 +25,10 @@ import threading
 import time
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-from mysqlbackup.archiver import Archiver  # noqa: E402
+from mysqlbackup.archive.archiver import Archiver  # noqa: E402
 from mysqlbackup.sandbox import MariaDBSandbox  # noqa: E402
-from mysqlbackup.state import State, save_state  # noqa: E402
-from mysqlbackup.store import ArchiveStore  # noqa: E402
+from mysqlbackup.stream.state import State, save_state  # noqa: E402
+from mysqlbackup.archive.store import ArchiveStore  # noqa: E402
 
 TABLES = [f"b.t{i}" for i in range(4)]
 SCHEMA = ["CREATE DATABASE b"] + [

@@ -38,10 +38,10 @@ sys.path.insert(0, REPO)
 
 import pymysql  # noqa: E402
 
-from mysqlbackup.events import MARIA_BINLOG_CHECKPOINT  # noqa: E402
+from mysqlbackup.binlog.events import MARIA_BINLOG_CHECKPOINT  # noqa: E402
 from mysqlbackup.sandbox import REPL_PASSWORD, REPL_USER, MariaDBSandbox, find_binary  # noqa: E402
-from mysqlbackup.scan import iter_events  # noqa: E402
-from mysqlbackup.status import collect_status  # noqa: E402
+from mysqlbackup.binlog.scan import iter_events  # noqa: E402
+from mysqlbackup.stream.status import collect_status  # noqa: E402
 
 MB = 1 << 20
 DAEMON_SERVER_ID = 101

@@ -42,7 +42,7 @@ from torture_harness import Context, cli, last_line, new_result, wait_for  # REP
 from torture_load import (Load, caught_up, check_copy, checkpoint_problem, copy_ok,
                           finish_stream, lost_at_kills)
 from torture_archive import replay_batch_main, scenario_archive_faults
-from mysqlbackup.source import mask_url
+from mysqlbackup.errors import mask_url
 from tests import faults
 from tests.helpers import read
 

@@ -21,9 +21,9 @@ import threading
 import time
 import urllib.request
 
-from mysqlbackup import events as ev
+from mysqlbackup.binlog import events as ev
 from mysqlbackup.sandbox import free_port
-from mysqlbackup.scan import iter_events
+from mysqlbackup.binlog.scan import iter_events
 
 
 # -- TCP proxy -------------------------------------------------------------------------

@@ -7,9 +7,9 @@ import subprocess
 import sys
 import time
 
-from mysqlbackup import events as ev
+from mysqlbackup.binlog import events as ev
 from mysqlbackup.sandbox import REPL_PASSWORD
-from mysqlbackup.scan import iter_events
+from mysqlbackup.binlog.scan import iter_events
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
@@ -142,7 +142,7 @@ def make_event(etype, body, log_pos, checksum=True, flags=0, server_id=1, timest
 
 def packets(events, semi_sync=False, ack_flags=None, first_seq=1):
     """Frame events as the server does in a binlog dump (OK byte, semi-sync header)."""
-    from mysqlbackup import protocol
+    from mysqlbackup.source import protocol
     out, seq = [], first_seq
     for i, event in enumerate(events):
         need_ack = bool(ack_flags and ack_flags[i])
@@ -161,7 +161,7 @@ def backup_dir(files, directory, source_identity):
     """A backup directory holding copies of binlog ``files``, checkpointed at the end
     of the last one (as the daemon leaves it), for driving the archiver directly."""
     import shutil
-    from mysqlbackup.state import State, save_state
+    from mysqlbackup.stream.state import State, save_state
     os.makedirs(directory, exist_ok=True)
     for path in files:
         shutil.copyfile(path, os.path.join(directory, os.path.basename(path)))

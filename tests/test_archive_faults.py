@@ -14,13 +14,14 @@ import urllib.request
 
 import pytest
 
-from mysqlbackup.archive_index import build_index
-from mysqlbackup.archiver import Archiver
+from mysqlbackup.archive.index import build_index
+from mysqlbackup.archive.archiver import Archiver
 from mysqlbackup.errors import CorruptBinlog, UsageError
 from mysqlbackup.sandbox import MariaDBSandbox, free_port
-from mysqlbackup.state import ARCHIVE_STATE_FILE, State, save_state
-from mysqlbackup.store import ArchiveStore, parse_options
-from mysqlbackup.verify import ArchiveListing, list_archive, verify_archive
+from mysqlbackup.stream.state import ARCHIVE_STATE_FILE, State, save_state
+from mysqlbackup.archive.store import ArchiveStore, parse_options
+from mysqlbackup.archive.listing import ArchiveListing
+from mysqlbackup.archive.verify import list_archive, verify_archive
 from tests.helpers import Daemon, backup_dir, read, run_cli, wait_for
 
 SOURCE = "src-1"
@@ -70,8 +71,8 @@ def archived(archive, tmp_path, source_files):
 
 def _boundary(data, limit):
     """The end of the last transaction before ``limit`` (a durable point)."""
-    from mysqlbackup import events as ev
-    from mysqlbackup.scan import iter_events
+    from mysqlbackup.binlog import events as ev
+    from mysqlbackup.binlog.scan import iter_events
     end = 4
     for off, event in iter_events(data, 4, None):
         if off + len(event) > limit:
@@ -460,7 +461,7 @@ def test_s3_requests_have_timeouts_and_bounded_retries(s3):
 
 
 def test_index_built_from_bytes_passes_validation(source_files):
-    from mysqlbackup.archive_index import validate_index
+    from mysqlbackup.archive.index import validate_index
     data = read(source_files[0])
     index = build_index(data, source_files[0].name, source=SOURCE)
     assert validate_index(index, "x", source_files[0].name, 0, len(data)) is index

@@ -6,8 +6,8 @@ import subprocess
 import sys
 import time
 
-from mysqlbackup.store import ArchiveStore, parse_options
-from mysqlbackup.verify import verify_archive
+from mysqlbackup.archive.store import ArchiveStore, parse_options
+from mysqlbackup.archive.verify import verify_archive
 from tests.conftest import S3Endpoint
 from tests.helpers import (REPO, Daemon, backup_dir, current_binlog, read, wait_for,
                            wait_semi_sync_client)
@@ -105,7 +105,8 @@ def test_kill_9_during_upload_leaves_nothing_taken_for_whole(archive, make_serve
                        tmp_path / "local", "db1")
     url, options = archive
     store = ArchiveStore(url, parse_options(options))
-    code = (f"from mysqlbackup.archiver import Archiver; from mysqlbackup.store import "
+    code = (f"from mysqlbackup.archive.archiver import Archiver; "
+            f"from mysqlbackup.archive.store import "
             f"ArchiveStore, parse_options; Archiver({str(local)!r}, ArchiveStore({url!r}, "
             f"parse_options({options!r}))).run_once()")
     for delay in (0.05, 0.15, 0.3, 0.6):

@@ -2,10 +2,7 @@
 stop requests in every state, failing local file systems, files outside the
 checkpoint's chain, and the ACK of a ROTATE (issue 10, items 1-5, 11, 14)."""
 
-import json
 import os
-import shutil
-import signal
 import subprocess
 import sys
 import threading
@@ -13,12 +10,12 @@ import time
 
 import pytest
 
-from mysqlbackup.daemon import StreamOptions, run_stream
+from mysqlbackup.stream.daemon import StreamOptions, run_stream
 from mysqlbackup.errors import LocalStateError
-from mysqlbackup.localdir import recover
+from mysqlbackup.stream.localdir import recover
 from mysqlbackup.sandbox import REPL_PASSWORD
-from mysqlbackup.source import SourceSpec
-from mysqlbackup.state import STATE_FILE, load_state
+from mysqlbackup.source.spec import SourceSpec
+from mysqlbackup.stream.state import STATE_FILE, load_state
 from tests.faults import TcpProxy, Tmpfs, can_mount_tmpfs, fsize_prefix
 from tests.helpers import (Daemon, caught_up, cli_env, current_binlog, read,
                            same_except_in_use_flag, wait_for, wait_semi_sync_client)

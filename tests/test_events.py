@@ -4,9 +4,9 @@ import struct
 
 import pytest
 
-from mysqlbackup import events as ev
+from mysqlbackup.binlog import events as ev
 from mysqlbackup.errors import CorruptBinlog
-from mysqlbackup.scan import iter_events, read_fde
+from mysqlbackup.binlog.scan import iter_events, read_fde
 from tests.helpers import file_events, make_event, read
 
 

@@ -6,7 +6,7 @@ import re
 
 import pytest
 
-from mysqlbackup.inspect_binlog import inspect_bytes
+from mysqlbackup.binlog.inspect import inspect_bytes
 from tests.conftest import SHARED_BINLOGS
 from tests.helpers import read, run_cli
 

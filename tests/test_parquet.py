@@ -11,12 +11,12 @@ import pyarrow.dataset as pads
 import pyarrow.parquet as pq
 import pytest
 
-from mysqlbackup import events as ev
+from mysqlbackup.binlog import events as ev
 from mysqlbackup.errors import UsageError
-from mysqlbackup.scan import iter_events
-from replay.assemble import assemble
-from replay.changes import ChangeDecodeError, encode_value, iter_changes
-from replay.parquet import SCHEMA, ParquetSink, options_for
+from mysqlbackup.binlog.scan import iter_events
+from replay.decoding.assemble import assemble
+from replay.decoding.changes import ChangeDecodeError, encode_value, iter_changes
+from replay.sinks.parquet import SCHEMA, ParquetSink, options_for
 from tests.helpers import backup_dir, read, run_cli
 
 MARIA = "rust_mysql_common/mariadb-bin.000001"
@@ -159,8 +159,8 @@ def workload(server):
 
 def archive_of(server, base):
     """file:// archive of the server's binlogs, as the daemon's archiver leaves it."""
-    from mysqlbackup.archiver import Archiver
-    from mysqlbackup.store import ArchiveStore
+    from mysqlbackup.archive.archiver import Archiver
+    from mysqlbackup.archive.store import ArchiveStore
     local = backup_dir([server.binlog_path(n) for n in server.binlog_files()], base / "local",
                        "src1")
     url = f"file://{base / 'archive'}"
@@ -238,7 +238,7 @@ def test_a_destination_with_a_change_table_is_refused(source, replayed):
 
 def test_parts_rotate_and_hold_the_same_rows(source, replayed, archive):
     # the sink alone on the server's own files, two rows a part, file:// and S3 (moto)
-    from mysqlbackup.store import parse_options
+    from mysqlbackup.archive.store import parse_options
     url, option_list = archive
     sink = ParquetSink(url + "/changes", parse_options(option_list), rows_per_part=2).open("x")
     for name in source.server.binlog_files():

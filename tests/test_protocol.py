@@ -4,8 +4,8 @@ import struct
 
 import pytest
 
-from mysqlbackup import events as ev
-from mysqlbackup import protocol
+from mysqlbackup.binlog import events as ev
+from mysqlbackup.source import protocol
 from mysqlbackup.errors import ProtocolError
 from tests.helpers import make_event, packets
 

@@ -4,11 +4,11 @@ import shutil
 
 import pytest
 
-from mysqlbackup import events as ev
+from mysqlbackup.binlog import events as ev
 from mysqlbackup.errors import LocalStateError
-from mysqlbackup.localdir import list_binlogs, recover
-from mysqlbackup.scan import iter_events
-from mysqlbackup.state import State, load_state, save_state
+from mysqlbackup.stream.localdir import list_binlogs, recover
+from mysqlbackup.binlog.scan import iter_events
+from mysqlbackup.stream.state import State, load_state, save_state
 from tests.helpers import read
 
 MARIA = "rust_mysql_common/mariadb-bin.000001"

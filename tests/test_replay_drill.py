@@ -9,11 +9,11 @@ import time
 
 import pytest
 
-from mysqlbackup.store import ArchiveStore, parse_options
+from mysqlbackup.archive.store import ArchiveStore, parse_options
 from replay.job import ReplayOptions, run_replay
-from replay.options import build_selection
-from replay.target import SqlFileSink, TargetApplier
-from mysqlbackup.source import SourceSpec
+from replay.planning.options import build_selection
+from replay.sinks.target import SqlFileSink, TargetApplier
+from mysqlbackup.source.spec import SourceSpec
 from tests.helpers import REPO, Daemon, backup_dir, cli_env, current_binlog, wait_for
 
 TABLES = ["shop.customers", "shop.orders", "shop.ledger", "crm.notes"]
@@ -222,7 +222,7 @@ def test_sql_sink_of_a_truncated_newest_file_keeps_complete_transactions(drill, 
 
 
 def test_rewrite_db_applies_into_another_schema(make_server, spark, tmp_path):
-    from mysqlbackup.archiver import Archiver
+    from mysqlbackup.archive.archiver import Archiver
     source = make_server(semi_sync=False)
     ddl = "CREATE TABLE {}.t (id INT PRIMARY KEY, v VARCHAR(20))"
     source.execute("CREATE DATABASE src", ddl.format("src"))

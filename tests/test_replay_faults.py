@@ -12,10 +12,10 @@ import sys
 
 import pytest
 
-from mysqlbackup.archiver import Archiver
+from mysqlbackup.archive.archiver import Archiver
 from mysqlbackup.sandbox import MariaDBSandbox
-from mysqlbackup.store import ArchiveStore
-from replay.assemble import assemble
+from mysqlbackup.archive.store import ArchiveStore
+from replay.decoding.assemble import assemble
 from tests.helpers import REPO, backup_dir, cli_env
 
 SOURCE = "fz1"

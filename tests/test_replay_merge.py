@@ -3,13 +3,13 @@ checkpoint row inside it; the result, the resume point and the errors stay exact
 
 import pytest
 
-from mysqlbackup.archiver import Archiver
+from mysqlbackup.archive.archiver import Archiver
 from mysqlbackup.sandbox import MariaDBSandbox
-from mysqlbackup.source import SourceSpec
-from mysqlbackup.store import ArchiveStore
+from mysqlbackup.source.spec import SourceSpec
+from mysqlbackup.archive.store import ArchiveStore
 from replay.job import ReplayOptions, run_replay
-from replay.options import build_selection
-from replay.target import ApplyError, TargetApplier
+from replay.planning.options import build_selection
+from replay.sinks.target import ApplyError, TargetApplier
 from tests.helpers import backup_dir
 
 SCHEMA = ["CREATE DATABASE m",
@@ -118,7 +118,7 @@ def test_a_refused_merged_commit_is_redone_one_by_one_naming_the_transaction(
 
 def test_a_connection_lost_in_a_merged_commit_stops_and_the_rerun_resumes(
         merged_source, make_server, spark, monkeypatch):
-    from replay.target import FRAGMENT_BINLOG, _Session
+    from replay.sinks.target import FRAGMENT_BINLOG, _Session
     target, spec = new_target(make_server, 15)
     opts = ReplayOptions(merged_source["url"], {},
                          selection=build_selection(start_gtid=merged_source["start"]))
@@ -161,7 +161,7 @@ class Cut(Exception):
 
 def test_a_ddl_cut_off_before_its_checkpoint_counts_as_applied_on_the_rerun(
         merged_source, make_server, spark, monkeypatch):
-    from replay.target import _Session
+    from replay.sinks.target import _Session
     target, spec = new_target(make_server, 10)
     opts = ReplayOptions(merged_source["url"], {},
                          selection=build_selection(start_gtid=merged_source["start"]))

@@ -5,14 +5,14 @@ import time
 
 import pytest
 
-from mysqlbackup.archiver import Archiver
-from mysqlbackup.source import SourceSpec
-from mysqlbackup.store import ArchiveStore
-from replay.assemble import assemble
-from replay.groups import batches
+from mysqlbackup.archive.archiver import Archiver
+from mysqlbackup.source.spec import SourceSpec
+from mysqlbackup.archive.store import ArchiveStore
+from replay.decoding.assemble import assemble
+from replay.decoding.groups import batches
 from replay.job import ReplayOptions, run_replay
-from replay.options import build_selection
-from replay.target import TargetApplier
+from replay.planning.options import build_selection
+from replay.sinks.target import TargetApplier
 from tests.helpers import backup_dir, read
 
 TABLES = ["par.a", "par.b"]

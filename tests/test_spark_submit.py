@@ -3,11 +3,12 @@
 import os
 import shutil
 import subprocess
+import sys
 
 import pyspark
 
-from mysqlbackup.archiver import Archiver
-from mysqlbackup.store import ArchiveStore
+from mysqlbackup.archive.archiver import Archiver
+from mysqlbackup.archive.store import ArchiveStore
 from tests.helpers import REPO, backup_dir
 
 
@@ -21,7 +22,9 @@ def test_spark_submit_with_py_files_zip(tmp_path, shared_binlog):
                         ignore=shutil.ignore_patterns("__pycache__"))
     package = shutil.make_archive(str(tmp_path / "mysqlbackup"), "zip", staging)
     submit = os.path.join(os.path.dirname(pyspark.__file__), "bin", "spark-submit")
-    env = dict(os.environ, SPARK_LOCAL_IP="127.0.0.1")
+    # the driver and workers run this interpreter (its packages), whatever ran before
+    env = dict(os.environ, SPARK_LOCAL_IP="127.0.0.1", PYSPARK_PYTHON=sys.executable,
+               PYSPARK_DRIVER_PYTHON=sys.executable)
     env.pop("PYTHONPATH", None)  # the code must come from the zip
     result = subprocess.run(
         [submit, "--master", "local[2]", "--py-files", package,

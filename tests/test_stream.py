@@ -3,9 +3,9 @@
 import os
 import threading
 
-from mysqlbackup.daemon import StreamOptions, run_stream
+from mysqlbackup.stream.daemon import StreamOptions, run_stream
 from mysqlbackup.sandbox import REPL_PASSWORD
-from mysqlbackup.source import SourceSpec
+from mysqlbackup.source.spec import SourceSpec
 from tests.helpers import (Daemon, current_binlog, read, same_except_in_use_flag,
                            wait_for, wait_semi_sync_client)
 

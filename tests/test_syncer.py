@@ -4,11 +4,11 @@ import os
 
 import pytest
 
-from mysqlbackup import events as ev
+from mysqlbackup.binlog import events as ev
 from mysqlbackup.errors import ResyncRequired
-from mysqlbackup.protocol import StreamDecoder
-from mysqlbackup.syncer import Syncer
-from mysqlbackup.writer import BinlogWriter
+from mysqlbackup.source.protocol import StreamDecoder
+from mysqlbackup.stream.syncer import Syncer
+from mysqlbackup.stream.writer import BinlogWriter
 from tests.helpers import file_events, make_event, packets, read
 
 MARIA = "rust_mysql_common/mariadb-bin.000001"

@@ -1,6 +1,6 @@
 """Transaction boundaries on real binlog files."""
 
-from mysqlbackup.transactions import TrxTracker, classify_sql
+from mysqlbackup.binlog.transactions import TrxTracker, classify_sql
 from tests.helpers import file_events
 
 

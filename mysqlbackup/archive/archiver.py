@@ -1,0 +1,319 @@
+"""Ship local binlog files to the archive, verify them, keep RPO near zero.
+
+``Archiver.run_once`` does one pass and is what tests drive; ``run`` repeats it
+every ``interval`` seconds with backoff while the store is down. A pass:
+
+1. every sealed local file (all but the newest) not yet archived is uploaded,
+   read back (size + sha256), and only then gets its index: the index is the
+   mark that the object is whole and verified; the file's partial segments go;
+2. the newest file's durable prefix (up to the checkpoint, a transaction
+   boundary) is uploaded as a new segment when it grew, never otherwise;
+3. local retention removes sealed files whose archived copy is verified.
+
+Streaming never waits for any of this: the archiver only reads the local files
+and the checkpoint, and records its own progress in ``mysqlbackup.archive.json``.
+"""
+
+import json
+import logging
+import os
+import time
+
+from mysqlbackup.archive.index import build_index, parse_index
+from mysqlbackup.archive.names import binlog_key, format_key, parse_key, segment_key
+from mysqlbackup.errors import MysqlBackupError, UsageError
+from mysqlbackup.stream.localdir import list_binlogs
+from mysqlbackup.binlog.names import binlog_sort_key
+from mysqlbackup.errors import mask_url
+from mysqlbackup.stream.state import ARCHIVE_STATE_FILE as ARCHIVE_STATE
+from mysqlbackup.stream.state import load_state
+from mysqlbackup.binlog.transactions import TrxTracker
+from mysqlbackup.stream.writer import fsync_dir
+
+log = logging.getLogger(__name__)
+
+RELIST_INTERVAL = 60.0   # seconds between listings of the archive (and after every error)
+PREFIX_MARK = "(active file)"  # stands for the newest file's segments in ``missing``
+
+
+class Retention:
+    """--keep-local: keep the newest ``count`` sealed files, or those younger than ``age``."""
+
+    def __init__(self, count=None, age=None):
+        self.count, self.age = count, age
+
+    @classmethod
+    def parse(cls, text):
+        """'10' keeps 10 files; '36h', '7d', '90m', '600s' keep files by age; None keeps all."""
+        if text is None:
+            return None
+        units = {"s": 1, "m": 60, "h": 3600, "d": 86400}
+        if text.isdigit():
+            return cls(count=int(text))
+        if text[:-1].isdigit() and text[-1:] in units:
+            return cls(age=int(text[:-1]) * units[text[-1]])
+        raise UsageError(f"bad --keep-local {text!r}: a count (10) or an age (36h, 7d)")
+
+    def removable(self, sealed, mtime, now):
+        """The sealed file names (oldest first) this policy lets go."""
+        if self.count is not None:
+            return sealed[:max(0, len(sealed) - self.count)]
+        return [n for n in sealed if now - mtime(n) > self.age]
+
+
+class Archiver:
+    """Uploads one backup directory's binlogs to one archive store.
+
+    The archive is listed again every ``relist_interval`` seconds and after every
+    failed pass, so objects lost from the store are uploaded again while the local
+    copy exists.
+    """
+
+    def __init__(self, directory, store, source_name=None, interval=2.0, retention=None,
+                 clock=time.time, relist_interval=RELIST_INTERVAL):
+        self.directory = directory
+        self.store = store
+        self.source_name = source_name
+        self.interval = interval
+        self.retention = retention
+        self.clock = clock
+        self.relist_interval = relist_interval
+        self.source = source_name
+        self.archived = None        # names with a verified sealed copy, per the store
+        self.listed_at = None       # when the archive was last listed (clock)
+        self.missing = set()        # archived once, gone from the store, local copy kept
+        self.partial = None         # {"name", "end", "tracker", "stale"} of the newest file
+        self.names = None           # the local binlog names of the current pass
+        self.report = {"last_error": None, "last_error_time": None, "last_success": None,
+                       "uploads": 0, "removed_local": [], "upload_in_progress": None,
+                       "reuploaded": 0, "reuploaded_last": [], "lost": [],
+                       "last_listed": None}
+
+    # -- one pass --------------------------------------------------------------------
+
+    def run_once(self):
+        """One pass: list again when due, sealed files, the newest file's durable prefix,
+        retention."""
+        state = load_state(self.directory)
+        source = self.source_name or (state.source_identity if state else None)
+        if source is None:
+            return
+        self.source = source
+        names = self.names = list_binlogs(self.directory)
+        if self._relist_due():
+            self._relist(source, names)
+        for name in names[:-1]:
+            if name not in self.archived:
+                self._archive_sealed(source, name, names)
+        if state is not None and names and state.file == names[-1]:
+            self._archive_prefix(source, names[-1], state.pos)
+        self._apply_retention(source, names[:-1])
+        self.report["last_success"] = self.clock()
+        self.report["last_error"] = None
+        self._write_report(source, names)
+
+    def _relist_due(self):
+        return (self.archived is None or self.listed_at is None
+                or self.clock() - self.listed_at >= self.relist_interval)
+
+    def _relist(self, source, names):
+        """What the store holds now: sealed files with data and index, and whether the
+        newest file's segments are still there; what went missing is uploaded again."""
+        found, indexed = set(), set()
+        for relative in self.store.list(f"{source}/binlog"):
+            key = parse_key(relative)
+            if key:
+                (indexed if key.is_index else found).add(key.name)
+        whole = found & indexed
+        if self.archived is not None:
+            gone = self.archived - whole
+            local = set(names[:-1])
+            self.missing |= gone & local
+            lost = sorted(gone - local, key=binlog_sort_key)
+            if gone:
+                log.warning("%d archived files are missing from the store; uploading again "
+                            "those still local (%s)", len(gone), ", ".join(sorted(gone)))
+            if lost:
+                self.report["lost"] = (self.report["lost"] + lost)[-20:]
+        self.archived = whole
+        self._check_partial(source)
+        self.listed_at = self.report["last_listed"] = self.clock()
+
+    def _check_partial(self, source):
+        """Forget the newest file's upload state when the store lost its segments."""
+        if not self.partial:
+            return
+        held = _chain_end(self.store.list(f"{source}/partial/{self.partial['name']}"))[0]
+        if held < self.partial["end"]:
+            log.warning("segments of %s are missing from the store (it holds %d of %d bytes);"
+                        " uploading again", self.partial["name"], held, self.partial["end"])
+            self.partial = None
+            self.missing.add(PREFIX_MARK)
+
+    def _archive_sealed(self, source, name, names):
+        path = os.path.join(self.directory, name)
+        data_key = format_key(binlog_key(source, name))
+        self._uploading(data_key, source)
+        self.store.put_file(data_key, path)
+        with open(path, "rb") as f:
+            data = f.read()
+        known = sorted(self.archived | set(names), key=binlog_sort_key)
+        index = build_index(data, name, _predecessor(known, name), source=source)
+        size, digest = self.store.sha256(data_key)
+        if (size, digest) != (index["size"], index["sha256"]):
+            raise MysqlBackupError(f"archived copy of {name} does not match: {size} bytes "
+                                   f"sha256 {digest}, local {index['size']} {index['sha256']}")
+        self.store.put_json(format_key(binlog_key(source, name, index=True)), index)
+        self.archived.add(name)
+        self._uploaded(name)
+        log.info("archived %s (%d bytes, %d transactions)", name, size, index["transactions"])
+        self._drop_segments(source, name)
+
+    def _uploading(self, key, source):
+        """Say in the report which upload runs and since when (status shows a hang)."""
+        self.report["upload_in_progress"] = {"object": key, "since": self.clock()}
+        self._write_report(source, self.names)
+
+    def _uploaded(self, what):
+        self.report["upload_in_progress"] = None
+        self.report["uploads"] += 1
+        if what in self.missing:
+            self.missing.discard(what)
+            self.report["reuploaded"] += 1
+            self.report["reuploaded_last"] = (self.report["reuploaded_last"] + [what])[-20:]
+            log.info("re-uploaded %s, which was missing from the store", what)
+
+    def _drop_segments(self, source, name):
+        folder = f"{source}/partial/{name}"
+        for relative in self.store.list(folder):
+            self.store.remove(relative)
+        self.store.remove_empty_folder(folder)
+        if self.partial and self.partial["name"] == name:
+            self.partial = None
+
+    def _archive_prefix(self, source, name, durable):
+        if self.partial is None or self.partial["name"] != name:
+            self.partial = self._resume_partial(source, name)
+        start = self.partial["end"]
+        if durable <= start or durable <= 4:
+            return  # nothing new is durable: no request at all
+        with open(os.path.join(self.directory, name), "rb") as f:
+            f.seek(start)
+            data = f.read(durable - start)
+        index = build_index(data, name, start=start, tracker=self.partial["tracker"],
+                            source=source)
+        data_key = format_key(segment_key(source, name, start, durable))
+        self._uploading(data_key, source)
+        self.store.put_bytes(data_key, data)
+        size, digest = self.store.sha256(data_key)
+        if (size, digest) != (index["size"], index["sha256"]):
+            self.partial = None  # the tracker went past bytes that are not archived
+            raise MysqlBackupError(f"archived segment {name}:{start}-{durable} does not match")
+        self.store.put_json(format_key(segment_key(source, name, start, durable, True)), index)
+        self.partial["end"] = durable
+        self._uploaded(PREFIX_MARK)
+        for relative in self.partial.pop("stale", ()):
+            self.store.remove(relative)  # off the chain: replaced by the segment just written
+
+    def _resume_partial(self, source, name):
+        """Where the newest file's segments end in the store, the tracker up to there, and
+        the objects off that chain (removed once a new segment covers them)."""
+        end, stale = _chain_end(self.store.list(f"{source}/partial/{name}"))
+        tracker = TrxTracker()
+        if end:
+            with open(os.path.join(self.directory, name), "rb") as f:
+                build_index(f.read(end), name, tracker=tracker)
+        return {"name": name, "end": end, "tracker": tracker, "stale": stale}
+
+    # -- retention ---------------------------------------------------------------------
+
+    def _apply_retention(self, source, sealed):
+        if self.retention is None:
+            return
+        mtime = lambda n: os.path.getmtime(os.path.join(self.directory, n))  # noqa: E731
+        for name in self.retention.removable(sealed, mtime, self.clock()):
+            if name in self.archived and self._still_archived(source, name):
+                os.remove(os.path.join(self.directory, name))
+                fsync_dir(self.directory)
+                self.report["removed_local"] = (self.report["removed_local"] + [name])[-20:]
+                log.info("removed local %s: its archived copy is verified", name)
+
+    def _still_archived(self, source, name):
+        """Check the archived object is there and whole before the local copy goes."""
+        data_key = format_key(binlog_key(source, name))
+        index_key = format_key(binlog_key(source, name, index=True))
+        index = parse_index(self.store.read(index_key), index_key, name)
+        return self.store.info_size(data_key) == index["size"] == os.path.getsize(
+            os.path.join(self.directory, name))
+
+    # -- loop and report ------------------------------------------------------------------
+
+    def run(self, stop, sleep=time.sleep):
+        """Repeat passes until ``stop()``; failures are logged and retried with backoff,
+        and the next pass lists the archive again."""
+        delay = self.interval
+        while True:
+            try:
+                self.run_once()
+                delay = self.interval
+            except Exception as e:  # storage down or flaky: keep streaming, retry later
+                self.listed_at = None
+                self.report["last_error"] = mask_url(
+                    str(e) if isinstance(e, MysqlBackupError) else f"{type(e).__name__}: {e}")
+                self.report["last_error_time"] = self.clock()
+                self.report["upload_in_progress"] = None
+                self._write_report(self.source, _local_names(self.directory))
+                log.warning("archive upload failed (%s); retrying in %.1fs",
+                            self.report["last_error"], delay)
+                delay = min(delay * 2, 30.0)
+            if stop():
+                return
+            _sleep_until(stop, delay, sleep)
+
+    def _write_report(self, source, names):
+        """``mysqlbackup.archive.json``: what ``status`` shows (URL masked). ``archived``
+        lists the local sealed files with a verified copy, so that ``status`` computes
+        the backlog from the files present when it runs."""
+        archived = backlog = None
+        if names is not None and self.archived is not None:
+            archived = [n for n in names[:-1] if n in self.archived]
+            backlog = [n for n in names[:-1] if n not in self.archived]
+        report = dict(self.report, url=mask_url(self.store.url), source=source,
+                      archived=archived, backlog_files=backlog, missing=sorted(self.missing),
+                      interval=self.interval,
+                      partial=({"file": self.partial["name"], "end": self.partial["end"]}
+                               if self.partial else None))
+        path = os.path.join(self.directory, ARCHIVE_STATE)
+        with open(path + ".tmp", "w", encoding="utf-8") as f:
+            json.dump(report, f, indent=1, sort_keys=True)
+        os.replace(path + ".tmp", path)
+
+
+def _chain_end(relatives):
+    """(end of the indexed segments contiguous from 0, the other segment objects)."""
+    keys = [(parse_key(r), r) for r in relatives]
+    indexed = {k.start: k.end for k, _ in keys if k and k.is_index}
+    end, chain = 0, set()
+    while end in indexed:
+        chain.add((end, indexed[end]))
+        end = indexed[end]
+    stale = [r for k, r in keys if k is None or (k.start, k.end) not in chain]
+    return end, stale
+
+
+def _local_names(directory):
+    try:
+        return list_binlogs(directory)
+    except MysqlBackupError:
+        return None
+
+
+def _predecessor(names, name):
+    i = names.index(name)
+    return names[i - 1] if i > 0 else None
+
+
+def _sleep_until(stop, seconds, sleep):
+    deadline = time.monotonic() + seconds
+    while not stop() and time.monotonic() < deadline:
+        sleep(min(0.2, max(0.0, deadline - time.monotonic())))

@@ -1,0 +1,89 @@
+"""Checks of archived binlogs (pure: index dicts and bytes in, problems out).
+
+Each problem is a short sentence that names the object and, where it applies,
+the offset. ``verify`` (the I/O side) feeds these with what it reads.
+"""
+
+from mysqlbackup.archive.index import build_index
+from mysqlbackup.errors import CorruptBinlog
+from mysqlbackup.binlog.names import next_binlog_name
+from mysqlbackup.binlog.scan import check_magic, iter_events
+
+# index fields that must equal the ones recomputed from the object's bytes
+_COMPARED = ("size", "sha256", "transactions", "first_gtid", "last_gtid", "first_commit",
+             "last_commit", "next_file", "gtid_before", "gtid_after")
+
+
+def check_object(where, data, index):
+    """Problems of one sealed object: magic, every event and CRC, and its index."""
+    try:
+        check_magic(data, where)
+        for _ in iter_events(data, 4, None, file=where):
+            pass
+    except CorruptBinlog as e:
+        return [str(e)]
+    if index is None:
+        return [f"{where}: no index (upload not finished or not verified)"]
+    fresh = build_index(data, index["name"], index.get("predecessor"), source=index.get("source"))
+    return compare_index(where, index, fresh)
+
+
+def compare_index(where, index, fresh):
+    """Problems where ``index`` differs from ``fresh`` (recomputed from the object's bytes)."""
+    return [f"{where}: index says {field} {index.get(field)!r}, the object has {fresh[field]!r}"
+            for field in _COMPARED if index.get(field) != fresh[field]]
+
+
+def check_segment(where, name, start, data, index, tracker):
+    """(problems, whole) of one segment of an active file, read in order from offset 0.
+
+    ``tracker`` followed the segments before this one and is advanced through it;
+    ``index`` (a validated dict, or None) is compared with what the bytes give.
+    ``whole`` is False when the bytes are damaged: later segments cannot be read.
+    """
+    try:
+        if start == 0:
+            check_magic(data, where)
+        fresh = build_index(data, name, start=start, tracker=tracker, where=where)
+    except CorruptBinlog as e:
+        return [str(e)], False
+    return (compare_index(where, index, fresh) if index is not None else []), True
+
+
+def check_chain(source, indexes):
+    """Problems in the order of sealed files: missing files, GTID holes.
+
+    ``indexes``: the index dicts of the sealed files, oldest first.
+    """
+    problems = []
+    for prev, cur in zip(indexes, indexes[1:]):
+        where = f"{source}/binlog/{cur['name']}"
+        expected = prev.get("next_file") or next_binlog_name(prev["name"])
+        if expected != cur["name"]:
+            problems.append(f"{source}/binlog/{expected}: missing ({prev['name']} is followed "
+                            f"by it, the archive goes on with {cur['name']})")
+        elif prev.get("gtid_after") != cur.get("gtid_before"):
+            problems.append(f"{where}: GTID hole: {prev['name']} ends at "
+                            f"{prev.get('gtid_after')!r}, {cur['name']} starts after "
+                            f"{cur.get('gtid_before')!r}")
+    return problems
+
+
+def check_segments(source, name, segments, last_sealed, in_flight=()):
+    """Problems of the active file's segments: contiguous from 0, after the last sealed file.
+
+    ``segments``: (start, end, index or None) sorted by start; a segment whose start
+    is in ``in_flight`` may lack its index (its upload is under way).
+    """
+    where = f"{source}/partial/{name}"
+    problems, pos = [], 0
+    for start, end, index in segments:
+        if start != pos:
+            problems.append(f"{where} at offset {pos}: segment missing (next starts at {start})")
+        if index is None and start not in in_flight:
+            problems.append(f"{where}/{start:012d}-{end:012d}: no index (upload not finished)")
+        pos = end
+    if last_sealed and last_sealed.get("next_file") not in (None, name):
+        problems.append(f"{where}: follows {last_sealed['name']}, whose ROTATE names "
+                        f"{last_sealed['next_file']}")
+    return problems

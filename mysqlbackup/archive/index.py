@@ -1,0 +1,146 @@
+"""The JSON index kept beside each archived object (pure: built from bytes).
+
+Replay picks files for a stop point from these without reading the files: size,
+sha256, first/last GTID, first/last commit time (UTC), transaction count, the
+GTID set before and after the file, the server that wrote it, its predecessor
+and the file its ROTATE names.
+"""
+
+import hashlib
+import json
+from datetime import datetime, timezone
+
+from mysqlbackup.binlog import events as ev
+from mysqlbackup.binlog.gtid import gtid_text
+from mysqlbackup.errors import CorruptBinlog
+from mysqlbackup.binlog.scan import iter_events
+from mysqlbackup.binlog.transactions import TrxTracker
+
+INDEX_VERSION = 1
+
+
+def utc(ts):
+    """ISO-8601 UTC text of a binlog header timestamp."""
+    return datetime.fromtimestamp(ts, timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+def build_index(data, name, predecessor=None, start=0, tracker=None, source=None,
+                where=None):
+    """Index of ``data``: a whole file (start 0) or a segment of one beginning at ``start``.
+
+    A segment after the first needs the ``tracker`` that followed the bytes before
+    it (its checksum setting and GTID state); the tracker is advanced through it.
+    Damaged bytes raise CorruptBinlog naming ``where`` (default: ``name``).
+    """
+    tracker = tracker or TrxTracker()
+    before = str(tracker.gtids) if tracker.gtids is not None else None
+    info = {"first_gtid": None, "last_gtid": None, "first_commit": None,
+            "last_commit": None, "transactions": 0, "next_file": None, "server_id": None}
+    offset = 4 if start == 0 else 0
+    checksum = None if start == 0 else tracker.checksum
+    for off, event in iter_events(data, offset, checksum, file=where or name, base=start):
+        _account(info, tracker, event, off == 4)
+        if event[4] == ev.FORMAT_DESCRIPTION and start == 0:
+            before = None
+        if event[4] in (ev.MARIA_GTID_LIST, ev.PREVIOUS_GTIDS) and before is None:
+            before = str(tracker.gtids)
+    return {
+        "version": INDEX_VERSION, "name": name, "source": source, "start": start,
+        "end": start + len(data), "size": len(data),
+        "sha256": hashlib.sha256(data).hexdigest(), "predecessor": predecessor,
+        "gtid_before": before,
+        "gtid_after": str(tracker.gtids) if tracker.gtids is not None else None,
+        "complete_transactions": tracker.at_boundary, **info,
+    }
+
+
+def _account(info, tracker, event, is_first):
+    header = ev.parse_header(event)
+    if is_first:
+        info["server_id"] = header.server_id
+    count = tracker.transactions
+    tracker.feed(event)
+    if tracker.transactions > count:
+        info["transactions"] += 1
+        when = utc(header.timestamp)
+        info["first_commit"] = info["first_commit"] or when
+        info["last_commit"] = when
+        gtid = gtid_text(tracker.last_gtid)
+        if gtid:
+            info["first_gtid"] = info["first_gtid"] or gtid
+            info["last_gtid"] = gtid
+    if header.type == ev.ROTATE and not ev.is_artificial(header):
+        info["next_file"] = ev.parse_rotate(event, tracker.checksum)[1]
+
+
+_TEXT, _COUNT, _FLAG = (str,), (int,), (bool,)
+_OPTIONAL_TEXT = (str, type(None))
+_OPTIONAL_COUNT = (int, type(None))
+# every field build_index writes, with the types a sound index may hold there
+INDEX_FIELDS = {
+    "version": _COUNT, "name": _TEXT, "source": _OPTIONAL_TEXT, "start": _COUNT,
+    "end": _COUNT, "size": _COUNT, "sha256": _TEXT, "predecessor": _OPTIONAL_TEXT,
+    "gtid_before": _OPTIONAL_TEXT, "gtid_after": _OPTIONAL_TEXT,
+    "complete_transactions": _FLAG, "first_gtid": _OPTIONAL_TEXT, "last_gtid": _OPTIONAL_TEXT,
+    "first_commit": _OPTIONAL_TEXT, "last_commit": _OPTIONAL_TEXT, "transactions": _COUNT,
+    "next_file": _OPTIONAL_TEXT, "server_id": _OPTIONAL_COUNT,
+}
+_HEX = frozenset("0123456789abcdef")
+
+
+def parse_index(raw, where, name=None, start=None, end=None):
+    """The index dict in ``raw`` (the bytes of an index object) or CorruptBinlog naming it.
+
+    ``name``, ``start``, ``end``: what the object's key says (see validate_index).
+    """
+    try:
+        obj = json.loads(raw)
+    except (ValueError, UnicodeDecodeError):
+        raise CorruptBinlog("index is not JSON", file=where) from None
+    return validate_index(obj, where, name, start, end)
+
+
+def validate_index(obj, where, name=None, start=None, end=None):
+    """``obj`` when it is a sound index, else CorruptBinlog naming ``where`` and the fault.
+
+    Sound: a dict with every field ``build_index`` writes, each of its type, a
+    64-digit sha256, ``end == start + size``; and, when given, the binlog ``name``
+    and segment bounds the object's key says.
+    """
+    if not isinstance(obj, dict) or not obj:
+        raise CorruptBinlog(f"index is not an index object: {_short(obj)}", file=where)
+    problem = _field_problem(obj) or _consistency_problem(obj, name, start, end)
+    if problem:
+        raise CorruptBinlog(f"bad index: {problem}", file=where)
+    return obj
+
+
+def _field_problem(obj):
+    missing = [f for f in INDEX_FIELDS if f not in obj]
+    if missing:
+        return "missing " + ", ".join(missing)
+    for field, types in INDEX_FIELDS.items():
+        value = obj[field]
+        bad_bool = isinstance(value, bool) and bool not in types
+        if bad_bool or not isinstance(value, types):
+            return f"{field} is {_short(value)}"
+        if types is _COUNT and value < 0:
+            return f"{field} is {value}"
+    if len(obj["sha256"]) != 64 or not set(obj["sha256"]) <= _HEX:
+        return f"sha256 is {_short(obj['sha256'])}"
+    return None
+
+
+def _consistency_problem(obj, name, start, end):
+    if obj["end"] != obj["start"] + obj["size"]:
+        return f"end {obj['end']} is not start {obj['start']} + size {obj['size']}"
+    if name is not None and obj["name"] != name:
+        return f"name {obj['name']!r} (the object is {name})"
+    if start is not None and (obj["start"], obj["end"]) != (start, end):
+        return f"covers {obj['start']}-{obj['end']} (the object is {start}-{end})"
+    return None
+
+
+def _short(value):
+    text = repr(value)
+    return text if len(text) <= 40 else text[:37] + "..."

@@ -1,0 +1,56 @@
+"""What the archive holds, read from one listing (the only reader of a whole archive's
+names): sealed files and partial segments per source, their sizes as listed, and
+their indexes validated on the way in. ``verify`` and the replay's plan start here."""
+
+from collections import defaultdict
+
+from mysqlbackup.archive.index import parse_index
+from mysqlbackup.archive.names import parse_key
+from mysqlbackup.binlog.names import binlog_sort_key
+
+
+class ArchiveListing:
+    """What the archive holds, grouped by source: sealed files and partial segments."""
+
+    def __init__(self, store):
+        self.store = store
+        self.sealed = defaultdict(dict)     # source -> name -> {"data": key, "index": key}
+        self.segments = defaultdict(dict)   # source -> name -> {(start, end): {...}}
+        self.stray = []
+        self.sizes = store.list(sizes=True)  # object -> size, as listed
+        for relative in self.sizes:
+            key = parse_key(relative)
+            if key is None:
+                self.stray.append(relative)
+                continue
+            slot = "index" if key.is_index else "data"
+            if key.kind == "binlog":
+                self.sealed[key.source].setdefault(key.name, {})[slot] = relative
+            else:
+                group = self.segments[key.source].setdefault(key.name, {})
+                group.setdefault((key.start, key.end), {})[slot] = relative
+
+    def sources(self):
+        return sorted(set(self.sealed) | set(self.segments))
+
+    def sealed_names(self, source):
+        return sorted(self.sealed[source], key=binlog_sort_key)
+
+    def index(self, source, name):
+        """The validated index of a sealed file, None when it has none (see read_index)."""
+        key = self.sealed[source][name].get("index")
+        return self.read_index(key) if key else None
+
+    def read_index(self, relative_key):
+        """The index object ``relative_key`` (a sealed file's or a segment's), validated.
+
+        Raises CorruptBinlog (exit 6) naming the object when it is not JSON, not an
+        index dict, misses fields, has fields of the wrong type, or does not describe
+        the object its key names (binlog name, segment bounds). A missing object
+        raises FileNotFoundError (removed since the listing).
+        """
+        key = parse_key(relative_key)
+        raw = self.store.read(relative_key)
+        if key is None:
+            return parse_index(raw, relative_key)
+        return parse_index(raw, relative_key, key.name, key.start, key.end)

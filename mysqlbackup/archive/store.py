@@ -1,0 +1,361 @@
+"""Object storage through fsspec (the only module that talks to the archive).
+
+``file://`` (the embedded default), ``s3://`` via s3fs, and any other installed
+fsspec protocol, with no code of ours per backend. Writes are whole-object and
+atomic: object stores publish an object only when its upload completes, and on
+``file://`` the bytes go to a ``.tmp-`` name that is renamed into place, so a
+crash mid-upload never leaves a half object under a real name.
+"""
+
+import contextlib
+import functools
+import gc
+import hashlib
+import json
+import os
+import shutil
+import sys
+import uuid
+from datetime import datetime, timezone
+
+import fsspec
+
+from mysqlbackup.archive.names import TMP_MARK
+from mysqlbackup.errors import MysqlBackupError, UsageError
+from mysqlbackup.errors import mask_url
+
+CHUNK = 4 << 20
+MIN_RATE = 1 << 20          # bytes/s an upload or read may not fall below
+ASYNC_CALL_TIME = 120.0     # the time limit of one call on an async store other than s3
+
+
+class StoreError(MysqlBackupError):
+    """A request to the archive store failed: unreachable, timed out, refused."""
+
+
+_BUGS = (TypeError, AttributeError, NameError, KeyError, IndexError, AssertionError)
+
+
+def _request(method):
+    """Turn a failed store request into one StoreError line naming the object (masked);
+    a missing object stays FileNotFoundError, our own errors and bugs pass unchanged."""
+    @functools.wraps(method)
+    def wrapper(self, relative="", *args, **kwargs):
+        try:
+            return method(self, relative, *args, **kwargs)
+        except (FileNotFoundError, MysqlBackupError, *_BUGS):
+            raise
+        except Exception as e:  # noqa: BLE001 - every transport's errors differ
+            raise StoreError(f"archive {self.url}: {method.__name__} {relative or '/'} "
+                             f"failed: {self._describe(e)}") from e
+    return wrapper
+
+
+def parse_options(pairs):
+    """``KEY=VALUE`` strings -> storage options; 'true'/'false'/numbers are converted."""
+    options = {}
+    for pair in pairs or ():
+        key, sep, value = pair.partition("=")
+        if not sep or not key:
+            raise UsageError(f"bad --archive-option {pair!r}: expected KEY=VALUE")
+        options[key] = _convert(value)
+    return options
+
+
+def _convert(value):
+    if value[:1] in "{[":
+        try:
+            return json.loads(value)
+        except ValueError:
+            raise UsageError(f"bad JSON in --archive-option value {value!r}") from None
+    lowered = value.lower()
+    if lowered in ("true", "false"):
+        return lowered == "true"
+    try:
+        return int(value)
+    except ValueError:
+        return value
+
+
+def s3_client_options(options):
+    """s3fs wants endpoint_url (and region) under client_kwargs; accept them at top level."""
+    options = dict(options)
+    client = dict(options.pop("client_kwargs", {}) or {})
+    for key in ("endpoint_url", "region_name"):
+        if key in options:
+            client[key] = options.pop(key)
+    if client:
+        options["client_kwargs"] = client
+    return options
+
+
+# every S3 request gets bounded time: a hung endpoint becomes an error and a retry
+S3_DEFAULTS = {"connect_timeout": 5, "read_timeout": 10, "retries": {"max_attempts": 2}}
+S3_FS_RETRIES = 2
+
+
+def with_timeouts(options):
+    """s3fs options with request timeouts and bounded retries unless the user chose them."""
+    options = dict(options)
+    config = dict(options.get("config_kwargs") or {})
+    for key, value in S3_DEFAULTS.items():
+        config.setdefault(key, value)
+    options["config_kwargs"] = config
+    return options
+
+
+def _call_time(options):
+    """Seconds one s3 call may take: every attempt timing out, and a margin."""
+    config = options.get("config_kwargs") or {}
+    try:
+        attempts = int((config.get("retries") or {}).get("max_attempts", 3)) or 1
+        per_try = float(config.get("connect_timeout", 60)) + float(config.get("read_timeout", 60))
+    except (TypeError, ValueError, AttributeError):
+        raise UsageError(f"bad config_kwargs {config!r}: timeouts are numbers, retries is "
+                         f"{{\"max_attempts\": N}}") from None
+    return per_try * attempts * S3_FS_RETRIES + 5.0
+
+
+class ArchiveStore:
+    """The archive root: put, read, list and remove objects by relative name.
+
+    ``url`` is the masked URL (no credentials), safe to print and store. A bad URL or
+    option raises UsageError; a store that cannot be reached now (an FTP server that
+    refuses the connection) is connected again on the next request.
+    """
+
+    def __init__(self, url, options=None):
+        options = dict(options or {})
+        protocol = url.split("://", 1)[0] if "://" in url else "file"
+        if protocol in ("s3", "s3a"):
+            options = with_timeouts(s3_client_options(options))
+        self.url = mask_url(url)
+        self._raw_url, self._options, self._fs, self.root = url, options, None, None
+        self._call_time = _call_time(options) if protocol in ("s3", "s3a") else ASYNC_CALL_TIME
+        self.problem = None
+        try:
+            self._connect()
+        except UsageError:
+            raise
+        except Exception as e:  # noqa: BLE001 - refused, timed out, login refused: retried
+            self.problem = self._describe(e)
+        self.local = protocol == "file" or (self._fs is not None and
+                                           "file" in _protocols(self._fs))
+
+    def _connect(self):
+        with _quiet_partial_init():
+            try:
+                fs, root = fsspec.core.url_to_fs(self._raw_url, **self._options)
+            except (ImportError, ValueError, TypeError) as e:
+                raise UsageError(f"cannot use archive {self.url}: {self._describe(e)}"
+                                 f"{' (check --archive-option)' if self._options else ''}") \
+                    from None
+        if "s3" in _protocols(fs):
+            fs.retries = S3_FS_RETRIES  # s3fs's own retry loop, on top of botocore's
+        self._fs, self.root = fs, root.rstrip("/")
+
+    @property
+    def fs(self):
+        """The fsspec file system, connected again if the store was down at start-up."""
+        if self._fs is None:
+            self._connect()
+        return self._fs
+
+    def _describe(self, error):
+        text = str(error) or ("no answer within the time limit"
+                              if isinstance(error, TimeoutError) else "failed")
+        return mask_url(f"{type(error).__name__}: {text}")
+
+    def probe(self):
+        """One cheap request at start-up: a bad option fails now, an outage only warns.
+
+        Returns None when the store answered, else the error text, masked (the caller
+        goes on: streaming never waits for the archive). Raises only UsageError.
+        """
+        if self._fs is None and self.problem:
+            return self.problem  # the constructor just tried: no second wait
+        try:
+            self.fs.exists(self.root, **self._limit())
+        except UsageError:
+            raise
+        except (TypeError, ValueError) as e:
+            raise UsageError(f"cannot use archive {self.url}: {self._describe(e)} (check "
+                             f"--archive-option)") from None
+        except Exception as e:  # noqa: BLE001 - any transport error means "not reachable now"
+            return self._describe(e)
+        return None
+
+    def _limit(self, size=0):
+        """The time limit of one call on an async store (s3, gcs, ...): its requests'
+        timeouts and retries, plus time to move ``size`` bytes at MIN_RATE. A request
+        that hangs anyway (s3's 'Expect: 100-continue' waits with no timeout) is then
+        cancelled. Sync stores (file://, ftp://) take no such argument."""
+        if not getattr(self._fs, "async_impl", False):
+            return {}
+        return {"timeout": self._call_time + size / MIN_RATE}
+
+    def path(self, relative):
+        return f"{self.root}/{relative}"
+
+    @_request
+    def put_bytes(self, relative, data):
+        """Store ``data`` under ``relative`` as one whole object."""
+        target = self.path(relative)
+        if self.local:
+            self.fs.makedirs(target.rsplit("/", 1)[0], exist_ok=True)
+            tmp = f"{target}{TMP_MARK}{uuid.uuid4().hex}"
+            with self.fs.open(tmp, "wb") as f:
+                f.write(data)
+                _fsync(f)
+            self.fs.mv(tmp, target)
+        else:
+            self.fs.pipe_file(target, data, **self._limit(len(data)))
+
+    @_request
+    def put_file(self, relative, local_path):
+        """Upload a local file under ``relative`` without holding it in memory."""
+        target = self.path(relative)
+        if self.local:
+            self.fs.makedirs(target.rsplit("/", 1)[0], exist_ok=True)
+            tmp = f"{target}{TMP_MARK}{uuid.uuid4().hex}"
+            with open(local_path, "rb") as src, self.fs.open(tmp, "wb") as dst:
+                shutil.copyfileobj(src, dst, CHUNK)
+                _fsync(dst)
+            self.fs.mv(tmp, target)
+        else:
+            self.fs.put_file(local_path, target, **self._limit(os.path.getsize(local_path)))
+
+    @_request
+    def info_size(self, relative):
+        """Size of an object from its metadata (no read; asks the store, not a cache)."""
+        self.fs.invalidate_cache(self.path(relative))
+        return self.fs.info(self.path(relative), **self._limit())["size"]
+
+    @_request
+    def modified(self, relative):
+        """When an object was last written (epoch seconds), None if the store does not say."""
+        self.fs.invalidate_cache(self.path(relative))
+        info = self.fs.info(self.path(relative), **self._limit())
+        for field in ("mtime", "LastModified", "last_modified", "updated", "created"):
+            value = info.get(field)
+            if isinstance(value, (int, float)) and not isinstance(value, bool):
+                return float(value)
+            if isinstance(value, datetime):
+                return (value if value.tzinfo else value.replace(tzinfo=timezone.utc)).timestamp()
+            if isinstance(value, str):
+                try:
+                    return datetime.fromisoformat(value.replace("Z", "+00:00")).timestamp()
+                except ValueError:
+                    continue
+        return None
+
+    def put_json(self, relative, obj):
+        self.put_bytes(relative, json.dumps(obj, indent=1, sort_keys=True).encode("utf-8"))
+
+    @_request
+    def read(self, relative, start=None, end=None):
+        """Bytes of an object (or of [start, end))."""
+        return self.fs.cat_file(self.path(relative), start=start, end=end,
+                                **self._limit(CHUNK if end is None else end - (start or 0)))
+
+    def read_json(self, relative):
+        return json.loads(self.read(relative))
+
+    @_request
+    def sha256(self, relative):
+        """(size, sha256 hex) of an object, read back in chunks."""
+        digest, size, path = hashlib.sha256(), 0, self.path(relative)
+        if self.local:
+            with open(path, "rb") as f:
+                for chunk in iter(lambda: f.read(CHUNK), b""):
+                    digest.update(chunk)
+                    size += len(chunk)
+            return size, digest.hexdigest()
+        self.fs.invalidate_cache(path)
+        total = self.fs.info(path, **self._limit())["size"]
+        while size < total:  # ranged reads, each with its time limit
+            chunk = self.fs.cat_file(path, start=size, end=min(total, size + CHUNK),
+                                     **self._limit(CHUNK))
+            if not chunk:
+                break
+            digest.update(chunk)
+            size += len(chunk)
+        return size, digest.hexdigest()
+
+    @_request
+    def list(self, prefix="", sizes=False):
+        """Relative names of every object under ``prefix`` (recursive), sorted; with
+        ``sizes``, a dict of name -> size as the listing reports it (no extra request)."""
+        base = self.path(prefix).rstrip("/")
+        self.fs.invalidate_cache()  # another process may have written since (s3fs would
+        # otherwise keep the listings below ``base``: it clears only a path and its parents)
+        if not self.fs.exists(base, **self._limit()):
+            return {} if sizes else []
+        found = self.fs.find(base, detail=True, **self._limit())
+        strip = len(self.root) + 1
+        if sizes:
+            return {p[strip:]: found[p].get("size") for p in sorted(found)}
+        return sorted(p[strip:] for p in found)
+
+    @_request
+    def exists(self, relative):
+        """Whether the object is there now (asks the store, not a cached listing)."""
+        self.fs.invalidate_cache(self.path(relative))
+        return self.fs.exists(self.path(relative), **self._limit())
+
+    @_request
+    def remove(self, relative):
+        self.fs.rm_file(self.path(relative), **self._limit())
+
+    def remove_empty_folder(self, relative):
+        """On file://, remove the folder ``relative`` if it is empty (object stores have
+        no folders); a folder that is not empty or already gone stays as it is."""
+        if self.local:
+            try:
+                os.rmdir(self.path(relative))
+            except OSError:
+                pass
+
+    def invalidate(self):
+        """Forget cached listings (s3fs caches them)."""
+        self.fs.invalidate_cache()
+
+
+@contextlib.contextmanager
+def _quiet_partial_init():
+    """Silence the 'Exception ignored in __del__' an fsspec file system prints when its
+    constructor failed half way (FTPFileSystem on a refused connection)."""
+    previous = sys.unraisablehook
+
+    def hook(args):
+        if "FileSystem.__del__" in repr(getattr(args, "object", None)):
+            return
+        previous(args)
+    sys.unraisablehook = hook
+    try:
+        yield
+    finally:
+        gc.collect()
+        sys.unraisablehook = previous
+
+
+def _protocols(fs):
+    proto = fs.protocol
+    return set(proto) if isinstance(proto, (tuple, list)) else {proto}
+
+
+def _fsync(f):
+    f.flush()
+    os.fsync(f.fileno())
+
+
+def read_path_or_url(path):
+    """Bytes of a local file or of an fsspec URL; UsageError when it cannot be read."""
+    try:
+        if "://" in path:
+            with fsspec.open(path, "rb") as f:
+                return f.read()
+        with open(path, "rb") as f:
+            return f.read()
+    except (OSError, ValueError, ImportError) as e:
+        raise UsageError(f"cannot read {mask_url(path)}: {mask_url(e)}") from None

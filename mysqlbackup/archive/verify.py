@@ -1,0 +1,236 @@
+"""``mysqlbackup verify`` and ``mysqlbackup archive ls``: read the archive and report."""
+
+import time
+
+from mysqlbackup.archive.check import check_chain, check_object, check_segment, check_segments
+from mysqlbackup.archive.index import build_index
+from mysqlbackup.archive.listing import ArchiveListing
+from mysqlbackup.archive.names import binlog_key, format_key, segment_key
+from mysqlbackup.errors import CorruptBinlog
+from mysqlbackup.binlog.names import binlog_sort_key
+from mysqlbackup.binlog.transactions import TrxTracker
+
+
+IN_FLIGHT_AGE = 600.0  # an unindexed object older than this is no upload in flight
+
+
+class _Run:
+    """One verify run: the listing, what counts as in flight, notes and problems."""
+
+    def __init__(self, listing, notes, in_flight_age, now):
+        self.listing, self.store = listing, listing.store
+        self.notes, self.in_flight_age, self.now = notes, in_flight_age, now
+
+    def newest(self, source):
+        """The newest binlog name the listing holds for ``source`` (sealed or partial)."""
+        names = set(self.listing.sealed[source]) | set(self.listing.segments[source])
+        return max(names, key=binlog_sort_key) if names else None
+
+    def in_flight(self, relative, newest):
+        """True when the unindexed ``relative`` may still be uploading: it belongs to the
+        newest file of its source and was written less than ``in_flight_age`` ago."""
+        if not newest:
+            return False
+        try:
+            when = self.store.modified(relative)
+        except FileNotFoundError:
+            return True  # gone meanwhile: the archiver replaced it or moved on
+        age = None if when is None else self.now - when
+        if age is not None and age > self.in_flight_age:
+            return False
+        self.notes.append(f"{relative}: upload in flight (no index yet, written "
+                          f"{'?' if age is None else f'{max(age, 0):.0f}s'} ago; a problem once "
+                          f"older than {self.in_flight_age:.0f}s)")
+        return True
+
+    def sealed_now(self, source, name):
+        """True when the sealed copy of ``name`` has its index now (after the listing)."""
+        return bool(name) and self.store.exists(format_key(binlog_key(source, name, True)))
+
+
+def verify_archive(store, source=None, notes=None, in_flight_age=IN_FLIGHT_AGE, now=None):
+    """(number of objects checked, list of problems) for the whole archive or one source.
+
+    Safe on a live archive: an object removed after the listing because its file got
+    sealed, or an unindexed object of the newest file younger than ``in_flight_age``
+    seconds, is no problem; such facts are appended to ``notes`` (a list) if given.
+    """
+    run = _Run(ArchiveListing(store), [] if notes is None else notes, in_flight_age,
+               time.time() if now is None else now)
+    sources = [source] if source else run.listing.sources()
+    checked, problems = 0, []
+    for src in sources:
+        n, found = _verify_source(run, src)
+        checked += n
+        problems += found
+    if not sources or not checked:
+        problems.append(f"{store.url}: no archived binlog found" + (f" for {source}"
+                                                                      if source else ""))
+    return checked, problems
+
+
+def _verify_source(run, source):
+    listing, problems, indexes = run.listing, [], []
+    newest = run.newest(source)
+    for name in listing.sealed_names(source):
+        found, index = _verify_sealed(run, source, name, name == newest)
+        problems += found
+        if index is not None:
+            indexes.append(index)
+    problems += check_chain(source, indexes)
+    checked = len(listing.sealed[source])
+    last = indexes[-1] if indexes else None
+    for name, segs in listing.segments[source].items():
+        if name in listing.sealed[source]:
+            continue  # sealed copy exists; leftover segments are harmless
+        problems += _verify_segments(run, source, name, segs, last, name == newest)
+        checked += len(segs)
+    return checked, problems
+
+
+def _verify_sealed(run, source, name, newest):
+    """(problems, index for the chain or None) of one sealed file."""
+    slots = run.listing.sealed[source][name]
+    where = f"{source}/binlog/{name}"
+    index_key = slots.get("index")
+    if index_key is None and run.sealed_now(source, name):
+        index_key = format_key(binlog_key(source, name, True))  # written since the listing
+    problems, index = [], None
+    if index_key:
+        try:
+            index = run.listing.read_index(index_key)
+        except CorruptBinlog as e:
+            problems.append(str(e))
+        except FileNotFoundError:
+            problems.append(f"{index_key}: removed since the listing")
+    data_key = slots.get("data")
+    if data_key is None and run.store.exists(where):
+        data_key = where  # listed between the two pages that held it and its index
+    if data_key is None:
+        problems.append(f"{where}: index without the binlog object (file deleted)")
+        return problems, index  # the index still tells where the file sat in the chain
+    try:
+        data = run.store.read(data_key)
+    except FileNotFoundError:
+        return problems + [f"{where}: removed since the listing"], index
+    found = check_object(where, data, index)
+    unindexed = index is None and len(found) == 1 and "no index" in found[0]
+    if unindexed and (index_key or run.in_flight(data_key, newest)):
+        found = []  # a bad index is the problem already, or the index is on its way
+    if index is None and (unindexed or not found):
+        index = build_index(data, name, source=source)  # whole: still in the chain
+    return problems + found, index
+
+
+def _verify_segments(run, source, name, segs, last, newest):
+    """Problems of the segments of one active file (none if it got sealed meanwhile)."""
+    if run.sealed_now(source, name):
+        run.notes.append(f"{source}/partial/{name}: sealed since the listing (segments skipped)")
+        return []
+    expected = last.get("next_file") if last else None
+    if expected not in (None, name) and run.sealed_now(source, expected):
+        run.notes.append(f"{source}/binlog/{expected}: sealed since the listing (the archive "
+                         f"moved on while it was read)")
+        last = None
+    ordered = sorted(segs.items())
+    in_flight = {s for (s, e), slots in ordered[-1:]
+                 if "index" not in slots and "data" in slots
+                 and run.in_flight(slots["data"], newest)}
+    problems = check_segments(source, name, [(s, e, slots.get("index"))
+                                             for (s, e), slots in ordered], last, in_flight)
+    try:
+        return problems + _check_segment_objects(run, source, name, ordered)
+    except _Gone as gone:
+        if run.sealed_now(source, name):
+            run.notes.append(f"{source}/partial/{name}: gone since the listing (sealed since)")
+            return []
+        return problems + [f"{gone.key}: removed since the listing, and {name} is not sealed"]
+
+
+class _Gone(Exception):
+    """An object listed a moment ago is not there any more."""
+
+    def __init__(self, key):
+        super().__init__(key)
+        self.key = key
+
+
+def _read(run, key, index=False):
+    """The bytes (or validated index) of ``key``; _Gone when it was removed meanwhile."""
+    try:
+        return run.listing.read_index(key) if index else run.store.read(key)
+    except FileNotFoundError:
+        raise _Gone(key) from None
+
+
+def _check_segment_objects(run, source, name, ordered):
+    """Each segment from offset 0 on against its bytes (CRCs) and its index (every field
+    that can be recomputed); stops at a gap or at damaged bytes."""
+    problems, tracker, pos = [], TrxTracker(), 0
+    for (start, end), slots in ordered:
+        if start != pos or "data" not in slots:
+            break
+        where = format_key(segment_key(source, name, start, end))
+        index = None
+        if "index" in slots:
+            try:
+                index = _read(run, slots["index"], index=True)
+            except CorruptBinlog as e:
+                problems.append(str(e))
+        found, whole = check_segment(where, name, start, _read(run, slots["data"]), index,
+                                     tracker)
+        problems += found
+        if not whole:
+            break
+        pos = end
+    return problems
+
+
+def list_archive(store, source=None):
+    """Rows for ``archive ls``: one per sealed file or active file, with its ranges.
+
+    A damaged index shows as kind "bad index"; an object gone since the listing is left out.
+    """
+    listing = ArchiveListing(store)
+    rows = []
+    for src in ([source] if source else listing.sources()):
+        for name in listing.sealed_names(src):
+            kind, index = _listed_index(listing, listing.sealed[src][name].get("index"))
+            rows.append(_row(src, name, kind or ("sealed" if index else "unverified"), index))
+        for name, segs in sorted(listing.segments[src].items()):
+            if name not in listing.sealed[src]:
+                read = [_listed_index(listing, s.get("index")) for _, s in sorted(segs.items())]
+                bad = any(kind for kind, _ in read)
+                rows.append(_row(src, name, f"partial ({len(segs)} segments"
+                                 + (", a bad index)" if bad else ")"),
+                                 _merge([i for _, i in read if i])))
+    return rows
+
+
+def _listed_index(listing, key):
+    """(None or "bad index", index or None) for ``archive ls``."""
+    if not key:
+        return None, None
+    try:
+        return None, listing.read_index(key)
+    except CorruptBinlog:
+        return "bad index", None
+    except FileNotFoundError:
+        return None, None
+
+
+def _row(source, name, kind, index):
+    index = index or {}
+    fields = ("size", "transactions", "first_gtid", "last_gtid", "first_commit", "last_commit")
+    return {"source": source, "file": name, "kind": kind, **{f: index.get(f) for f in fields}}
+
+
+def _merge(indexes):
+    if not indexes:
+        return {}
+    first = next((i for i in indexes if i.get("first_gtid")), indexes[0])
+    last = lambda field: next((i[field] for i in reversed(indexes) if i[field]), None)  # noqa
+    return {"size": indexes[-1]["end"], "transactions": sum(i["transactions"] for i in indexes),
+            "first_gtid": first.get("first_gtid"), "last_gtid": last("last_gtid"),
+            "first_commit": next((i["first_commit"] for i in indexes if i["first_commit"]), None),
+            "last_commit": last("last_commit")}

@@ -1,0 +1,135 @@
+"""GTID sets of both flavors: pure parsing, formatting and bookkeeping.
+
+* MariaDB: a position per replication domain, ``domain-server_id-seq_no``
+  (``0-1-42,1-7-3``): the last transaction of each domain.
+* MySQL: ``uuid:interval[:interval...]`` per source (``3E11FA47-...:1-5:7``).
+
+Both classes offer ``add``, ``contains``, ``copy``, ``is_empty`` and ``str()``.
+"""
+
+from mysqlbackup.errors import UsageError
+
+
+class MariaGtidPos:
+    """MariaDB GTID position: domain -> (server_id, seq_no) of its last transaction."""
+
+    flavor = "mariadb"
+
+    def __init__(self, domains=None):
+        self.domains = dict(domains or {})
+
+    @classmethod
+    def parse(cls, text):
+        """Parse ``D-S-N[,D-S-N...]`` (empty text gives an empty position)."""
+        domains = {}
+        for item in filter(None, (p.strip() for p in text.split(","))):
+            parts = item.split("-")
+            if len(parts) != 3 or not all(p.isdigit() for p in parts):
+                raise UsageError(f"bad MariaDB GTID {item!r}: expected DOMAIN-SERVER-SEQ")
+            domain, server_id, seq = map(int, parts)
+            if domain in domains:
+                raise UsageError(f"GTID position names domain {domain} twice")
+            domains[domain] = (server_id, seq)
+        return cls(domains)
+
+    def add(self, domain, server_id, seq):
+        """Record a transaction; a domain keeps the one with the highest seq_no."""
+        current = self.domains.get(domain)
+        if current is None or seq >= current[1]:
+            self.domains[domain] = (server_id, seq)
+
+    def contains(self, domain, server_id, seq):
+        """True when transaction ``domain-server_id-seq`` is at or before this position."""
+        current = self.domains.get(domain)
+        return current is not None and seq <= current[1]
+
+    def copy(self):
+        return MariaGtidPos(self.domains)
+
+    def is_empty(self):
+        return not self.domains
+
+    def __eq__(self, other):
+        return isinstance(other, MariaGtidPos) and self.domains == other.domains
+
+    def __str__(self):
+        return ",".join(f"{d}-{s}-{n}" for d, (s, n) in sorted(self.domains.items()))
+
+
+class MysqlGtidSet:
+    """MySQL GTID set: uuid -> sorted disjoint list of [start, end) intervals."""
+
+    flavor = "mysql"
+
+    def __init__(self, sids=None):
+        self.sids = {k.lower(): list(v) for k, v in (sids or {}).items()}
+
+    @classmethod
+    def parse(cls, text):
+        """Parse ``uuid:1-5:7,uuid2:1-3`` (whitespace and newlines allowed)."""
+        result = cls()
+        for item in filter(None, (p.strip() for p in text.replace("\n", "").split(","))):
+            sid, *ranges = item.split(":")
+            while ranges and not ranges[0][:1].isdigit():  # MySQL 8.4 tag: uuid:tag:1-5
+                sid = f"{sid}:{ranges.pop(0)}"
+            if len(sid.split(":")[0]) != 36 or not ranges:
+                raise UsageError(f"bad MySQL GTID set item {item!r}: expected UUID:N[-M]")
+            for r in ranges:
+                lo, _, hi = r.partition("-")
+                if not lo.isdigit() or (hi and not hi.isdigit()):
+                    raise UsageError(f"bad GTID interval {r!r} in {item!r}")
+                result.add_interval(sid, int(lo), int(hi or lo) + 1)
+        return result
+
+    def add(self, sid, gno):
+        """Record transaction ``sid:gno``."""
+        self.add_interval(sid, gno, gno + 1)
+
+    def add_interval(self, sid, start, end):
+        """Add [start, end) to ``sid`` and merge touching intervals."""
+        ivs = self.sids.setdefault(sid.lower(), [])
+        ivs.append((start, end))
+        ivs.sort()
+        merged = [ivs[0]]
+        for lo, hi in ivs[1:]:
+            if lo <= merged[-1][1]:
+                merged[-1] = (merged[-1][0], max(hi, merged[-1][1]))
+            else:
+                merged.append((lo, hi))
+        self.sids[sid.lower()] = merged
+
+    def contains(self, sid, gno):
+        return any(lo <= gno < hi for lo, hi in self.sids.get(sid.lower(), ()))
+
+    def copy(self):
+        return MysqlGtidSet(self.sids)
+
+    def is_empty(self):
+        return not self.sids
+
+    def __eq__(self, other):
+        return isinstance(other, MysqlGtidSet) and self.sids == other.sids
+
+    def __str__(self):
+        items = []
+        for sid, ivs in sorted(self.sids.items()):
+            ranges = [f"{lo}" if hi == lo + 1 else f"{lo}-{hi - 1}" for lo, hi in ivs]
+            items.append(":".join([sid] + ranges))
+        return ",".join(items)
+
+
+def parse_gtid_set(text, flavor):
+    """Parse a GTID set of ``flavor``; raise UsageError when it is malformed."""
+    return MariaGtidPos.parse(text) if flavor == "mariadb" else MysqlGtidSet.parse(text)
+
+
+def guess_flavor(text):
+    """'mysql' when the set looks like uuid:intervals, else 'mariadb'."""
+    return "mysql" if ":" in text else "mariadb"
+
+
+def gtid_text(gtid):
+    """'0-1-5' / 'uuid:5' of a tracker's (flavor, ...) GTID tuple, or None."""
+    if gtid is None:
+        return None
+    return "-".join(map(str, gtid[1:])) if gtid[0] == "mariadb" else f"{gtid[1]}:{gtid[2]}"

@@ -1,0 +1,135 @@
+"""Transaction boundaries and GTID state of a binlog, followed event by event (pure).
+
+``TrxTracker.feed(event)`` is called for every event written to a binlog file in
+order. It knows, after each event, whether the position after it is a
+transaction boundary (no transaction or statement group is open), and keeps the
+GTID set of the transactions completed so far. Restart, checkpoints and (later)
+replay all use the same rules, so they agree on where a transaction ends:
+
+* a group opened by a GTID event, ``BEGIN`` or ``XA START`` ends at XID,
+  ``COMMIT``, a bare ``ROLLBACK``, XA_PREPARE or a TRANSACTION_PAYLOAD;
+* a MariaDB standalone GTID group (DDL, non-transactional statement) and any
+  statement outside a transaction end at their QUERY event;
+* INTVAR / RAND / USER_VAR / load blocks belong to the statement that follows.
+"""
+
+from mysqlbackup.binlog import events as ev
+from mysqlbackup.binlog.gtid import MariaGtidPos, MysqlGtidSet
+
+OUTSIDE, IN_TRX, IN_STATEMENT = "outside", "in_trx", "in_statement"
+
+# Events that never open or close a group: file headers and stream markers.
+_NEUTRAL = {
+    ev.FORMAT_DESCRIPTION, ev.ROTATE, ev.STOP, ev.PREVIOUS_GTIDS, ev.MARIA_GTID_LIST,
+    ev.MARIA_BINLOG_CHECKPOINT, ev.MARIA_START_ENCRYPTION, ev.HEARTBEAT, ev.HEARTBEAT_V2,
+    ev.INCIDENT, ev.START_V3,
+}
+_ENDERS = {ev.XID, ev.XA_PREPARE}
+
+
+def classify_sql(sql):
+    """'begin', 'commit' or 'other' for the statement text of a QUERY event."""
+    head = sql.lstrip()[:16].upper().strip().rstrip(";").strip()
+    if head == "BEGIN" or head.startswith("XA START") or head.startswith("XA BEGIN"):
+        return "begin"
+    if head in ("COMMIT", "ROLLBACK"):
+        return "commit"
+    return "other"
+
+
+class TrxTracker:
+    """Follows one binlog's events and reports transaction boundaries and GTIDs."""
+
+    def __init__(self, gtids=None, fde=None):
+        self.gtids = gtids
+        self.fde = fde
+        self.checksum = bool(fde and fde.checksum_alg == ev.CHECKSUM_CRC32)
+        self.state = OUTSIDE
+        self.pending_gtid = None
+        self.last_gtid = None  # GTID of the group that ended last (None when it had none)
+        self.transactions = 0
+
+    @property
+    def at_boundary(self):
+        """True when no transaction or statement group is open."""
+        return self.state == OUTSIDE
+
+    def feed(self, event):
+        """Account for one whole event (bytes, header included)."""
+        etype = event[4]
+        if etype == ev.FORMAT_DESCRIPTION:
+            self._on_fde(event)
+        elif etype == ev.MARIA_GTID_LIST:
+            self._on_gtid_list(event)
+        elif etype == ev.PREVIOUS_GTIDS:
+            self._on_previous_gtids(event)
+        elif etype in (ev.MARIA_GTID, ev.GTID, ev.ANONYMOUS_GTID, ev.GTID_TAGGED):
+            self._on_gtid(event, etype)
+        elif etype in (ev.QUERY, ev.EXECUTE_LOAD_QUERY):
+            self._on_query(event, etype)
+        elif etype in _ENDERS or (etype == ev.TRANSACTION_PAYLOAD and self.state != OUTSIDE):
+            self._end_group()
+        elif etype in ev.ROWS_EVENTS and self.state != IN_TRX:
+            # rows outside BEGIN..COMMIT (non-transactional): the statement's end ends it
+            if ev.rows_statement_end(event, self.fde):
+                self._end_group()
+            else:
+                self.state = IN_STATEMENT
+        elif etype not in _NEUTRAL and self.state == OUTSIDE:
+            self.state = IN_STATEMENT
+
+    def _on_fde(self, event):
+        self.fde = ev.parse_format_description(event)
+        self.checksum = self.fde.checksum_alg == ev.CHECKSUM_CRC32
+        if self.gtids is None and ev.is_mariadb_version(self.fde.server_version):
+            self.gtids = MariaGtidPos()
+
+    def _on_gtid_list(self, event):
+        if not isinstance(self.gtids, MariaGtidPos):
+            self.gtids = MariaGtidPos()
+        for domain, server_id, seq in ev.parse_maria_gtid_list(event, self.checksum):
+            self.gtids.add(domain, server_id, seq)
+
+    def _on_previous_gtids(self, event):
+        if not isinstance(self.gtids, MysqlGtidSet):
+            self.gtids = MysqlGtidSet()
+        for sid, intervals in ev.parse_previous_gtids(event, self.checksum).items():
+            for lo, hi in intervals:
+                self.gtids.add_interval(sid, lo, hi)
+
+    def _on_gtid(self, event, etype):
+        if etype == ev.MARIA_GTID:
+            g = ev.parse_maria_gtid(event, self.checksum)
+            self.pending_gtid = ("mariadb", g.domain, g.server_id, g.seq)
+            self.state = IN_STATEMENT if g.flags & ev.FL_STANDALONE else IN_TRX
+            return
+        if etype == ev.GTID:
+            sid, gno = ev.parse_mysql_gtid(event, self.checksum)
+            self.pending_gtid = ("mysql", sid, gno)
+        else:
+            self.pending_gtid = None  # anonymous, or tagged (not tracked in the set)
+        self.state = IN_STATEMENT
+
+    def _on_query(self, event, etype):
+        kind = "other"
+        if etype == ev.QUERY:
+            kind = classify_sql(ev.parse_query(event, self.checksum, self.fde, max_sql=64).sql)
+        if kind == "begin":
+            self.state = IN_TRX
+        elif kind == "commit" or self.state != IN_TRX:
+            self._end_group()
+
+    def _end_group(self):
+        g = self.pending_gtid
+        if g is not None and g[0] == "mariadb":
+            if not isinstance(self.gtids, MariaGtidPos):
+                self.gtids = MariaGtidPos()
+            self.gtids.add(*g[1:])
+        elif g is not None:
+            if not isinstance(self.gtids, MysqlGtidSet):
+                self.gtids = MysqlGtidSet()
+            self.gtids.add(*g[1:])
+        self.last_gtid = g
+        self.pending_gtid = None
+        self.state = OUTSIDE
+        self.transactions += 1

@@ -1,0 +1,157 @@
+"""What ``mysqlbackup status`` reports about a backup directory (reads the directory)."""
+
+import os
+import time
+
+import json
+
+from mysqlbackup.stream.localdir import list_binlogs
+from mysqlbackup.errors import mask_url
+from mysqlbackup.stream.state import ARCHIVE_STATE_FILE, load_state
+
+
+def collect_status(directory, now=None):
+    """A dict of the directory's files, durable position, GTID set, last ACK and lag."""
+    now = time.time() if now is None else now
+    if not os.path.isdir(directory):
+        return {"directory": directory, "exists": False}
+    names = list_binlogs(directory)
+    files = [{"name": n, "size": os.path.getsize(os.path.join(directory, n))} for n in names]
+    state = load_state(directory)
+    result = {"directory": directory, "exists": True, "files": files,
+              "total_bytes": sum(f["size"] for f in files), "state": None,
+              "archive": archive_view(_archive_report(directory), files, now)}
+    if state is None:
+        return result
+    result["state"] = {
+        "source": state.source_address, "source_identity": state.source_identity,
+        "flavor": state.flavor, "durable_file": state.file, "durable_pos": state.pos,
+        "gtid": state.gtid, "last_ack": state.last_ack, "source_position": state.source_position,
+        "checkpoint_age_s": round(now - state.updated, 3) if state.updated else None,
+        "lag_bytes": _lag_bytes(state),
+    }
+    return result
+
+
+def _archive_report(directory):
+    try:
+        with open(os.path.join(directory, ARCHIVE_STATE_FILE), encoding="utf-8") as f:
+            return json.load(f)
+    except (OSError, ValueError):
+        return None
+
+
+STALLED_AFTER = 60.0  # an upload running longer than this is shown as stalled
+
+
+def archive_view(report, files, now):
+    """The archiver's report with what ``status`` computes from the local files now.
+
+    ``backlog_files``: the sealed local files (all but the newest) not in the report's
+    ``archived`` set, so files sealed while the archiver hangs count at once;
+    ``upload_in_progress`` gains its age in seconds; ``active_behind_bytes``: how much of
+    the newest local file is not in the archive yet.
+    """
+    if not report:
+        return report
+    report = dict(report)
+    names = [f["name"] for f in files]
+    archived = report.get("archived")
+    if archived is not None or "archived" in report:
+        done = set(archived or ())
+        report["backlog_files"] = [n for n in names[:-1] if n not in done]
+        report["archive_listed"] = archived is not None
+    upload = report.get("upload_in_progress")
+    if upload and upload.get("since") is not None:
+        report["upload_in_progress"] = dict(upload, age_s=round(max(0.0, now - upload["since"]),
+                                                                 1))
+    partial = report.get("partial")
+    if files:
+        newest = files[-1]
+        end = partial["end"] if partial and partial.get("file") == newest["name"] else 0
+        report["active_behind_bytes"] = max(0, newest["size"] - end)
+    return report
+
+
+def _lag_bytes(state):
+    """Bytes between the source's position (last heartbeat) and ours, same file only."""
+    src = state.source_position
+    if not src or src.get("file") != state.file or not src.get("pos"):
+        return None
+    return max(0, src["pos"] - state.pos)
+
+
+def format_status(status):
+    """Human-readable lines for ``collect_status``'s result."""
+    if not status["exists"]:
+        return [f"{status['directory']}: no such directory"]
+    files = status["files"]
+    lines = [f"directory:        {status['directory']}",
+             f"files:            {len(files)}" + (f" ({files[0]['name']} .. {files[-1]['name']}"
+                                                   f", {status['total_bytes']} bytes)"
+                                                   if files else "")]
+    st = status["state"]
+    if st is None:
+        return lines + ["checkpoint:       none yet"]
+    ack = st["last_ack"]
+    lines += [
+        f"source:           {st['source']} ({st['source_identity']}, {st['flavor']})",
+        f"durable position: {st['durable_file']}:{st['durable_pos']}",
+        f"gtid set:         {st['gtid'] or '-'}",
+        f"last ack:         " + (f"{ack['file']}:{ack['pos']}" if ack else "none"),
+        f"lag:              " + ("unknown" if st["lag_bytes"] is None
+                                 else f"{st['lag_bytes']} bytes"),
+        f"checkpoint age:   " + ("unknown" if st["checkpoint_age_s"] is None
+                                 else f"{st['checkpoint_age_s']:.1f} s"),
+    ]
+    return lines + _format_archive(status.get("archive"))
+
+
+def _format_archive(report):
+    if not report:
+        return []
+    backlog = report.get("backlog_files")
+    partial = report.get("partial")
+    lines = [f"archive:          {mask_url(report['url'])} (source {report['source']})",
+             "archive backlog:  " + _backlog_text(report, backlog),
+             "archive partial:  " + (f"{partial['file']} up to {partial['end']}"
+                                     if partial else "none")
+             + (f" ({report['active_behind_bytes']} bytes of the newest file not archived "
+                f"yet)" if report.get("active_behind_bytes") else "")]
+    upload = report.get("upload_in_progress")
+    if upload:
+        age = upload.get("age_s")
+        stalled = age is not None and age > STALLED_AFTER
+        lines.append(f"archive upload:   {upload['object']} in progress since "
+                     f"{_clock(upload.get('since'))}" + (f" ({age:.0f} s" if age is not None
+                                                         else " (")
+                     + (", stalled?)" if stalled else ")"))
+    if report.get("reuploaded"):
+        lines.append(f"archive repair:   re-uploaded {report['reuploaded']} objects missing "
+                     f"from the store (last: {', '.join(report.get('reuploaded_last') or [])})")
+    if report.get("missing"):
+        lines.append(f"archive missing:  {len(report['missing'])} objects lost by the store, "
+                     f"uploading again: {', '.join(report['missing'])}")
+    if report.get("lost"):
+        lines.append(f"archive lost:     {', '.join(report['lost'])} missing from the store "
+                     f"and no longer local")
+    if report.get("last_error"):
+        lines.append(f"archive error:    {mask_url(report['last_error'])} (at "
+                     f"{_clock(report.get('last_error_time'))})")
+    return lines
+
+
+def _backlog_text(report, backlog):
+    if backlog is None:
+        return "unknown"
+    text = f"{len(backlog)} sealed files not yet archived"
+    if report.get("archive_listed") is False:
+        text += " (the archive was not listed yet)"
+    return text
+
+
+def _clock(ts):
+    """Local wall-clock text of an epoch timestamp, or '?'."""
+    if ts is None:
+        return "?"
+    return time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(ts))

@@ -1,0 +1,237 @@
+"""The pipeline of one replication connection: decoded events -> local file -> ACK.
+
+``Syncer.process`` takes a batch of events already read from the socket, routes
+each one (write it, rotate on a real ROTATE, drop what the server made up for
+the stream, stop at an INCIDENT), then calls ``_commit``, the one function that
+orders "write, fsync, then ACK": a whole batch is written, fsynced once, and
+only then is the newest position that asked for an ACK acknowledged.
+"""
+
+import logging
+import struct
+import time
+import zlib
+
+from mysqlbackup.binlog import events as ev
+from mysqlbackup.errors import ProtocolError, ResyncRequired
+from mysqlbackup.binlog.names import is_binlog_name
+from mysqlbackup.stream.state import State, save_state
+from mysqlbackup.binlog.transactions import OUTSIDE, TrxTracker
+
+log = logging.getLogger(__name__)
+
+SYNC_BYTES = 64 << 20  # while catching up, fsync at least every 64 MiB
+_HEADER = struct.Struct("<IBIIIH")
+# event types that need more than "check, write, follow the transaction"
+_SPECIAL = frozenset({ev.HEARTBEAT, ev.HEARTBEAT_V2, ev.INCIDENT, ev.ROTATE,
+                      ev.FORMAT_DESCRIPTION})
+
+
+class Syncer:
+    """Copies the binlog stream of one connection into the local files."""
+
+    def __init__(self, client, writer, tracker=None, base_state=None, sync_interval=1.0,
+                 checkpoint_interval=0.1, clock=time.time, idle_checkpoint=30.0,
+                 progress_interval=60.0):
+        self.client = client
+        self.writer = writer
+        self.tracker = tracker or TrxTracker()
+        self.base_state = base_state or State(file=writer.name, pos=writer.pos)
+        self.sync_interval = sync_interval
+        self.checkpoint_interval = checkpoint_interval
+        self.idle_checkpoint = idle_checkpoint
+        self.progress_interval = progress_interval
+        self.clock = clock
+        # events the server makes up (fake ROTATE, heartbeats) can come before any FDE
+        self.stream_checksum = getattr(client, "stream_checksum", None)
+        self.boundary = (writer.name, writer.pos)
+        self.durable = (writer.name, writer.pos, self._gtid_text())
+        self.last_sync = self.last_checkpoint = self.last_progress = clock()
+        self.recorded = None  # (durable point, last ack) of the last checkpoint written
+        self.bytes_written = 0
+        self.last_ack = base_state.last_ack if base_state else None
+        self.source_position = None
+        self.last_event_time = None
+        self.events = 0
+
+    def run(self, stop=lambda: False):
+        """Process batches until ``stop()`` is true; always leaves a final checkpoint."""
+        try:
+            while not stop():
+                self.process(self.client.read_batch(timeout=self._wake_in(self.clock())))
+        finally:
+            self.finish()
+
+    def process(self, batch):
+        """Route every event of one batch, then write, fsync and ACK once."""
+        ack = None
+        try:
+            for event, needs_ack in batch:
+                name = self.writer.name  # the file this event goes to: a ROTATE moves on
+                self._route(event)
+                if needs_ack:
+                    ack = (name, int.from_bytes(event[13:17], "little"))
+        finally:
+            if not self.writer.failed:
+                self._commit(ack)
+
+    def _route(self, event):
+        """The common case (a real event of a transaction) takes the short path."""
+        header = _HEADER.unpack_from(event)
+        if header[1] in _SPECIAL or header[5] & ev.LOG_EVENT_ARTIFICIAL_F or not header[4]:
+            self._route_special(event, ev.EventHeader(*header))
+        else:
+            self._write(event, header)
+
+    def _route_special(self, event, header):
+        if header.type in (ev.HEARTBEAT, ev.HEARTBEAT_V2):
+            self._heartbeat(event, header)
+        elif ev.is_artificial(header):
+            self._artificial(event, header)
+        elif header.type == ev.INCIDENT:
+            raise self._incident(event)
+        else:
+            self._write(event, header)
+            if header.type == ev.ROTATE:
+                self._rotate(ev.parse_rotate(event, self.tracker.checksum)[1])
+
+    def _write(self, event, header):
+        """Check an event (CRC, position), append it, and follow transaction boundaries."""
+        self._check_crc(event, header[1])
+        writer, size = self.writer, header[3]
+        if header[4] != writer.pos + size:
+            raise ProtocolError(f"{ev.event_name(header[1])} event ends at {header[4]} "
+                                f"but {writer.name} is at {writer.pos}")
+        writer.append(event)
+        self.tracker.feed(event)
+        self.events += 1
+        self.bytes_written += size
+        self.last_event_time = header[0]
+        if self.tracker.state == OUTSIDE:
+            self.boundary = (writer.name, writer.pos)
+
+    def _check_crc(self, event, etype):
+        """Every event is checked against its file's checksum setting before it is written."""
+        checksum = self.tracker.checksum
+        if etype == ev.FORMAT_DESCRIPTION:
+            checksum = ev.parse_format_description(event).checksum_alg == ev.CHECKSUM_CRC32
+        if checksum and zlib.crc32(event[:-4]) != int.from_bytes(event[-4:], "little") \
+                and not ev.crc_ok(event):  # crc_ok knows the FDE in-use flag exception
+            raise ResyncRequired(f"CRC32 mismatch in the {ev.event_name(etype)} event the "
+                                 f"source sent (its binlog may be corrupt)", self.writer.name,
+                                 self.writer.pos)
+
+    def _artificial(self, event, header):
+        """Events the server makes up for the stream are never written, but some inform."""
+        if header.type == ev.FORMAT_DESCRIPTION:
+            self.tracker.feed(event)  # resumed mid-file: learn the checksum
+        elif header.type == ev.ROTATE:
+            pos, name = ev.parse_rotate(event, self._checksum())
+            if name != self.writer.name:
+                # the source went on to the next file without a real ROTATE (after a STOP)
+                if pos != 4 or not self.tracker.at_boundary:
+                    raise ProtocolError(f"the source jumped to {name}:{pos} in the middle of "
+                                        f"{self.writer.name}:{self.writer.pos}")
+                self._rotate(name)
+
+    def _checksum(self):
+        if self.stream_checksum is None:
+            return self.tracker.checksum
+        return self.stream_checksum
+
+    def _heartbeat(self, event, header):
+        """Heartbeats say where the source is; v1 carries the file name as its body."""
+        name = None
+        if header.type == ev.HEARTBEAT:
+            name = bytes(ev.event_body(event, self._checksum())).decode("utf-8", "replace")
+        self.source_position = {"file": name, "pos": header.log_pos, "time": self.clock()}
+
+    def _incident(self, event):
+        number, name, message = ev.parse_incident(event, self.tracker.checksum)
+        return ResyncRequired(f"the source logged incident {number} ({name}): {message!r}; "
+                              f"events are missing from the binlog", self.writer.name,
+                              self.writer.pos)
+
+    def _rotate(self, next_name):
+        if not is_binlog_name(next_name):
+            raise ProtocolError(f"the source rotates {self.writer.name} to {next_name!r}, "
+                                f"which is not a binlog file name")
+        log.info("rotating %s -> %s", self.writer.name, next_name)
+        self.writer.rotate(next_name)
+        self.boundary = (next_name, self.writer.pos)
+        self._synced(self.clock())
+        self.checkpoint()
+
+    def _commit(self, ack):
+        """Write the batch, fsync it when an ACK needs it (or it is due), then ACK."""
+        now = self.clock()
+        self.writer.flush()
+        if ack is not None or (self.writer.unsynced and self._sync_due(now)):
+            self.writer.sync()
+            self._synced(now)
+        if ack is not None:
+            self.client.send_ack(*ack)
+            self.last_ack = {"file": ack[0], "pos": ack[1], "time": now}
+        self._maybe_checkpoint(now)
+        if now - self.last_progress >= self.progress_interval:
+            self._progress(now)
+
+    def _progress(self, now):
+        rate = self.bytes_written / max(now - self.last_progress, 1e-6) / 1e6
+        log.info("at %s:%d, %d events, %.2f MB/s, durable %s:%d", self.writer.name,
+                 self.writer.pos, self.events, rate, self.durable[0], self.durable[1])
+        self.last_progress, self.bytes_written = now, 0
+
+    def _maybe_checkpoint(self, now):
+        """Checkpoint when the durable point moved (at most every checkpoint_interval),
+        and every idle_checkpoint seconds anyway so that status can see the daemon lives."""
+        since = now - self.last_checkpoint
+        moved = self.recorded != (self.durable, self.last_ack)
+        if (moved and since >= self.checkpoint_interval) or since >= self.idle_checkpoint:
+            self.checkpoint()
+
+    def _wake_in(self, now):
+        """Seconds until a pending fsync or checkpoint is due (None: nothing pending)."""
+        waits = []
+        if self.writer.unsynced:
+            waits.append(0.0)  # look again at once: fsync as soon as the stream is drained
+        if self.recorded != (self.durable, self.last_ack):
+            waits.append(self.last_checkpoint + self.checkpoint_interval - now)
+        return max(0.0, min(waits)) if waits else None
+
+    def _sync_due(self, now):
+        """Without an ACK to send: fsync once the stream is drained, or every so often."""
+        return (self.writer.unsynced >= SYNC_BYTES or now - self.last_sync >= self.sync_interval
+                or getattr(self.client, "idle", lambda: True)())
+
+    def _gtid_text(self):
+        return str(self.tracker.gtids) if self.tracker.gtids is not None else None
+
+    def _synced(self, now):
+        """Everything appended is on disk: the newest boundary becomes the durable one."""
+        self.last_sync = now
+        self.durable = (*self.boundary, self._gtid_text())
+
+    def checkpoint(self):
+        """Record the durable boundary (never anything newer) in the checkpoint file."""
+        self.last_checkpoint = self.clock()
+        self.recorded = (self.durable, self.last_ack)
+        state = self.base_state
+        state.file, state.pos, state.gtid = self.durable
+        if self.tracker.gtids is not None:
+            state.flavor = self.tracker.gtids.flavor
+        state.last_ack = self.last_ack
+        state.source_position = self.source_position or state.source_position
+        state.last_event_time = self.last_event_time or state.last_event_time
+        state.updated = self.last_checkpoint
+        save_state(self.writer.directory, state)
+
+    def finish(self):
+        """Make everything written durable and record the checkpoint.
+
+        After a failed write or fsync nothing more is synced or recorded: the last
+        checkpoint stays the truth, and a restart rescans the file from there."""
+        if self.writer.fd is not None and not self.writer.failed:
+            self.writer.sync()
+            self._synced(self.clock())
+            self.checkpoint()

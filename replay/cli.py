@@ -1,0 +1,103 @@
+"""The ``mysqlbackup replay`` command (click), defined by the replay package.
+
+It registers under the ``mysqlbackup.commands`` entry-point group (setup.cfg), which
+``mysqlbackup.cli`` loads: ``mysqlbackup`` never imports ``replay``. spark-submit
+(no installed entry points) adds it in ``replay/spark_main.py``.
+"""
+
+import click
+
+from mysqlbackup.cli import archive_options, handle_errors, source_name_option
+from mysqlbackup.source.spec import PASSWORD_ENV, source_from_options
+from mysqlbackup.errors import mask_url
+
+
+@click.command()
+@archive_options
+@source_name_option
+@click.option("--target", metavar="mysql://USER@HOST:PORT", help="Apply to this server "
+              "(password: $MYSQLBACKUP_TARGET_PASSWORD, else $MYSQLBACKUP_PASSWORD, or "
+              "--target-password-file). The user needs SUPER (MariaDB 10.5+: BINLOG REPLAY "
+              "and REPLICATION SLAVE ADMIN) and write access to mysqlbackup_replay.")
+@click.option("--target-password-file", type=click.Path(dir_okay=False))
+@click.option("--workers", type=click.IntRange(1, 64), default=4, show_default=True,
+              help="Connections to the target where every transaction gets a commit of "
+              "its own (a target with a binlog, or --merge 1). Transactions the binlog "
+              "proves independent "
+              "(one MariaDB group commit, or MySQL logical-clock overlap) run side by side, "
+              "still committing in the original order; the rest run one by one.")
+@click.option("--merge", type=click.IntRange(1, 10000), default=100, show_default=True,
+              help="A target without a binlog keeps no GTIDs: up to N consecutive row-only "
+              "transactions (committed by an XID) then share one target commit, the "
+              "checkpoint row inside it, so the apply stays exactly-once. 1 turns it off.")
+@click.option("--sql", "sql_path", type=click.Path(dir_okay=False),
+              help="Write the statements to this file instead (dry run, for review).")
+@click.option("--parquet", "parquet_url", metavar="URL", help="Write a change table instead: "
+              "one row per row change (op, db, table, pk, before/after images as JSON, gtid, "
+              "commit_time, file, position) as Parquet parts under URL, which must hold none "
+              "yet (fsspec URL; the --archive-option values apply when it uses the archive's "
+              "protocol). Needs binlog_row_metadata=FULL on the source (column names).")
+@click.option("--start-gtid", metavar="SET", help="GTID position the restored full backup "
+              "already contains (mariadb-dump --gtid); transactions inside it are skipped.")
+@click.option("--start-position", metavar="FILE:POS", help="Skip transactions before it.")
+@click.option("--stop-datetime", metavar="ISO8601", help="Stop before the first transaction "
+              "committed at or after it; UTC unless it names a zone (never local time).")
+@click.option("--stop-before-gtid", metavar="GTID", help="Stop before this transaction.")
+@click.option("--stop-position", metavar="FILE:POS", help="Stop before a transaction ending "
+              "past it.")
+@click.option("--exclude-gtids", metavar="GTID[,GTID...]", help="Skip these transactions "
+              "(the bad DROP) and go on.")
+@click.option("--database", "databases", multiple=True, help="Only this schema (repeatable).")
+@click.option("--table", "tables", multiple=True, metavar="DB.TABLE",
+              help="Only this table (repeatable).")
+@click.option("--rewrite-db", "rewrites", multiple=True, metavar="FROM:TO",
+              help="Apply schema FROM into schema TO (repeatable); names qualified inside "
+                   "SQL text are not rewritten.")
+@click.option("--allow-gaps", is_flag=True, help="Replay across holes in the archive chain.")
+@click.option("--master", help="Spark master (default local[*]); spark-submit works too.")
+@handle_errors
+def replay(archive_url, archive_option, source_name, target, target_password_file, workers,
+           merge, sql_path,
+           parquet_url, start_gtid, start_position, stop_datetime, stop_before_gtid,
+           stop_position, exclude_gtids, databases, tables, rewrites, allow_gaps, master):
+    """Point-in-time replay of the archive with PySpark (one task per file), applying
+    only complete transactions in commit order, exactly once."""
+    if [bool(target), bool(sql_path), bool(parquet_url)].count(True) != 1:
+        raise click.UsageError("give exactly one of --target, --sql and --parquet")
+    from replay.job import ReplayOptions, run_replay
+    from replay.planning.options import build_selection
+    from replay.sinks.target import SqlFileSink, TargetApplier
+    from mysqlbackup.archive.store import parse_options
+    selection = build_selection(start_gtid, start_position, stop_datetime, stop_before_gtid,
+                                stop_position, exclude_gtids, databases, tables, rewrites)
+    opts = ReplayOptions(archive_url or _missing("--archive"), parse_options(archive_option),
+                         source_name, selection, allow_gaps, master)
+    if target:
+        spec = source_from_options(target, target_password_file, (
+            "MYSQLBACKUP_TARGET_PASSWORD", PASSWORD_ENV))
+        sink = TargetApplier(spec, workers, merge)
+    elif sql_path:
+        sink = SqlFileSink(sql_path)
+    else:
+        from replay.sinks.parquet import ParquetSink, options_for
+        sink = ParquetSink(parquet_url, options_for(parquet_url, opts.archive_url,
+                                                    opts.archive_options))
+        sink.open(None)  # a taken or unusable destination fails before Spark starts
+    summary = run_replay(opts, sink, progress=lambda line: click.echo(line, err=True))
+    if parquet_url:
+        sink.finish(summary)
+        click.echo(f"parquet: {sink.rows} row changes in {len(sink.parts)} parts at "
+                   f"{mask_url(parquet_url)}")
+    click.echo(f"replay of {summary['source']}: {summary['applied']} applied, "
+               f"{summary['skipped']} skipped, {len(summary['dropped_incomplete'])} incomplete "
+               f"dropped, {summary['files']} files in {summary['tasks']} Spark tasks; stopped: "
+               f"{summary['stop_reason']}")
+    if target:
+        click.echo(f"target: {summary['applied']} transactions in "
+                   f"{summary['target_commits']} commits; workers: {summary['workers']} "
+                   f"connection(s) used, {summary['parallel_applied']} transactions in "
+                   f"parallel batches")
+
+
+def _missing(option):
+    raise click.UsageError(f"{option} is required")

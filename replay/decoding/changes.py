@@ -1,0 +1,279 @@
+"""One transaction's row events -> row changes for a change table (pure).
+
+The rows are decoded by the ``mysql-replication`` package (pymysqlreplication),
+which only reads from a live replication stream: each raw event is handed to
+its ``BinLogPacketWrapper`` as the packet a stream would have read (an OK byte,
+then the event), with a stand-in for the control connection that is never
+queried. TABLE_MAP events fill a table map local to the transaction, as the
+library's stream does, and the rows events after them are decoded against it.
+Every event's CRC32 is checked again by the library (``_is_event_valid``).
+MariaDB writes version 1 rows events (types 23-25), MySQL version 2 (30-32);
+both decode alike (compressed rows events are refused earlier, by assemble).
+
+Column names come from the TABLE_MAP optional metadata, which the source writes
+only with ``binlog_row_metadata=FULL``; without them decoding stops with an
+error naming the file, position and table. The primary key columns come from
+the same metadata.
+
+One change a row: ``op`` ('insert' | 'update' | 'delete'), ``db``, ``table``,
+``pk`` (JSON of {column: value} for the primary key columns, from the after
+image, the before image for a delete; None when the table has no primary key),
+``before`` / ``after`` (JSON of the row images; None for an insert / a delete),
+``gtid`` ('0-1-42'), ``commit_time`` (UTC datetime), ``file``, ``position``
+(start offset of the rows event in its binlog file, from the event header's end
+position minus its size) and ``row_index`` (the row's index within its event).
+
+Values in the JSON images, encoded deterministically:
+
+- integers, floats, text (decoded with the column's charset): JSON numbers and
+  strings; a FLOAT column comes out as the double its 4 bytes hold;
+- DECIMAL: a string in plain notation with the column's scale ("12.30");
+- binary values (BINARY, VARBINARY, BLOB, GEOMETRY, and text in a charset Python
+  does not know): standard base64 with padding;
+- DATETIME: ISO 8601 without zone ("2024-01-02T03:04:05.678000", the fraction
+  only when it is not zero); TIMESTAMP: the same in UTC with a "Z"; DATE:
+  "2024-02-29"; TIME: "[-]HH:MM:SS[.ffffff]" (hours may exceed 24); YEAR: integer;
+- ENUM: its string; SET: a JSON list of the members in the column's order
+  ([] when empty); BIT: a string of '0'/'1', most significant bit first;
+  MariaDB JSON (a LONGTEXT): its text;
+- NULL: null. A zero or invalid DATE/DATETIME ('0000-00-00') also becomes
+  null: the library does not return it. A column missing from a row image
+  (binlog_row_image=MINIMAL or NOBLOB) is absent from the JSON object.
+
+Statements are not row changes: DDL (and TRUNCATE) are left out of the change
+table; statement-based DML (binlog_format STATEMENT or MIXED) is refused, never
+silently dropped.
+"""
+
+import base64
+import datetime
+import decimal
+import json
+import re
+from dataclasses import dataclass
+
+from pymysql.protocol import MysqlPacket
+from pymysqlreplication import row_event
+from pymysqlreplication.constants import FIELD_TYPE, NONE_SOURCE
+from pymysqlreplication.packet import BinLogPacketWrapper
+
+from mysqlbackup.binlog import events as ev
+from mysqlbackup.errors import CorruptBinlog, MysqlBackupError
+
+OPS = {23: "insert", 30: "insert", 24: "update", 31: "update", 25: "delete", 32: "delete"}
+_LIBRARY_EVENTS = frozenset({row_event.TableMapEvent, row_event.WriteRowsEvent,
+                             row_event.UpdateRowsEvent, row_event.DeleteRowsEvent})
+_TIMESTAMPS = {FIELD_TYPE.TIMESTAMP, FIELD_TYPE.TIMESTAMP2}
+_DML = {"INSERT", "UPDATE", "DELETE", "REPLACE", "LOAD"}
+_FIRST_WORD = re.compile(r"\s*(?:/\*.*?\*/\s*)*([A-Za-z]+)", re.S)
+
+
+class ChangeDecodeError(MysqlBackupError):
+    """A transaction the change table cannot take; names the file and position."""
+
+
+@dataclass(frozen=True)
+class Reader:
+    """How to hand one file's events to the library (from its format description)."""
+
+    checksum: bool
+    dbms: str                # 'mariadb' or 'mysql' (charset tables of the library)
+    version: tuple
+    post_header_lens: tuple
+
+    @classmethod
+    def of(cls, fde, checksum):
+        """The reader of a file with this parsed format description."""
+        dbms = "mariadb" if ev.is_mariadb_version(fde.server_version) else "mysql"
+        return cls(checksum, dbms, ev.parse_version(fde.server_version),
+                   tuple(fde.post_header_lens))
+
+
+class _Control:
+    """Stands in for the library's control connection; no query ever reaches it."""
+
+    charset = "utf8mb4"
+
+    def __init__(self, dbms):
+        self.dbms = dbms
+
+    def _get_dbms(self):
+        return self.dbms
+
+
+def iter_changes(trx, fde, checksum):
+    """Yield one change dict per row of the transaction's rows events, in binlog order."""
+    reader = Reader.of(fde, checksum)
+    table_map, keys = {}, {}
+    for event in trx["events"]:
+        etype = event[4]
+        if etype == ev.TABLE_MAP:
+            table = _table_map(event, table_map, reader, trx)
+            keys[table.table_id] = primary_key(table)
+        elif etype in OPS:
+            rows_event = _library_event(event, table_map, reader, trx)
+            yield from _changes(rows_event, event, keys, trx)
+        elif etype == ev.QUERY:
+            _refuse_statement_dml(event, fde, checksum, trx)
+
+
+def _table_map(event, table_map, reader, trx):
+    table = _library_event(event, table_map, reader, trx)
+    if any(column.name is None for column in table.columns):
+        raise ChangeDecodeError(
+            f"{_where(trx, event)}: TABLE_MAP of {table.schema}.{table.table} carries no "
+            f"column names: the source needs binlog_row_metadata=FULL for --parquet")
+    return table
+
+
+def _library_event(event, table_map, reader, trx):
+    """The library's event object for one raw event, checked."""
+    # A stream packet is the OK byte then the event. Without a checksum the library
+    # still stops reading TABLE_MAP metadata 4 bytes before the end: pad 4 bytes.
+    data = b"\x00" + bytes(event) + (b"" if reader.checksum else b"\x00" * ev.CRC_LEN)
+    try:
+        packet = BinLogPacketWrapper(
+            MysqlPacket(data, "utf8"), table_map, _Control(reader.dbms), reader.version,
+            use_checksum=reader.checksum, allowed_events=_LIBRARY_EVENTS, only_tables=None,
+            ignored_tables=None, only_schemas=None, ignored_schemas=None,
+            freeze_schema=False, ignore_decode_errors=False,
+            verify_checksum=reader.checksum, optional_meta_data=True, enable_logging=False,
+            post_header_lengths=reader.post_header_lens)
+    except Exception as e:  # noqa: BLE001 - any library failure is this event's
+        raise _decode_error(trx, event, e) from None
+    decoded = packet.event
+    if decoded is None:  # a rows event whose table id no TABLE_MAP announced
+        raise ChangeDecodeError(f"{_where(trx, event)}: {ev.event_name(event[4])} event for "
+                                f"table id {int.from_bytes(event[19:25], 'little')} without "
+                                f"a TABLE_MAP before it in its transaction")
+    if decoded._is_event_valid is False:
+        raise CorruptBinlog(f"CRC32 mismatch in {ev.event_name(event[4])} event",
+                            trx["file"], _position(event))
+    return decoded
+
+
+def primary_key(table):
+    """Names of a TABLE_MAP's primary key columns, in key order ([] without one)."""
+    meta = table.optional_metadata
+    indexes = list(meta.simple_primary_key_list) or list(meta.primary_keys_with_prefix)
+    return [table.columns[i].name for i in indexes]
+
+
+def _changes(rows_event, event, keys, trx):
+    op, position = OPS[event[4]], _position(event)
+    try:
+        rows = rows_event.rows
+    except Exception as e:  # noqa: BLE001 - any library failure is this event's
+        raise _decode_error(trx, event, e) from None
+    if rows_event.packet.read_bytes != rows_event.event_size:
+        raise ChangeDecodeError(f"{_where(trx, event)}: rows decoded to byte "
+                                f"{rows_event.packet.read_bytes} of {rows_event.event_size}")
+    columns = {c.name: c for c in rows_event.columns}
+    pk = keys.get(rows_event.table_id, [])
+    for index, row in enumerate(rows):
+        before, after = _images(op, row, columns)
+        yield {"op": op, "db": rows_event.schema, "table": rows_event.table,
+               "pk": _key(pk, before, after), "before": _json(before), "after": _json(after),
+               "gtid": trx.get("gtid"), "commit_time": _utc(trx["commit_ts"]),
+               "file": trx["file"], "position": position, "row_index": index}
+
+
+def _images(op, row, columns):
+    if op == "update":
+        return (_image(row["before_values"], row["before_none_sources"], columns),
+                _image(row["after_values"], row["after_none_sources"], columns))
+    image = _image(row["values"], row["none_sources"], columns)
+    return (None, image) if op == "insert" else (image, None)
+
+
+def _image(values, none_sources, columns):
+    image = {}
+    for name, value in values.items():
+        source = none_sources.get(name)
+        if source == NONE_SOURCE.COLS_BITMAP:
+            continue  # not in this row image
+        if source == NONE_SOURCE.EMPTY_SET:
+            image[name] = []
+            continue
+        image[name] = encode_value(value, columns.get(name))
+    return image
+
+
+def _key(pk, before, after):
+    if not pk:
+        return None
+    image = after if after is not None and all(c in after for c in pk) else before
+    return _json({c: image.get(c) for c in pk})
+
+
+def encode_value(value, column=None):
+    """A decoded column value as a JSON-native value (the rules of the module docstring)."""
+    if value is None or isinstance(value, (bool, int, float, str)):
+        return value
+    if isinstance(value, decimal.Decimal):
+        return format(value, "f")
+    if isinstance(value, (bytes, bytearray)):
+        return base64.b64encode(value).decode("ascii")
+    if isinstance(value, datetime.datetime):
+        zone = "Z" if column is not None and column.type in _TIMESTAMPS else ""
+        return value.isoformat() + zone
+    if isinstance(value, datetime.date):
+        return value.isoformat()
+    if isinstance(value, datetime.timedelta):
+        return time_text(value)
+    if isinstance(value, (set, frozenset)):
+        order = (column.set_values if column is not None else None) or sorted(value)
+        return [member for member in order if member in value]
+    if isinstance(value, dict):  # MySQL JSON, as the library decodes it
+        return {_text(k): encode_value(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [encode_value(v) for v in value]
+    raise ChangeDecodeError(f"cannot encode a {type(value).__name__} value")
+
+
+def time_text(delta):
+    """A TIME value as MySQL prints it: [-]HH:MM:SS[.ffffff]."""
+    micros = delta.days * 86_400_000_000 + delta.seconds * 1_000_000 + delta.microseconds
+    sign, micros = ("-" if micros < 0 else ""), abs(micros)
+    seconds, fraction = divmod(micros, 1_000_000)
+    text = f"{sign}{seconds // 3600:02d}:{seconds // 60 % 60:02d}:{seconds % 60:02d}"
+    return text + (f".{fraction:06d}" if fraction else "")
+
+
+def _text(key):
+    return key.decode("utf-8") if isinstance(key, (bytes, bytearray)) else str(key)
+
+
+def _json(obj):
+    if obj is None:
+        return None
+    return json.dumps(obj, ensure_ascii=False, separators=(",", ":"), allow_nan=False)
+
+
+def _utc(epoch):
+    return datetime.datetime.fromtimestamp(epoch, datetime.timezone.utc)
+
+
+def _refuse_statement_dml(event, fde, checksum, trx):
+    sql = ev.parse_query(event, checksum, fde, max_sql=256).sql
+    match = _FIRST_WORD.match(sql)
+    word = match.group(1).upper() if match else ""
+    if word in _DML:
+        raise ChangeDecodeError(f"{_where(trx, event)}: statement-based {word} (binlog_format "
+                                f"STATEMENT or MIXED): --parquet needs row events "
+                                f"(binlog_format=ROW)")
+
+
+def _position(event):
+    """Start offset of an event in its file (its header holds where it ends)."""
+    end = ev.parse_header(event).log_pos
+    return end - len(event) if end >= len(event) else None
+
+
+def _where(trx, event):
+    return f"{trx['file']}:{_position(event)}"
+
+
+def _decode_error(trx, event, error):
+    return ChangeDecodeError(f"{_where(trx, event)}: cannot decode {ev.event_name(event[4])} "
+                             f"event: {type(error).__name__}: {error}")

@@ -1,0 +1,63 @@
+"""Parsing of replay's start, stop and filter options (pure)."""
+
+from datetime import datetime, timezone
+
+from mysqlbackup.errors import UsageError
+from mysqlbackup.binlog.gtid import MariaGtidPos
+from mysqlbackup.binlog.names import parse_position
+
+from replay.decoding.rewrite import parse_rewrites
+from replay.planning.selection import Selection
+
+
+def parse_datetime(text):
+    """Epoch seconds of an ISO 8601 datetime; without a zone it is UTC (never local time)."""
+    try:
+        value = datetime.fromisoformat(text.strip().replace(" ", "T", 1))
+    except ValueError:
+        raise UsageError(f"bad --stop-datetime {text!r}: use ISO 8601, e.g. "
+                         f"2026-11-21T09:30:00Z or 2026-11-21 10:30:00+01:00") from None
+    if value.tzinfo is None:
+        value = value.replace(tzinfo=timezone.utc)
+    return value.timestamp()
+
+
+def parse_one_gtid(text, option):
+    pos = MariaGtidPos.parse(text)
+    if len(pos.domains) != 1:
+        raise UsageError(f"{option} takes one GTID (DOMAIN-SERVER-SEQ), got {text!r}")
+    (domain, (server_id, seq)), = pos.domains.items()
+    return domain, server_id, seq
+
+
+def parse_gtid_list(text, option):
+    """A set of single GTIDs: '0-1-5,0-1-9' (each one transaction)."""
+    out = set()
+    for item in filter(None, (p.strip() for p in (text or "").split(","))):
+        out.add(parse_one_gtid(item, option))
+    return out
+
+
+def position(text, option):
+    try:
+        return parse_position(text) if text else None
+    except ValueError as e:
+        raise UsageError(f"bad {option}: {e}") from None
+
+
+def build_selection(start_gtid=None, start_position=None, stop_datetime=None,
+                    stop_before_gtid=None, stop_position=None, exclude_gtids=None,
+                    databases=(), tables=(), rewrites=()):
+    """A Selection from the CLI's option values."""
+    for t in tables:
+        if t.count(".") != 1:
+            raise UsageError(f"bad --table {t!r}: expected DB.TABLE")
+    return Selection(
+        start_gtids=MariaGtidPos.parse(start_gtid) if start_gtid else None,
+        start_position=position(start_position, "--start-position"),
+        stop_datetime=parse_datetime(stop_datetime) if stop_datetime else None,
+        stop_before_gtid=(parse_one_gtid(stop_before_gtid, "--stop-before-gtid")
+                          if stop_before_gtid else None),
+        stop_position=position(stop_position, "--stop-position"),
+        exclude=parse_gtid_list(exclude_gtids, "--exclude-gtids"),
+        databases=set(databases), tables=set(tables), rewrite=parse_rewrites(rewrites))

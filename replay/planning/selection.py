@@ -1,0 +1,110 @@
+"""Per-transaction decisions of a replay: apply, skip or stop (pure)."""
+
+from dataclasses import dataclass, field
+
+from mysqlbackup.binlog.gtid import MariaGtidPos
+from mysqlbackup.binlog.names import binlog_sort_key
+
+from replay.decoding.assemble import table_of
+from mysqlbackup.binlog import events as ev
+
+ROWS = {23, 24, 25, 30, 31, 32}
+
+
+@dataclass
+class Selection:
+    """Start, stop, exclusions and filters of a replay."""
+
+    start_gtids: MariaGtidPos = None
+    start_position: tuple = None       # (file, pos): transactions starting before it skip
+    stop_datetime: float = None        # epoch seconds (UTC): stop before the first at/after
+    stop_before_gtid: tuple = None     # (domain, server_id, seq)
+    stop_position: tuple = None        # (file, pos): stop before a transaction ending past it
+    exclude: set = field(default_factory=set)   # {(domain, server_id, seq)}
+    databases: set = field(default_factory=set)
+    tables: set = field(default_factory=set)    # {"db.table"}
+    rewrite: dict = field(default_factory=dict)  # --rewrite-db {"from": "to"}
+
+    def decide(self, trx):
+        """('apply' | 'skip' | 'stop', reason)."""
+        stop = self._stop(trx)
+        if stop:
+            return "stop", stop
+        parts = tuple(trx["gtid_parts"]) if trx.get("gtid_parts") else None
+        if parts and self.start_gtids is not None and self.start_gtids.contains(*parts):
+            return "skip", "in the start GTID set"
+        if self.start_position and _before((trx["file"], trx["start"]), self.start_position):
+            return "skip", "before the start position"
+        if parts in self.exclude:
+            return "skip", "excluded"
+        if not self._wanted(trx):
+            return "skip", "filtered out"
+        return "apply", None
+
+    def _stop(self, trx):
+        parts = tuple(trx["gtid_parts"]) if trx.get("gtid_parts") else None
+        if self.stop_datetime is not None and trx["commit_ts"] >= self.stop_datetime:
+            return "stop datetime reached"
+        if self.stop_before_gtid is not None and parts == self.stop_before_gtid:
+            return f"stop before GTID {'-'.join(map(str, parts))}"
+        if self.stop_position and not _before((trx["file"], trx["end"] - 1),
+                                              self.stop_position):
+            return "stop position reached"
+        return None
+
+    def _wanted(self, trx):
+        if not self.databases and not self.tables:
+            return True
+        names = trx["tables"]
+        if not names:  # a statement: judged by its default schema
+            return not self.databases or trx.get("db") in self.databases
+        return any(self._table_wanted(n) for n in names)
+
+    def _table_wanted(self, name):
+        return (not self.databases or name.split(".", 1)[0] in self.databases) and (
+            not self.tables or name in self.tables)
+
+    def filter_events(self, trx, fde, checksum):
+        """The transaction without the row events of tables that are filtered out.
+
+        A row statement (its TABLE_MAPs, then rows events up to the one flagged
+        STMT_END_F) keeps its end: when the flagged event goes, the last kept one
+        takes the flag; a statement left without rows events goes whole. Otherwise the
+        server would hold the statement open and skip later ones in the same BINLOG."""
+        if not self.databases and not self.tables:
+            return trx
+        keep, statement, wanted_ids = [], [], {}
+        for event in trx["events"]:
+            etype = event[4]
+            if etype not in ROWS and etype != ev.TABLE_MAP:
+                keep += self._close(statement, fde, checksum)
+                statement = []
+                keep.append(event)
+                continue
+            if etype == ev.TABLE_MAP:
+                wanted_ids[_table_id(event)] = self._table_wanted(table_of(event))
+            statement.append((event, wanted_ids.get(_table_id(event), True)))
+            if etype in ROWS and ev.rows_statement_end(event, fde):
+                keep += self._close(statement, fde, checksum)
+                statement = []
+        keep += self._close(statement, fde, checksum)
+        return dict(trx, events=keep)
+
+    @staticmethod
+    def _close(statement, fde, checksum):
+        """The kept events of one row statement, its end flag on its last rows event."""
+        kept = [e for e, wanted in statement if wanted]
+        if not any(e[4] in ROWS for e in kept):
+            return []
+        ended = any(e[4] in ROWS and ev.rows_statement_end(e, fde) for e, _ in statement)
+        if ended and not ev.rows_statement_end(kept[-1], fde):
+            kept[-1] = ev.with_statement_end(kept[-1], fde, checksum)
+        return kept
+
+
+def _table_id(event):
+    return int.from_bytes(event[19:25], "little")
+
+
+def _before(a, b):
+    return (binlog_sort_key(a[0]), a[1]) < (binlog_sort_key(b[0]), b[1])

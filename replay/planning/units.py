@@ -1,0 +1,196 @@
+"""Which archived objects a replay reads, in order, and whether what was read is
+what was archived (pure over the archive's indexes and what the tasks report).
+
+A unit is one binlog file: a sealed object, or the segments of the newest
+(partial) file. Units wholly inside the start GTID set, before the start
+position or after the stop point are left out without being read. A hole in the
+chain (a missing file, a GTID gap) is refused unless ``allow_gaps``.
+
+Once decoded, and before anything of it is applied, each unit is checked
+(``check_decoded``): every object's size and sha256 against its own index, the
+chain facts its bytes hold (GTID state before and after, the file its ROTATE
+names) against the unit's index, and (``check_link``) against the unit replayed
+before it. A mismatch is a CorruptBinlog naming the object.
+"""
+
+from mysqlbackup.archive.check import check_chain
+from mysqlbackup.errors import CorruptBinlog, MysqlBackupError, ResyncRequired, UsageError
+from mysqlbackup.binlog.names import binlog_sort_key, next_binlog_name
+from mysqlbackup.errors import mask_url
+
+CHAIN_FACTS = ("gtid_before", "gtid_after", "next_file")
+
+
+def pick_source(sources, wanted):
+    """The one source to replay: ``wanted``, or the only one in the archive."""
+    if wanted:
+        if wanted not in sources:
+            raise UsageError(f"the archive has no source {wanted!r} (it has: "
+                             f"{', '.join(sources) or 'nothing'})")
+        return wanted
+    if len(sources) != 1:
+        raise UsageError(f"the archive holds {len(sources)} sources ({', '.join(sources)}): "
+                         f"name one with --source-name")
+    return sources[0]
+
+
+def plan_units(source, sealed, partial, start=None, stop=None, allow_gaps=False):
+    """(ordered units to read, True when the stop point cut later files off).
+
+    ``sealed``: [(name, data key or None, index or None)] oldest first;
+    ``partial``: (name, [(start, end, data key, index)]) of the newest file or None;
+    ``start`` / ``stop``: callables index -> True when the file is wholly before
+    the start / wholly after the stop.
+    """
+    problems = [f"{source}/binlog/{name}: not verified or missing its object"
+                for name, key, index in sealed if key is None or index is None]
+    indexes = [index for _, _, index in sealed if index is not None]
+    problems += check_chain(source, indexes)
+    units = [{"name": name, "keys": [key], "index": index, "partial": False, "where": key,
+              "objects": [{"key": key, "start": 0, "index": index}]}
+             for name, key, index in sealed if key is not None and index is not None]
+    if partial:
+        units.append(_partial_unit(source, partial, indexes[-1] if indexes else None, problems))
+    if problems and not allow_gaps:
+        raise ResyncRequired("the archive has holes: " + "; ".join(problems)
+                             + " (--allow-gaps replays across them)")
+    units = [u for u in units if not (start and start(u["index"]))]
+    kept = []
+    for unit in units:
+        if stop and stop(unit["index"]):
+            break
+        kept.append(unit)
+    return sorted(kept, key=lambda u: binlog_sort_key(u["name"])), len(kept) < len(units)
+
+
+def _partial_unit(source, partial, last_sealed, problems):
+    name, segments = partial
+    pos, keys, indexes, objects = 0, [], [], []
+    ordered = sorted(segments, key=lambda s: s[0])
+    for i, (start, end, key, index) in enumerate(ordered):
+        if start == pos and key is not None and index is None and i == len(ordered) - 1:
+            break  # the newest segment's upload is in flight: replay up to the one before
+        if start != pos or key is None or index is None:
+            problems.append(f"{source}/partial/{name}: segment missing at offset {pos}")
+            break
+        keys.append(key)
+        indexes.append(index)
+        objects.append({"key": key, "start": start, "index": index})
+        pos = end
+    merged = dict(indexes[-1]) if indexes else {"name": name}
+    if indexes:
+        merged["gtid_before"] = indexes[0].get("gtid_before")
+        merged["first_commit"] = next((i["first_commit"] for i in indexes if i["first_commit"]),
+                                      None)
+    if last_sealed and last_sealed.get("next_file") not in (None, name):
+        problems.append(f"{source}/partial/{name} does not follow {last_sealed['name']}")
+    return {"name": name, "keys": keys, "index": merged, "partial": True,
+            "where": f"{source}/partial/{name}", "objects": objects}
+
+
+def check_decoded(unit, result, allow_gaps=False):
+    """Refuse a decoded unit that is not what the archive indexed, before any of it is
+    applied: a decode error (CorruptBinlog with the object and offset), an object
+    whose size or sha256 is not its index's, bytes whose chain facts are not the
+    index's, a sealed file ending inside a transaction.
+
+    Returns True when the newest file's last segment is shorter than its index says
+    and ``allow_gaps`` lets the replay go on with what it holds (a hole at the end).
+    """
+    error = result.get("error")
+    if error and error["kind"] != "failed":
+        _raise_task_error(unit, error)
+    tail_lost = _check_digests(unit, result["digests"], allow_gaps)
+    if error:  # the bytes are the archived ones and still the decode failed: a bug
+        raise RuntimeError(f"decoding {unit['where']} failed:\n{error['message']}")
+    if not tail_lost:
+        facts = result["facts"]
+        for field in CHAIN_FACTS:
+            if facts.get(field) != unit["index"].get(field):
+                raise CorruptBinlog(f"the object's bytes give {field} {facts.get(field)!r}, "
+                                    f"its index says {unit['index'].get(field)!r}; nothing "
+                                    "of it was applied", unit["where"])
+    if result["incomplete"] and not unit["partial"]:
+        raise ResyncRequired(f"{unit['where']} ends inside a transaction (at "
+                             f"{result['incomplete']['start']}) but is sealed")
+    return tail_lost
+
+
+def check_digests(unit, result, allow_gaps=False):
+    """Refuse ``unit`` when the (size, sha256) of its objects in ``result["digests"]`` are
+    not its indexes' (or the task could not read them: ``result["error"]``). Returns
+    True when ``allow_gaps`` lets the newest file's last segment be short."""
+    error = result.get("error")
+    if error:
+        _raise_task_error(unit, error)
+    return _check_digests(unit, result["digests"], allow_gaps)
+
+
+def check_listed_sizes(units, sizes, allow_gaps=False):
+    """Refuse, before anything at all is applied, a unit whose object the listing shows
+    with another size than its index (replaced or cut); the sha256 of each object is
+    checked later, when its window is decoded. With ``allow_gaps`` the newest file's
+    last segment may be shorter (its tail lost), as ``check_decoded`` allows."""
+    for unit in units:
+        last = unit["objects"][-1] if unit["objects"] else None
+        for obj in unit["objects"]:
+            listed, indexed = sizes.get(obj["key"]), obj["index"].get("size")
+            if listed is None or listed == indexed:
+                continue
+            if allow_gaps and unit["partial"] and obj is last and listed < indexed:
+                continue
+            raise CorruptBinlog(f"the archive lists {listed} bytes, its index says {indexed}: "
+                                "not the archived object (replaced or cut); nothing was "
+                                "applied", obj["key"])
+
+
+def check_link(previous, unit):
+    """Refuse ``unit`` (unit, facts) when it does not continue ``previous`` (the unit
+    replayed before it): the previous sealed file's ROTATE names another file, or its
+    bytes end at another GTID state than the one this unit's bytes start from."""
+    (prev, prev_facts), (cur, facts) = previous, unit
+    if not prev["partial"]:
+        expected = prev_facts.get("next_file") or next_binlog_name(prev["name"])
+        if expected != cur["name"]:
+            raise CorruptBinlog(f"its ROTATE names {expected}, but the replay goes on with "
+                                f"{cur['name']}: the chain is broken", prev["where"])
+    if prev_facts.get("gtid_after") != facts.get("gtid_before"):
+        raise CorruptBinlog(f"starts after GTIDs {facts.get('gtid_before')!r}, but "
+                            f"{prev['name']} ends at {prev_facts.get('gtid_after')!r}: the "
+                            "chain is broken; nothing of it was applied", cur["where"])
+
+
+def object_at(unit, offset):
+    """The key of the unit's object that holds file ``offset`` (a segment of the newest
+    file, or the sealed object)."""
+    objects = unit["objects"]
+    held = [o for o in objects if offset is not None and o["start"] <= offset]
+    return (held[-1] if held else objects[0])["key"]
+
+
+def _check_digests(unit, digests, allow_gaps):
+    objects = unit["objects"]
+    for i, (obj, (size, sha)) in enumerate(zip(objects, digests)):
+        want_size, want_sha = obj["index"].get("size"), obj["index"].get("sha256")
+        if (size, sha) == (want_size, want_sha):
+            continue
+        if allow_gaps and unit["partial"] and i == len(objects) - 1 and size < want_size:
+            return True
+        raise CorruptBinlog(f"the object has {size} bytes, sha256 {sha[:16]}..., its index "
+                            f"says {want_size} bytes, sha256 {str(want_sha)[:16]}...: not the "
+                            "archived object (replaced or cut); nothing of it was applied",
+                            obj["key"])
+    return False
+
+
+def _raise_task_error(unit, error):
+    if error["kind"] == "corrupt":
+        offset = error.get("offset")
+        raise CorruptBinlog(error["message"], object_at(unit, offset), offset)
+    if error["kind"] == "missing":
+        raise MysqlBackupError(
+            f"the archive changed during the replay: {mask_url(error['message'])} is gone "
+            f"(the newest file {unit['name']} was sealed meanwhile?); run the replay again: "
+            "it resumes where this one stopped")
+    raise MysqlBackupError(f"{unit['where']}: cannot read the object: "
+                           f"{mask_url(error['message'])}")
