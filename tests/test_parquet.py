@@ -103,7 +103,6 @@ def test_an_empty_selection_still_gives_a_readable_table(tmp_path):
 
 # -- live: a real MariaDB, its archive, `mysqlbackup replay --parquet` -------------------
 
-ROWS = {23, 24, 25, 30, 31, 32}
 
 
 def commit(server, *statements):
@@ -171,7 +170,7 @@ def archive_of(server, base):
 def rows_events(server):
     """(file, offset) of every rows event in the server's binlogs, in order."""
     return [(name, off) for name in server.binlog_files()
-            for off, e in iter_events(read(server.binlog_path(name)), 4, True) if e[4] in ROWS]
+            for off, e in iter_events(read(server.binlog_path(name)), 4, True) if e[4] in ev.PLAIN_ROWS_EVENTS]
 
 
 def decoded(row):

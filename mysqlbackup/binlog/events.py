@@ -61,6 +61,9 @@ INCIDENT_NAMES = {0: "NONE", 1: "LOST_EVENTS", 2: "COUNT"}
 
 # Rows events: the statement-end flag closes a statement outside a transaction.
 ROWS_EVENTS = frozenset({20, 21, 22, 23, 24, 25, 30, 31, 32, 39, 166, 167, 168, 169, 170, 171})
+# The uncompressed v1/v2 rows events (WRITE/UPDATE/DELETE): what a BINLOG statement and
+# the change table take as they are.
+PLAIN_ROWS_EVENTS = frozenset({23, 24, 25, 30, 31, 32})
 STMT_END_F = 0x0001
 
 EventHeader = namedtuple("EventHeader", "timestamp type server_id size log_pos flags")

@@ -22,7 +22,7 @@ COMPRESSED = {165: "MARIA_QUERY_COMPRESSED", 166: "compressed rows", 167: "compr
               168: "compressed rows", 169: "compressed rows", 170: "compressed rows",
               171: "compressed rows", ev.TRANSACTION_PAYLOAD: "TRANSACTION_PAYLOAD"}
 # Events replay can apply; anything else inside a transaction is refused by name.
-APPLIABLE = {ev.QUERY, ev.XID, ev.TABLE_MAP, ev.INTVAR, 23, 24, 25, 30, 31, 32,
+APPLIABLE = ev.PLAIN_ROWS_EVENTS | {ev.QUERY, ev.XID, ev.TABLE_MAP, ev.INTVAR,
              ev.MARIA_ANNOTATE_ROWS, ev.ROWS_QUERY, ev.GTID, ev.ANONYMOUS_GTID,
              ev.MARIA_GTID}
 HEADER_EVENTS = {ev.FORMAT_DESCRIPTION, ev.ROTATE, ev.STOP, ev.PREVIOUS_GTIDS,

@@ -8,7 +8,6 @@ from mysqlbackup.binlog.names import binlog_sort_key
 from replay.decoding.assemble import table_of
 from mysqlbackup.binlog import events as ev
 
-ROWS = {23, 24, 25, 30, 31, 32}
 
 
 @dataclass
@@ -76,7 +75,7 @@ class Selection:
         keep, statement, wanted_ids = [], [], {}
         for event in trx["events"]:
             etype = event[4]
-            if etype not in ROWS and etype != ev.TABLE_MAP:
+            if etype not in ev.PLAIN_ROWS_EVENTS and etype != ev.TABLE_MAP:
                 keep += self._close(statement, fde, checksum)
                 statement = []
                 keep.append(event)
@@ -84,7 +83,7 @@ class Selection:
             if etype == ev.TABLE_MAP:
                 wanted_ids[_table_id(event)] = self._table_wanted(table_of(event))
             statement.append((event, wanted_ids.get(_table_id(event), True)))
-            if etype in ROWS and ev.rows_statement_end(event, fde):
+            if etype in ev.PLAIN_ROWS_EVENTS and ev.rows_statement_end(event, fde):
                 keep += self._close(statement, fde, checksum)
                 statement = []
         keep += self._close(statement, fde, checksum)
@@ -94,9 +93,9 @@ class Selection:
     def _close(statement, fde, checksum):
         """The kept events of one row statement, its end flag on its last rows event."""
         kept = [e for e, wanted in statement if wanted]
-        if not any(e[4] in ROWS for e in kept):
+        if not any(e[4] in ev.PLAIN_ROWS_EVENTS for e in kept):
             return []
-        ended = any(e[4] in ROWS and ev.rows_statement_end(e, fde) for e, _ in statement)
+        ended = any(e[4] in ev.PLAIN_ROWS_EVENTS and ev.rows_statement_end(e, fde) for e, _ in statement)
         if ended and not ev.rows_statement_end(kept[-1], fde):
             kept[-1] = ev.with_statement_end(kept[-1], fde, checksum)
         return kept

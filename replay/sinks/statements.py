@@ -22,7 +22,7 @@ from mysqlbackup.binlog.transactions import classify_sql
 
 LOG_EVENT_SUPPRESS_USE_F = 0x0008  # header flag: run without USE (CREATE/DROP DATABASE)
 BINLOG_CAP = 4 << 20  # raw bytes a BINLOG statement gathers before it ends at a statement
-ROW_EVENTS = {ev.TABLE_MAP, 23, 24, 25, 30, 31, 32}
+ROW_EVENTS = ev.PLAIN_ROWS_EVENTS | {ev.TABLE_MAP}
 SKIPPED = {ev.MARIA_ANNOTATE_ROWS, ev.ROWS_QUERY, ev.GTID, ev.ANONYMOUS_GTID, ev.MARIA_GTID,
            ev.XID}
 
