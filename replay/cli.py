@@ -66,7 +66,8 @@ def replay(archive_url, archive_option, source_name, target, target_password_fil
         raise click.UsageError("give exactly one of --target, --sql and --parquet")
     from replay.job import ReplayOptions, run_replay
     from replay.planning.options import build_selection
-    from replay.sinks.target import SqlFileSink, TargetApplier
+    from replay.sinks.sqlfile import SqlFileSink
+    from replay.sinks.target import TargetApplier
     from mysqlbackup.archive.store import parse_options
     selection = build_selection(start_gtid, start_position, stop_datetime, stop_before_gtid,
                                 stop_position, exclude_gtids, databases, tables, rewrites)

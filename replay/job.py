@@ -19,11 +19,9 @@ import tempfile
 import time
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
-from datetime import datetime, timezone
 
 from mysqlbackup.binlog import events as ev
 from mysqlbackup.errors import CorruptBinlog, MysqlBackupError
-from mysqlbackup.binlog.gtid import MariaGtidPos
 from mysqlbackup.binlog.names import binlog_sort_key
 from mysqlbackup.errors import mask_url
 
@@ -182,8 +180,8 @@ def plan(opts):
     sealed = [(n, listing.sealed[source][n].get("data"), listing.index(source, n))
               for n in listing.sealed_names(source)]
     partial = _newest_partial(listing, source)
-    units, cut = plan_units(source, sealed, partial, _start_filter(opts.selection),
-                            _stop_filter(opts.selection), opts.allow_gaps)
+    units, cut = plan_units(source, sealed, partial, opts.selection.wholly_applied,
+                            opts.selection.wholly_after, opts.allow_gaps)
     check_listed_sizes(units, listing.sizes, opts.allow_gaps)
     return source, units, cut
 
@@ -202,30 +200,6 @@ def _newest_partial(listing, source):
                                f"{mask_url(e)} is gone (the newest file {name} was sealed "
                                "meanwhile?); run the replay again") from None
     return name, segs
-
-
-def _start_filter(sel):
-    if sel.start_gtids is None:
-        return None
-
-    def wholly_applied(index):
-        after = index.get("gtid_after")
-        if not after or "-" not in after:
-            return False
-        return all(sel.start_gtids.contains(d, s, n)
-                   for d, (s, n) in MariaGtidPos.parse(after).domains.items())
-    return wholly_applied
-
-
-def _stop_filter(sel):
-    if sel.stop_datetime is None:
-        return None
-
-    def wholly_after(index):
-        first = index.get("first_commit")
-        return bool(first) and datetime.strptime(first, "%Y-%m-%dT%H:%M:%SZ").replace(
-            tzinfo=timezone.utc).timestamp() >= sel.stop_datetime
-    return wholly_after
 
 
 def spark_session(master=None):
@@ -314,9 +288,9 @@ def run_replay(opts, sink, spark=None, progress=None):
         prefetch.shutdown(wait=True, cancel_futures=True)
         sink.close()
     summary["spark_tasks"] = _tasks_run(sc, group, summary["tasks"])
-    summary["workers"] = getattr(sink, "most_workers", 1)
-    summary["parallel_applied"] = getattr(sink, "parallel_applied", 0)
-    summary["target_commits"] = getattr(sink, "commits", None)
+    summary["workers"] = sink.most_workers
+    summary["parallel_applied"] = sink.parallel_applied
+    summary["target_commits"] = sink.commits
     return summary
 
 
@@ -357,14 +331,9 @@ def _apply_file(result, selection, sink, summary):
     fde = ev.parse_format_description(result["fde"])
     checksum = fde.checksum_alg == ev.CHECKSUM_CRC32
     chosen, stopped = _choose(result["transactions"], selection, sink, summary, checksum, fde)
-    apply_many = getattr(sink, "apply_many", None)
-    if apply_many:
-        apply_many(chosen, result["fde"], checksum, fde)
-    else:
-        for trx in chosen:
-            sink.apply(trx, result["fde"], checksum, fde)
+    sink.apply_many(chosen, result["fde"], checksum, fde)
     summary["applied"] += len(chosen)
-    summary["rows_events"] += sum(t.get("rows_events", 0) for t in chosen)
+    summary["rows_events"] += sum(t.rows_events for t in chosen)
     if stopped:
         return True
     if result["incomplete"]:  # only the newest file's (plan.check_decoded refused others)

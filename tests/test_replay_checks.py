@@ -107,7 +107,7 @@ def test_an_object_replaced_by_another_file_is_refused_by_name(sealed):
 def test_an_object_cut_at_a_transaction_boundary_is_refused_by_name(sealed):
     store, url = sealed
     data = real(MARIA)
-    first_end = assemble(data, NAME)[0][0]["end"]
+    first_end = assemble(data, NAME)[0][0].end
     before = planned(url)
     store.put_bytes(binlog_key("s", NAME), data[:first_end])
     refused_at_plan(url)
@@ -122,12 +122,12 @@ def test_a_flipped_byte_comes_back_as_the_decode_error_with_object_and_offset(se
     store, url = sealed
     data = bytearray(real(MARIA))
     second = assemble(bytes(data), NAME)[0][1]
-    data[second["start"] + 30] ^= 0x40
+    data[second.start + 30] ^= 0x40
     store.put_bytes(binlog_key("s", NAME), bytes(data))
     unit, result = decoded(url)
     assert result["error"]["kind"] == "corrupt"  # not an exception Spark would wrap
     with pytest.raises(CorruptBinlog, match=rf"^s/binlog/{NAME} at offset "
-                                            rf"{second['start']}: .*CRC") as caught:
+                                            rf"{second.start}: .*CRC") as caught:
         check_decoded(unit, result)
     assert caught.value.exit_code == 6
 
@@ -137,10 +137,10 @@ def test_an_object_cut_inside_an_event_names_object_and_offset(sealed):
     data = real(MARIA)
     second = assemble(data, NAME)[0][1]
     before = planned(url)
-    store.put_bytes(binlog_key("s", NAME), data[:second["start"] + 10])
+    store.put_bytes(binlog_key("s", NAME), data[:second.start + 10])
     refused_at_plan(url)
     unit, result = decoded(url, unit=before)
-    with pytest.raises(CorruptBinlog, match=rf"^s/binlog/{NAME} at offset {second['start']}: "
+    with pytest.raises(CorruptBinlog, match=rf"^s/binlog/{NAME} at offset {second.start}: "
                                             r"torn event"):
         check_decoded(unit, result)
 
@@ -190,7 +190,7 @@ def segments(tmp_path, cut):
 @pytest.fixture
 def partial(tmp_path):
     data = real(MARIA)
-    return segments(tmp_path, assemble(data, NAME)[0][0]["end"])
+    return segments(tmp_path, assemble(data, NAME)[0][0].end)
 
 
 def test_segments_of_the_newest_file_are_each_checked_against_their_own_index(partial):
@@ -263,7 +263,7 @@ def test_create_database_runs_without_use_as_its_event_says():
     fde = ev.parse_format_description(fde_event)
     seen = {}
     for trx in transactions:
-        for event in trx["events"]:
+        for event in trx.events:
             if event[4] != ev.QUERY:
                 continue
             sql = ev.parse_query(event, True, fde).sql

@@ -12,7 +12,8 @@ import pytest
 from mysqlbackup.archive.store import ArchiveStore, parse_options
 from replay.job import ReplayOptions, run_replay
 from replay.planning.options import build_selection
-from replay.sinks.target import SqlFileSink, TargetApplier
+from replay.sinks.sqlfile import SqlFileSink
+from replay.sinks.target import TargetApplier
 from mysqlbackup.source.spec import SourceSpec
 from tests.helpers import REPO, Daemon, backup_dir, cli_env, current_binlog, wait_for
 

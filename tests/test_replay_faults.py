@@ -115,7 +115,7 @@ def test_an_object_cut_at_a_transaction_boundary_is_refused(damaged, make_server
     path = directory / SOURCE / "binlog" / "binlog.000004"
     data = path.read_bytes()
     transactions, _, _ = assemble(data, "binlog.000004")
-    cut = transactions[len(transactions) // 2]["end"]
+    cut = transactions[len(transactions) // 2].end
     path.write_bytes(data[:cut])  # index left as is
     target = empty_target(make_server)
     result = replay(url, target)
@@ -128,11 +128,11 @@ def test_a_flipped_byte_is_refused_with_object_and_offset(damaged, make_server):
     path = directory / SOURCE / "binlog" / "binlog.000003"
     data = bytearray(path.read_bytes())
     victim = assemble(bytes(data), "binlog.000003")[0][3]
-    data[victim["start"] + 25] ^= 0x01
+    data[victim.start + 25] ^= 0x01
     path.write_bytes(bytes(data))
     target = empty_target(make_server)
     result = replay(url, target)
-    assert_refused(result, target, 3, f"binlog.000003 at offset {victim['start']}: ")
+    assert_refused(result, target, 3, f"binlog.000003 at offset {victim.start}: ")
     assert "CRC" in result.stderr
 
 

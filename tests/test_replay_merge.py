@@ -118,11 +118,11 @@ def test_a_refused_merged_commit_is_redone_one_by_one_naming_the_transaction(
 
 def test_a_connection_lost_in_a_merged_commit_stops_and_the_rerun_resumes(
         merged_source, make_server, spark, monkeypatch):
-    from replay.sinks.target import FRAGMENT_BINLOG, _Session
+    from replay.sinks.session import FRAGMENT_BINLOG, TargetSession
     target, spec = new_target(make_server, 15)
     opts = ReplayOptions(merged_source["url"], {},
                          selection=build_selection(start_gtid=merged_source["start"]))
-    real_run, seen = _Session.run, []
+    real_run, seen = TargetSession.run, []
 
     def killed_at_the_second_merged_commit(self, *statements):
         if any(FRAGMENT_BINLOG in str(s) and "BEGIN" in str(s) for s in statements):
@@ -130,11 +130,11 @@ def test_a_connection_lost_in_a_merged_commit_stops_and_the_rerun_resumes(
             if len(seen) == 2:  # the server drops this connection as the BINLOG arrives
                 target.execute(f"KILL {self.conn.thread_id()}")
         return real_run(self, *statements)
-    monkeypatch.setattr(_Session, "run", killed_at_the_second_merged_commit)
+    monkeypatch.setattr(TargetSession, "run", killed_at_the_second_merged_commit)
     with pytest.raises(ApplyError, match=r"lost the target during one commit of 8 "
                                          r"transactions .* run the replay again"):
         run_replay(opts, TargetApplier(spec, merge=8), spark=spark)
-    monkeypatch.setattr(_Session, "run", real_run)
+    monkeypatch.setattr(TargetSession, "run", real_run)
     assert target.execute("SELECT COUNT(*) FROM m.t")[0][0] == 8  # the first commit only
     summary = run_replay(opts, TargetApplier(spec, merge=8), spark=spark)
     assert summary["applied"] == 64 - 8
@@ -161,20 +161,20 @@ class Cut(Exception):
 
 def test_a_ddl_cut_off_before_its_checkpoint_counts_as_applied_on_the_rerun(
         merged_source, make_server, spark, monkeypatch):
-    from replay.sinks.target import _Session
+    from replay.sinks.session import TargetSession
     target, spec = new_target(make_server, 10)
     opts = ReplayOptions(merged_source["url"], {},
                          selection=build_selection(start_gtid=merged_source["start"]))
-    real_run = _Session.run
+    real_run = TargetSession.run
 
     def run_until_the_ddl_checkpoint(self, *statements):
         if any("DELETE FROM mysqlbackup_replay.pending_ddl" in str(s) for s in statements):
             raise Cut()
         return real_run(self, *statements)
-    monkeypatch.setattr(_Session, "run", run_until_the_ddl_checkpoint)
+    monkeypatch.setattr(TargetSession, "run", run_until_the_ddl_checkpoint)
     with pytest.raises(Cut):
         run_replay(opts, TargetApplier(spec, merge=8), spark=spark)
-    monkeypatch.setattr(_Session, "run", real_run)
+    monkeypatch.setattr(TargetSession, "run", real_run)
     # the ALTER ran, its checkpoint did not: only the announcement says so
     assert "`n` int(11) NOT NULL DEFAULT 7" in target.execute("SHOW CREATE TABLE m.t")[0][1]
     pending = target.execute("SELECT source, file, start, gtid FROM "

@@ -10,6 +10,7 @@ from mysqlbackup.source.spec import SourceSpec
 from mysqlbackup.archive.store import ArchiveStore
 from replay.decoding.assemble import assemble
 from replay.decoding.groups import batches
+from replay.decoding.transaction import Transaction
 from replay.job import ReplayOptions, run_replay
 from replay.planning.options import build_selection
 from replay.sinks.target import TargetApplier
@@ -19,13 +20,13 @@ TABLES = ["par.a", "par.b"]
 
 
 def trx(n, group):
-    return {"gtid": f"0-1-{n}", "group": group}
+    return Transaction("b.000001", 4, 50, gtid=f"0-1-{n}", group=group)
 
 
 def test_batches_follow_mariadb_commit_ids():
     txs = [trx(1, None), trx(2, ("mariadb", 0, 7)), trx(3, ("mariadb", 0, 7)),
            trx(4, ("mariadb", 0, 9)), trx(5, ("mariadb", 1, 9)), trx(6, None), trx(7, None)]
-    assert [[t["gtid"] for t in b] for b in batches(txs)] == [
+    assert [[t.gtid for t in b] for b in batches(txs)] == [
         ["0-1-1"], ["0-1-2", "0-1-3"], ["0-1-4"], ["0-1-5"], ["0-1-6"], ["0-1-7"]]
 
 
@@ -33,7 +34,7 @@ def test_batches_follow_the_mysql_logical_clock():
     # (last_committed, sequence_number): 2 and 3 wait only for 1; 4 waits for 3
     txs = [trx(1, ("mysql", 0, 1)), trx(2, ("mysql", 1, 2)), trx(3, ("mysql", 1, 3)),
            trx(4, ("mysql", 3, 4)), trx(5, ("mysql", 3, 5))]
-    assert [[t["gtid"] for t in b] for b in batches(txs)] == [
+    assert [[t.gtid for t in b] for b in batches(txs)] == [
         ["0-1-1"], ["0-1-2", "0-1-3"], ["0-1-4", "0-1-5"]]
 
 
@@ -80,7 +81,7 @@ def test_group_commits_apply_in_parallel_and_in_order(make_server, spark, tmp_pa
     concurrent_writes(source)
     source.execute("FLUSH BINARY LOGS")
     paths = [source.binlog_path(n) for n in source.binlog_files()]
-    grouped = [t for p in paths for t in assemble(read(p), p)[0] if t["group"]]
+    grouped = [t for p in paths for t in assemble(read(p), p)[0] if t.group]
     assert len(grouped) > 20, "the source did not group its commits"
 
     local = backup_dir(paths, tmp_path / "local", "par1")

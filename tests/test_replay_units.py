@@ -1,9 +1,12 @@
 """Replay's pure parts: options, per-transaction decisions, statements, planning."""
 
+from dataclasses import replace
+
 import pytest
 
 from mysqlbackup.errors import CorruptBinlog, ResyncRequired, UsageError
 from replay.decoding.assemble import assemble, attach_events, detach_events
+from replay.decoding.transaction import Transaction
 from replay.planning.options import build_selection, parse_datetime
 from replay.planning.units import pick_source, plan_units
 from replay.sinks.statements import step_sql, transaction_steps
@@ -31,8 +34,8 @@ def test_bad_options_are_refused():
 
 
 def trx(seq, ts=100, file="b.000001", start=4, end=50, tables=("d.t",)):
-    return {"gtid_parts": [0, 1, seq], "commit_ts": ts, "file": file, "start": start,
-            "end": end, "tables": list(tables), "db": "d"}
+    return Transaction(gtid_parts=[0, 1, seq], commit_ts=ts, file=file, start=start,
+                       end=end, tables=list(tables), db="d")
 
 
 def test_decisions():
@@ -53,8 +56,8 @@ def test_events_detached_in_the_task_come_back_equal_on_the_driver(shared_binlog
     whole, _, _ = assemble(data, "mariadb-bin.000001")
     light, _, _ = assemble(data, "mariadb-bin.000001")
     fingerprint = detach_events(light, data)
-    assert all("events" not in t for t in light)
-    assert [len(t["event_lengths"]) for t in light] == [len(t["events"]) for t in whole]
+    assert all(t.events is None for t in light)
+    assert [len(t.event_lengths) for t in light] == [len(t.events) for t in whole]
     attach_events(light, data, "mariadb-bin.000001", fingerprint)
     assert light == whole
 
@@ -77,8 +80,8 @@ def test_steps_of_a_real_mariadb_transaction(shared_binlog):
     assert [k for k, _ in steps] == ["sql", "binlog", "commit"]
     assert steps[0][1] == "BEGIN" and step_sql(*steps[1]).startswith("BINLOG '")
     assert [e[4] for e in steps[1][1]] == [ev.TABLE_MAP, 23]  # whole events, in order
-    assert transactions[0]["gtid_parts"] == [0, 1, 1]
-    assert transactions[0]["tables"] == ["toddy_test.outbox"]
+    assert transactions[0].gtid_parts == [0, 1, 1]
+    assert transactions[0].tables == ["toddy_test.outbox"]
 
 
 def test_only_row_transactions_committed_by_an_xid_may_share_a_commit(shared_binlog):
@@ -87,7 +90,7 @@ def test_only_row_transactions_committed_by_an_xid_may_share_a_commit(shared_bin
     transactions, _, fde_event = assemble(data, "mysql-bin.000066")
     fde = ev.parse_format_description(fde_event)
     assert [mergeable(t, True, fde) for t in transactions] == [False] * 2 + [True] * 11
-    commit_query = dict(transactions[2], events=transactions[2]["events"][:-1])
+    commit_query = replace(transactions[2], events=transactions[2].events[:-1])
     assert not mergeable(commit_query, True, fde)  # no XID: not a transactional commit
 
 
@@ -149,11 +152,11 @@ def test_rewrite_db_rebuilds_table_maps(shared_binlog):
     transactions, _, _ = assemble(data, "mariadb-bin.000001")
     trx = rewrite_transaction(transactions[0], parse_rewrites(["toddy_test:restored_copy"]),
                               True)
-    table_map = [e for e in trx["events"] if e[4] == ev.TABLE_MAP][0]
+    table_map = [e for e in trx.events if e[4] == ev.TABLE_MAP][0]
     assert table_of(table_map) == "restored_copy.outbox"
     assert ev.crc_ok(table_map)
     assert ev.parse_header(table_map).size == len(table_map)
-    original = [e for e in transactions[0]["events"] if e[4] == ev.TABLE_MAP][0]
+    original = [e for e in transactions[0].events if e[4] == ev.TABLE_MAP][0]
     assert len(table_map) == len(original) + len("restored_copy") - len("toddy_test")
     with pytest.raises(UsageError, match="FROM:TO"):
         parse_rewrites(["nocolon"])

@@ -29,14 +29,6 @@ def binlog_sort_key(name):
     return (base, seq)
 
 
-def parse_position(text):
-    """Parse ``FILE:POS`` into (file, pos); raise ValueError when malformed."""
-    file, sep, pos = text.rpartition(":")
-    if not sep or not file or not pos.isdigit():
-        raise ValueError(f"expected FILE:POS, got {text!r}")
-    return file, int(pos)
-
-
 def next_binlog_name(name):
     """The name that follows ``name`` in its sequence (binlog.000009 -> binlog.000010),
     or None when ``name`` is not a binlog file name."""

@@ -1,7 +1,8 @@
 """Binlog bytes -> complete transactions (pure: runs inside a Spark task).
 
 A transaction is a group as ``mysqlbackup.transactions.TrxTracker`` defines it
-(GTID or BEGIN ... XID/COMMIT, a DDL alone). Each carries its GTID, file,
+(GTID or BEGIN ... XID/COMMIT, a DDL alone), made a ``Transaction``
+(``replay.decoding.transaction``). Each carries its GTID, file,
 start/end position, commit time, the tables it touches, its raw events, its
 commit group (``replay.groups``) and how many rows events it holds. A
 group still open at the end of the bytes is incomplete: it is returned apart,
@@ -17,6 +18,7 @@ from mysqlbackup.binlog.scan import check_magic, iter_events
 from mysqlbackup.binlog.transactions import OUTSIDE, TrxTracker
 
 from replay.decoding.groups import commit_group
+from replay.decoding.transaction import Transaction
 
 COMPRESSED = {165: "MARIA_QUERY_COMPRESSED", 166: "compressed rows", 167: "compressed rows",
               168: "compressed rows", 169: "compressed rows", 170: "compressed rows",
@@ -121,15 +123,14 @@ def _collect(current, event, tracker):
 
 def _finish(current, end, last_event, tracker):
     gtid = tracker.last_gtid
-    return {
-        "file": current["file"], "start": current["start"], "end": end,
-        "gtid": gtid_text(gtid), "gtid_parts": list(gtid[1:]) if gtid else None,
-        "commit_ts": ev.parse_header(last_event).timestamp,
-        "tables": sorted(current["tables"]), "events": current["events"],
-        "db": current.get("db"),
-        "group": commit_group(current["events"][0], tracker.checksum),
-        "rows_events": sum(1 for e in current["events"] if e[4] in ev.ROWS_EVENTS),
-    }
+    return Transaction(
+        file=current["file"], start=current["start"], end=end,
+        gtid=gtid_text(gtid), gtid_parts=list(gtid[1:]) if gtid else None,
+        commit_ts=ev.parse_header(last_event).timestamp,
+        tables=sorted(current["tables"]), events=current["events"],
+        db=current.get("db"),
+        group=commit_group(current["events"][0], tracker.checksum),
+        rows_events=sum(1 for e in current["events"] if e[4] in ev.ROWS_EVENTS))
 
 
 def detach_events(transactions, data):
@@ -137,7 +138,7 @@ def detach_events(transactions, data):
     (they are consecutive from its start), plus (size, CRC32) of the whole ``data``
     so that whoever attaches the bytes again can prove they are the ones decoded."""
     for trx in transactions:
-        trx["event_lengths"] = [len(e) for e in trx.pop("events")]
+        trx.event_lengths, trx.events = [len(e) for e in trx.events], None
     return len(data), zlib.crc32(data)
 
 
@@ -150,11 +151,11 @@ def attach_events(transactions, data, name, fingerprint):
                             f"{fingerprint[0]}/{fingerprint[1]}); resync required", name, 0)
     view = memoryview(data)
     for trx in transactions:
-        pos, events = trx["start"], []
-        for n in trx.pop("event_lengths"):
+        pos, events = trx.start, []
+        for n in trx.event_lengths:
             events.append(bytes(view[pos:pos + n]))
             pos += n
-        trx["events"] = events
+        trx.events, trx.event_lengths = events, None
 
 
 def table_of(event):

@@ -105,7 +105,7 @@ def iter_changes(trx, fde, checksum):
     """Yield one change dict per row of the transaction's rows events, in binlog order."""
     reader = Reader.of(fde, checksum)
     table_map, keys = {}, {}
-    for event in trx["events"]:
+    for event in trx.events:
         etype = event[4]
         if etype == ev.TABLE_MAP:
             table = _table_map(event, table_map, reader, trx)
@@ -148,7 +148,7 @@ def _library_event(event, table_map, reader, trx):
                                 f"a TABLE_MAP before it in its transaction")
     if decoded._is_event_valid is False:
         raise CorruptBinlog(f"CRC32 mismatch in {ev.event_name(event[4])} event",
-                            trx["file"], _position(event))
+                            trx.file, _position(event))
     return decoded
 
 
@@ -174,8 +174,8 @@ def _changes(rows_event, event, keys, trx):
         before, after = _images(op, row, columns)
         yield {"op": op, "db": rows_event.schema, "table": rows_event.table,
                "pk": _key(pk, before, after), "before": _json(before), "after": _json(after),
-               "gtid": trx.get("gtid"), "commit_time": _utc(trx["commit_ts"]),
-               "file": trx["file"], "position": position, "row_index": index}
+               "gtid": trx.gtid, "commit_time": _utc(trx.commit_ts),
+               "file": trx.file, "position": position, "row_index": index}
 
 
 def _images(op, row, columns):
@@ -271,7 +271,7 @@ def _position(event):
 
 
 def _where(trx, event):
-    return f"{trx['file']}:{_position(event)}"
+    return f"{trx.file}:{_position(event)}"
 
 
 def _decode_error(trx, event, error):

@@ -41,7 +41,7 @@ def batches(transactions):
     """Consecutive runs of ``transactions`` that may be applied side by side (in order)."""
     run, first = [], None
     for trx in transactions:
-        group = trx.get("group")
+        group = trx.group
         if run and _joins(first, group):
             run.append(trx)
             continue

@@ -8,6 +8,7 @@ they are. Filters (--database, --table) see the original names.
 
 import struct
 import zlib
+from dataclasses import replace
 
 from mysqlbackup.binlog import events as ev
 from mysqlbackup.errors import UsageError
@@ -48,5 +49,5 @@ def rewrite_transaction(trx, mapping, checksum):
     if not mapping:
         return trx
     events = [rewrite_table_map(e, mapping, checksum) if e[4] == ev.TABLE_MAP else e
-              for e in trx["events"]]
-    return dict(trx, events=events, db_map=mapping)
+              for e in trx.events]
+    return replace(trx, events=events, db_map=mapping)

@@ -4,7 +4,7 @@ from datetime import datetime, timezone
 
 from mysqlbackup.errors import UsageError
 from mysqlbackup.binlog.gtid import MariaGtidPos
-from mysqlbackup.binlog.names import parse_position
+from mysqlbackup.binlog.position import parse_position
 
 from replay.decoding.rewrite import parse_rewrites
 from replay.planning.selection import Selection
@@ -39,10 +39,13 @@ def parse_gtid_list(text, option):
 
 
 def position(text, option):
+    """The Position of ``option``'s 'FILE:POS' value (None when not given)."""
+    if not text:
+        return None
     try:
-        return parse_position(text) if text else None
-    except ValueError as e:
-        raise UsageError(f"bad {option}: {e}") from None
+        return parse_position(text)
+    except UsageError:
+        raise UsageError(f"bad {option}: expected FILE:POS, got {text!r}") from None
 
 
 def build_selection(start_gtid=None, start_position=None, stop_datetime=None,

@@ -1,13 +1,18 @@
-"""Per-transaction decisions of a replay: apply, skip or stop (pure)."""
+"""Where a replay starts and stops, and what it keeps (pure).
 
-from dataclasses import dataclass, field
+Each point is judged here at two levels: a whole file from its index
+(``wholly_applied``, ``wholly_after``: the planner leaves such files out) and
+one transaction (``decide``: apply, skip or stop).
+"""
 
+from dataclasses import dataclass, field, replace
+from datetime import datetime, timezone
+
+from mysqlbackup.binlog import events as ev
 from mysqlbackup.binlog.gtid import MariaGtidPos
-from mysqlbackup.binlog.names import binlog_sort_key
+from mysqlbackup.binlog.position import Position
 
 from replay.decoding.assemble import table_of
-from mysqlbackup.binlog import events as ev
-
 
 
 @dataclass
@@ -15,24 +20,44 @@ class Selection:
     """Start, stop, exclusions and filters of a replay."""
 
     start_gtids: MariaGtidPos = None
-    start_position: tuple = None       # (file, pos): transactions starting before it skip
+    start_position: Position = None    # transactions starting before it skip
     stop_datetime: float = None        # epoch seconds (UTC): stop before the first at/after
     stop_before_gtid: tuple = None     # (domain, server_id, seq)
-    stop_position: tuple = None        # (file, pos): stop before a transaction ending past it
+    stop_position: Position = None     # stop before a transaction ending past it
     exclude: set = field(default_factory=set)   # {(domain, server_id, seq)}
     databases: set = field(default_factory=set)
     tables: set = field(default_factory=set)    # {"db.table"}
     rewrite: dict = field(default_factory=dict)  # --rewrite-db {"from": "to"}
+
+    def wholly_applied(self, index):
+        """True when the start GTIDs hold every transaction of the file ``index``
+        describes (its ``gtid_after`` is within them); False without start GTIDs."""
+        if self.start_gtids is None:
+            return False
+        after = index.get("gtid_after")
+        if not after or "-" not in after:
+            return False
+        return all(self.start_gtids.contains(d, s, n)
+                   for d, (s, n) in MariaGtidPos.parse(after).domains.items())
+
+    def wholly_after(self, index):
+        """True when the file ``index`` describes commits its first transaction at or
+        after the stop datetime; False without a stop datetime."""
+        if self.stop_datetime is None:
+            return False
+        first = index.get("first_commit")
+        return bool(first) and datetime.strptime(first, "%Y-%m-%dT%H:%M:%SZ").replace(
+            tzinfo=timezone.utc).timestamp() >= self.stop_datetime
 
     def decide(self, trx):
         """('apply' | 'skip' | 'stop', reason)."""
         stop = self._stop(trx)
         if stop:
             return "stop", stop
-        parts = tuple(trx["gtid_parts"]) if trx.get("gtid_parts") else None
+        parts = trx.gtid_key
         if parts and self.start_gtids is not None and self.start_gtids.contains(*parts):
             return "skip", "in the start GTID set"
-        if self.start_position and _before((trx["file"], trx["start"]), self.start_position):
+        if self.start_position and trx.start_position < self.start_position:
             return "skip", "before the start position"
         if parts in self.exclude:
             return "skip", "excluded"
@@ -41,22 +66,21 @@ class Selection:
         return "apply", None
 
     def _stop(self, trx):
-        parts = tuple(trx["gtid_parts"]) if trx.get("gtid_parts") else None
-        if self.stop_datetime is not None and trx["commit_ts"] >= self.stop_datetime:
+        parts = trx.gtid_key
+        if self.stop_datetime is not None and trx.commit_ts >= self.stop_datetime:
             return "stop datetime reached"
         if self.stop_before_gtid is not None and parts == self.stop_before_gtid:
             return f"stop before GTID {'-'.join(map(str, parts))}"
-        if self.stop_position and not _before((trx["file"], trx["end"] - 1),
-                                              self.stop_position):
+        if self.stop_position and not Position(trx.file, trx.end - 1) < self.stop_position:
             return "stop position reached"
         return None
 
     def _wanted(self, trx):
         if not self.databases and not self.tables:
             return True
-        names = trx["tables"]
+        names = trx.tables
         if not names:  # a statement: judged by its default schema
-            return not self.databases or trx.get("db") in self.databases
+            return not self.databases or trx.db in self.databases
         return any(self._table_wanted(n) for n in names)
 
     def _table_wanted(self, name):
@@ -73,7 +97,7 @@ class Selection:
         if not self.databases and not self.tables:
             return trx
         keep, statement, wanted_ids = [], [], {}
-        for event in trx["events"]:
+        for event in trx.events:
             etype = event[4]
             if etype not in ev.PLAIN_ROWS_EVENTS and etype != ev.TABLE_MAP:
                 keep += self._close(statement, fde, checksum)
@@ -87,7 +111,7 @@ class Selection:
                 keep += self._close(statement, fde, checksum)
                 statement = []
         keep += self._close(statement, fde, checksum)
-        return dict(trx, events=keep)
+        return replace(trx, events=keep)
 
     @staticmethod
     def _close(statement, fde, checksum):
@@ -104,6 +128,3 @@ class Selection:
 def _table_id(event):
     return int.from_bytes(event[19:25], "little")
 
-
-def _before(a, b):
-    return (binlog_sort_key(a[0]), a[1]) < (binlog_sort_key(b[0]), b[1])

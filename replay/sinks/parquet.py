@@ -29,6 +29,7 @@ from mysqlbackup.errors import UsageError
 from mysqlbackup.archive.store import s3_client_options
 
 from replay.decoding.changes import iter_changes
+from replay.sinks.base import Sink
 
 ROWS_PER_PART = 100_000
 BYTES_PER_PART = 128 << 20
@@ -59,8 +60,8 @@ def options_for(url, archive_url, archive_options):
     return dict(archive_options or {}) if same else {}
 
 
-class ParquetSink:
-    """A replay sink that writes the change table (same interface as SqlFileSink)."""
+class ParquetSink(Sink):
+    """A replay sink that writes the change table."""
 
     def __init__(self, url, storage_options=None, rows_per_part=ROWS_PER_PART,
                  bytes_per_part=BYTES_PER_PART):
@@ -102,9 +103,6 @@ class ParquetSink:
                                                                              detail=False))
         return [n for n in names if n == SUCCESS or (n.startswith("part-")
                                                      and n.endswith(".parquet"))]
-
-    def is_applied(self, trx):
-        return False
 
     def apply(self, trx, fde_event, checksum, fde):
         """Decode the transaction's row changes into the buffer; write full parts."""

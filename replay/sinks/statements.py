@@ -56,7 +56,7 @@ def step_sql(kind, what):
 def mergeable(trx, checksum, fde):
     """True when ``trx`` is only row changes committed by an XID (a transactional
     engine), so that it may share one target commit with its neighbours."""
-    events = trx["events"]
+    events = trx.events
     if not events or events[-1][4] != ev.XID:
         return False
     for event in events:
@@ -99,15 +99,14 @@ def errors_if_already_applied(sql):
 
 def row_events(trx):
     """The events of ``trx`` that go into BINLOG statements."""
-    return [e for e in trx["events"] if e[4] in ROW_EVENTS]
+    return [e for e in trx.events if e[4] in ROW_EVENTS]
 
 
 def gtid_session(trx):
     """SET statement that makes the target log the transaction under its original GTID."""
-    parts = trx.get("gtid_parts")
-    if not parts or len(parts) != 3 or not isinstance(parts[0], int):
+    if not trx.maria_gtid:
         return None
-    domain, server_id, seq = parts
+    domain, server_id, seq = trx.maria_gtid
     return f"SET SESSION gtid_domain_id={domain}, server_id={server_id}, gtid_seq_no={seq}"
 
 
@@ -120,10 +119,10 @@ def transaction_steps(trx, fde, checksum, cap=BINLOG_CAP):
     standalone statement (DDL) runs alone. ``checksum``: events carry a CRC32.
     """
     steps, rows = [], []
-    transactional = any(e[4] == ev.XID or _is_commit(e, checksum, fde) for e in trx["events"])
+    transactional = any(e[4] == ev.XID or _is_commit(e, checksum, fde) for e in trx.events)
     if transactional:
         steps.append(("sql", "BEGIN"))
-    for event in trx["events"]:
+    for event in trx.events:
         etype = event[4]
         if etype in ROW_EVENTS:
             rows.append(event)
@@ -133,7 +132,7 @@ def transaction_steps(trx, fde, checksum, cap=BINLOG_CAP):
         if rows:
             steps += [("binlog", chunk) for chunk in binlog_chunks(rows, fde, cap)]
             rows = []
-        steps.extend(_other(event, etype, checksum, fde, trx.get("db_map") or {}))
+        steps.extend(_other(event, etype, checksum, fde, trx.db_map or {}))
     if rows:
         steps += [("binlog", chunk) for chunk in binlog_chunks(rows, fde, cap)]
     if transactional:

@@ -1,0 +1,42 @@
+"""What the replay job asks of a sink (the target, an SQL file, a Parquet table).
+
+``replay.job.run_replay`` opens the sink with the source's name, asks it which
+transactions it already holds (``is_applied``), hands it each file's chosen
+transactions in commit order (``apply_many``) and closes it, also after an error.
+Afterwards it reads the summary attributes below. A sink that takes one
+transaction at a time implements ``apply`` and inherits ``apply_many``.
+"""
+
+from abc import ABC, abstractmethod
+
+
+class Sink(ABC):
+    """The protocol every replay sink implements (subclass it explicitly)."""
+
+    most_workers = 1        # the most target connections one batch used
+    parallel_applied = 0    # transactions that ran beside another one
+    commits = None          # target commits made (None: the sink has no target)
+
+    @abstractmethod
+    def open(self, source):
+        """Get ready to take the transactions of ``source`` (its archive name); returns self."""
+
+    def is_applied(self, trx):
+        """True when the sink already holds ``trx`` (a Transaction): it is skipped."""
+        return False
+
+    def apply_many(self, transactions, fde_event, checksum, fde):
+        """Take ``transactions`` (one file's, in commit order). ``fde_event``: the file's
+        FORMAT_DESCRIPTION bytes, ``fde`` its parsed form, ``checksum``: events carry
+        a CRC32."""
+        for trx in transactions:
+            self.apply(trx, fde_event, checksum, fde)
+
+    def apply(self, trx, fde_event, checksum, fde):
+        """Take one transaction (the arguments of ``apply_many``)."""
+        raise NotImplementedError(f"{type(self).__name__} implements neither apply "
+                                  "nor apply_many")
+
+    @abstractmethod
+    def close(self):
+        """Release what ``open`` took (called also after an error)."""

@@ -1,0 +1,72 @@
+"""The packets that apply one transaction to the target, its checkpoint with them (pure).
+
+A plan's body is what a session sends (SQL text, the source's statement bytes,
+BinlogPackets); its ``commit`` writes the checkpoint row in the same commit. A
+statement that commits by itself (DDL) is announced in ``pending_ddl`` first
+and recorded after, both unlogged (``replay.sinks.target`` explains why).
+"""
+
+from replay.sinks.session import BinlogPacket
+from replay.sinks.statements import gtid_session, transaction_steps
+
+
+class Plan:
+    """The packets of one transaction: its body, then what commits it."""
+
+    def __init__(self, trx, body, commit):
+        self.trx, self.body, self.commit = trx, body, commit
+        self.ddl_at = None  # index in body of a statement that commits by itself
+
+
+def plan_transaction(trx, fde, checksum, cap, checkpoint, source, quote):
+    """The Plan of ``trx``: SQL text, the source's bytes, or a BinlogPacket (statements,
+    then a BINLOG, which must end its packet); ``checkpoint`` (its row's SQL) goes with
+    its commit. ``quote``: the connection's escape (a value -> an SQL literal)."""
+    steps = transaction_steps(trx, fde, checksum, cap)
+    session = gtid_session(trx)
+    packets, current = [], [session] if session else []
+    for kind, what in steps:
+        if kind == "commit":
+            continue  # the checkpoint row goes with the COMMIT: one packet
+        if kind == "sql":
+            current.append(what)
+            continue
+        before = "".join(sql + ";\n" for sql in current)
+        if kind == "binlog":
+            packets.append(BinlogPacket(before, what))
+        else:  # the source's own bytes: a packet of their own
+            packets += [before] if before else []
+            packets.append(what)
+        current = []
+    if current:
+        packets.append(";\n".join(current))
+    if steps[-1][0] == "commit":
+        return Plan(trx, packets, f"{checkpoint};\nCOMMIT")
+    return _ddl_plan(trx, packets, checkpoint, quote(source), quote)
+
+
+def _ddl_plan(trx, packets, checkpoint, source, quote):
+    """DDL commits by itself: announced before, recorded after (both unlogged)."""
+    announce = ("SET SESSION sql_log_bin=0;\nREPLACE INTO mysqlbackup_replay.pending_ddl "
+                f"(source, file, start, gtid) VALUES ({source}, {quote(trx.file)}, "
+                f"{trx.start}, {quote(trx.gtid or '')});\n"
+                "SET SESSION sql_log_bin=1")
+    plan = Plan(trx, [announce] + packets, "SET SESSION sql_log_bin=0;\nBEGIN;\n"
+                f"{checkpoint};\nDELETE FROM mysqlbackup_replay.pending_ddl WHERE "
+                f"source = {source};\nCOMMIT;\nSET SESSION sql_log_bin=1")
+    raw = [i for i, packet in enumerate(packets) if isinstance(packet, bytes)]
+    plan.ddl_at = 1 + raw[0] if len(raw) == 1 else None  # after the announcement
+    return plan
+
+
+def checkpoint_sql(quote, source, trx, gtids, slot):
+    """The checkpoint row of worker ``slot`` once ``trx`` is applied: its end, and the
+    GTIDs applied (``gtids`` plus its own)."""
+    gtids = gtids.copy()
+    if trx.maria_gtid:
+        gtids.add(*trx.maria_gtid)
+    return ("INSERT INTO mysqlbackup_replay.checkpoint (source, worker, file, pos, gtid) "
+            f"VALUES ({quote(source)}, {slot}, {quote(trx.file)}, "
+            f"{trx.end}, {quote(str(gtids))}) ON DUPLICATE KEY UPDATE "
+            "file=VALUES(file), pos=VALUES(pos), gtid=VALUES(gtid), "
+            "updated=CURRENT_TIMESTAMP(6)")

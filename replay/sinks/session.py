@@ -1,0 +1,132 @@
+"""One connection to the replay's target (network I/O).
+
+The target keeps what is applied in ``mysqlbackup_replay``: a checkpoint row
+per worker (written inside each applied transaction) and the announcement of a
+DDL in flight (``pending_ddl``). A session sends the statements of a plan:
+SQL text, the source's own statement bytes, and BINLOG statements of row events
+(on MariaDB their base64 bound to a prepared SET, see ``TargetSession.binlog``).
+"""
+
+import base64
+
+import pymysql
+from pymysql.constants import CLIENT
+
+from mysqlbackup.errors import SourceError
+from mysqlbackup.source.protocol import (COM_STMT_EXECUTE, COM_STMT_PREPARE, parse_prepare_ok,
+                                         stmt_execute_blob_args)
+
+from replay.sinks.statements import binlog_statement
+
+CHECKPOINT_DDL = (
+    "CREATE TABLE IF NOT EXISTS mysqlbackup_replay.checkpoint (source VARCHAR(128) NOT NULL, "
+    "worker SMALLINT NOT NULL DEFAULT 0, file VARCHAR(255) NOT NULL, pos BIGINT NOT NULL, "
+    "gtid TEXT, updated TIMESTAMP(6) NOT NULL DEFAULT CURRENT_TIMESTAMP(6), "
+    "PRIMARY KEY (source, worker)) ENGINE=InnoDB")
+# a table made before there were workers gets its column (the row becomes worker 0)
+CHECKPOINT_MIGRATE = (
+    "ALTER TABLE mysqlbackup_replay.checkpoint ADD COLUMN worker SMALLINT NOT NULL DEFAULT 0 "
+    "AFTER source, DROP PRIMARY KEY, ADD PRIMARY KEY (source, worker)")
+# a statement that commits by itself (DDL) is announced here first, and the row goes in
+# the commit of its checkpoint: a row left over means it ran, or not, when cut off
+PENDING_DDL = (
+    "CREATE TABLE IF NOT EXISTS mysqlbackup_replay.pending_ddl (source VARCHAR(128) NOT NULL "
+    "PRIMARY KEY, file VARCHAR(255) NOT NULL, start BIGINT NOT NULL, gtid VARCHAR(128), "
+    "since TIMESTAMP(6) NOT NULL DEFAULT CURRENT_TIMESTAMP(6)) ENGINE=InnoDB")
+LOCK_WAIT_TIMEOUT = 10  # s; a parallel batch that waits longer is redone one by one
+# MariaDB: BINLOG reads its base64 from two user variables (and empties them)
+FRAGMENT_SET = "SET @binlog_fragment_0 = ?, @binlog_fragment_1 = ''"
+FRAGMENT_BINLOG = "BINLOG @binlog_fragment_0, @binlog_fragment_1"
+
+
+def connect(spec):
+    """A TargetSession on a new connection to ``spec`` (autocommit, multi-statements)."""
+    try:
+        conn = pymysql.connect(host=spec.host, port=spec.port, user=spec.user,
+                               password=spec.password, autocommit=True,
+                               client_flag=CLIENT.MULTI_STATEMENTS)
+    except pymysql.err.OperationalError as e:
+        raise SourceError(f"cannot connect to the target {spec.address}: "
+                          f"{e.args[-1]}") from None
+    return TargetSession(conn)
+
+
+class TargetSession:
+    """One connection to the target (a worker), with the format description it has."""
+
+    def __init__(self, conn):
+        self.conn, self.fde = conn, None
+        self.fragment_stmt = None  # id of the prepared FRAGMENT_SET
+
+    def run(self, *statements):
+        """Run ``statements`` in order; the rows of the last one."""
+        rows = None
+        with self.conn.cursor() as cur:
+            for sql in statements:
+                cur.execute(sql)
+                rows = cur.fetchall()
+                while cur.nextset():
+                    pass
+        return rows
+
+    def create_tables(self):
+        """The checkpoint and pending_ddl tables (unlogged: they invent no GTID)."""
+        self.run("SET SESSION sql_log_bin=0", "CREATE DATABASE IF NOT EXISTS mysqlbackup_replay",
+                 CHECKPOINT_DDL, PENDING_DDL)
+        if not self.run("SHOW COLUMNS FROM mysqlbackup_replay.checkpoint LIKE 'worker'"):
+            self.run(CHECKPOINT_MIGRATE)
+        self.run("SET SESSION sql_log_bin=1")
+
+    def use_fde(self, fde_event):
+        """Send the file's format description once per connection (and per change)."""
+        if fde_event != self.fde:
+            self.run(binlog_statement([fde_event]))
+            self.fde = fde_event
+
+    def send(self, packet, fragments):
+        """One packet of a plan: SQL text or bytes, or a BinlogPacket."""
+        if isinstance(packet, BinlogPacket):
+            return self.binlog(packet.events, packet.before, fragments)
+        return self.run(packet)
+
+    def binlog(self, events, before="", fragments=True):
+        """Apply whole events with BINLOG after ``before`` (statements in the same
+        packet). ``fragments`` (MariaDB): the base64 is bound to a prepared SET as a
+        parameter, so the server does not lex megabytes of text (a third of its work);
+        BINLOG empties the variables as it reads them, so a failed bind can never
+        replay older events. Otherwise a ``BINLOG '...'`` literal."""
+        if not fragments:
+            return self.run(before + binlog_statement(events))
+        if self.fragment_stmt is None:
+            self.fragment_stmt = self._prepare(FRAGMENT_SET)
+        value = base64.b64encode(b"".join(events))
+        self.conn._execute_command(COM_STMT_EXECUTE,
+                                   stmt_execute_blob_args(self.fragment_stmt, value))
+        self.conn._read_packet()  # OK, or raises the server's error
+        return self.run(before + FRAGMENT_BINLOG)
+
+    def _prepare(self, sql):
+        """Server-side prepared statement id (pymysql has none: its packet calls)."""
+        self.conn._execute_command(COM_STMT_PREPARE, sql)
+        stmt_id, columns, params = parse_prepare_ok(self.conn._read_packet().get_all_data())
+        for _ in range(params + bool(params) + columns + bool(columns)):  # defs, then EOF
+            self.conn._read_packet()
+        return stmt_id
+
+    def rollback(self):
+        """ROLLBACK, ignoring a failure (the connection may be gone)."""
+        try:
+            self.run("ROLLBACK")
+        except pymysql.err.MySQLError:
+            pass
+
+    def close(self):
+        """Close the connection."""
+        self.conn.close()
+
+
+class BinlogPacket:
+    """Statements (each ending in ';' and a newline), then one BINLOG of ``events``."""
+
+    def __init__(self, before, events):
+        self.before, self.events = before, events
