@@ -21,6 +21,7 @@ from datetime import datetime, timezone
 import fsspec
 
 from mysqlbackup.archive.names import TMP_MARK
+from mysqlbackup.durable import open_durably
 from mysqlbackup.errors import MysqlBackupError, UsageError
 from mysqlbackup.errors import mask_url
 
@@ -202,12 +203,8 @@ class ArchiveStore:
         """Store ``data`` under ``relative`` as one whole object."""
         target = self.path(relative)
         if self.local:
-            self.fs.makedirs(target.rsplit("/", 1)[0], exist_ok=True)
-            tmp = f"{target}{TMP_MARK}{uuid.uuid4().hex}"
-            with self.fs.open(tmp, "wb") as f:
+            with self._open_local(target) as f:
                 f.write(data)
-                _fsync(f)
-            self.fs.mv(tmp, target)
         else:
             self.fs.pipe_file(target, data, **self._limit(len(data)))
 
@@ -216,14 +213,15 @@ class ArchiveStore:
         """Upload a local file under ``relative`` without holding it in memory."""
         target = self.path(relative)
         if self.local:
-            self.fs.makedirs(target.rsplit("/", 1)[0], exist_ok=True)
-            tmp = f"{target}{TMP_MARK}{uuid.uuid4().hex}"
-            with open(local_path, "rb") as src, self.fs.open(tmp, "wb") as dst:
+            with open(local_path, "rb") as src, self._open_local(target) as dst:
                 shutil.copyfileobj(src, dst, CHUNK)
-                _fsync(dst)
-            self.fs.mv(tmp, target)
         else:
             self.fs.put_file(local_path, target, **self._limit(os.path.getsize(local_path)))
+
+    def _open_local(self, target):
+        """On file://, a durable write of ``target`` through a ``.tmp-`` name beside it."""
+        os.makedirs(os.path.dirname(target), exist_ok=True)
+        return open_durably(target, tmp=f"{target}{TMP_MARK}{uuid.uuid4().hex}")
 
     @_request
     def info_size(self, relative):
@@ -342,11 +340,6 @@ def _quiet_partial_init():
 def _protocols(fs):
     proto = fs.protocol
     return set(proto) if isinstance(proto, (tuple, list)) else {proto}
-
-
-def _fsync(f):
-    f.flush()
-    os.fsync(f.fileno())
 
 
 def read_path_or_url(path):

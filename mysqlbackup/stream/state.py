@@ -2,16 +2,16 @@
 
 The checkpoint names a transaction boundary that is durable on local disk
 (file, position, executed GTID set) plus facts for ``status``. It is written
-tmp -> fsync -> rename -> fsync directory, so after a crash it is either the
-old or the new one, never a mix.
+through mysqlbackup.durable (tmp -> fsync -> rename -> fsync directory), so after
+a crash it is either the old or the new one, never a mix.
 """
 
 import json
 import os
 from dataclasses import asdict, dataclass, field
 
+from mysqlbackup.durable import write_bytes
 from mysqlbackup.errors import LocalStateError
-from mysqlbackup.stream.writer import fsync_dir
 
 STATE_FILE = "mysqlbackup.state.json"
 LOCK_FILE = "mysqlbackup.lock"
@@ -41,26 +41,12 @@ class State:
 def save_state(directory, state, fsync=os.fsync):
     """Replace the checkpoint atomically and durably (LocalStateError when it cannot)."""
     path = os.path.join(directory, STATE_FILE)
-    tmp = path + ".tmp"
     data = json.dumps({"format": FORMAT_VERSION, **asdict(state)}, indent=1, sort_keys=True)
     try:
-        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o640)
-        try:
-            _write_all(fd, data.encode("utf-8"))
-            fsync(fd)
-        finally:
-            os.close(fd)
-        os.rename(tmp, path)
-        fsync_dir(directory, fsync)
+        write_bytes(path, data.encode("utf-8"), mode=0o640, fsync=fsync)
     except OSError as e:
         raise LocalStateError(f"cannot write the checkpoint {path}: "
                               f"{e.strerror or e}") from None
-
-
-def _write_all(fd, data):
-    view = memoryview(data)
-    while view:
-        view = view[os.write(fd, view):]
 
 
 def load_state(directory):

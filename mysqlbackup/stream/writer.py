@@ -15,19 +15,10 @@ which rescans the file from the checkpoint, knows what is on disk.
 import os
 
 from mysqlbackup.binlog.events import MAGIC
-
+from mysqlbackup.durable import fsync_dir
 from mysqlbackup.errors import LocalStateError
 
 IOV_MAX = 1024
-
-
-def fsync_dir(directory, fsync=os.fsync):
-    """fsync a directory so that created, renamed or removed names are durable."""
-    fd = os.open(directory, os.O_RDONLY | os.O_DIRECTORY)
-    try:
-        fsync(fd)
-    finally:
-        os.close(fd)
 
 
 class BinlogWriter:
