@@ -20,7 +20,9 @@ import os
 import time
 
 from mysqlbackup.archive.index import build_index, parse_index
-from mysqlbackup.archive.names import binlog_key, format_key, parse_key, segment_key
+from mysqlbackup.archive.names import (binlog_key, binlog_prefix, format_key, parse_key,
+                                        partial_prefix, segment_key)
+from mysqlbackup.durable import fsync_dir, write_bytes
 from mysqlbackup.errors import MysqlBackupError, UsageError
 from mysqlbackup.stream.localdir import list_binlogs
 from mysqlbackup.binlog.names import binlog_sort_key
@@ -28,7 +30,6 @@ from mysqlbackup.errors import mask_url
 from mysqlbackup.stream.state import ARCHIVE_STATE_FILE as ARCHIVE_STATE
 from mysqlbackup.stream.state import load_state
 from mysqlbackup.binlog.transactions import TrxTracker
-from mysqlbackup.stream.writer import fsync_dir
 
 log = logging.getLogger(__name__)
 
@@ -120,7 +121,7 @@ class Archiver:
         """What the store holds now: sealed files with data and index, and whether the
         newest file's segments are still there; what went missing is uploaded again."""
         found, indexed = set(), set()
-        for relative in self.store.list(f"{source}/binlog"):
+        for relative in self.store.list(binlog_prefix(source)):
             key = parse_key(relative)
             if key:
                 (indexed if key.is_index else found).add(key.name)
@@ -143,7 +144,7 @@ class Archiver:
         """Forget the newest file's upload state when the store lost its segments."""
         if not self.partial:
             return
-        held = _chain_end(self.store.list(f"{source}/partial/{self.partial['name']}"))[0]
+        held = _chain_end(self.store.list(partial_prefix(source, self.partial["name"])))[0]
         if held < self.partial["end"]:
             log.warning("segments of %s are missing from the store (it holds %d of %d bytes);"
                         " uploading again", self.partial["name"], held, self.partial["end"])
@@ -184,7 +185,7 @@ class Archiver:
             log.info("re-uploaded %s, which was missing from the store", what)
 
     def _drop_segments(self, source, name):
-        folder = f"{source}/partial/{name}"
+        folder = partial_prefix(source, name)
         for relative in self.store.list(folder):
             self.store.remove(relative)
         self.store.remove_empty_folder(folder)
@@ -218,7 +219,7 @@ class Archiver:
     def _resume_partial(self, source, name):
         """Where the newest file's segments end in the store, the tracker up to there, and
         the objects off that chain (removed once a new segment covers them)."""
-        end, stale = _chain_end(self.store.list(f"{source}/partial/{name}"))
+        end, stale = _chain_end(self.store.list(partial_prefix(source, name)))
         tracker = TrxTracker()
         if end:
             with open(os.path.join(self.directory, name), "rb") as f:
@@ -284,9 +285,7 @@ class Archiver:
                       partial=({"file": self.partial["name"], "end": self.partial["end"]}
                                if self.partial else None))
         path = os.path.join(self.directory, ARCHIVE_STATE)
-        with open(path + ".tmp", "w", encoding="utf-8") as f:
-            json.dump(report, f, indent=1, sort_keys=True)
-        os.replace(path + ".tmp", path)
+        write_bytes(path, json.dumps(report, indent=1, sort_keys=True).encode("utf-8"))
 
 
 def _chain_end(relatives):

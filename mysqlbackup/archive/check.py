@@ -5,6 +5,7 @@ the offset. ``verify`` (the I/O side) feeds these with what it reads.
 """
 
 from mysqlbackup.archive.index import build_index
+from mysqlbackup.archive.names import binlog_key, format_key, partial_prefix, segment_key
 from mysqlbackup.errors import CorruptBinlog
 from mysqlbackup.binlog.names import next_binlog_name
 from mysqlbackup.binlog.scan import check_magic, iter_events
@@ -57,11 +58,12 @@ def check_chain(source, indexes):
     """
     problems = []
     for prev, cur in zip(indexes, indexes[1:]):
-        where = f"{source}/binlog/{cur['name']}"
+        where = format_key(binlog_key(source, cur["name"]))
         expected = prev.get("next_file") or next_binlog_name(prev["name"])
         if expected != cur["name"]:
-            problems.append(f"{source}/binlog/{expected}: missing ({prev['name']} is followed "
-                            f"by it, the archive goes on with {cur['name']})")
+            problems.append(f"{format_key(binlog_key(source, expected))}: missing "
+                            f"({prev['name']} is followed by it, the archive goes on with "
+                            f"{cur['name']})")
         elif prev.get("gtid_after") != cur.get("gtid_before"):
             problems.append(f"{where}: GTID hole: {prev['name']} ends at "
                             f"{prev.get('gtid_after')!r}, {cur['name']} starts after "
@@ -75,13 +77,14 @@ def check_segments(source, name, segments, last_sealed, in_flight=()):
     ``segments``: (start, end, index or None) sorted by start; a segment whose start
     is in ``in_flight`` may lack its index (its upload is under way).
     """
-    where = f"{source}/partial/{name}"
+    where = partial_prefix(source, name)
     problems, pos = [], 0
     for start, end, index in segments:
         if start != pos:
             problems.append(f"{where} at offset {pos}: segment missing (next starts at {start})")
         if index is None and start not in in_flight:
-            problems.append(f"{where}/{start:012d}-{end:012d}: no index (upload not finished)")
+            problems.append(f"{format_key(segment_key(source, name, start, end))}: no index "
+                            f"(upload not finished)")
         pos = end
     if last_sealed and last_sealed.get("next_file") not in (None, name):
         problems.append(f"{where}: follows {last_sealed['name']}, whose ROTATE names "

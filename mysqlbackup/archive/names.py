@@ -44,11 +44,22 @@ def check_source_name(source):
     return source
 
 
+def binlog_prefix(source):
+    """The folder of a source's sealed binlog objects and their indexes."""
+    return f"{source}/binlog"
+
+
+def partial_prefix(source, name):
+    """The folder of the segments (and their indexes) of one active binlog file."""
+    return f"{source}/partial/{name}"
+
+
 def format_key(key):
     """The object name (relative to the archive root) of an ArchiveKey."""
-    base = f"{key.source}/{key.kind}/{key.name}"
     if key.kind == "partial":
-        base += f"/{key.start:012d}-{key.end:012d}"
+        base = f"{partial_prefix(key.source, key.name)}/{key.start:012d}-{key.end:012d}"
+    else:
+        base = f"{binlog_prefix(key.source)}/{key.name}"
     return base + (INDEX_SUFFIX if key.is_index else "")
 
 

@@ -5,7 +5,7 @@ import time
 from mysqlbackup.archive.check import check_chain, check_object, check_segment, check_segments
 from mysqlbackup.archive.index import build_index
 from mysqlbackup.archive.listing import ArchiveListing
-from mysqlbackup.archive.names import binlog_key, format_key, segment_key
+from mysqlbackup.archive.names import binlog_key, format_key, partial_prefix, segment_key
 from mysqlbackup.errors import CorruptBinlog
 from mysqlbackup.binlog.names import binlog_sort_key
 from mysqlbackup.binlog.transactions import TrxTracker
@@ -91,7 +91,7 @@ def _verify_source(run, source):
 def _verify_sealed(run, source, name, newest):
     """(problems, index for the chain or None) of one sealed file."""
     slots = run.listing.sealed[source][name]
-    where = f"{source}/binlog/{name}"
+    where = format_key(binlog_key(source, name))
     index_key = slots.get("index")
     if index_key is None and run.sealed_now(source, name):
         index_key = format_key(binlog_key(source, name, True))  # written since the listing
@@ -125,12 +125,13 @@ def _verify_sealed(run, source, name, newest):
 def _verify_segments(run, source, name, segs, last, newest):
     """Problems of the segments of one active file (none if it got sealed meanwhile)."""
     if run.sealed_now(source, name):
-        run.notes.append(f"{source}/partial/{name}: sealed since the listing (segments skipped)")
+        run.notes.append(f"{partial_prefix(source, name)}: sealed since the listing "
+                         f"(segments skipped)")
         return []
     expected = last.get("next_file") if last else None
     if expected not in (None, name) and run.sealed_now(source, expected):
-        run.notes.append(f"{source}/binlog/{expected}: sealed since the listing (the archive "
-                         f"moved on while it was read)")
+        run.notes.append(f"{format_key(binlog_key(source, expected))}: sealed since the "
+                         f"listing (the archive moved on while it was read)")
         last = None
     ordered = sorted(segs.items())
     in_flight = {s for (s, e), slots in ordered[-1:]
@@ -142,7 +143,8 @@ def _verify_segments(run, source, name, segs, last, newest):
         return problems + _check_segment_objects(run, source, name, ordered)
     except _Gone as gone:
         if run.sealed_now(source, name):
-            run.notes.append(f"{source}/partial/{name}: gone since the listing (sealed since)")
+            run.notes.append(f"{partial_prefix(source, name)}: gone since the listing "
+                             f"(sealed since)")
             return []
         return problems + [f"{gone.key}: removed since the listing, and {name} is not sealed"]
 
