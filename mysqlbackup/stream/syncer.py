@@ -15,6 +15,7 @@ import zlib
 from mysqlbackup.binlog import events as ev
 from mysqlbackup.errors import ProtocolError, ResyncRequired
 from mysqlbackup.binlog.names import is_binlog_name
+from mysqlbackup.binlog.position import Position
 from mysqlbackup.stream.state import State, save_state
 from mysqlbackup.binlog.transactions import OUTSIDE, TrxTracker
 
@@ -44,10 +45,11 @@ class Syncer:
         self.clock = clock
         # events the server makes up (fake ROTATE, heartbeats) can come before any FDE
         self.stream_checksum = getattr(client, "stream_checksum", None)
-        self.boundary = (writer.name, writer.pos)
-        self.durable = (writer.name, writer.pos, self._gtid_text())
+        self.boundary = Position(writer.name, writer.pos)  # the newest transaction boundary
+        self.durable = self.boundary                        # ... of what is fsynced
+        self.durable_gtid = self._gtid_text()               # the GTID set up to ``durable``
         self.last_sync = self.last_checkpoint = self.last_progress = clock()
-        self.recorded = None  # (durable point, last ack) of the last checkpoint written
+        self.recorded = None  # _recordable() of the last checkpoint written
         self.bytes_written = 0
         self.last_ack = base_state.last_ack if base_state else None
         self.source_position = None
@@ -70,7 +72,7 @@ class Syncer:
                 name = self.writer.name  # the file this event goes to: a ROTATE moves on
                 self._route(event)
                 if needs_ack:
-                    ack = (name, int.from_bytes(event[13:17], "little"))
+                    ack = Position(name, int.from_bytes(event[13:17], "little"))
         finally:
             if not self.writer.failed:
                 self._commit(ack)
@@ -108,7 +110,7 @@ class Syncer:
         self.bytes_written += size
         self.last_event_time = header[0]
         if self.tracker.state == OUTSIDE:
-            self.boundary = (writer.name, writer.pos)
+            self.boundary = Position(writer.name, writer.pos)
 
     def _check_crc(self, event, etype):
         """Every event is checked against its file's checksum setting before it is written."""
@@ -158,7 +160,7 @@ class Syncer:
                                 f"which is not a binlog file name")
         log.info("rotating %s -> %s", self.writer.name, next_name)
         self.writer.rotate(next_name)
-        self.boundary = (next_name, self.writer.pos)
+        self.boundary = Position(next_name, self.writer.pos)
         self._synced(self.clock())
         self.checkpoint()
 
@@ -170,23 +172,23 @@ class Syncer:
             self.writer.sync()
             self._synced(now)
         if ack is not None:
-            self.client.send_ack(*ack)
-            self.last_ack = {"file": ack[0], "pos": ack[1], "time": now}
+            self.client.send_ack(ack.file, ack.offset)
+            self.last_ack = {"file": ack.file, "pos": ack.offset, "time": now}
         self._maybe_checkpoint(now)
         if now - self.last_progress >= self.progress_interval:
             self._progress(now)
 
     def _progress(self, now):
         rate = self.bytes_written / max(now - self.last_progress, 1e-6) / 1e6
-        log.info("at %s:%d, %d events, %.2f MB/s, durable %s:%d", self.writer.name,
-                 self.writer.pos, self.events, rate, self.durable[0], self.durable[1])
+        log.info("at %s:%d, %d events, %.2f MB/s, durable %s", self.writer.name,
+                 self.writer.pos, self.events, rate, self.durable)
         self.last_progress, self.bytes_written = now, 0
 
     def _maybe_checkpoint(self, now):
         """Checkpoint when the durable point moved (at most every checkpoint_interval),
         and every idle_checkpoint seconds anyway so that status can see the daemon lives."""
         since = now - self.last_checkpoint
-        moved = self.recorded != (self.durable, self.last_ack)
+        moved = self.recorded != self._recordable()
         if (moved and since >= self.checkpoint_interval) or since >= self.idle_checkpoint:
             self.checkpoint()
 
@@ -195,7 +197,7 @@ class Syncer:
         waits = []
         if self.writer.unsynced:
             waits.append(0.0)  # look again at once: fsync as soon as the stream is drained
-        if self.recorded != (self.durable, self.last_ack):
+        if self.recorded != self._recordable():
             waits.append(self.last_checkpoint + self.checkpoint_interval - now)
         return max(0.0, min(waits)) if waits else None
 
@@ -210,14 +212,19 @@ class Syncer:
     def _synced(self, now):
         """Everything appended is on disk: the newest boundary becomes the durable one."""
         self.last_sync = now
-        self.durable = (*self.boundary, self._gtid_text())
+        self.durable, self.durable_gtid = self.boundary, self._gtid_text()
+
+    def _recordable(self):
+        """What a checkpoint written now would record (compared with ``recorded``)."""
+        return self.durable, self.durable_gtid, self.last_ack
 
     def checkpoint(self):
         """Record the durable boundary (never anything newer) in the checkpoint file."""
         self.last_checkpoint = self.clock()
-        self.recorded = (self.durable, self.last_ack)
+        self.recorded = self._recordable()
         state = self.base_state
-        state.file, state.pos, state.gtid = self.durable
+        state.file, state.pos = self.durable.file, self.durable.offset
+        state.gtid = self.durable_gtid
         if self.tracker.gtids is not None:
             state.flavor = self.tracker.gtids.flavor
         state.last_ack = self.last_ack
