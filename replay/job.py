@@ -21,9 +21,8 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 
 from mysqlbackup.binlog import events as ev
-from mysqlbackup.errors import CorruptBinlog, MysqlBackupError
 from mysqlbackup.binlog.names import binlog_sort_key
-from mysqlbackup.errors import mask_url
+from mysqlbackup.errors import CorruptBinlog, MysqlBackupError, mask_url
 
 from replay.planning.units import (check_decoded, check_digests, check_link, check_listed_sizes, pick_source,
                    plan_units)

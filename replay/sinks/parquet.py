@@ -5,8 +5,8 @@ in part files ``part-00000.parquet``, ``part-00001.parquet``, ... under URL
 (any fsspec URL: ``file:///path``, ``s3://bucket/prefix``). A new part starts
 every ``rows_per_part`` rows (or about ``bytes_per_part`` of JSON images), so
 memory stays bounded. On ``file://`` a part is written under a hidden
-``.part-*.tmp-*`` name, fsynced and renamed into place; object stores publish
-an object only when its upload completes.
+``.part-*.tmp-*`` name, fsynced and renamed into place (``mysqlbackup.durable``);
+object stores publish an object only when its upload completes.
 
 A destination that already holds parts or a ``_SUCCESS`` is refused: a change
 table is written once, whole (there is no resume; remove it and run again).
@@ -18,13 +18,13 @@ still carries the schema.
 """
 
 import json
-import os
 import uuid
 
 import fsspec
 import pyarrow as pa
 import pyarrow.parquet as pq
 
+from mysqlbackup.durable import open_durably
 from mysqlbackup.errors import UsageError
 from mysqlbackup.archive.store import s3_client_options
 
@@ -144,12 +144,8 @@ class ParquetSink(Sink):
             with self.fs.open(target, "wb") as f:
                 write(f)
             return
-        tmp = f"{self.root}/.{name}.tmp-{uuid.uuid4().hex}"
-        with self.fs.open(tmp, "wb") as f:
+        with open_durably(target, tmp=f"{self.root}/.{name}.tmp-{uuid.uuid4().hex}") as f:
             write(f)
-            f.flush()
-            os.fsync(f.fileno())
-        self.fs.mv(tmp, target)
 
 
 def _protocols(fs):
