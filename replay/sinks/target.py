@@ -151,7 +151,8 @@ class TargetApplier(Sink):
             session.use_fde(fde_event)
             for i, chunk in enumerate(chunks):
                 session.binlog(chunk, "BEGIN;\n" if i == 0 else "", self.mariadb)
-            session.run(checkpoint_sql(self._quote, self.source, unit[-1], gtids, 0) + ";\nCOMMIT")
+            checkpoint = checkpoint_sql(self._quote, self.source, unit[-1], gtids, 0)
+            session.run(checkpoint + ";\nCOMMIT")
         except pymysql.err.MySQLError as e:
             session.rollback()
             if not _server_refused(e) or not session.conn.open:
