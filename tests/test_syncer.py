@@ -87,3 +87,21 @@ def test_crc_mismatch_in_the_stream_stops_before_the_bad_event(tmp_path, shared_
     with pytest.raises(ResyncRequired, match=rf"CRC32 mismatch .* at mariadb-bin.000001:{offset}"):
         syncer.process(client.batch)
     assert os.path.getsize(tmp_path / "mariadb-bin.000001") == offset
+
+
+def test_the_ack_of_a_rotate_names_the_file_it_closes(tmp_path, shared_binlog):
+    """A primary whose semi-sync is OFF asks for a reply on every event while the replica
+    catches up, a ROTATE included: that ACK names the old file and its end, never the
+    next file (whose bytes up to that offset the backup does not have)."""
+    events = file_events(shared_binlog(MARIA))
+    end = 4 + sum(map(len, events))
+    body = (4).to_bytes(8, "little") + b"mariadb-bin.000002"
+    rotate = make_event(ev.ROTATE, body, end + ev.HEADER_LEN + len(body) + 4)
+    stream = events + [rotate]
+    client = StubClient(packets(stream, semi_sync=True, ack_flags=[True] * len(stream)),
+                        semi_sync=True)
+    syncer, fsyncs = syncer_for(tmp_path, "mariadb-bin.000001", client)
+    syncer.process(client.batch)
+    assert client.acks == [("mariadb-bin.000001", end + len(rotate))]
+    assert os.path.getsize(tmp_path / "mariadb-bin.000001") == end + len(rotate)
+    assert end + len(rotate) in fsyncs  # the closed file was fsynced before the ACK
