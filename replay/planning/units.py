@@ -14,9 +14,10 @@ before it. A mismatch is a CorruptBinlog naming the object.
 """
 
 from mysqlbackup.archive.check import check_chain
-from mysqlbackup.errors import CorruptBinlog, MysqlBackupError, ResyncRequired, UsageError
+from mysqlbackup.archive.names import binlog_key, format_key, partial_prefix
 from mysqlbackup.binlog.names import binlog_sort_key, next_binlog_name
-from mysqlbackup.errors import mask_url
+from mysqlbackup.errors import (CorruptBinlog, MysqlBackupError, ResyncRequired, UsageError,
+                                mask_url)
 
 CHAIN_FACTS = ("gtid_before", "gtid_after", "next_file")
 
@@ -42,7 +43,7 @@ def plan_units(source, sealed, partial, start=None, stop=None, allow_gaps=False)
     ``start`` / ``stop``: callables index -> True when the file is wholly before
     the start / wholly after the stop.
     """
-    problems = [f"{source}/binlog/{name}: not verified or missing its object"
+    problems = [f"{format_key(binlog_key(source, name))}: not verified or missing its object"
                 for name, key, index in sealed if key is None or index is None]
     indexes = [index for _, _, index in sealed if index is not None]
     problems += check_chain(source, indexes)
@@ -71,7 +72,7 @@ def _partial_unit(source, partial, last_sealed, problems):
         if start == pos and key is not None and index is None and i == len(ordered) - 1:
             break  # the newest segment's upload is in flight: replay up to the one before
         if start != pos or key is None or index is None:
-            problems.append(f"{source}/partial/{name}: segment missing at offset {pos}")
+            problems.append(f"{partial_prefix(source, name)}: segment missing at offset {pos}")
             break
         keys.append(key)
         indexes.append(index)
@@ -83,9 +84,9 @@ def _partial_unit(source, partial, last_sealed, problems):
         merged["first_commit"] = next((i["first_commit"] for i in indexes if i["first_commit"]),
                                       None)
     if last_sealed and last_sealed.get("next_file") not in (None, name):
-        problems.append(f"{source}/partial/{name} does not follow {last_sealed['name']}")
+        problems.append(f"{partial_prefix(source, name)} does not follow {last_sealed['name']}")
     return {"name": name, "keys": keys, "index": merged, "partial": True,
-            "where": f"{source}/partial/{name}", "objects": objects}
+            "where": partial_prefix(source, name), "objects": objects}
 
 
 def check_decoded(unit, result, allow_gaps=False):
