@@ -8,13 +8,12 @@ import sys
 
 import click
 
-from mysqlbackup.archive.names import check_source_name
 from mysqlbackup.archive.archiver import Retention
-from mysqlbackup.stream.daemon import StopRequest, StreamOptions, run_stream
-from mysqlbackup.errors import MysqlBackupError
+from mysqlbackup.archive.names import check_source_name
 from mysqlbackup.binlog.gtid import guess_flavor, parse_gtid_set
+from mysqlbackup.errors import MysqlBackupError, mask_url
 from mysqlbackup.source.spec import PASSWORD_ENV, source_from_options
-from mysqlbackup.errors import mask_url
+from mysqlbackup.stream.daemon import StopRequest, StreamOptions, run_stream
 from mysqlbackup.stream.status import collect_status, format_status
 
 
@@ -142,7 +141,8 @@ def stream(source, password_file, server_id, directory, start_file, start_gtid, 
         raise click.UsageError("--keep-local needs --archive: local files go only once archived")
     storage_options = None
     if archive_url:
-        from mysqlbackup.archive.store import parse_options  # fsspec loads only when an archive is asked for
+        from mysqlbackup.archive.store import \
+            parse_options  # fsspec loads only when an archive is asked for
         storage_options = parse_options(archive_option)
     opts = StreamOptions(source_from_options(source, password_file), server_id, directory,
                          start_file, start_gtid, not no_semi_sync, heartbeat, follow_by_gtid,
@@ -172,7 +172,8 @@ def status(directory, as_json):
 
 
 def open_store(archive_url, archive_option):
-    from mysqlbackup.archive.store import ArchiveStore, parse_options  # fsspec loads only when needed
+    from mysqlbackup.archive.store import (ArchiveStore,  # fsspec loads only when needed
+                                           parse_options)
     if not archive_url:
         raise click.UsageError("--archive URL is required")
     return ArchiveStore(archive_url, parse_options(archive_option))

@@ -8,8 +8,8 @@ It registers under the ``mysqlbackup.commands`` entry-point group (setup.cfg), w
 import click
 
 from mysqlbackup.cli import archive_options, handle_errors, source_name_option
-from mysqlbackup.source.spec import PASSWORD_ENV, source_from_options
 from mysqlbackup.errors import mask_url
+from mysqlbackup.source.spec import PASSWORD_ENV, source_from_options
 
 
 @click.command()
@@ -64,11 +64,11 @@ def replay(archive_url, archive_option, source_name, target, target_password_fil
     only complete transactions in commit order, exactly once."""
     if [bool(target), bool(sql_path), bool(parquet_url)].count(True) != 1:
         raise click.UsageError("give exactly one of --target, --sql and --parquet")
+    from mysqlbackup.archive.store import parse_options
     from replay.job import ReplayOptions, run_replay
     from replay.planning.options import build_selection
     from replay.sinks.sqlfile import SqlFileSink
     from replay.sinks.target import TargetApplier
-    from mysqlbackup.archive.store import parse_options
     selection = build_selection(start_gtid, start_position, stop_datetime, stop_before_gtid,
                                 stop_position, exclude_gtids, databases, tables, rewrites)
     opts = ReplayOptions(archive_url or _missing("--archive"), parse_options(archive_option),

@@ -23,11 +23,10 @@ from dataclasses import dataclass, field
 from mysqlbackup.binlog import events as ev
 from mysqlbackup.binlog.names import binlog_sort_key
 from mysqlbackup.errors import CorruptBinlog, MysqlBackupError, mask_url
-
-from replay.planning.units import (check_decoded, check_digests, check_link, check_listed_sizes, pick_source,
-                   plan_units)
 from replay.decoding.rewrite import rewrite_transaction
 from replay.planning.selection import Selection
+from replay.planning.units import (check_decoded, check_digests, check_link, check_listed_sizes,
+                                   pick_source, plan_units)
 
 log = logging.getLogger(__name__)
 
@@ -58,6 +57,7 @@ def decode_unit(unit, url, options):
     would wrap into its own: the driver raises it with the object named."""
     import hashlib
     import traceback
+
     from replay.decoding.assemble import assemble, detach_events
     out = {"name": unit["name"], "partial": unit["partial"], "error": None,
            "digests": [], "facts": {}, "transactions": [], "incomplete": None}
@@ -172,8 +172,8 @@ class ChainCheck:
 
 def plan(opts):
     """(source, units, stop cut later files) from the archive's indexes only."""
-    from mysqlbackup.archive.store import ArchiveStore
     from mysqlbackup.archive.listing import ArchiveListing
+    from mysqlbackup.archive.store import ArchiveStore
     listing = ArchiveListing(ArchiveStore(opts.archive_url, opts.archive_options))
     source = pick_source(listing.sources(), opts.source_name)
     sealed = [(n, listing.sealed[source][n].get("data"), listing.index(source, n))

@@ -72,6 +72,7 @@ class S3Endpoint:
 
     def __init__(self, port=0):
         import logging
+
         from moto.server import ThreadedMotoServer
         logging.getLogger("werkzeug").setLevel(logging.ERROR)  # one line per request otherwise
         self.server = ThreadedMotoServer(ip_address="127.0.0.1", port=port, verbose=False)

@@ -22,9 +22,8 @@ import time
 import urllib.request
 
 from mysqlbackup.binlog import events as ev
-from mysqlbackup.sandbox import free_port
 from mysqlbackup.binlog.scan import iter_events
-
+from mysqlbackup.sandbox import free_port
 
 # -- TCP proxy -------------------------------------------------------------------------
 

@@ -8,8 +8,8 @@ import sys
 import time
 
 from mysqlbackup.binlog import events as ev
-from mysqlbackup.sandbox import REPL_PASSWORD
 from mysqlbackup.binlog.scan import iter_events
+from mysqlbackup.sandbox import REPL_PASSWORD
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
@@ -161,6 +161,7 @@ def backup_dir(files, directory, source_identity):
     """A backup directory holding copies of binlog ``files``, checkpointed at the end
     of the last one (as the daemon leaves it), for driving the archiver directly."""
     import shutil
+
     from mysqlbackup.stream.state import State, save_state
     os.makedirs(directory, exist_ok=True)
     for path in files:

@@ -5,13 +5,13 @@ import shutil
 
 import pytest
 
-from mysqlbackup.binlog import events as ev
 from mysqlbackup.archive.archiver import Archiver
-from mysqlbackup.sandbox import MariaDBSandbox
-from mysqlbackup.binlog.scan import iter_events
-from mysqlbackup.stream.state import State, save_state
 from mysqlbackup.archive.store import ArchiveStore, parse_options
 from mysqlbackup.archive.verify import list_archive, verify_archive
+from mysqlbackup.binlog import events as ev
+from mysqlbackup.binlog.scan import iter_events
+from mysqlbackup.sandbox import MariaDBSandbox
+from mysqlbackup.stream.state import State, save_state
 from tests.helpers import backup_dir, read, run_cli
 
 SOURCE = "src-1"

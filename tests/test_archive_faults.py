@@ -14,14 +14,14 @@ import urllib.request
 
 import pytest
 
-from mysqlbackup.archive.index import build_index
 from mysqlbackup.archive.archiver import Archiver
+from mysqlbackup.archive.index import build_index
+from mysqlbackup.archive.listing import ArchiveListing
+from mysqlbackup.archive.store import ArchiveStore, parse_options
+from mysqlbackup.archive.verify import list_archive, verify_archive
 from mysqlbackup.errors import CorruptBinlog, UsageError
 from mysqlbackup.sandbox import MariaDBSandbox, free_port
 from mysqlbackup.stream.state import ARCHIVE_STATE_FILE, State, save_state
-from mysqlbackup.archive.store import ArchiveStore, parse_options
-from mysqlbackup.archive.listing import ArchiveListing
-from mysqlbackup.archive.verify import list_archive, verify_archive
 from tests.helpers import Daemon, backup_dir, read, run_cli, wait_for
 
 SOURCE = "src-1"

@@ -10,11 +10,11 @@ import time
 
 import pytest
 
-from mysqlbackup.stream.daemon import StreamOptions, run_stream
 from mysqlbackup.errors import LocalStateError
-from mysqlbackup.stream.localdir import recover
 from mysqlbackup.sandbox import REPL_PASSWORD
 from mysqlbackup.source.spec import SourceSpec
+from mysqlbackup.stream.daemon import StreamOptions, run_stream
+from mysqlbackup.stream.localdir import recover
 from mysqlbackup.stream.state import STATE_FILE, load_state
 from tests.faults import TcpProxy, Tmpfs, can_mount_tmpfs, fsize_prefix
 from tests.helpers import (Daemon, caught_up, cli_env, current_binlog, read,

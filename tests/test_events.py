@@ -5,8 +5,8 @@ import struct
 import pytest
 
 from mysqlbackup.binlog import events as ev
-from mysqlbackup.errors import CorruptBinlog
 from mysqlbackup.binlog.scan import iter_events, read_fde
+from mysqlbackup.errors import CorruptBinlog
 from tests.helpers import file_events, make_event, read
 
 

@@ -1,7 +1,7 @@
 import pytest
 
-from mysqlbackup.errors import UsageError
 from mysqlbackup.binlog.gtid import MariaGtidPos, MysqlGtidSet, guess_flavor, parse_gtid_set
+from mysqlbackup.errors import UsageError
 
 UUID = "3e11fa47-71ca-11e1-9e33-c80aa9429562"
 

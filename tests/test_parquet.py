@@ -12,8 +12,8 @@ import pyarrow.parquet as pq
 import pytest
 
 from mysqlbackup.binlog import events as ev
-from mysqlbackup.errors import UsageError
 from mysqlbackup.binlog.scan import iter_events
+from mysqlbackup.errors import UsageError
 from replay.decoding.assemble import assemble
 from replay.decoding.changes import ChangeDecodeError, encode_value, iter_changes
 from replay.sinks.parquet import SCHEMA, ParquetSink, options_for

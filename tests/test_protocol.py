@@ -5,8 +5,8 @@ import struct
 import pytest
 
 from mysqlbackup.binlog import events as ev
-from mysqlbackup.source import protocol
 from mysqlbackup.errors import ProtocolError
+from mysqlbackup.source import protocol
 from tests.helpers import make_event, packets
 
 

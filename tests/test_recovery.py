@@ -5,9 +5,9 @@ import shutil
 import pytest
 
 from mysqlbackup.binlog import events as ev
+from mysqlbackup.binlog.scan import iter_events
 from mysqlbackup.errors import LocalStateError
 from mysqlbackup.stream.localdir import list_binlogs, recover
-from mysqlbackup.binlog.scan import iter_events
 from mysqlbackup.stream.state import State, load_state, save_state
 from tests.helpers import read
 

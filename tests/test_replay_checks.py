@@ -8,16 +8,17 @@ import os
 
 import pytest
 
-from mysqlbackup.binlog import events as ev
 from mysqlbackup.archive.index import build_index
-from mysqlbackup.archive.names import binlog_key as _binlog_key, format_key
+from mysqlbackup.archive.names import binlog_key as _binlog_key
+from mysqlbackup.archive.names import format_key
 from mysqlbackup.archive.names import segment_key as _segment_key
-from mysqlbackup.errors import CorruptBinlog, MysqlBackupError, ResyncRequired
 from mysqlbackup.archive.store import ArchiveStore
+from mysqlbackup.binlog import events as ev
+from mysqlbackup.binlog.names import next_binlog_name
 from mysqlbackup.binlog.transactions import TrxTracker
+from mysqlbackup.errors import CorruptBinlog, MysqlBackupError, ResyncRequired
 from replay.decoding.assemble import assemble
 from replay.job import ReplayOptions, decode_unit, plan
-from mysqlbackup.binlog.names import next_binlog_name
 from replay.planning.units import check_decoded, check_link, check_listed_sizes, plan_units
 from replay.sinks.statements import suppresses_use, transaction_steps
 from tests.conftest import SHARED_BINLOGS

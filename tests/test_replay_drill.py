@@ -10,11 +10,11 @@ import time
 import pytest
 
 from mysqlbackup.archive.store import ArchiveStore, parse_options
+from mysqlbackup.source.spec import SourceSpec
 from replay.job import ReplayOptions, run_replay
 from replay.planning.options import build_selection
 from replay.sinks.sqlfile import SqlFileSink
 from replay.sinks.target import TargetApplier
-from mysqlbackup.source.spec import SourceSpec
 from tests.helpers import REPO, Daemon, backup_dir, cli_env, current_binlog, wait_for
 
 TABLES = ["shop.customers", "shop.orders", "shop.ledger", "crm.notes"]

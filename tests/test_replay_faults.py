@@ -13,8 +13,8 @@ import sys
 import pytest
 
 from mysqlbackup.archive.archiver import Archiver
-from mysqlbackup.sandbox import MariaDBSandbox
 from mysqlbackup.archive.store import ArchiveStore
+from mysqlbackup.sandbox import MariaDBSandbox
 from replay.decoding.assemble import assemble
 from tests.helpers import REPO, backup_dir, cli_env
 

@@ -4,9 +4,9 @@ checkpoint row inside it; the result, the resume point and the errors stay exact
 import pytest
 
 from mysqlbackup.archive.archiver import Archiver
+from mysqlbackup.archive.store import ArchiveStore
 from mysqlbackup.sandbox import MariaDBSandbox
 from mysqlbackup.source.spec import SourceSpec
-from mysqlbackup.archive.store import ArchiveStore
 from replay.job import ReplayOptions, run_replay
 from replay.planning.options import build_selection
 from replay.sinks.target import ApplyError, TargetApplier

@@ -6,8 +6,8 @@ import time
 import pytest
 
 from mysqlbackup.archive.archiver import Archiver
-from mysqlbackup.source.spec import SourceSpec
 from mysqlbackup.archive.store import ArchiveStore
+from mysqlbackup.source.spec import SourceSpec
 from replay.decoding.assemble import assemble
 from replay.decoding.groups import batches
 from replay.decoding.transaction import Transaction

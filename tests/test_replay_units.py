@@ -4,14 +4,14 @@ from dataclasses import replace
 
 import pytest
 
+from mysqlbackup.binlog import events as ev
+from mysqlbackup.binlog.scan import iter_events
 from mysqlbackup.errors import CorruptBinlog, ResyncRequired, UsageError
 from replay.decoding.assemble import assemble, attach_events, detach_events
 from replay.decoding.transaction import Transaction
 from replay.planning.options import build_selection, parse_datetime
 from replay.planning.units import pick_source, plan_units
 from replay.sinks.statements import step_sql, transaction_steps
-from mysqlbackup.binlog import events as ev
-from mysqlbackup.binlog.scan import iter_events
 from tests.helpers import read
 
 MARIA = "rust_mysql_common/mariadb-bin.000001"

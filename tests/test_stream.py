@@ -3,11 +3,11 @@
 import os
 import threading
 
-from mysqlbackup.stream.daemon import StreamOptions, run_stream
 from mysqlbackup.sandbox import REPL_PASSWORD
 from mysqlbackup.source.spec import SourceSpec
-from tests.helpers import (Daemon, current_binlog, read, same_except_in_use_flag,
-                           wait_for, wait_semi_sync_client)
+from mysqlbackup.stream.daemon import StreamOptions, run_stream
+from tests.helpers import (Daemon, current_binlog, read, same_except_in_use_flag, wait_for,
+                           wait_semi_sync_client)
 
 
 def test_500_semi_sync_transactions_and_identical_files(primary, tmp_path):

@@ -21,15 +21,15 @@ import time
 
 from mysqlbackup.archive.index import build_index, parse_index
 from mysqlbackup.archive.names import (binlog_key, binlog_prefix, format_key, parse_key,
-                                        partial_prefix, segment_key)
-from mysqlbackup.durable import fsync_dir, write_bytes
-from mysqlbackup.errors import MysqlBackupError, UsageError
-from mysqlbackup.stream.localdir import list_binlogs
+                                       partial_prefix, segment_key)
 from mysqlbackup.binlog.names import binlog_sort_key
-from mysqlbackup.errors import mask_url
+from mysqlbackup.binlog.transactions import TrxTracker
+from mysqlbackup.durable import fsync_dir, write_bytes
+from mysqlbackup.errors import MysqlBackupError, UsageError, mask_url
+from mysqlbackup.loop import sleep_until
+from mysqlbackup.stream.localdir import list_binlogs
 from mysqlbackup.stream.state import ARCHIVE_STATE_FILE as ARCHIVE_STATE
 from mysqlbackup.stream.state import load_state
-from mysqlbackup.binlog.transactions import TrxTracker
 
 log = logging.getLogger(__name__)
 
@@ -269,7 +269,7 @@ class Archiver:
                 delay = min(delay * 2, 30.0)
             if stop():
                 return
-            _sleep_until(stop, delay, sleep)
+            sleep_until(stop, delay, sleep)
 
     def _write_report(self, source, names):
         """``mysqlbackup.archive.json``: what ``status`` shows (URL masked). ``archived``
@@ -310,9 +310,3 @@ def _local_names(directory):
 def _predecessor(names, name):
     i = names.index(name)
     return names[i - 1] if i > 0 else None
-
-
-def _sleep_until(stop, seconds, sleep):
-    deadline = time.monotonic() + seconds
-    while not stop() and time.monotonic() < deadline:
-        sleep(min(0.2, max(0.0, deadline - time.monotonic())))

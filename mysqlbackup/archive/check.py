@@ -6,9 +6,9 @@ the offset. ``verify`` (the I/O side) feeds these with what it reads.
 
 from mysqlbackup.archive.index import build_index
 from mysqlbackup.archive.names import binlog_key, format_key, partial_prefix, segment_key
-from mysqlbackup.errors import CorruptBinlog
 from mysqlbackup.binlog.names import next_binlog_name
 from mysqlbackup.binlog.scan import check_magic, iter_events
+from mysqlbackup.errors import CorruptBinlog
 
 # index fields that must equal the ones recomputed from the object's bytes
 _COMPARED = ("size", "sha256", "transactions", "first_gtid", "last_gtid", "first_commit",

@@ -12,9 +12,9 @@ from datetime import datetime, timezone
 
 from mysqlbackup.binlog import events as ev
 from mysqlbackup.binlog.gtid import gtid_text
-from mysqlbackup.errors import CorruptBinlog
 from mysqlbackup.binlog.scan import iter_events
 from mysqlbackup.binlog.transactions import TrxTracker
+from mysqlbackup.errors import CorruptBinlog
 
 INDEX_VERSION = 1
 

@@ -16,8 +16,8 @@ contain ``.tmp-`` are uploads in progress (``file://`` writes them, then renames
 import re
 from dataclasses import dataclass
 
-from mysqlbackup.errors import UsageError
 from mysqlbackup.binlog.names import is_binlog_name
+from mysqlbackup.errors import UsageError
 
 INDEX_SUFFIX = ".json"
 TMP_MARK = ".tmp-"

@@ -22,8 +22,7 @@ import fsspec
 
 from mysqlbackup.archive.names import TMP_MARK
 from mysqlbackup.durable import open_durably
-from mysqlbackup.errors import MysqlBackupError, UsageError
-from mysqlbackup.errors import mask_url
+from mysqlbackup.errors import MysqlBackupError, UsageError, mask_url
 
 CHUNK = 4 << 20
 MIN_RATE = 1 << 20          # bytes/s an upload or read may not fall below

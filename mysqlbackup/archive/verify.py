@@ -6,10 +6,9 @@ from mysqlbackup.archive.check import check_chain, check_object, check_segment, 
 from mysqlbackup.archive.index import build_index
 from mysqlbackup.archive.listing import ArchiveListing
 from mysqlbackup.archive.names import binlog_key, format_key, partial_prefix, segment_key
-from mysqlbackup.errors import CorruptBinlog
 from mysqlbackup.binlog.names import binlog_sort_key
 from mysqlbackup.binlog.transactions import TrxTracker
-
+from mysqlbackup.errors import CorruptBinlog
 
 IN_FLIGHT_AGE = 600.0  # an unindexed object older than this is no upload in flight
 

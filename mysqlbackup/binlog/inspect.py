@@ -10,9 +10,9 @@ from collections import Counter
 
 from mysqlbackup.binlog import events as ev
 from mysqlbackup.binlog.gtid import gtid_text
-from mysqlbackup.errors import CorruptBinlog
 from mysqlbackup.binlog.scan import check_magic, iter_events
 from mysqlbackup.binlog.transactions import TrxTracker
+from mysqlbackup.errors import CorruptBinlog
 
 _CHECKED = {
     ev.QUERY: lambda e, t: ev.parse_query(e, t.checksum, t.fde),

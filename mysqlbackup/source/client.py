@@ -22,9 +22,9 @@ import time
 import pymysql
 
 from mysqlbackup.binlog import events as ev
-from mysqlbackup.source import protocol
-from mysqlbackup.errors import ConnectionLost, ResyncRequired, SourceError
 from mysqlbackup.binlog.gtid import MariaGtidPos
+from mysqlbackup.errors import ConnectionLost, ResyncRequired, SourceError
+from mysqlbackup.source import protocol
 
 log = logging.getLogger(__name__)
 

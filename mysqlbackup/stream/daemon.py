@@ -15,14 +15,14 @@ import threading
 import time
 from dataclasses import dataclass
 
-from mysqlbackup.source.client import ReplicaClient, nudge_ack_receiver
-from mysqlbackup.errors import ConnectionLost, LocalStateError, SourceError, UsageError
 from mysqlbackup.binlog.gtid import guess_flavor, parse_gtid_set
+from mysqlbackup.binlog.transactions import TrxTracker
+from mysqlbackup.errors import ConnectionLost, LocalStateError, SourceError, UsageError, mask_url
+from mysqlbackup.loop import sleep_until
+from mysqlbackup.source.client import ReplicaClient, nudge_ack_receiver
 from mysqlbackup.stream.localdir import DirectoryLock, ResumePoint, list_binlogs, recover
-from mysqlbackup.errors import mask_url
 from mysqlbackup.stream.state import State, load_state
 from mysqlbackup.stream.syncer import Syncer
-from mysqlbackup.binlog.transactions import TrxTracker
 from mysqlbackup.stream.writer import BinlogWriter
 
 log = logging.getLogger(__name__)
@@ -101,13 +101,6 @@ def _watched(stop, client):
         clients.discard(client)
 
 
-def sleep_until(stop, seconds, sleep=time.sleep):
-    """Sleep ``seconds`` in short slices, returning early once ``stop()`` is true."""
-    deadline = time.monotonic() + seconds
-    while not stop() and time.monotonic() < deadline:
-        sleep(min(0.1, max(0.0, deadline - time.monotonic())))
-
-
 def run_stream(opts, stop=lambda: False, sleep=time.sleep, on_syncer=None):
     """Run the daemon until ``stop()``; raise a MysqlBackupError on a fatal problem.
 
@@ -133,7 +126,8 @@ def _archiver_thread(opts, stop):
     if not opts.archive_url:
         yield None
         return
-    from mysqlbackup.archive.archiver import Archiver  # fsspec loads only when an archive is asked for
+    from mysqlbackup.archive.archiver import \
+        Archiver  # fsspec loads only when an archive is asked for
     from mysqlbackup.archive.store import ArchiveStore
     store = ArchiveStore(opts.archive_url, opts.archive_options)
     problem = store.probe()

@@ -14,12 +14,12 @@ import os
 from dataclasses import dataclass
 
 from mysqlbackup.binlog import events as ev
-from mysqlbackup.errors import CorruptBinlog, LocalStateError
 from mysqlbackup.binlog.gtid import parse_gtid_set
 from mysqlbackup.binlog.names import binlog_sort_key, is_binlog_name
 from mysqlbackup.binlog.scan import iter_events, read_fde
-from mysqlbackup.stream.state import ARCHIVE_STATE_FILE, LOCK_FILE, STATE_FILE
 from mysqlbackup.binlog.transactions import TrxTracker
+from mysqlbackup.errors import CorruptBinlog, LocalStateError
+from mysqlbackup.stream.state import ARCHIVE_STATE_FILE, LOCK_FILE, STATE_FILE
 
 log = logging.getLogger(__name__)
 

@@ -1,12 +1,11 @@
 """What ``mysqlbackup status`` reports about a backup directory (reads the directory)."""
 
+import json
 import os
 import time
 
-import json
-
-from mysqlbackup.stream.localdir import list_binlogs
 from mysqlbackup.errors import mask_url
+from mysqlbackup.stream.localdir import list_binlogs
 from mysqlbackup.stream.state import ARCHIVE_STATE_FILE, load_state
 
 

@@ -13,11 +13,11 @@ import time
 import zlib
 
 from mysqlbackup.binlog import events as ev
-from mysqlbackup.errors import ProtocolError, ResyncRequired
 from mysqlbackup.binlog.names import is_binlog_name
 from mysqlbackup.binlog.position import Position
-from mysqlbackup.stream.state import State, save_state
 from mysqlbackup.binlog.transactions import OUTSIDE, TrxTracker
+from mysqlbackup.errors import ProtocolError, ResyncRequired
+from mysqlbackup.stream.state import State, save_state
 
 log = logging.getLogger(__name__)
 

@@ -13,10 +13,9 @@ import zlib
 
 from mysqlbackup.binlog import events as ev
 from mysqlbackup.binlog.gtid import gtid_text
-from mysqlbackup.errors import CorruptBinlog
 from mysqlbackup.binlog.scan import check_magic, iter_events
 from mysqlbackup.binlog.transactions import OUTSIDE, TrxTracker
-
+from mysqlbackup.errors import CorruptBinlog
 from replay.decoding.groups import commit_group
 from replay.decoding.transaction import Transaction
 

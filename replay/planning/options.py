@@ -2,10 +2,9 @@
 
 from datetime import datetime, timezone
 
-from mysqlbackup.errors import UsageError
 from mysqlbackup.binlog.gtid import MariaGtidPos
 from mysqlbackup.binlog.position import parse_position
-
+from mysqlbackup.errors import UsageError
 from replay.decoding.rewrite import parse_rewrites
 from replay.planning.selection import Selection
 

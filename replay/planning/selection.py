@@ -11,7 +11,6 @@ from datetime import datetime, timezone
 from mysqlbackup.binlog import events as ev
 from mysqlbackup.binlog.gtid import MariaGtidPos
 from mysqlbackup.binlog.position import Position
-
 from replay.decoding.assemble import table_of
 
 

@@ -16,8 +16,7 @@ before it. A mismatch is a CorruptBinlog naming the object.
 from mysqlbackup.archive.check import check_chain
 from mysqlbackup.archive.names import binlog_key, format_key, partial_prefix
 from mysqlbackup.binlog.names import binlog_sort_key, next_binlog_name
-from mysqlbackup.errors import (CorruptBinlog, MysqlBackupError, ResyncRequired, UsageError,
-                                mask_url)
+from mysqlbackup.errors import CorruptBinlog, MysqlBackupError, ResyncRequired, UsageError, mask_url
 
 CHAIN_FACTS = ("gtid_before", "gtid_after", "next_file")
 

@@ -24,10 +24,9 @@ import fsspec
 import pyarrow as pa
 import pyarrow.parquet as pq
 
+from mysqlbackup.archive.store import s3_client_options
 from mysqlbackup.durable import open_durably
 from mysqlbackup.errors import UsageError
-from mysqlbackup.archive.store import s3_client_options
-
 from replay.decoding.changes import iter_changes
 from replay.sinks.base import Sink
 

@@ -15,7 +15,6 @@ from pymysql.constants import CLIENT
 from mysqlbackup.errors import SourceError
 from mysqlbackup.source.protocol import (COM_STMT_EXECUTE, COM_STMT_PREPARE, parse_prepare_ok,
                                          stmt_execute_blob_args)
-
 from replay.sinks.statements import binlog_statement
 
 CHECKPOINT_DDL = (

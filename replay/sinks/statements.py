@@ -16,9 +16,9 @@ import re
 import struct
 
 from mysqlbackup.binlog import events as ev
-from mysqlbackup.errors import CorruptBinlog
 from mysqlbackup.binlog.query_vars import RESET_SESSION, raw_query, session_statements
 from mysqlbackup.binlog.transactions import classify_sql
+from mysqlbackup.errors import CorruptBinlog
 
 LOG_EVENT_SUPPRESS_USE_F = 0x0008  # header flag: run without USE (CREATE/DROP DATABASE)
 BINLOG_CAP = 4 << 20  # raw bytes a BINLOG statement gathers before it ends at a statement

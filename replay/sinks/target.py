@@ -22,9 +22,8 @@ import pymysql
 
 from mysqlbackup.binlog.gtid import MariaGtidPos
 from mysqlbackup.binlog.position import Position
-from mysqlbackup.errors import MysqlBackupError
 from mysqlbackup.binlog.query_vars import RESET_SESSION
-
+from mysqlbackup.errors import MysqlBackupError
 from replay.decoding.groups import batches
 from replay.sinks.base import Sink
 from replay.sinks.parallel import run_batch
