@@ -43,6 +43,27 @@ def make_server(tmp_path_factory):
         server.stop(remove=True)
 
 
+@pytest.fixture(scope="session")
+def source_files(tmp_path_factory):
+    """Four real binlog files from a MariaDB server: three closed, the last active."""
+    server = MariaDBSandbox(str(tmp_path_factory.mktemp("binlog-source"))).start()
+    try:
+        server.execute("CREATE DATABASE a", "CREATE TABLE a.t (id INT PRIMARY KEY "
+                       "AUTO_INCREMENT, v TEXT)")
+        for round_ in range(4):
+            server.execute(*[f"INSERT INTO a.t (v) VALUES (REPEAT('{round_}', {50 * i}))"
+                             for i in range(40)])
+            if round_ < 3:
+                server.execute("FLUSH BINARY LOGS")
+        keep = tmp_path_factory.mktemp("binlog-files")
+        names = server.binlog_files()
+        for name in names:
+            shutil.copyfile(server.binlog_path(name), keep / name)
+        return [keep / n for n in names]
+    finally:
+        server.stop(remove=True)
+
+
 @pytest.fixture
 def shared_binlog():
     """Path of a real binlog file from ../shared/binlogs, the corpus of real MySQL and

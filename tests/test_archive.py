@@ -1,7 +1,6 @@
 """The archive contract, run over file:// and S3 (moto's server through s3fs)."""
 
 import os
-import shutil
 
 import pytest
 
@@ -10,32 +9,10 @@ from mysqlbackup.archive.store import ArchiveStore, parse_options
 from mysqlbackup.archive.verify import list_archive, verify_archive
 from mysqlbackup.binlog import events as ev
 from mysqlbackup.binlog.scan import iter_events
-from mysqlbackup.sandbox import MariaDBSandbox
 from mysqlbackup.stream.state import State, save_state
 from tests.helpers import backup_dir, read, run_cli
 
 SOURCE = "src-1"
-
-
-@pytest.fixture(scope="module")
-def source_files(tmp_path_factory):
-    """Four real binlog files from a MariaDB server: three closed, the last active."""
-    server = MariaDBSandbox(str(tmp_path_factory.mktemp("archive-source"))).start()
-    try:
-        server.execute("CREATE DATABASE a", "CREATE TABLE a.t (id INT PRIMARY KEY "
-                       "AUTO_INCREMENT, v TEXT)")
-        for round_ in range(4):
-            server.execute(*[f"INSERT INTO a.t (v) VALUES (REPEAT('{round_}', {50 * i}))"
-                             for i in range(40)])
-            if round_ < 3:
-                server.execute("FLUSH BINARY LOGS")
-        keep = tmp_path_factory.mktemp("archive-files")
-        names = server.binlog_files()
-        for name in names:
-            shutil.copyfile(server.binlog_path(name), keep / name)
-        return [keep / n for n in names]
-    finally:
-        server.stop(remove=True)
 
 
 def local_dir(tmp_path, files):

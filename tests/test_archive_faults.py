@@ -20,31 +20,11 @@ from mysqlbackup.archive.listing import ArchiveListing
 from mysqlbackup.archive.store import ArchiveStore, parse_options
 from mysqlbackup.archive.verify import list_archive, verify_archive
 from mysqlbackup.errors import CorruptBinlog, UsageError
-from mysqlbackup.sandbox import MariaDBSandbox, free_port
+from mysqlbackup.sandbox import free_port
 from mysqlbackup.stream.state import ARCHIVE_STATE_FILE, State, save_state
 from tests.helpers import Daemon, backup_dir, read, run_cli, wait_for
 
 SOURCE = "src-1"
-
-
-@pytest.fixture(scope="module")
-def source_files(tmp_path_factory):
-    """Four real binlog files from a MariaDB server: three closed, the last active."""
-    server = MariaDBSandbox(str(tmp_path_factory.mktemp("faults-source"))).start()
-    try:
-        server.execute("CREATE DATABASE a", "CREATE TABLE a.t (id INT PRIMARY KEY "
-                       "AUTO_INCREMENT, v TEXT)")
-        for round_ in range(4):
-            server.execute(*[f"INSERT INTO a.t (v) VALUES (REPEAT('{round_}', {40 * i}))"
-                             for i in range(30)])
-            if round_ < 3:
-                server.execute("FLUSH BINARY LOGS")
-        keep = tmp_path_factory.mktemp("faults-files")
-        for name in server.binlog_files():
-            shutil.copyfile(server.binlog_path(name), keep / name)
-        return [keep / n for n in server.binlog_files()]
-    finally:
-        server.stop(remove=True)
 
 
 def open_store(archive):
@@ -296,16 +276,23 @@ def archived_all(store, names):
     return all(store.exists(f"db1/binlog/{n}.json") for n in names)
 
 
-def test_frozen_store_shows_in_status_and_drains_after(make_server, moto, tmp_path):
+def archiving_daemon(make_server, moto, tmp_path, bucket):
+    """(server, daemon, store): a daemon archiving to a moto bucket every 0.3 s with short
+    store timeouts, and a table z.t to write into."""
     server = make_server(semi_sync=False)
-    url = moto.bucket("frozen")
+    url = moto.bucket(bucket)
     daemon = Daemon(server, tmp_path / "d", "--archive", url, "--archive-interval", "0.3",
                     "--source-name", "db1", f"--archive-option=endpoint_url={moto.endpoint}",
                     FAST_TIMEOUTS).start()
     store = ArchiveStore(url, parse_options([f"endpoint_url={moto.endpoint}"]))
+    server.execute("CREATE DATABASE z", "CREATE TABLE z.t (id INT PRIMARY KEY "
+                   "AUTO_INCREMENT, v TEXT)")
+    return server, daemon, store
+
+
+def test_frozen_store_shows_in_status_and_drains_after(make_server, moto, tmp_path):
+    server, daemon, store = archiving_daemon(make_server, moto, tmp_path, "frozen")
     try:
-        server.execute("CREATE DATABASE z", "CREATE TABLE z.t (id INT PRIMARY KEY "
-                       "AUTO_INCREMENT, v TEXT)")
         insert(server, 10)
         wait_for(lambda: daemon.status()["archive"], what="the first archive report")
         moto.freeze()
@@ -338,15 +325,8 @@ def test_frozen_store_shows_in_status_and_drains_after(make_server, moto, tmp_pa
 
 
 def test_endpoint_restarted_empty_gets_the_files_back(make_server, moto, tmp_path):
-    server = make_server(semi_sync=False)
-    url = moto.bucket("emptied")
-    daemon = Daemon(server, tmp_path / "d", "--archive", url, "--archive-interval", "0.3",
-                    "--source-name", "db1", f"--archive-option=endpoint_url={moto.endpoint}",
-                    FAST_TIMEOUTS).start()
-    store = ArchiveStore(url, parse_options([f"endpoint_url={moto.endpoint}"]))
+    server, daemon, store = archiving_daemon(make_server, moto, tmp_path, "emptied")
     try:
-        server.execute("CREATE DATABASE z", "CREATE TABLE z.t (id INT PRIMARY KEY "
-                       "AUTO_INCREMENT, v TEXT)")
         for _ in range(3):
             insert(server, 10)
             server.execute("FLUSH BINARY LOGS")
