@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Set up a fresh machine: MariaDB server/client from Debian when mariadbd is missing,
+# Set up a fresh machine: MariaDB server/client (and mariadb-backup) from Debian when missing,
 # and a virtualenv in .venv with the package and its test extras. Safe to re-run.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -10,6 +10,13 @@ if ! command -v mariadbd >/dev/null 2>&1 && [ ! -x /usr/sbin/mariadbd ]; then
     $SUDO apt-get update -qq
     DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq mariadb-server mariadb-client >/dev/null
     # the package may start a system server; the tests never use it and start their own
+fi
+
+if ! command -v mariadb-backup >/dev/null 2>&1 && ! command -v mariabackup >/dev/null 2>&1; then
+    echo "setup: installing mariadb-backup (physical base backups)" >&2
+    SUDO=""; [ "$(id -u)" -ne 0 ] && SUDO="sudo"
+    $SUDO apt-get update -qq
+    DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq mariadb-backup >/dev/null
 fi
 
 if ! command -v java >/dev/null 2>&1; then

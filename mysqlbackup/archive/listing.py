@@ -5,7 +5,8 @@ their indexes validated on the way in. ``verify`` and the replay's plan start he
 from collections import defaultdict
 
 from mysqlbackup.archive.index import parse_index
-from mysqlbackup.archive.names import parse_key
+from mysqlbackup.archive.names import BASE_INDEX, parse_key
+from mysqlbackup.archive.manifest import parse_manifest
 from mysqlbackup.binlog.names import binlog_sort_key
 
 
@@ -16,6 +17,8 @@ class ArchiveListing:
         self.store = store
         self.sealed = defaultdict(dict)     # source -> name -> {"data": key, "index": key}
         self.segments = defaultdict(dict)   # source -> name -> {(start, end): {...}}
+        self.bases = defaultdict(dict)      # source -> base id -> {member: key}
+        self.leases = defaultdict(dict)     # source -> lease id -> key
         self.stray = []
         self.sizes = store.list(sizes=True)  # object -> size, as listed
         for relative in self.sizes:
@@ -24,14 +27,27 @@ class ArchiveListing:
                 self.stray.append(relative)
                 continue
             slot = "index" if key.is_index else "data"
-            if key.kind == "binlog":
+            if key.kind == "base":
+                self.bases[key.source].setdefault(key.name, {})[key.member] = relative
+            elif key.kind == "lease":
+                self.leases[key.source][key.name] = relative
+            elif key.kind == "binlog":
                 self.sealed[key.source].setdefault(key.name, {})[slot] = relative
             else:
                 group = self.segments[key.source].setdefault(key.name, {})
                 group.setdefault((key.start, key.end), {})[slot] = relative
 
     def sources(self):
-        return sorted(set(self.sealed) | set(self.segments))
+        return sorted(set(self.sealed) | set(self.segments) | set(self.bases))
+
+    def base_ids(self, source):
+        """Ids of the source's base backups whose manifest is written, oldest first."""
+        return sorted(i for i, members in self.bases[source].items() if BASE_INDEX in members)
+
+    def base_manifest(self, source, base_id):
+        """The validated manifest of a base backup (CorruptBinlog when it is damaged)."""
+        key = self.bases[source][base_id][BASE_INDEX]
+        return parse_manifest(self.store.read(key), key, source, base_id)
 
     def sealed_names(self, source):
         return sorted(self.sealed[source], key=binlog_sort_key)

@@ -6,9 +6,13 @@ Layout under the archive root (``file:///path`` or ``s3://bucket/prefix``)::
     {source}/binlog/{name}.json                      its index, written last
     {source}/partial/{name}/{start}-{end}            a durable segment of the active file
     {source}/partial/{name}/{start}-{end}.json       its index
+    {source}/base/{id}/{member}                      a base backup (dump.sql.zst, ...)
+    {source}/base/{id}/index.json                    its manifest, written last
+    {source}/lease/{id}.json                         a running restore's lease
 
 ``source`` is the source's identity (server_uuid, ``server-id-N``) or ``--source-name``,
-so a failover or a rebuilt primary never overwrites older files. An object whose
+so a failover or a rebuilt primary never overwrites older files. A base id is the
+UTC time the backup started (``20261123T094100.123Z``, sorts in time order). An object whose
 index is missing was never verified and does not count as archived. Names that
 contain ``.tmp-`` are uploads in progress (``file://`` writes them, then renames).
 """
@@ -23,6 +27,11 @@ INDEX_SUFFIX = ".json"
 TMP_MARK = ".tmp-"
 _SOURCE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$")
 _SEGMENT = re.compile(r"^(\d{12})-(\d{12})$")
+_BASE_ID = re.compile(r"^\d{8}T\d{6}\.\d{3}Z$")
+_LEASE_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$")
+BASE_INDEX = "index.json"
+# the object a base backup of each method stores (zstd-compressed)
+BASE_MEMBERS = {"dump": "dump.sql.zst", "physical": "backup.xbstream.zst"}
 
 
 @dataclass(frozen=True)
@@ -30,11 +39,12 @@ class ArchiveKey:
     """What an object name says: whose, which kind, which binlog, which segment."""
 
     source: str
-    kind: str            # "binlog" or "partial"
-    name: str            # binlog file name
+    kind: str            # "binlog", "partial", "base" or "lease"
+    name: str            # binlog file name; base id; lease id
     is_index: bool = False
     start: int = None    # partial segments only
     end: int = None
+    member: str = None   # base backups only: the object inside the base's folder
 
 
 def check_source_name(source):
@@ -54,8 +64,47 @@ def partial_prefix(source, name):
     return f"{source}/partial/{name}"
 
 
+def base_prefix(source, base_id=None):
+    """The folder of a source's base backups, or of one of them."""
+    return f"{source}/base" + (f"/{base_id}" if base_id else "")
+
+
+def lease_prefix(source):
+    """The folder of a source's leases (restores running now)."""
+    return f"{source}/lease"
+
+
+def format_base_id(epoch):
+    """The id of a base backup started at ``epoch`` (seconds, UTC)."""
+    from datetime import datetime, timezone
+    moment = datetime.fromtimestamp(epoch, timezone.utc)
+    return moment.strftime("%Y%m%dT%H%M%S.") + f"{moment.microsecond // 1000:03d}Z"
+
+
+def parse_base_id(text):
+    """Epoch seconds (UTC) of a base id, or UsageError."""
+    from datetime import datetime, timezone
+    if not _BASE_ID.match(text or ""):
+        raise UsageError(f"bad base id {text!r}: expected e.g. 20261123T094100.123Z")
+    moment = datetime.strptime(text[:-1], "%Y%m%dT%H%M%S.%f")
+    return moment.replace(tzinfo=timezone.utc).timestamp()
+
+
+def base_key(source, base_id, member=BASE_INDEX):
+    """The key of a base backup's object ``member`` (default: its manifest)."""
+    return ArchiveKey(source, "base", base_id, member == BASE_INDEX, member=member)
+
+
+def lease_key(source, lease_id):
+    return ArchiveKey(source, "lease", lease_id, True)
+
+
 def format_key(key):
     """The object name (relative to the archive root) of an ArchiveKey."""
+    if key.kind == "base":
+        return f"{base_prefix(key.source, key.name)}/{key.member}"
+    if key.kind == "lease":
+        return f"{lease_prefix(key.source)}/{key.name}{INDEX_SUFFIX}"
     if key.kind == "partial":
         base = f"{partial_prefix(key.source, key.name)}/{key.start:012d}-{key.end:012d}"
     else:
@@ -79,6 +128,14 @@ def parse_key(relative):
     parts = (relative[:-len(INDEX_SUFFIX)] if is_index else relative).split("/")
     if len(parts) == 3 and parts[1] == "binlog" and is_binlog_name(parts[2]):
         return ArchiveKey(parts[0], "binlog", parts[2], is_index)
+    if len(parts) == 4 and parts[1] == "base" and _BASE_ID.match(parts[2]):
+        if parts[3] == BASE_INDEX and not is_index:
+            return None
+        member = parts[3] + (INDEX_SUFFIX if is_index else "")
+        if member == BASE_INDEX or member in BASE_MEMBERS.values():
+            return base_key(parts[0], parts[2], member)
+    if len(parts) == 3 and parts[1] == "lease" and is_index and _LEASE_ID.match(parts[2]):
+        return lease_key(parts[0], parts[2])
     if len(parts) == 4 and parts[1] == "partial" and is_binlog_name(parts[2]):
         m = _SEGMENT.match(parts[3])
         if m:
