@@ -1,0 +1,318 @@
+"""What can be restored: the archive's binlog chain cut into contiguous runs, where
+each base backup sits in it, the window of moments restorable, and the base a
+restore to a stop point starts from (pure: index and manifest dicts in, no I/O).
+
+A *run* is a sequence of binlog files with no hole between them: each file's
+ROTATE names the next one and its GTID state after is the next one's before. A
+*hole* (a missing file, a GTID gap) ends a run. A base *sits* in a run when its
+GTID position lies between the run's first GTID state and its last; a restore
+reads the run from the first file holding a transaction the base lacks.
+
+The base is chosen by GTID, never by the clock of the archive's objects: the
+newest base whose position is contained in the stop point's, in the same run
+as the stop point. A stop datetime is placed by the files' commit times (the
+source's clock, as the base's ``end_time``).
+"""
+
+from dataclasses import dataclass
+from datetime import datetime, timezone
+from typing import Optional, Tuple
+
+from mysqlbackup.binlog.gtid import MariaGtidPos, guess_flavor, parse_gtid_set
+from mysqlbackup.binlog.names import next_binlog_name
+from mysqlbackup.binlog.position import Position
+from mysqlbackup.errors import MysqlBackupError, ResyncRequired
+
+
+class NoBaseError(MysqlBackupError):
+    """No base backup in the archive can start a restore to the stop point asked for."""
+
+    exit_code = 7
+
+
+@dataclass(frozen=True)
+class Stop:
+    """Where a restore stops: at most one of a datetime (epoch seconds, UTC: stop
+    before the first transaction committed at or after it), a GTID (stop before
+    it) or a Position (stop before a transaction ending past it); none: the end."""
+
+    datetime: Optional[float] = None
+    before_gtid: Optional[Tuple[int, int, int]] = None
+    position: Optional[Position] = None
+
+    def describe(self):
+        if self.datetime is not None:
+            return f"before {iso(self.datetime)}"
+        if self.before_gtid is not None:
+            return "before GTID " + "-".join(map(str, self.before_gtid))
+        if self.position is not None:
+            return f"at {self.position}"
+        return "at the end of the archive"
+
+
+@dataclass(frozen=True)
+class Span:
+    """One archived binlog file as its index describes it."""
+
+    name: str
+    partial: bool
+    gtid_before: Optional[str]
+    gtid_after: Optional[str]
+    first_commit: Optional[str]
+    last_commit: Optional[str]
+    first_gtid: Optional[str]
+    last_gtid: Optional[str]
+    next_file: Optional[str]
+    size: int
+
+    @classmethod
+    def of(cls, index, partial=False):
+        return cls(index["name"], partial, index.get("gtid_before"), index.get("gtid_after"),
+                   index.get("first_commit"), index.get("last_commit"),
+                   index.get("first_gtid"), index.get("last_gtid"), index.get("next_file"),
+                   index.get("size", 0))
+
+
+@dataclass(frozen=True)
+class Hole:
+    """A break in the chain between two archived files (``after`` may be None)."""
+
+    after: Optional[str]
+    before: str
+    description: str
+
+
+@dataclass(frozen=True)
+class Run:
+    """Archived files with no hole between them, oldest first."""
+
+    spans: tuple
+
+    @property
+    def gtid_before(self):
+        return self.spans[0].gtid_before
+
+    @property
+    def gtid_after(self):
+        return self.spans[-1].gtid_after
+
+    @property
+    def last_commit(self):
+        return next((s.last_commit for s in reversed(self.spans) if s.last_commit), None)
+
+
+@dataclass(frozen=True)
+class Choice:
+    """The base a restore starts from and the files it reads (``run.spans[first..last]``)."""
+
+    manifest: dict
+    run: Run
+    first: int
+    last: int
+    stop: Stop
+
+    @property
+    def spans(self):
+        return self.run.spans[self.first:self.last + 1]
+
+    @property
+    def files(self):
+        return [s.name for s in self.spans]
+
+
+@dataclass(frozen=True)
+class Window:
+    """Moments restorable from one run: from the earliest base in it to its last commit."""
+
+    source: str
+    base_id: str
+    start: str          # the base's end_time: every moment from then on
+    end: Optional[str]  # the last commit archived in the run
+    end_gtid: Optional[str]
+    first_file: str
+    last_file: str
+
+
+def iso(epoch):
+    """ISO 8601 UTC text (Z) of epoch seconds."""
+    return datetime.fromtimestamp(epoch, timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+def epoch(text):
+    """Epoch seconds of an ISO 8601 UTC text with Z (index and manifest times)."""
+    return datetime.fromisoformat(text.replace("Z", "+00:00")).timestamp()
+
+
+def contains(outer, inner):
+    """True when GTID text ``inner`` is within GTID text ``outer`` (both of one flavor;
+    an empty or missing ``inner`` is within anything known)."""
+    if not inner:
+        return outer is not None
+    if outer is None:
+        return False
+    a, b = _parse(outer), _parse(inner)
+    if isinstance(b, MariaGtidPos):
+        return isinstance(a, MariaGtidPos) and all(
+            a.contains(d, s, n) for d, (s, n) in b.domains.items())
+    return not isinstance(a, MariaGtidPos) and all(
+        any(lo >= alo and hi <= ahi for alo, ahi in a.sids.get(sid, ()))
+        for sid, ivs in b.sids.items() for lo, hi in ivs)
+
+
+def _parse(text):
+    return parse_gtid_set(text, guess_flavor(text))
+
+
+def build_runs(source, sealed, partial=None):
+    """(runs, holes) of a source's archived files: ``sealed`` the sealed files' indexes,
+    oldest first; ``partial`` the newest active file's index (its segments merged)."""
+    spans = [Span.of(i) for i in sealed] + ([Span.of(partial, True)] if partial else [])
+    runs, holes, current = [], [], []
+    for span in spans:
+        problem = _link_problem(source, current[-1], span) if current else None
+        if problem:
+            holes.append(Hole(current[-1].name, span.name, problem))
+            runs.append(Run(tuple(current)))
+            current = []
+        current.append(span)
+    if current:
+        runs.append(Run(tuple(current)))
+    return runs, holes
+
+
+def _link_problem(source, prev, cur):
+    expected = prev.next_file or next_binlog_name(prev.name)
+    if expected != cur.name:
+        return (f"{source}/binlog/{expected} is missing: {prev.name} ends at GTID "
+                f"{prev.gtid_after or '?'}, the archive goes on with {cur.name} after GTID "
+                f"{cur.gtid_before or '?'}")
+    if prev.gtid_after != cur.gtid_before:
+        return (f"{source}/binlog/{cur.name}: GTID hole: {prev.name} ends at "
+                f"{prev.gtid_after or '?'}, {cur.name} starts after {cur.gtid_before or '?'}")
+    return None
+
+
+def locate(run, manifest):
+    """Index in ``run.spans`` of the first file a restore from ``manifest`` reads, or
+    None when the base does not sit in the run. By GTID; a base or archive without
+    GTIDs by the base's binlog file name."""
+    gtid = manifest.get("gtid")
+    if gtid and all(s.gtid_after is not None for s in run.spans):
+        if not (contains(gtid, run.gtid_before) and contains(run.gtid_after, gtid)):
+            return None
+        return next((i for i, s in enumerate(run.spans) if not contains(gtid, s.gtid_after)),
+                    len(run.spans) - 1)
+    names = [s.name for s in run.spans]
+    return names.index(manifest["binlog_file"]) if manifest.get("binlog_file") in names else None
+
+
+def _stop_span(run, stop):
+    """Index in ``run.spans`` of the file the stop point falls in; None when the run
+    ends before it (len(spans) - 1 for no stop or a datetime past the run)."""
+    last = len(run.spans) - 1
+    if stop.before_gtid is not None:
+        d, s, n = stop.before_gtid
+        return next((i for i, sp in enumerate(run.spans)
+                     if sp.gtid_after and _maria(sp.gtid_after).contains(d, s, n)), None)
+    if stop.position is not None:
+        names = [sp.name for sp in run.spans]
+        return names.index(stop.position.file) if stop.position.file in names else None
+    if stop.datetime is not None:
+        return next((i for i, sp in enumerate(run.spans)
+                     if sp.last_commit and epoch(sp.last_commit) >= stop.datetime), last)
+    return last
+
+
+def _maria(text):
+    value = _parse(text)
+    return value if isinstance(value, MariaGtidPos) else MariaGtidPos()
+
+
+def _before_stop(manifest, run, first, stop_at, stop):
+    """Why the base holds transactions at or after the stop point (None: it does not)."""
+    gtid = manifest.get("gtid")
+    if stop.before_gtid is not None:
+        d, s, n = stop.before_gtid
+        if gtid and _maria(gtid).contains(d, s, n):
+            return f"it already holds GTID {d}-{s}-{n}"
+    elif stop.position is not None:
+        at = manifest.get("binlog_file")
+        if at and stop.position < Position(at, manifest.get("binlog_pos") or 0):
+            return f"its position {at}:{manifest.get('binlog_pos')} is past {stop.position}"
+    elif stop.datetime is not None:
+        at = run.spans[stop_at]
+        if not at.last_commit or epoch(at.last_commit) < stop.datetime:
+            return None  # every archived commit of the run is before the stop
+        if first < stop_at or (first == stop_at and contains(at.gtid_before, gtid)):
+            return None  # the base holds nothing of the file the stop falls in
+        if epoch(manifest["end_time"]) >= stop.datetime:  # holds some of it: by its end
+            return f"it ended at {manifest['end_time']}, not before {iso(stop.datetime)}"
+    return None
+
+
+def choose_base(source, runs, holes, manifests, stop=Stop(), base_id=None):
+    """The Choice of the newest base (or ``base_id``) that a restore to ``stop`` can
+    start from, proved contiguous to the stop point by the indexes.
+
+    Raises ResyncRequired naming the hole between the newest usable base and the
+    stop point, or NoBaseError saying why no base qualifies.
+    """
+    stop_run, stop_at = _find_stop(source, runs, stop)
+    wanted = [m for m in manifests if base_id in (None, m["id"])]
+    if base_id and not wanted:
+        raise NoBaseError(f"{source}: no base backup {base_id!r} in the archive")
+    reasons = []
+    for manifest in sorted(wanted, key=lambda m: m["id"], reverse=True):
+        placed = [(r, locate(run, manifest)) for r, run in enumerate(runs)]
+        placed = [(r, first) for r, first in placed if first is not None]
+        if not placed:
+            reasons.append(f"base {manifest['id']} (GTID {manifest.get('gtid')}) is not in "
+                           "the archived binlogs")
+            continue
+        r, first = placed[-1]
+        if r < stop_run:
+            raise ResyncRequired(_holes_between(source, holes, runs, r, stop_run, manifest))
+        why = None if r == stop_run else "it is newer than the stop point"
+        why = why or _before_stop(manifest, runs[r], first, stop_at, stop)
+        if why is None and first <= stop_at:
+            return Choice(manifest, runs[r], first, stop_at, stop)
+        reasons.append(f"base {manifest['id']}: {why or 'it is newer than the stop point'}")
+    raise NoBaseError(f"{source}: no base backup can start a restore {stop.describe()}"
+                      + (": " + "; ".join(reasons) if reasons else ": the archive has none"))
+
+
+def _find_stop(source, runs, stop):
+    """(run index, span index) of the stop point; NoBaseError when it is not archived."""
+    if not runs:
+        raise NoBaseError(f"{source}: the archive holds no binlog files")
+    if stop.datetime is not None or stop == Stop():
+        return len(runs) - 1, _stop_span(runs[-1], stop)
+    for r, run in enumerate(runs):
+        at = _stop_span(run, stop)
+        if at is not None:
+            return r, at
+    raise NoBaseError(f"{source}: the stop point ({stop.describe()}) is not in the archived "
+                      f"binlogs (they end at GTID {runs[-1].gtid_after}, "
+                      f"{runs[-1].spans[-1].name})")
+
+
+def _holes_between(source, holes, runs, first_run, stop_run, manifest):
+    between = [h for h in holes
+               if any(h.after == runs[r].spans[-1].name for r in range(first_run, stop_run))]
+    return (f"{source}: the binlogs from base {manifest['id']} (GTID {manifest.get('gtid')}) "
+            f"to the stop point are not contiguous: " + "; ".join(h.description for h in between))
+
+
+def recovery_windows(source, runs, manifests):
+    """The Windows of a source: per run that holds a base, from the earliest base in
+    it (its end_time) to the run's last commit. Moments outside them (before the
+    first base, inside a hole, in a run without a base) cannot be restored."""
+    windows = []
+    for run in runs:
+        placed = [m for m in manifests if locate(run, m) is not None]
+        if not placed:
+            continue
+        base = min(placed, key=lambda m: m["id"])
+        windows.append(Window(source, base["id"], base["end_time"], run.last_commit,
+                              run.gtid_after, run.spans[0].name, run.spans[-1].name))
+    return windows
