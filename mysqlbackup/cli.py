@@ -212,19 +212,30 @@ def archive():
 @archive.command("ls")
 @archive_options
 @source_name_option
-@click.option("--json", "as_json", is_flag=True, help="Print a JSON list.")
+@click.option("--json", "as_json", is_flag=True, help="Print one JSON object: files, bases, "
+              "windows, holes, problems.")
 @handle_errors
 def archive_ls(archive_url, archive_option, source_name, as_json):
-    """List archived files with their GTID and time ranges."""
-    from mysqlbackup.archive.verify import list_archive
-    rows = list_archive(open_store(archive_url, archive_option), source_name)
+    """List archived files with their GTID and time ranges, the base backups, and per
+    source the window in which any moment can be restored (a base backup, then every
+    binlog after it without a hole), naming each hole that splits it."""
+    from mysqlbackup.archive.listing import ArchiveListing
+    from mysqlbackup.archive.verify import format_recovery, list_archive, recovery_summary
+    listing = ArchiveListing(open_store(archive_url, archive_option))
+    rows = list_archive(listing.store, source_name, listing)
+    summary = recovery_summary(listing, source_name)
     if as_json:
-        click.echo(json.dumps(rows, indent=1))
+        click.echo(json.dumps({"files": rows, **summary}, indent=1))
         return
     for r in rows:
         click.echo(f"{r['source']}  {r['file']}  {r['kind']}  {r['size']} bytes  "
                    f"{r['transactions']} trx  gtid {r['first_gtid']} .. {r['last_gtid']}  "
                    f"{r['first_commit']} .. {r['last_commit']}")
+    for line in format_recovery(summary):
+        click.echo(line)
+    if not summary["windows"]:
+        click.echo("no moment is restorable yet: no base backup sits in the archived "
+                   "binlogs (mysqlbackup base)")
 
 
 @main.command()

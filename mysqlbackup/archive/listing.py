@@ -5,8 +5,8 @@ their indexes validated on the way in. ``verify`` and the replay's plan start he
 from collections import defaultdict
 
 from mysqlbackup.archive.index import parse_index
-from mysqlbackup.archive.names import BASE_INDEX, parse_key
 from mysqlbackup.archive.manifest import parse_manifest
+from mysqlbackup.archive.names import BASE_INDEX, parse_key
 from mysqlbackup.binlog.names import binlog_sort_key
 
 
@@ -70,3 +70,41 @@ class ArchiveListing:
         if key is None:
             return parse_index(raw, relative_key)
         return parse_index(raw, relative_key, key.name, key.start, key.end)
+
+    def chain(self, source):
+        """(runs, holes) of the source's binlogs (window.build_runs) from their indexes:
+        the sealed files with an index, then the newest active file's segments merged
+        (contiguous from offset 0, up to the first without an index)."""
+        from mysqlbackup.archive.window import build_runs
+        sealed = [self.index(source, n) for n in self.sealed_names(source)
+                  if self.sealed[source][n].get("index")]
+        return build_runs(source, sealed, self.partial_index(source))
+
+    def partial_index(self, source):
+        """One index for the newest active file's segments (None when it has none)."""
+        names = [n for n in self.segments[source] if n not in self.sealed[source]]
+        if not names:
+            return None
+        name = max(names, key=binlog_sort_key)
+        indexes, pos = [], 0
+        for (start, end), slots in sorted(self.segments[source][name].items()):
+            if start != pos or "index" not in slots:
+                break
+            indexes.append(self.read_index(slots["index"]))
+            pos = end
+        return merge_segment_indexes(name, indexes) if indexes else None
+
+
+def merge_segment_indexes(name, indexes):
+    """The index of a whole active file from its segments' indexes, in order."""
+    def last(field):
+        return next((i[field] for i in reversed(indexes) if i.get(field)), None)
+
+    def first(field):
+        return next((i[field] for i in indexes if i.get(field)), None)
+    return {"name": name, "gtid_before": indexes[0].get("gtid_before"),
+            "gtid_after": indexes[-1].get("gtid_after"), "next_file": None,
+            "first_commit": first("first_commit"), "last_commit": last("last_commit"),
+            "first_gtid": first("first_gtid"), "last_gtid": last("last_gtid"),
+            "transactions": sum(i["transactions"] for i in indexes),
+            "size": indexes[-1]["end"], "partial": True}

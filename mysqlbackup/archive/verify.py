@@ -2,10 +2,13 @@
 
 import time
 
-from mysqlbackup.archive.check import check_chain, check_object, check_segment, check_segments
+from mysqlbackup.archive.check import (check_chain, check_object,
+                                       check_segment, check_segments)
 from mysqlbackup.archive.index import build_index
 from mysqlbackup.archive.listing import ArchiveListing
-from mysqlbackup.archive.names import binlog_key, format_key, partial_prefix, segment_key
+from mysqlbackup.archive.names import (binlog_key, format_key, partial_prefix,
+                                       segment_key)
+from mysqlbackup.archive.window import recovery_windows
 from mysqlbackup.binlog.names import binlog_sort_key
 from mysqlbackup.binlog.transactions import TrxTracker
 from mysqlbackup.errors import CorruptBinlog
@@ -187,12 +190,12 @@ def _check_segment_objects(run, source, name, ordered):
     return problems
 
 
-def list_archive(store, source=None):
+def list_archive(store, source=None, listing=None):
     """Rows for ``archive ls``: one per sealed file or active file, with its ranges.
 
     A damaged index shows as kind "bad index"; an object gone since the listing is left out.
     """
-    listing = ArchiveListing(store)
+    listing = listing or ArchiveListing(store)
     rows = []
     for src in ([source] if source else listing.sources()):
         for name in listing.sealed_names(src):
@@ -235,3 +238,45 @@ def _merge(indexes):
             "first_gtid": first.get("first_gtid"), "last_gtid": last("last_gtid"),
             "first_commit": next((i["first_commit"] for i in indexes if i["first_commit"]), None),
             "last_commit": last("last_commit")}
+
+
+def recovery_summary(listing, source=None):
+    """What ``archive ls`` says of restores, per source: the base backups, the windows in
+    which any moment can be restored, the holes that split them, and damaged manifests."""
+    out = {"bases": [], "windows": [], "holes": [], "problems": []}
+    for src in ([source] if source else listing.sources()):
+        manifests = []
+        for base_id in listing.base_ids(src):
+            try:
+                manifests.append(listing.base_manifest(src, base_id))
+            except (CorruptBinlog, FileNotFoundError) as e:
+                out["problems"].append(str(e))
+        try:
+            runs, holes = listing.chain(src)
+        except (CorruptBinlog, FileNotFoundError) as e:
+            out["problems"].append(str(e))
+            runs, holes = [], []
+        out["bases"] += [_base_row(m) for m in manifests]
+        out["windows"] += [vars(w) for w in recovery_windows(src, runs, manifests)]
+        out["holes"] += [{"source": src, "after": h.after, "before": h.before,
+                          "description": h.description} for h in holes]
+    return out
+
+
+def _base_row(m):
+    fields = ("source", "id", "method", "gtid", "binlog_file", "binlog_pos", "start_time",
+              "end_time", "raw_size", "stored_size", "server_version")
+    return {f: m[f] for f in fields}
+
+
+def format_recovery(summary):
+    """The text lines of ``recovery_summary`` for ``archive ls``."""
+    lines = [f"{b['source']}  base {b['id']}  {b['method']}  gtid {b['gtid']}  "
+             f"{b['binlog_file']}:{b['binlog_pos']}  {b['stored_size']} bytes stored  "
+             f"{b['start_time']} .. {b['end_time']}" for b in summary["bases"]]
+    lines += [f"{w['source']}  restorable from {w['start']} to {w['end']} (base {w['base_id']}, "
+              f"up to GTID {w['end_gtid']}, {w['first_file']} .. {w['last_file']})"
+              for w in summary["windows"]]
+    lines += [f"{h['source']}  hole: {h['description']}" for h in summary["holes"]]
+    lines += [f"PROBLEM {p}" for p in summary["problems"]]
+    return lines
