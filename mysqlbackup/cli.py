@@ -259,3 +259,35 @@ def inspect(paths, as_json):
         for report in reports:
             click.echo("\n".join(format_report(report)))
     sys.exit(1 if any(r["error"] for r in reports) else 0)
+
+
+@main.command()
+@source_options
+@archive_options
+@source_name_option
+@click.option("--method", type=click.Choice(["dump", "physical"]), default="dump",
+              show_default=True, help="dump: the server's dump client (mariadb-dump / "
+              "mysqldump), from any host. physical: mariadb-backup --stream=xbstream, which "
+              "copies the data files and so must run ON the database host.")
+@handle_errors
+def base(source, password_file, archive_url, archive_option, source_name, method):
+    """Take a base backup of the source into the archive: SOURCE/base/ID/.
+
+    A consistent snapshot (dump: --single-transaction, writers are not blocked)
+    with its GTID and binlog file:position, streamed through zstd and sha256 into
+    the archive; its manifest (index.json) is written only after the object was
+    read back and matched. The user needs SELECT, SHOW VIEW, TRIGGER, EVENT and
+    BINLOG MONITOR (dump; MySQL: RELOAD, REPLICATION CLIENT instead of BINLOG
+    MONITOR), or RELOAD, PROCESS, LOCK TABLES and BINLOG MONITOR (physical).
+    """
+    from mysqlbackup.base.run import take_base
+    store = open_store(archive_url, archive_option)
+    spec = source_from_options(source, password_file)
+
+    def report(raw, stored):
+        click.echo(f"base: {raw / 2**20:.1f} MiB read, {stored / 2**20:.1f} MiB stored",
+                   err=True)
+    m = take_base(spec, store, source_name and check_source_name(source_name), method, report)
+    click.echo(f"base {m['id']} of {m['source']}: {m['method']}, gtid {m['gtid'] or '(empty)'}, "
+               f"binlog {m['binlog_file']}:{m['binlog_pos']}, {m['raw_size']} bytes raw, "
+               f"{m['stored_size']} stored, {m['details']['elapsed']:.1f} s")

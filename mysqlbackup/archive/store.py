@@ -217,6 +217,38 @@ class ArchiveStore:
         else:
             self.fs.put_file(local_path, target, **self._limit(os.path.getsize(local_path)))
 
+    @contextlib.contextmanager
+    def open_write(self, relative):
+        """A binary file whose bytes become the object ``relative`` when the block ends
+        without error, streamed (never held whole in memory or staged on disk).
+
+        On ``file://`` the bytes go to a ``.tmp-`` name, fsynced and renamed into place;
+        on an object store, fsspec's streaming (multipart) upload, aborted on an error.
+        Either way an error leaves no object under ``relative``. Failed writes raise
+        StoreError naming the object."""
+        writer = _StoreWriter(self, relative, None)
+        if self.local:
+            opener = writer.call(self._open_local, self.path(relative))
+            writer.file = writer.call(opener.__enter__)
+            try:
+                yield writer
+            except BaseException:
+                opener.__exit__(*sys.exc_info())  # removes the .tmp- file
+                raise
+            writer.call(opener.__exit__, None, None, None)
+            return
+        writer.file = writer.call(self.fs.open, self.path(relative), "wb", STREAM_BLOCK)
+        try:
+            yield writer
+        except BaseException:
+            _discard(writer.file)
+            raise
+        writer.call(writer.file.close)
+
+    def _write_error(self, relative, error):
+        return StoreError(f"archive {self.url}: write {relative} failed: "
+                          f"{self._describe(error)}")
+
     def _open_local(self, target):
         """On file://, a durable write of ``target`` through a ``.tmp-`` name beside it."""
         os.makedirs(os.path.dirname(target), exist_ok=True)
@@ -316,6 +348,35 @@ class ArchiveStore:
     def invalidate(self):
         """Forget cached listings (s3fs caches them)."""
         self.fs.invalidate_cache()
+
+
+STREAM_BLOCK = 16 << 20    # part size of a streamed upload to an object store
+
+
+class _StoreWriter:
+    """The file ``ArchiveStore.open_write`` yields: ``write`` only, errors as StoreError."""
+
+    def __init__(self, store, relative, f):
+        self._store, self._relative, self.file = store, relative, f
+
+    def write(self, data):
+        return self.call(self.file.write, data)
+
+    def call(self, func, *args):
+        try:
+            return func(*args)
+        except (FileNotFoundError, MysqlBackupError, *_BUGS):
+            raise
+        except Exception as e:  # noqa: BLE001 - every transport's errors differ
+            raise self._store._write_error(self._relative, e) from e
+
+
+def _discard(f):
+    """Abandon a streamed upload: abort its multipart upload (nothing is published),
+    and mark it closed so that neither we nor its finaliser commit it later."""
+    with contextlib.suppress(Exception):
+        f.discard()
+    f.closed = True
 
 
 @contextlib.contextmanager

@@ -1,0 +1,109 @@
+"""The dump method: the dump client's command line, and the snapshot's position
+read from the dump's comment lines as they stream by (pure, no I/O).
+
+MariaDB (``mariadb-dump --single-transaction --master-data=2 --gtid``) writes the
+snapshot's binlog position near the top and its GTID position at the end::
+
+    -- CHANGE MASTER TO MASTER_LOG_FILE='binlog.000001', MASTER_LOG_POS=883;
+    ...
+    -- SET GLOBAL gtid_slave_pos='0-1-3';
+
+MySQL (``mysqldump --source-data=2 --set-gtid-purged=ON``) writes both near the top::
+
+    -- CHANGE REPLICATION SOURCE TO SOURCE_LOG_FILE='binlog.000002', SOURCE_LOG_POS=157;
+    SET @@GLOBAL.GTID_PURGED=/*!80000 '+'*/ 'uuid:1-5,
+    uuid2:1-3';
+
+A data row never starts a line with these texts (the dump escapes newlines inside
+values), but a routine's body is printed as written and could: the first binlog
+position (the header precedes every database) and the last MariaDB GTID line (the
+trailer follows everything) are the dump's own.
+"""
+
+import re
+from dataclasses import dataclass
+
+from mysqlbackup.binlog.position import Position
+from mysqlbackup.errors import MysqlBackupError
+
+CLIENTS = {"mariadb": ("mariadb-dump", "mysqldump"), "mysql": ("mysqldump",)}
+# schemas that are the server's own: never dumped as data (users go as statements)
+SYSTEM_SCHEMAS = ("mysql", "sys", "performance_schema", "information_schema")
+_FILE_POS = re.compile(rb"^-- CHANGE (?:MASTER|REPLICATION SOURCE) TO (?:MASTER|SOURCE)_LOG_FILE"
+                       rb"='(?P<file>[^']+)', (?:MASTER|SOURCE)_LOG_POS=(?P<pos>\d+);", re.M)
+_MARIA_GTID = re.compile(rb"^-- SET GLOBAL gtid_slave_pos='(?P<gtid>[0-9,-]*)';", re.M)
+_MYSQL_GTID = re.compile(rb"^SET @@GLOBAL\.GTID_PURGED=(?:/\*!80000 '\+'\*/ )?'(?P<gtid>[^']*)';",
+                         re.M)
+KEEP = 1 << 20    # bytes of a line kept across chunks (a long GTID_PURGED set fits)
+
+
+class DumpError(MysqlBackupError):
+    """The dump does not say where its snapshot is."""
+
+
+@dataclass(frozen=True)
+class Snapshot:
+    """Where a base's snapshot sits in the source's history."""
+
+    position: Position   # binlog file:offset
+    gtid: str            # GTID position (MariaDB) or executed set (MySQL); '' when empty
+
+
+def dump_argv(tool, options_path, spec, flavor):
+    """The dump client's arguments (the password is in ``options_path``)."""
+    argv = [tool, f"--defaults-extra-file={options_path}", f"--host={spec.host}",
+            f"--port={spec.port}", "--protocol=tcp", "--single-transaction", "--quick",
+            "--routines", "--events", "--triggers", "--hex-blob",
+            "--default-character-set=utf8mb4", "--all-databases"]
+    argv += [f"--ignore-database={name}" for name in SYSTEM_SCHEMAS[:2]]
+    if flavor == "mariadb":
+        return argv + ["--master-data=2", "--gtid", "--system=users", "--insert-ignore"]
+    return argv + ["--source-data=2", "--set-gtid-purged=ON", "--no-tablespaces"]
+
+
+class SnapshotParser:
+    """Feed the dump's bytes in order; ``snapshot()`` then says where it was taken.
+
+    Only a bounded tail of the stream is kept between chunks."""
+
+    def __init__(self, flavor):
+        self.flavor = flavor
+        self._tail = b"\n"
+        self._position = None
+        self._gtid = None
+
+    def feed(self, chunk):
+        data = self._tail + chunk
+        if self._position is None:
+            m = _FILE_POS.search(data)
+            if m:
+                self._position = Position(m["file"].decode(), int(m["pos"]))
+        pattern = _MARIA_GTID if self.flavor == "mariadb" else _MYSQL_GTID
+        for m in pattern.finditer(data):
+            if self.flavor == "mariadb" or self._gtid is None:
+                self._gtid = m["gtid"].decode()
+        self._tail = self._keep(data)
+
+    def _keep(self, data):
+        """What of ``data`` the next chunk may complete into a line of ours: its last
+        line (from its newline), or from the start of MySQL's GTID_PURGED statement
+        (it spans lines); a sentinel instead of a data line longer than KEEP."""
+        start = data.rfind(b"\n")
+        if self.flavor == "mysql" and self._gtid is None:
+            purged = data.rfind(b"\nSET @@GLOBAL.GTID_PURGED=")
+            start = purged if purged >= 0 else start
+        if start < 0 or len(data) - start > KEEP:
+            return b"\0"  # mid-line: what follows does not start a line
+        return data[start:]
+
+    def snapshot(self, where):
+        """The Snapshot, or DumpError naming ``where`` and what the dump lacks."""
+        if self._position is None:
+            raise DumpError(f"{where}: the dump names no binlog position (no 'CHANGE MASTER "
+                            f"TO MASTER_LOG_FILE' line): is the binary log on, and does the "
+                            f"user have BINLOG MONITOR / REPLICATION CLIENT?")
+        if self._gtid is None:
+            raise DumpError(f"{where}: the dump names no GTID position (no "
+                            f"{'gtid_slave_pos' if self.flavor == 'mariadb' else 'GTID_PURGED'}"
+                            f" line)")
+        return Snapshot(self._position, self._gtid)

@@ -1,0 +1,130 @@
+"""``take_base``: one base backup of a source into the archive, manifest last."""
+
+import contextlib
+import logging
+import tempfile
+import time
+
+from mysqlbackup import __version__
+from mysqlbackup.archive.manifest import (METHODS, build_manifest,
+                                          format_manifest)
+from mysqlbackup.archive.names import (BASE_MEMBERS, base_key,
+                                       check_source_name, format_base_id,
+                                       format_key)
+from mysqlbackup.base import dump, physical, server
+from mysqlbackup.base.client import ToolProcess, find_tool, options_file
+from mysqlbackup.base.upload import Progress, check_stored, upload_stream
+from mysqlbackup.errors import UsageError
+
+log = logging.getLogger(__name__)
+
+
+class _Run:
+    """The tool of one method, running: its process and its snapshot parser."""
+
+    def __init__(self, process, parser, observe, details):
+        self.process, self.parser, self.observe = process, parser, observe
+        self.details = details
+
+
+@contextlib.contextmanager
+def _start_dump(spec, facts):
+    tool = find_tool(dump.CLIENTS[facts.flavor])
+    parser = dump.SnapshotParser(facts.flavor)
+    with options_file(spec) as options:
+        argv = dump.dump_argv(tool, options, spec, facts.flavor)
+        process = ToolProcess(argv)
+        try:
+            yield _Run(process, parser, parser.feed, {"tool": tool, "arguments": argv[2:]})
+        finally:
+            process.kill()
+
+
+@contextlib.contextmanager
+def _start_physical(spec, facts):
+    if facts.flavor != "mariadb":
+        raise UsageError("base --method physical needs a MariaDB source (mariadb-backup); "
+                         "use --method dump for MySQL")
+    tool = find_tool(physical.TOOLS)
+    parser = physical.StderrSnapshot()
+    with options_file(spec, ("client", "mariadb-backup")) as options, \
+            tempfile.TemporaryDirectory(prefix="mysqlbackup-physical-") as scratch:
+        argv = physical.backup_argv(tool, options, spec, scratch)
+        process = ToolProcess(argv, on_stderr=parser.feed_line)
+        try:
+            yield _Run(process, parser, None, {"tool": tool, "arguments": argv[2:]})
+        finally:
+            process.kill()
+
+
+STARTERS = {"dump": _start_dump, "physical": _start_physical}
+
+
+def take_base(spec, store, source_name=None, method="dump", report=None):
+    """Back up the source ``spec`` into ``store``; return the manifest written.
+
+    The object goes under ``SOURCE/base/ID/`` (SOURCE: ``source_name``, else the
+    source's server_uuid or ``server-id-N`` as the daemon names it; ID: the source's
+    clock when the backup started), its manifest last, only after the object was
+    read back and matched. ``report(raw, stored)`` gets progress now and then.
+    Raises SourceError (unreachable, privileges), ToolError (tool missing or
+    failed), DumpError (no position in the output), StoreError (the archive);
+    none of them leaves a manifest."""
+    if method not in METHODS:
+        raise UsageError(f"unknown base method {method!r}: choose {' or '.join(METHODS)}")
+    facts, start = _prepare(spec, method)
+    source = check_source_name(source_name or facts.identity)
+    base_id = format_base_id(start)
+    member = format_key(base_key(source, base_id, BASE_MEMBERS[method]))
+    index = format_key(base_key(source, base_id))
+    if store.exists(index):
+        raise UsageError(f"base {base_id} of {source} already exists in {store.url}")
+    began = time.monotonic()
+    with STARTERS[method](spec, facts) as run:
+        finished = {}
+
+        def before_commit():
+            run.process.finish()
+            finished["snapshot"] = run.parser.snapshot(f"{run.process.name} of {source}")
+            finished["end"] = _source_clock(spec)
+
+        uploaded = upload_stream(run.process.stdout.read, store, member, run.observe,
+                                 before_commit, Progress(report))
+    check_stored(store, member, uploaded)
+    manifest = _manifest(facts, source, base_id, method, start, finished, uploaded,
+                         dict(run.details, elapsed=round(time.monotonic() - began, 3)))
+    store.put_bytes(index, format_manifest(manifest))
+    return manifest
+
+
+def _prepare(spec, method):
+    """The source's facts and its clock at the start, after the privilege check."""
+    conn = server.connect(spec)
+    try:
+        facts = server.read_facts(conn)
+        server.check_privileges(conn, f"{spec.user}@{spec.address}", method, facts.flavor)
+        return facts, server.source_now(conn)
+    finally:
+        conn.close()
+
+
+def _source_clock(spec):
+    conn = server.connect(spec)
+    try:
+        return server.source_now(conn)
+    finally:
+        conn.close()
+
+
+def _manifest(facts, source, base_id, method, start, finished, uploaded, details):
+    snapshot = finished["snapshot"]
+    return build_manifest(
+        id=base_id, source=source, method=method, member=BASE_MEMBERS[method],
+        compression="zstd", start_time=server.utc_text(start),
+        end_time=server.utc_text(finished["end"]), gtid=snapshot.gtid,
+        gtid_flavor=facts.flavor, binlog_file=snapshot.position.file,
+        binlog_pos=snapshot.position.offset, server_uuid=facts.server_uuid,
+        server_id=facts.server_id, server_version=facts.version,
+        raw_size=uploaded.raw_size, stored_size=uploaded.stored_size,
+        sha256=uploaded.sha256, raw_sha256=uploaded.raw_sha256, tool_version=__version__,
+        details=details)

@@ -1,0 +1,128 @@
+"""The source's facts a base backup records, its clock, and the privilege check
+(the parsing of SHOW GRANTS is pure; the queries are the only I/O here)."""
+
+import re
+from dataclasses import dataclass
+from datetime import datetime, timezone
+
+import pymysql
+
+from mysqlbackup.binlog import events as ev
+from mysqlbackup.errors import SourceError
+from mysqlbackup.source.client import ServerInfo
+
+CONNECT_TIMEOUT = 10
+_GLOBAL_GRANT = re.compile(r"^GRANT (?P<privs>.+?) ON \*\.\* TO ", re.S)
+_UNKNOWN_VARIABLE, _ACCESS_DENIED = 1193, 1045
+# what each method needs, as alternatives: any one name of a tuple will do
+BINLOG_MONITOR = ("BINLOG MONITOR", "REPLICATION CLIENT", "SUPER")
+NEEDED = {
+    ("dump", "mariadb"): (("SELECT",), ("SHOW VIEW",), ("TRIGGER",), ("EVENT",),
+                          BINLOG_MONITOR),
+    ("dump", "mysql"): (("SELECT",), ("SHOW VIEW",), ("TRIGGER",), ("EVENT",),
+                        ("RELOAD",), ("REPLICATION CLIENT", "SUPER")),
+    ("physical", "mariadb"): (("RELOAD",), ("PROCESS",), ("LOCK TABLES",), BINLOG_MONITOR),
+    ("physical", "mysql"): (("RELOAD",), ("PROCESS",), ("LOCK TABLES",), BINLOG_MONITOR),
+}
+
+
+@dataclass(frozen=True)
+class SourceFacts:
+    """Who the source is, as the manifest and the archive's folder name it."""
+
+    version: str
+    flavor: str          # "mariadb" or "mysql"
+    server_id: int
+    server_uuid: str     # None where the server has none (MariaDB)
+
+    @property
+    def identity(self):
+        """The daemon's default source name: server_uuid, else ``server-id-N``."""
+        return ServerInfo(self.version, self.server_id, self.server_uuid, True, None,
+                          {}).identity
+
+
+def connect(spec):
+    """A short-lived control connection to the source (SourceError when refused)."""
+    try:
+        return pymysql.connect(host=spec.host, port=spec.port, user=spec.user,
+                               password=spec.password, connect_timeout=CONNECT_TIMEOUT,
+                               read_timeout=60, write_timeout=60, autocommit=True)
+    except pymysql.err.MySQLError as e:
+        code = e.args[0] if e.args else 0
+        if code == _ACCESS_DENIED:
+            raise SourceError(f"access denied for {spec.user}@{spec.address}: check the "
+                              f"password (MYSQLBACKUP_PASSWORD or --password-file)") from None
+        raise SourceError(f"cannot connect to {spec.address}: {e.args[-1]}") from None
+
+
+def query(conn, sql):
+    """All rows of one statement; SourceError naming the statement when refused."""
+    try:
+        with conn.cursor() as cur:
+            cur.execute(sql)
+            return cur.fetchall()
+    except pymysql.err.MySQLError as e:
+        raise SourceError(f"the source refused {sql!r}: {e.args[-1]}") from None
+
+
+def read_facts(conn):
+    """SourceFacts of the server behind ``conn``."""
+    version = query(conn, "SELECT VERSION()")[0][0]
+    server_id = int(query(conn, "SELECT @@server_id")[0][0])
+    try:
+        with conn.cursor() as cur:
+            cur.execute("SELECT @@server_uuid")
+            server_uuid = cur.fetchall()[0][0]
+    except pymysql.err.OperationalError as e:
+        if (e.args[0] if e.args else 0) != _UNKNOWN_VARIABLE:
+            raise SourceError(f"the source refused 'SELECT @@server_uuid': {e.args[-1]}") \
+                from None
+        server_uuid = None  # MariaDB has no server_uuid
+    flavor = "mariadb" if ev.is_mariadb_version(version) else "mysql"
+    return SourceFacts(version, flavor, server_id, server_uuid)
+
+
+def source_now(conn):
+    """The source server's clock (epoch seconds, microseconds): the clock of the
+    binlog commit times a restore compares a base's times with."""
+    return float(query(conn, "SELECT UNIX_TIMESTAMP(NOW(6))")[0][0])
+
+
+def utc_text(epoch):
+    """``2026-11-23T09:41:00.123456Z`` of epoch seconds."""
+    moment = datetime.fromtimestamp(epoch, timezone.utc)
+    return moment.strftime("%Y-%m-%dT%H:%M:%S.%fZ")
+
+
+def global_privileges(grant_lines):
+    """The global privileges (``ON *.*``) that SHOW GRANTS lines give, upper case."""
+    found = set()
+    for line in grant_lines:
+        m = _GLOBAL_GRANT.match(line)
+        if m:
+            found.update(p.strip().upper() for p in m["privs"].split(","))
+    return found
+
+
+def missing_privileges(have, needed):
+    """The needed privileges (first name of each alternative) that ``have`` lacks."""
+    if "ALL PRIVILEGES" in have or "ALL" in have:
+        return []
+    return [alts[0] for alts in needed if not have.intersection(alts)]
+
+
+def check_privileges(conn, user, method, flavor):
+    """SourceError naming every global privilege ``method`` needs and ``user`` lacks.
+
+    Checked before anything runs, because some gaps are silent: without BINLOG
+    MONITOR mariadb-dump leaves out the binlog position, without TRIGGER the
+    triggers, without global SELECT the databases it cannot see."""
+    lines = [row[0] for row in query(conn, "SHOW GRANTS")]
+    needed = NEEDED[(method, flavor)]
+    missing = missing_privileges(global_privileges(lines), needed)
+    if missing:
+        every = ", ".join(alts[0] for alts in needed)
+        raise SourceError(f"the source user {user} lacks the global privilege"
+                          f"{'s' if len(missing) > 1 else ''} {', '.join(missing)} that "
+                          f"base --method {method} needs (GRANT {every} ON *.* TO ...)")

@@ -1,0 +1,236 @@
+"""`mysqlbackup base`: base backups of real throwaway servers into the archive."""
+
+import hashlib
+import os
+import re
+import subprocess
+
+import pytest
+import zstandard
+
+from mysqlbackup.archive.manifest import parse_manifest
+from mysqlbackup.archive.names import BASE_MEMBERS, base_key, format_key
+from mysqlbackup.archive.store import ArchiveStore, parse_options
+from mysqlbackup.base.dump import SnapshotParser
+from mysqlbackup.base.physical import StderrSnapshot
+from mysqlbackup.base.server import (NEEDED, global_privileges,
+                                     missing_privileges)
+from mysqlbackup.binlog.position import Position
+from mysqlbackup.sandbox import MariaDBSandbox, find_binary
+from tests.helpers import run_cli
+
+BACKUP_USER, BACKUP_PASSWORD = "backup", "b'ack\"up\\pw"
+SUMMARY = re.compile(r"^base (?P<id>\d{8}T\d{6}\.\d{3}Z) of (?P<source>\S+): (?P<method>\w+), "
+                     r"gtid (?P<gtid>\S+), binlog (?P<file>[\w.]+):(?P<pos>\d+), "
+                     r"(?P<raw>\d+) bytes raw, (?P<stored>\d+) stored, \d+\.\d s$")
+
+
+def _drop_unresolvable_users(server):
+    """mariadb-install-db creates root@<hostname>, which a server started with
+    --skip-name-resolve cannot show (SHOW CREATE USER fails, and so would any
+    `mariadb-dump --system=users` of it): a real server would have the same problem."""
+    hosts = server.execute("SELECT host FROM mysql.user WHERE host NOT IN "
+                           "('localhost', '127.0.0.1', '::1', '%')")
+    server.execute("SET SESSION sql_log_bin = 0",
+                   *[f"DROP USER 'root'@'{h}'" for (h,) in hosts])
+
+
+def _server(tmp_path_factory, name, server_id):
+    if find_binary("mariadbd") is None:
+        pytest.fail("mariadbd not found: run scripts/test.sh, which installs mariadb-server")
+    server = MariaDBSandbox(str(tmp_path_factory.mktemp(name)), server_id=server_id,
+                            semi_sync_timeout_ms=1000).start()
+    _drop_unresolvable_users(server)
+    return server
+
+
+@pytest.fixture(scope="module")
+def source(tmp_path_factory):
+    """A MariaDB source with a backup user and some data of every kind."""
+    server = _server(tmp_path_factory, "base-source", 31)
+    quoted = BACKUP_PASSWORD.replace("\\", "\\\\").replace("'", "\\'")
+    server.execute(
+        f"CREATE USER '{BACKUP_USER}'@'127.0.0.1' IDENTIFIED BY '{quoted}'",
+        f"GRANT SELECT, SHOW VIEW, TRIGGER, EVENT, BINLOG MONITOR, RELOAD, PROCESS, "
+        f"LOCK TABLES ON *.* TO '{BACKUP_USER}'@'127.0.0.1'",
+        "CREATE DATABASE shop CHARACTER SET utf8mb4",
+        "CREATE TABLE shop.items (id INT PRIMARY KEY AUTO_INCREMENT, name VARCHAR(64), "
+        "photo BLOB, price DECIMAL(10,2), added DATETIME(6)) ENGINE=InnoDB",
+        "CREATE TABLE shop.audit (id INT PRIMARY KEY AUTO_INCREMENT, item INT) ENGINE=InnoDB",
+        "CREATE TRIGGER shop.items_ai AFTER INSERT ON shop.items FOR EACH ROW "
+        "INSERT INTO shop.audit (item) VALUES (NEW.id)",
+        "CREATE VIEW shop.cheap AS SELECT id, name FROM shop.items WHERE price < 10",
+        "CREATE PROCEDURE shop.touch() SELECT COUNT(*) FROM shop.items",
+        "CREATE EVENT shop.nightly ON SCHEDULE EVERY 1 DAY DISABLE DO DELETE FROM shop.audit",
+        "CREATE USER 'app'@'%' IDENTIFIED BY 'app-pw'",
+        "GRANT SELECT, INSERT ON shop.* TO 'app'@'%'")
+    server.execute(*[f"INSERT INTO shop.items (name, photo, price, added) VALUES "
+                     f"('ítem {i} ✓', UNHEX(SHA2('{i}', 256)), {i}.25, NOW(6))"
+                     for i in range(300)])
+    yield server
+    server.stop(remove=True)
+
+
+@pytest.fixture(scope="module")
+def target(tmp_path_factory):
+    server = MariaDBSandbox(str(tmp_path_factory.mktemp("base-target")), server_id=32,
+                            semi_sync=False).start()
+    yield server
+    server.stop(remove=True)
+
+
+def base_cli(server, archive_url, *extra, options=(), password=BACKUP_PASSWORD,
+             user=BACKUP_USER, env=None):
+    args = ["base", "--source", f"mysql://{user}@127.0.0.1:{server.port}",
+            "--archive", archive_url, *[f"--archive-option={o}" for o in options], *extra]
+    return run_cli(*args, password=password, timeout=300)
+
+
+def user_tables(server):
+    return [f"{db}.{t}" for db, t in server.execute(
+        "SELECT table_schema, table_name FROM information_schema.tables WHERE table_type = "
+        "'BASE TABLE' AND table_schema NOT IN ('mysql', 'sys', 'performance_schema', "
+        "'information_schema') ORDER BY 1, 2")]
+
+
+def checksums(server, tables):
+    return dict(server.execute(f"CHECKSUM TABLE {', '.join(tables)}"))
+
+
+def load_sql(server, sql):
+    subprocess.run([find_binary("mariadb"), "--no-defaults", f"--socket={server.socket}",
+                    "-uroot", "--binary-mode"], input=sql, check=True, capture_output=True)
+
+
+def read_base(store, manifest):
+    member = format_key(base_key(manifest["source"], manifest["id"], manifest["member"]))
+    return store.read(member)
+
+
+def manifests(store):
+    return [parse_manifest(store.read(name), name) for name in store.list()
+            if name.endswith("/index.json") and "/base/" in name]
+
+
+# -- the dump end to end -------------------------------------------------------------------
+
+def test_dump_base_loads_into_a_new_server_with_equal_checksums(source, target, archive):
+    url, options = archive
+    before = source.execute("SHOW MASTER STATUS")[0][:2]
+    gtid_before = source.execute("SELECT @@gtid_binlog_pos")[0][0]
+    clock_before = float(source.execute("SELECT UNIX_TIMESTAMP(NOW(6))")[0][0])
+    result = base_cli(source, url, "--source-name", "db1", options=options)
+    clock_after = float(source.execute("SELECT UNIX_TIMESTAMP(NOW(6))")[0][0])
+    assert result.returncode == 0, result.stderr
+    line = SUMMARY.match(result.stdout.strip())
+    assert line, result.stdout
+
+    store = ArchiveStore(url, parse_options(options))
+    [manifest] = manifests(store)
+    assert line["id"] == manifest["id"] and line["source"] == "db1"
+    assert (manifest["method"], manifest["member"], manifest["compression"]) == (
+        "dump", BASE_MEMBERS["dump"], "zstd")
+    assert (manifest["binlog_file"], manifest["binlog_pos"]) == before
+    assert manifest["gtid"] == gtid_before and manifest["gtid_flavor"] == "mariadb"
+    assert (manifest["server_id"], manifest["server_uuid"]) == (31, None)
+    assert manifest["server_version"] == source.execute("SELECT VERSION()")[0][0]
+    start, end = (_epoch(manifest[k]) for k in ("start_time", "end_time"))
+    assert clock_before <= start <= end <= clock_after
+    stored = read_base(store, manifest)
+    sql = zstandard.ZstdDecompressor().stream_reader(stored).read()
+    assert len(stored) == manifest["stored_size"] and len(sql) == manifest["raw_size"]
+    assert hashlib.sha256(stored).hexdigest() == manifest["sha256"]
+    assert hashlib.sha256(sql).hexdigest() == manifest["raw_sha256"]
+
+    target.execute("DROP DATABASE IF EXISTS shop", "DROP USER IF EXISTS 'app'@'%'")
+    load_sql(target, sql)
+    tables = user_tables(source)
+    assert tables == user_tables(target) == ["shop.audit", "shop.items"]
+    assert checksums(target, tables) == checksums(source, tables)
+    assert target.execute("SHOW GRANTS FOR 'app'@'%'") == source.execute(
+        "SHOW GRANTS FOR 'app'@'%'")
+    for what in ("TRIGGERS FROM shop", "PROCEDURE STATUS WHERE Db = 'shop'",
+                 "EVENTS FROM shop", "FULL TABLES FROM shop WHERE Table_type = 'VIEW'"):
+        assert len(target.execute(f"SHOW {what}")) == 1, what
+
+
+def _epoch(text):
+    from datetime import datetime
+    return datetime.fromisoformat(text.replace("Z", "+00:00")).timestamp()
+
+
+# -- pure parts ----------------------------------------------------------------------------
+
+MARIA_DUMP = (b"-- MariaDB dump 10.19\n-- CHANGE MASTER TO MASTER_USE_GTID=slave_pos;\n"
+              b"-- CHANGE MASTER TO MASTER_LOG_FILE='binlog.000007', MASTER_LOG_POS=4711;\n"
+              b"CREATE PROCEDURE p() BEGIN\n"
+              b"-- CHANGE MASTER TO MASTER_LOG_FILE='binlog.000001', MASTER_LOG_POS=4;\n"
+              b"-- SET GLOBAL gtid_slave_pos='9-9-9';\nEND;;\n"
+              b"INSERT INTO t VALUES ('a\\n-- SET GLOBAL gtid_slave_pos=\\'1-1-1\\';');\n"
+              b"-- SET GLOBAL gtid_slave_pos='0-31-1200,1-31-5';\n-- Dump completed\n")
+
+
+@pytest.mark.parametrize("size", [1, 7, 64, len(MARIA_DUMP)])
+def test_snapshot_parser_reads_the_dumps_own_lines_in_any_chunking(size):
+    parser = SnapshotParser("mariadb")
+    for i in range(0, len(MARIA_DUMP), size):
+        parser.feed(MARIA_DUMP[i:i + size])
+    snapshot = parser.snapshot("dump")
+    assert (snapshot.position, snapshot.gtid) == (Position("binlog.000007", 4711),
+                                                  "0-31-1200,1-31-5")
+
+
+def test_snapshot_parser_mysql_gtid_purged_over_lines():
+    uuid1, uuid2 = "3e11fa47-71ca-11e1-9e33-c80aa9429562", "4a8e5c1e-71ca-11e1-9e33-c80aa9429563"
+    text = (f"-- CHANGE REPLICATION SOURCE TO SOURCE_LOG_FILE='binlog.000002', "
+            f"SOURCE_LOG_POS=157;\n\nSET @@GLOBAL.GTID_PURGED=/*!80000 '+'*/ '{uuid1}:1-5,\n"
+            f"{uuid2}:1-3';\n").encode()
+    for size in (1, 5, len(text)):
+        parser = SnapshotParser("mysql")
+        for i in range(0, len(text), size):
+            parser.feed(text[i:i + size])
+        snapshot = parser.snapshot("dump")
+        assert snapshot.position == Position("binlog.000002", 157)
+        assert snapshot.gtid == f"{uuid1}:1-5,\n{uuid2}:1-3"
+
+
+def test_snapshot_parser_names_what_the_dump_lacks():
+    parser = SnapshotParser("mariadb")
+    parser.feed(b"-- MariaDB dump\nCREATE TABLE t (a INT);\n")
+    with pytest.raises(Exception, match="no binlog position .*BINLOG MONITOR"):
+        parser.snapshot("mariadb-dump of db1")
+    parser.feed(b"-- CHANGE MASTER TO MASTER_LOG_FILE='binlog.000001', MASTER_LOG_POS=4;\n")
+    with pytest.raises(Exception, match="no GTID position"):
+        parser.snapshot("mariadb-dump of db1")
+
+
+def test_snapshot_parser_skips_long_data_lines_without_keeping_them():
+    parser = SnapshotParser("mariadb")
+    parser.feed(b"INSERT INTO t VALUES ('" + b"x" * (3 << 20))
+    parser.feed(b"\n-- SET GLOBAL gtid_slave_pos='0-1-2';\n")  # the data line ends first
+    parser.feed(b"-- CHANGE MASTER TO MASTER_LOG_FILE='binlog.000003', MASTER_LOG_POS=9;\n")
+    assert parser.snapshot("dump").gtid == "0-1-2"
+    assert len(parser._tail) < 100
+
+
+def test_physical_stderr_position():
+    parser = StderrSnapshot()
+    for line in ["[00] 2026-11-23 17:15:05 Streaming xtrabackup_binlog_info",
+                 "[00] 2026-11-23 17:15:05 MySQL binlog position: filename 'binlog.000001', "
+                 "position '1926', GTID of the last change '0-1-9,2-5-7'",
+                 "[00] 2026-11-23 17:15:05 completed OK!"]:
+        parser.feed_line(line)
+    snapshot = parser.snapshot("mariadb-backup")
+    assert (snapshot.position, snapshot.gtid) == (Position("binlog.000001", 1926), "0-1-9,2-5-7")
+
+
+def test_privileges_from_show_grants():
+    lines = ["GRANT SELECT, SHOW VIEW, BINLOG MONITOR ON *.* TO `b`@`%` IDENTIFIED BY "
+             "PASSWORD '*AB'", "GRANT ALL PRIVILEGES ON `shop`.* TO `b`@`%`",
+             "GRANT `r` TO `b`@`%`"]
+    have = global_privileges(lines)
+    assert have == {"SELECT", "SHOW VIEW", "BINLOG MONITOR"}
+    assert missing_privileges(have, NEEDED[("dump", "mariadb")]) == ["TRIGGER", "EVENT"]
+    assert missing_privileges({"ALL PRIVILEGES"}, NEEDED[("physical", "mariadb")]) == []
+    assert missing_privileges({"SUPER", "RELOAD", "PROCESS", "LOCK TABLES"},
+                              NEEDED[("physical", "mariadb")]) == []
