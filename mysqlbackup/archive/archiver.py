@@ -18,6 +18,7 @@ import json
 import logging
 import os
 import time
+from dataclasses import replace
 
 from mysqlbackup.archive.index import build_index, parse_index
 from mysqlbackup.archive.names import (binlog_key, binlog_prefix, format_key, parse_key,
@@ -144,7 +145,7 @@ class Archiver:
         """Forget the newest file's upload state when the store lost its segments."""
         if not self.partial:
             return
-        held = _chain_end(self.store.list(partial_prefix(source, self.partial["name"])))[0]
+        held = chain_end(self.store.list(partial_prefix(source, self.partial["name"])))[0]
         if held < self.partial["end"]:
             log.warning("segments of %s are missing from the store (it holds %d of %d bytes);"
                         " uploading again", self.partial["name"], held, self.partial["end"])
@@ -160,11 +161,7 @@ class Archiver:
             data = f.read()
         known = sorted(self.archived | set(names), key=binlog_sort_key)
         index = build_index(data, name, _predecessor(known, name), source=source)
-        size, digest = self.store.sha256(data_key)
-        if (size, digest) != (index["size"], index["sha256"]):
-            raise MysqlBackupError(f"archived copy of {name} does not match: {size} bytes "
-                                   f"sha256 {digest}, local {index['size']} {index['sha256']}")
-        self.store.put_json(format_key(binlog_key(source, name, index=True)), index)
+        size = index_if_whole(self.store, binlog_key(source, name), index, f"copy of {name}")
         self.archived.add(name)
         self._uploaded(name)
         log.info("archived %s (%d bytes, %d transactions)", name, size, index["transactions"])
@@ -185,10 +182,7 @@ class Archiver:
             log.info("re-uploaded %s, which was missing from the store", what)
 
     def _drop_segments(self, source, name):
-        folder = partial_prefix(source, name)
-        for relative in self.store.list(folder):
-            self.store.remove(relative)
-        self.store.remove_empty_folder(folder)
+        remove_segments(self.store, source, name)
         if self.partial and self.partial["name"] == name:
             self.partial = None
 
@@ -206,11 +200,12 @@ class Archiver:
         data_key = format_key(segment_key(source, name, start, durable))
         self._uploading(data_key, source)
         self.store.put_bytes(data_key, data)
-        size, digest = self.store.sha256(data_key)
-        if (size, digest) != (index["size"], index["sha256"]):
+        try:
+            index_if_whole(self.store, segment_key(source, name, start, durable), index,
+                           f"segment {name}:{start}-{durable}")
+        except UploadMismatch:
             self.partial = None  # the tracker went past bytes that are not archived
-            raise MysqlBackupError(f"archived segment {name}:{start}-{durable} does not match")
-        self.store.put_json(format_key(segment_key(source, name, start, durable, True)), index)
+            raise
         self.partial["end"] = durable
         self._uploaded(PREFIX_MARK)
         for relative in self.partial.pop("stale", ()):
@@ -219,7 +214,7 @@ class Archiver:
     def _resume_partial(self, source, name):
         """Where the newest file's segments end in the store, the tracker up to there, and
         the objects off that chain (removed once a new segment covers them)."""
-        end, stale = _chain_end(self.store.list(partial_prefix(source, name)))
+        end, stale = chain_end(self.store.list(partial_prefix(source, name)))
         tracker = TrxTracker()
         if end:
             with open(os.path.join(self.directory, name), "rb") as f:
@@ -288,7 +283,36 @@ class Archiver:
         write_bytes(path, json.dumps(report, indent=1, sort_keys=True).encode("utf-8"))
 
 
-def _chain_end(relatives):
+class UploadMismatch(MysqlBackupError):
+    """An uploaded object read back with another size or sha256 than the local bytes."""
+
+
+def index_if_whole(store, key, index, what):
+    """Read an uploaded object back and, only when its size and sha256 are its index's,
+    write the index: the index is the mark that the object is whole and verified (the
+    daemon and ``archive import`` archive every binlog object so).
+
+    ``key``: the object's ArchiveKey (uploaded already); ``what`` names it in the
+    UploadMismatch raised otherwise. Returns the object's size.
+    """
+    data_key = format_key(key)
+    size, digest = store.sha256(data_key)
+    if (size, digest) != (index["size"], index["sha256"]):
+        raise UploadMismatch(f"archived {what} does not match: {size} bytes sha256 {digest}, "
+                             f"local {index['size']} {index['sha256']}")
+    store.put_json(format_key(replace(key, is_index=True)), index)
+    return size
+
+
+def remove_segments(store, source, name):
+    """Remove the partial segments (and their folder on file://) of a sealed file."""
+    folder = partial_prefix(source, name)
+    for relative in store.list(folder):
+        store.remove(relative)
+    store.remove_empty_folder(folder)
+
+
+def chain_end(relatives):
     """(end of the indexed segments contiguous from 0, the other segment objects)."""
     keys = [(parse_key(r), r) for r in relatives]
     indexed = {k.start: k.end for k, _ in keys if k and k.is_index}
