@@ -291,3 +291,23 @@ def base(source, password_file, archive_url, archive_option, source_name, method
     click.echo(f"base {m['id']} of {m['source']}: {m['method']}, gtid {m['gtid'] or '(empty)'}, "
                f"binlog {m['binlog_file']}:{m['binlog_pos']}, {m['raw_size']} bytes raw, "
                f"{m['stored_size']} stored, {m['details']['elapsed']:.1f} s")
+
+
+@archive.command("import")
+@click.argument("directory", type=click.Path(exists=True, file_okay=False))
+@archive_options
+@click.option("--source-name", required=True, help="Name of the source in the archive (the "
+              "files do not say it); an import must continue what the archive holds for it.")
+@click.option("--torn-tail", type=click.Choice(["refuse", "truncate"]), default="refuse",
+              show_default=True, help="A last file cut inside an event (a copy off a crashed "
+              "server): refuse it, or archive its complete transactions as a partial file.")
+@handle_errors
+def archive_import(directory, archive_url, archive_option, source_name, torn_tail):
+    """Import DIR's binlog files (copied off a server, with or without its .index file)
+    with the daemon's checks and indexes: magic, every CRC, the chain by ROTATE and GTID
+    sets. The last file without a ROTATE becomes the newest partial file. A broken file
+    is refused with its name, offset and reason, after the files before it are archived.
+    Running it again skips what is archived already."""
+    from mysqlbackup.archive.importer import import_directory
+    import_directory(open_store(archive_url, archive_option), directory,
+                     check_source_name(source_name), torn_tail, click.echo)

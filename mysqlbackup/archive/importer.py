@@ -1,0 +1,406 @@
+"""``mysqlbackup archive import``: binlog files copied off a server, into the archive.
+
+The files are taken in the order of the server's index file (``*.index``: one path
+per line, often absolute paths of the server's machine; their base names count)
+when the directory has one, else by name. Each file is read whole and gets what the
+daemon gives a file it archives: magic, every event and CRC checked, the index built
+by ``build_index``, the link to the file before it checked (``check_chain``: the
+ROTATE names it, the GTID sets continue), then the upload, read back and only then
+indexed (``index_if_whole``). The last file, when no ROTATE ends it (the server's
+active file, or the last file of a crashed server), is archived as the daemon
+archives an active file: a partial segment from offset 0 to its last transaction
+boundary, so replay and restore take it as the newest partial file.
+
+The first broken file (bad magic, a torn event, a CRC mismatch, a chain break) stops
+the import with its name, offset and reason; every file before it is archived whole,
+verified and indexed. A torn last file (a copy off a crashed server) is refused the
+same way unless ``torn_tail="truncate"``: its complete transactions are then archived
+as a partial file and the rest is named and left out.
+
+Running the same import again is idempotent: a file archived already with the same
+size and sha256 and a sound index is skipped; another object under the same name is
+refused by name and never overwritten. An import must continue what the archive
+holds for the source (its newest file, or the file after it), unless the source is new.
+"""
+
+import hashlib
+import os
+from dataclasses import dataclass, field
+
+from mysqlbackup.archive.archiver import chain_end, index_if_whole, remove_segments
+from mysqlbackup.archive.check import check_chain, compare_index
+from mysqlbackup.archive.index import build_index
+from mysqlbackup.archive.listing import ArchiveListing
+from mysqlbackup.archive.names import binlog_key, format_key, segment_key
+from mysqlbackup.binlog import events as ev
+from mysqlbackup.binlog.names import binlog_sort_key, parse_binlog_name
+from mysqlbackup.binlog.scan import check_magic, iter_events
+from mysqlbackup.binlog.transactions import TrxTracker
+from mysqlbackup.errors import CorruptBinlog, MysqlBackupError, ResyncRequired, UsageError
+
+TORN_TAIL = ("refuse", "truncate")
+INDEX_SUFFIX = ".index"
+
+
+# -- which files, in which order (pure) ----------------------------------------------------
+
+@dataclass
+class FileOrder:
+    """The binlog files of a directory in the server's order, and what was left aside."""
+
+    names: list
+    ignored: list = field(default_factory=list)   # files that are not part of it
+    missing: list = field(default_factory=list)   # named by the index, not in the directory
+    index_name: str = None                        # the server's index file, if any
+
+
+def order_files(entries, index_name=None, index_text=None):
+    """The FileOrder of a directory holding the files ``entries``.
+
+    With the server's index file (``index_name``, its text ``index_text``), its lines
+    give the order (base names of the paths); else the files named like binlogs
+    (``BASE.NNNNNN``) sorted by number, which must then share one base.
+    """
+    if index_text is not None:
+        listed = _index_names(index_text)
+        names = [n for n in listed if n in entries]
+        ignored = sorted(set(entries) - set(names) - {index_name})
+        return FileOrder(names, ignored, [n for n in listed if n not in entries], index_name)
+    names = sorted((n for n in entries if parse_binlog_name(n)), key=binlog_sort_key)
+    bases = sorted({parse_binlog_name(n)[0] for n in names})
+    if len(bases) > 1:
+        raise UsageError(f"binlog files of {len(bases)} bases ({', '.join(bases)}) and no "
+                         f"server index file: keep one server's files, or its {INDEX_SUFFIX}")
+    return FileOrder(names, sorted(set(entries) - set(names)))
+
+
+def _index_names(text):
+    """Base names of the paths in a server's index file, in order, each once."""
+    seen = []
+    for line in text.splitlines():
+        name = os.path.basename(line.strip().replace("\\", "/"))
+        if name and name not in seen:
+            seen.append(name)
+    return seen
+
+
+def read_order(directory):
+    """The FileOrder of ``directory`` (reads its listing and the server's index file)."""
+    try:
+        entries = sorted(e for e in os.listdir(directory)
+                         if os.path.isfile(os.path.join(directory, e)))
+    except OSError as e:
+        raise UsageError(f"cannot read {directory}: {e.strerror}") from None
+    indexes = [e for e in entries if e.endswith(INDEX_SUFFIX)]
+    if len(indexes) > 1:
+        raise UsageError(f"{directory} holds {len(indexes)} index files ({', '.join(indexes)}):"
+                         " keep the one of the server whose files these are")
+    if not indexes:
+        return order_files(entries)
+    with open(os.path.join(directory, indexes[0]), "rb") as f:
+        text = f.read().decode("utf-8", "surrogateescape")
+    return order_files(entries, indexes[0], text)
+
+
+# -- the bytes of one file (pure) ------------------------------------------------------------
+
+def whole_prefix(data, where):
+    """(end of the last complete transaction, CorruptBinlog of a torn last event or None).
+
+    Magic, every event's framing and CRC are checked: damage other than an event cut
+    off by the end of the data (a CRC mismatch, a bad length) raises CorruptBinlog.
+    """
+    check_magic(data, where)
+    tracker, boundary = TrxTracker(), 4
+    try:
+        for off, event in iter_events(data, 4, None, file=where):
+            tracker.feed(event)
+            if tracker.at_boundary:
+                boundary = off + len(event)
+    except CorruptBinlog as e:
+        if not _torn_at(data, e.offset):
+            raise
+        return boundary, e
+    return boundary, None
+
+
+def _torn_at(data, offset):
+    """True when the event at ``offset`` runs past the end of ``data`` (cut off)."""
+    left = len(data) - offset
+    if left < ev.HEADER_LEN:
+        return True
+    size = ev.parse_header(data, offset).size
+    return size >= ev.HEADER_LEN and size > left
+
+
+def gtid_state_offset(data):
+    """Offset of the event that states the GTID set before the file (or 4)."""
+    for off, event in iter_events(data, 4, False, check_log_pos=False):
+        if event[4] in (ev.MARIA_GTID_LIST, ev.PREVIOUS_GTIDS):
+            return off
+        if event[4] not in (ev.FORMAT_DESCRIPTION, ev.MARIA_START_ENCRYPTION):
+            break
+    return 4
+
+
+# -- the import (I/O) -------------------------------------------------------------------------
+
+@dataclass
+class ImportSummary:
+    """What one import did."""
+
+    imported: list = field(default_factory=list)   # names archived by this run
+    partial: str = None                            # the one archived as a partial file
+    skipped: list = field(default_factory=list)    # archived already, same bytes
+    bytes: int = 0                                 # uploaded
+    first_gtid: str = None
+    last_gtid: str = None
+
+    def line(self):
+        """One summary line."""
+        part = f" ({self.partial} partial)" if self.partial in self.imported else ""
+        gtids = f"{self.first_gtid} .. {self.last_gtid}" if self.first_gtid else "none"
+        return (f"{len(self.imported)} files imported{part}, {len(self.skipped)} skipped, "
+                f"{self.bytes} bytes uploaded, GTIDs {gtids}")
+
+    def account(self, index):
+        self.first_gtid = self.first_gtid or index["first_gtid"]
+        self.last_gtid = index["last_gtid"] or self.last_gtid
+
+
+def import_directory(store, directory, source, torn_tail="refuse", echo=print):
+    """Import the binlog files of ``directory`` into ``store`` under ``source``.
+
+    Prints a line per file and a summary through ``echo``; returns the ImportSummary.
+    Raises CorruptBinlog (a damaged file: name, offset, reason) or ResyncRequired (a
+    chain break, an import that does not continue the archive, another object under
+    the same name) once every file before the one at fault is archived.
+    """
+    if torn_tail not in TORN_TAIL:
+        raise UsageError(f"bad torn tail {torn_tail!r}: one of {', '.join(TORN_TAIL)}")
+    order = read_order(directory)
+    _report_order(order, directory, echo)
+    if not order.names:
+        raise UsageError(f"no binlog files in {directory}")
+    run = _Import(store, directory, source, torn_tail, echo)
+    try:
+        for i, name in enumerate(order.names):
+            run.one(name, i == len(order.names) - 1)
+    except MysqlBackupError:
+        echo(f"stopped: {run.summary.line()}")
+        raise
+    echo(run.summary.line())
+    return run.summary
+
+
+def _report_order(order, directory, echo):
+    if order.index_name:
+        echo(f"order: {order.index_name} ({len(order.names)} files)")
+    if order.missing:
+        echo(f"named by {order.index_name}, not in {directory}: {', '.join(order.missing)}")
+    if order.ignored:
+        echo(f"ignored (not binlog files of this server): {', '.join(order.ignored)}")
+
+
+class _Import:
+    """One import run: what the archive holds for the source, and the file before."""
+
+    def __init__(self, store, directory, source, torn_tail, echo):
+        self.store, self.directory, self.source = store, directory, source
+        self.torn_tail, self.echo = torn_tail, echo
+        self.listing = ArchiveListing(store)
+        self.sealed = self.listing.sealed[source]             # name -> {"data", "index"}
+        self.partial = _newest_partial(self.listing, source)  # unsealed name or None
+        self.prev = self._last_sealed_index()                 # index of the file before
+        self.summary = ImportSummary()
+
+    def _last_sealed_index(self):
+        names = [n for n in self.listing.sealed_names(self.source) if "index" in
+                 self.sealed[n]]
+        return self.listing.index(self.source, names[-1]) if names else None
+
+    def one(self, name, last):
+        """Check and archive one file (skip it when archived already)."""
+        where = os.path.join(self.directory, name)
+        with open(where, "rb") as f:
+            data = f.read()
+        cut, torn = whole_prefix(data, where)
+        if torn is not None and not (last and self.torn_tail == "truncate"):
+            raise torn
+        index = build_index(data[:cut] if torn else data, name,
+                            self.prev and self.prev["name"], source=self.source, where=where)
+        if last and not index["next_file"]:
+            self._partial_file(name, where, data, cut, torn, index)
+        else:
+            self._sealed_file(name, where, data, index)
+
+    # -- sealed files ----------------------------------------------------------------------
+
+    def _sealed_file(self, name, where, data, index):
+        if not index["complete_transactions"]:
+            raise ResyncRequired(f"{name} ends inside a transaction but the file after it "
+                                 "follows it (or its ROTATE closes it)", where, len(data))
+        if self._archived_sealed(name, where, index):
+            return self._done(name, index, skipped=True)
+        self._check_continues(name, where, data, index)
+        if self.partial == name:
+            self._check_held_segments(name, where, data, sealed=True)
+        self.store.put_bytes(format_key(binlog_key(self.source, name)), data)
+        index_if_whole(self.store, binlog_key(self.source, name), index, f"copy of {name}")
+        if self.partial == name:
+            remove_segments(self.store, self.source, name)
+            self.partial = None
+        self.echo(f"{name}: archived {format_key(binlog_key(self.source, name))} "
+                  f"({len(data)} bytes, {_describe(index)})")
+        self._done(name, index, uploaded=len(data))
+
+    def _archived_sealed(self, name, where, index):
+        """True when the archive holds this very file (size, sha256, a sound index);
+        ResyncRequired when it holds another under the name."""
+        slots = self.sealed.get(name, {})
+        if "index" not in slots:
+            return False
+        held = self.listing.read_index(slots["index"])
+        self._same_or_refuse(name, where, held, index)
+        problems = compare_index(slots["index"], held, index)
+        if problems:
+            raise CorruptBinlog(f"{problems[0]} (fix the archive first: mysqlbackup verify)")
+        data_key = format_key(binlog_key(self.source, name))
+        if self.listing.sizes.get(slots.get("data")) != index["size"]:
+            self.echo(f"{name}: {data_key} is missing or cut in the archive; uploading it "
+                      "again")
+            return False
+        self.echo(f"{name}: skipped, archived already (same sha256 {index['sha256'][:16]}...)")
+        return True
+
+    def _same_or_refuse(self, name, where, held, index):
+        if (held["size"], held["sha256"]) != (index["size"], index["sha256"]):
+            key = format_key(binlog_key(self.source, name))
+            raise ResyncRequired(
+                f"the archive holds another {key} ({held['size']} bytes, sha256 "
+                f"{held['sha256'][:16]}...; {where} has {index['size']} bytes, sha256 "
+                f"{index['sha256'][:16]}...): never overwritten (another server's files? "
+                "import them under another --source-name)")
+
+    # -- the last file, without a ROTATE ---------------------------------------------------
+
+    def _partial_file(self, name, where, data, cut, torn, index):
+        if torn is not None:
+            self.echo(f"{name}: torn at offset {torn.offset} ({_reason(torn)}); "
+                      f"{len(data) - cut} bytes from offset {cut} left out (--torn-tail "
+                      "truncate)")
+        elif cut < len(data):
+            self.echo(f"{name}: {len(data) - cut} bytes from offset {cut} left out: a "
+                      "transaction not complete in this copy (import again once it is)")
+        if cut <= len(ev.MAGIC):
+            return self.echo(f"{name}: not one complete event; nothing archived")
+        whole = index if index["size"] == cut else build_index(data[:cut], name,
+                                                                source=self.source)
+        if self._sealed_holds_prefix(name, where, data[:cut]):
+            return self._done(name, whole, skipped=True)
+        self._check_continues(name, where, data, whole)
+        held = self._check_held_segments(name, where, data[:cut]) if self.partial == name else 0
+        if held >= cut:
+            self.echo(f"{name}: skipped, archived already up to offset {held}")
+            return self._done(name, whole, skipped=True)
+        self._upload_segment(name, where, data, held, cut)
+        self._done(name, whole, uploaded=cut - held, partial=True)
+
+    def _sealed_holds_prefix(self, name, where, data):
+        """True when the archive holds ``name`` sealed and ``data`` is its start."""
+        slots = self.sealed.get(name, {})
+        if "index" not in slots:
+            return False
+        held = self.listing.read_index(slots["index"])
+        if ("data" not in slots or held["size"] < len(data)
+                or self.store.read(slots["data"], 0, len(data)) != data):
+            self._same_or_refuse(name, where, held, build_index(data, name))
+        self.echo(f"{name}: skipped, archived already as a sealed file ({held['size']} bytes)")
+        return True
+
+    def _upload_segment(self, name, where, data, start, end):
+        tracker = TrxTracker()
+        if start:
+            build_index(data[:start], name, tracker=tracker, where=where)
+        index = build_index(data[start:end], name, start=start, tracker=tracker,
+                            source=self.source, where=where)
+        key = segment_key(self.source, name, start, end)
+        self.store.put_bytes(format_key(key), data[start:end])
+        index_if_whole(self.store, key, index, f"segment {name}:{start}-{end}")
+        self.partial = name
+        self.echo(f"{name}: archived {format_key(key)} (the active file: {end - start} bytes, "
+                  f"{_describe(index)})")
+
+    def _check_held_segments(self, name, where, data, sealed=False):
+        """The end of the archive's segments of ``name``, once proven to be the start
+        of ``data``; ResyncRequired when they are other bytes (or, for a sealed file,
+        longer than it)."""
+        segs = self.listing.segments[self.source][name]
+        end, stale = chain_end([k for slots in segs.values() for k in slots.values()])
+        for (start, stop), slots in sorted(segs.items()):
+            if slots.get("index") in (None, *stale) or stop > end or start >= len(data):
+                continue
+            if not self._segment_matches(slots, data, start, stop) or (sealed and
+                                                                       stop > len(data)):
+                raise ResyncRequired(
+                    f"the archive holds {format_key(segment_key(self.source, name, start, stop))}"
+                    f", which is not the bytes of {where} at {start}-{stop}: never overwritten "
+                    "(another server's files? import them under another --source-name)")
+        return end
+
+    def _segment_matches(self, slots, data, start, stop):
+        if stop <= len(data):
+            held = self.listing.read_index(slots["index"])
+            return hashlib.sha256(data[start:stop]).hexdigest() == held["sha256"]
+        return self.store.read(slots["data"], 0, len(data) - start) == data[start:]
+
+    # -- continuity ----------------------------------------------------------------------
+
+    def _check_continues(self, name, where, data, index):
+        """Refuse a file that does not continue the archive, or the file before it."""
+        later = [n for n, slots in self.sealed.items()
+                 if "index" in slots and binlog_sort_key(n) > binlog_sort_key(name)]
+        if later:
+            newest = max(later, key=binlog_sort_key)
+            raise ResyncRequired(f"the archive holds {self.source}'s files up to {newest}: "
+                                 f"{name} is older and not archived, so the import would not "
+                                 "continue the archive", where, 0)
+        if self.partial not in (None, name):
+            raise ResyncRequired(f"the archive's newest file for {self.source} is "
+                                 f"{self.partial} (partial): the import must go on from it, "
+                                 f"not from {name}", where, 0)
+        problems = check_chain(self.source, [self.prev, index]) if self.prev else []
+        if problems:
+            raise ResyncRequired(f"{name} does not continue {self.prev['name']}: "
+                                 f"{problems[0]}", where, gtid_state_offset(data))
+
+    def _done(self, name, index, uploaded=None, skipped=False, partial=False):
+        if skipped:
+            self.summary.skipped.append(name)
+        else:
+            self.summary.imported.append(name)
+            self.summary.bytes += uploaded
+        if partial:
+            self.summary.partial = name
+        self.summary.account(index)
+        self.prev = index
+
+
+def _newest_partial(listing, source):
+    """The binlog name whose segments the archive holds and that is not sealed, or None."""
+    names = [n for n in listing.segments[source] if "index" not in listing.sealed[source]
+             .get(n, {})]
+    return max(names, key=binlog_sort_key) if names else None
+
+
+def _describe(index):
+    gtids = (f", GTIDs {index['first_gtid']} .. {index['last_gtid']}" if index["first_gtid"]
+             else "")
+    return f"{index['transactions']} transactions{gtids}"
+
+
+def _reason(error):
+    """The reason of a CorruptBinlog without its 'FILE at offset N: ' prefix."""
+    prefix = f"{error.file} at offset {error.offset}: "
+    text = str(error)
+    return text[len(prefix):] if text.startswith(prefix) else text
