@@ -14,6 +14,7 @@ from mysqlbackup.archive.names import (BASE_MEMBERS, base_key,
 from mysqlbackup.base import dump, physical, server
 from mysqlbackup.base.client import ToolProcess, find_tool, options_file
 from mysqlbackup.base.upload import Progress, check_stored, upload_stream
+from mysqlbackup.binlog.gtid import MariaGtidPos
 from mysqlbackup.errors import UsageError
 
 log = logging.getLogger(__name__)
@@ -85,8 +86,9 @@ def take_base(spec, store, source_name=None, method="dump", report=None):
 
         def before_commit():
             run.process.finish()
-            finished["snapshot"] = run.parser.snapshot(f"{run.process.name} of {source}")
-            finished["end"] = _source_clock(spec)
+            where = f"{run.process.name} of {source}"
+            finished["snapshot"] = run.parser.snapshot(where)
+            finished["end"] = _after(spec, facts, finished["snapshot"], where)
 
         uploaded = upload_stream(run.process.stdout.read, store, member, run.observe,
                                  before_commit, Progress(report))
@@ -108,12 +110,27 @@ def _prepare(spec, method):
         conn.close()
 
 
-def _source_clock(spec):
+def _after(spec, facts, snapshot, where):
+    """The source's clock once the tool has finished; on MariaDB, the snapshot's GTID
+    must be what the server says its binlog position stands for (BINLOG_GTID_POS),
+    else DumpError: a misread position would start a restore at the wrong place."""
     conn = server.connect(spec)
     try:
+        if facts.flavor == "mariadb":
+            check_gtid(snapshot, server.binlog_gtid_pos(conn, snapshot.position), where)
         return server.source_now(conn)
     finally:
         conn.close()
+
+
+def check_gtid(snapshot, expected, where):
+    """DumpError unless ``snapshot``'s GTID is ``expected`` (None: the server cannot
+    tell, its binlog file is gone already: nothing to compare)."""
+    if expected is None:
+        return
+    if MariaGtidPos.parse(snapshot.gtid) != MariaGtidPos.parse(expected):
+        raise dump.DumpError(f"{where}: GTID {snapshot.gtid!r} at {snapshot.position}, but "
+                             f"the source says BINLOG_GTID_POS there is {expected!r}")
 
 
 def _manifest(facts, source, base_id, method, start, finished, uploaded, details):

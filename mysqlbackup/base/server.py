@@ -56,11 +56,11 @@ def connect(spec):
         raise SourceError(f"cannot connect to {spec.address}: {e.args[-1]}") from None
 
 
-def query(conn, sql):
+def query(conn, sql, args=None):
     """All rows of one statement; SourceError naming the statement when refused."""
     try:
         with conn.cursor() as cur:
-            cur.execute(sql)
+            cur.execute(sql, args)
             return cur.fetchall()
     except pymysql.err.MySQLError as e:
         raise SourceError(f"the source refused {sql!r}: {e.args[-1]}") from None
@@ -87,6 +87,13 @@ def source_now(conn):
     """The source server's clock (epoch seconds, microseconds): the clock of the
     binlog commit times a restore compares a base's times with."""
     return float(query(conn, "SELECT UNIX_TIMESTAMP(NOW(6))")[0][0])
+
+
+def binlog_gtid_pos(conn, position):
+    """The GTID position the MariaDB source says ``position`` stands for (None when it
+    no longer has that binlog file)."""
+    return query(conn, "SELECT BINLOG_GTID_POS(%s, %s)",
+                 (position.file, position.offset))[0][0]
 
 
 def utc_text(epoch):
