@@ -13,7 +13,8 @@ from mysqlbackup.archive.names import (BASE_MEMBERS, base_key,
                                        format_key)
 from mysqlbackup.base import dump, physical, server
 from mysqlbackup.base.client import ToolProcess, find_tool, options_file
-from mysqlbackup.base.upload import Progress, check_stored, upload_stream
+from mysqlbackup.base.upload import (Progress, check_stored, remove_quietly,
+                                     upload_stream)
 from mysqlbackup.binlog.gtid import MariaGtidPos
 from mysqlbackup.errors import UsageError
 
@@ -95,7 +96,11 @@ def take_base(spec, store, source_name=None, method="dump", report=None):
     check_stored(store, member, uploaded)
     manifest = _manifest(facts, source, base_id, method, start, finished, uploaded,
                          dict(run.details, elapsed=round(time.monotonic() - began, 3)))
-    store.put_bytes(index, format_manifest(manifest))
+    try:
+        store.put_bytes(index, format_manifest(manifest))
+    except BaseException:
+        remove_quietly(store, member)  # no manifest: the object must not linger either
+        raise
     return manifest
 
 
