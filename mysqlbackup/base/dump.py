@@ -29,11 +29,13 @@ from mysqlbackup.errors import MysqlBackupError
 CLIENTS = {"mariadb": ("mariadb-dump", "mysqldump"), "mysql": ("mysqldump",)}
 # schemas that are the server's own: never dumped as data (users go as statements)
 SYSTEM_SCHEMAS = ("mysql", "sys", "performance_schema", "information_schema")
-_FILE_POS = re.compile(rb"^-- CHANGE (?:MASTER|REPLICATION SOURCE) TO (?:MASTER|SOURCE)_LOG_FILE"
-                       rb"='(?P<file>[^']+)', (?:MASTER|SOURCE)_LOG_POS=(?P<pos>\d+);", re.M)
-_MARIA_GTID = re.compile(rb"^-- SET GLOBAL gtid_slave_pos='(?P<gtid>[0-9,-]*)';", re.M)
-_MYSQL_GTID = re.compile(rb"^SET @@GLOBAL\.GTID_PURGED=(?:/\*!80000 '\+'\*/ )?'(?P<gtid>[^']*)';",
-                         re.M)
+_FILE_POS = re.compile(rb"-- CHANGE (?:MASTER|REPLICATION SOURCE) TO (?:MASTER|SOURCE)_LOG_FILE"
+                       rb"='(?P<file>[^']+)', (?:MASTER|SOURCE)_LOG_POS=(?P<pos>\d+);")
+_MARIA_GTID = re.compile(rb"-- SET GLOBAL gtid_slave_pos='(?P<gtid>[0-9,-]*)';")
+_MYSQL_GTID = re.compile(rb"SET @@GLOBAL\.GTID_PURGED=(?:/\*!80000 '\+'\*/ )?'(?P<gtid>[^']*)';")
+# the start of each line of ours (a newline, then the text), found with bytes.find
+_POSITION_MARK = b"\n-- CHANGE "
+_GTID_MARK = {"mariadb": b"\n-- SET GLOBAL gtid_slave_pos=", "mysql": b"\nSET @@GLOBAL.GTID_PURGED="}
 KEEP = 1 << 20    # bytes of a line kept across chunks (a long GTID_PURGED set fits)
 
 
@@ -75,13 +77,14 @@ class SnapshotParser:
     def feed(self, chunk):
         data = self._tail + chunk
         if self._position is None:
-            m = _FILE_POS.search(data)
+            m = _first(_FILE_POS, data, _POSITION_MARK)
             if m:
                 self._position = Position(m["file"].decode(), int(m["pos"]))
-        pattern = _MARIA_GTID if self.flavor == "mariadb" else _MYSQL_GTID
-        for m in pattern.finditer(data):
-            if self.flavor == "mariadb" or self._gtid is None:
-                self._gtid = m["gtid"].decode()
+        if self.flavor == "mariadb" or self._gtid is None:
+            pattern = _MARIA_GTID if self.flavor == "mariadb" else _MYSQL_GTID
+            found = _all(pattern, data, _GTID_MARK[self.flavor])
+            if found:  # MariaDB: the last (the trailer); MySQL: the first (the header)
+                self._gtid = found[-1 if self.flavor == "mariadb" else 0]["gtid"].decode()
         self._tail = self._keep(data)
 
     def _keep(self, data):
@@ -107,3 +110,20 @@ class SnapshotParser:
                             f"{'gtid_slave_pos' if self.flavor == 'mariadb' else 'GTID_PURGED'}"
                             f" line)")
         return Snapshot(self._position, self._gtid)
+
+
+def _all(pattern, data, mark):
+    """Matches of ``pattern`` at the start of a line (just after ``mark``'s newline),
+    found with bytes.find: a regex scan of every byte of a dump is far slower."""
+    found, at = [], data.find(mark)
+    while at >= 0:
+        m = pattern.match(data, at + 1)
+        if m:
+            found.append(m)
+        at = data.find(mark, at + 1)
+    return found
+
+
+def _first(pattern, data, mark):
+    found = _all(pattern, data, mark)
+    return found[0] if found else None
