@@ -35,7 +35,8 @@ _MARIA_GTID = re.compile(rb"-- SET GLOBAL gtid_slave_pos='(?P<gtid>[0-9,-]*)';")
 _MYSQL_GTID = re.compile(rb"SET @@GLOBAL\.GTID_PURGED=(?:/\*!80000 '\+'\*/ )?'(?P<gtid>[^']*)';")
 # the start of each line of ours (a newline, then the text), found with bytes.find
 _POSITION_MARK = b"\n-- CHANGE "
-_GTID_MARK = {"mariadb": b"\n-- SET GLOBAL gtid_slave_pos=", "mysql": b"\nSET @@GLOBAL.GTID_PURGED="}
+_GTID_MARK = {"mariadb": b"\n-- SET GLOBAL gtid_slave_pos=",
+              "mysql": b"\nSET @@GLOBAL.GTID_PURGED="}
 KEEP = 1 << 20    # bytes of a line kept across chunks (a long GTID_PURGED set fits)
 
 
