@@ -412,3 +412,108 @@ def test_privileges_from_show_grants():
     assert missing_privileges({"ALL PRIVILEGES"}, NEEDED[("physical", "mariadb")]) == []
     assert missing_privileges({"SUPER", "RELOAD", "PROCESS", "LOCK TABLES"},
                               NEEDED[("physical", "mariadb")]) == []
+
+
+# -- physical -----------------------------------------------------------------------------
+
+def test_physical_base_restores_into_a_new_datadir_and_serves_equal_tables(source, tmp_path,
+                                                                            archive):
+    from mysqlbackup.sandbox import free_port
+    from mysqlbackup.source.spec import SourceSpec
+    from replay.restore.physical import restore_physical, stop_server
+    url, options = archive
+    status = source.execute("SHOW MASTER STATUS")[0][:2]
+    gtid = source.execute("SELECT @@gtid_binlog_pos")[0][0]
+    result = base_cli(source, url, "--method", "physical", options=options)
+    assert result.returncode == 0, result.stderr
+    line = SUMMARY.match(result.stdout.strip())
+    assert line and line["method"] == "physical", result.stdout
+    store = ArchiveStore(url, parse_options(options))
+    [manifest] = manifests(store)
+    assert (manifest["member"], manifest["source"], manifest["gtid"]) == (
+        "backup.xbstream.zst", "server-id-31", gtid)
+    assert (manifest["binlog_file"], manifest["binlog_pos"]) == status
+
+    member = format_key(base_key(manifest["source"], manifest["id"], manifest["member"]))
+    target = SourceSpec("127.0.0.1", free_port(), BACKUP_USER, BACKUP_PASSWORD)
+    datadir = tmp_path / "restored"
+    lines = []
+    server = restore_physical(store, member, manifest, str(datadir), target, lines.append)
+    try:
+        restored = MariaDBSandbox(str(tmp_path))
+        restored.socket, restored.port = f"/tmp/mysqlbackup-restore-{target.port}.sock", None
+        tables = user_tables(source)
+        assert user_tables(restored) == tables
+        assert checksums(restored, tables) == checksums(source, tables)
+    finally:
+        stop_server(server)
+    assert any("mariadb-backup --prepare" in ln for ln in lines)
+    # run again (an interrupted restore): the prepared copy is started, not extracted again
+    lines.clear()
+    server = restore_physical(store, member, manifest, str(datadir), target, lines.append)
+    stop_server(server)
+    assert lines[0] == f"restore: {datadir} holds base {manifest['id']} prepared: starting it"
+
+
+def test_physical_restore_refuses_a_datadir_in_use(source, tmp_path):
+    from mysqlbackup.errors import UsageError
+    from replay.restore.physical import restore_physical
+    (tmp_path / "data").mkdir()
+    (tmp_path / "data" / "ibdata1").write_bytes(b"x")
+    manifest = {"id": "20261123T094100.123Z"}
+    with pytest.raises(UsageError, match=r"--datadir .* is not empty \(and holds no prepared "
+                       r"copy of base 20261123T094100.123Z\)"):
+        restore_physical(None, "k", manifest, str(tmp_path / "data"), None)
+
+
+def test_a_gtid_that_is_not_the_positions_is_refused():
+    from mysqlbackup.base.dump import DumpError, Snapshot
+    from mysqlbackup.base.run import check_gtid
+    snapshot = Snapshot(Position("binlog.000002", 900), "1-31-5,0-31-1200")
+    check_gtid(snapshot, "0-31-1200,1-31-5", "dump")   # the same position, other order
+    check_gtid(snapshot, None, "dump")                  # the file is gone: nothing to compare
+    with pytest.raises(DumpError, match=r"^dump: GTID '1-31-5,0-31-1200' at binlog.000002:900, "
+                       r"but the source says BINLOG_GTID_POS there is '0-31-1199'$"):
+        check_gtid(snapshot, "0-31-1199", "dump")
+
+
+# -- ArchiveStore.open_write ----------------------------------------------------------------
+
+def test_open_write_streams_parts_and_an_error_publishes_nothing(archive, monkeypatch):
+    """Several parts on S3 (moto's real multipart API; part size at S3's 5 MiB minimum),
+    one durable rename on file://; an error mid-way leaves neither an object nor, on S3,
+    an open multipart upload."""
+    import boto3
+
+    import mysqlbackup.archive.store as store_module
+    monkeypatch.setattr(store_module, "STREAM_BLOCK", 5 << 20)
+    url, options = archive
+    store = ArchiveStore(url, parse_options(options))
+    chunks = [os.urandom(1 << 20) for _ in range(12)]
+    with store.open_write("s/base/x/whole") as out:
+        for chunk in chunks:
+            out.write(chunk)
+    assert store.read("s/base/x/whole") == b"".join(chunks)
+    with pytest.raises(RuntimeError, match="the tool failed"):
+        with store.open_write("s/base/x/torn") as out:
+            for chunk in chunks:
+                out.write(chunk)
+            raise RuntimeError("the tool failed")
+    assert store.list("s/base/x") == ["s/base/x/whole"]
+    if url.startswith("s3://"):
+        client = boto3.client("s3", endpoint_url=options[0].split("=", 1)[1])
+        bucket = url[len("s3://"):].split("/")[0]
+        assert client.list_multipart_uploads(Bucket=bucket).get("Uploads", []) == []
+    else:
+        assert os.listdir(url[len("file://"):] + "/s/base/x") == ["whole"]
+
+
+def test_progress_reports_at_most_every_interval():
+    from mysqlbackup.base.upload import Progress
+    now, seen = [0.0], []
+    progress = Progress(lambda raw, stored: seen.append((now[0], raw, stored)), every=5.0,
+                        clock=lambda: now[0])
+    for step in range(1, 23):
+        now[0] = step * 1.0
+        progress.tick(step * 100, step * 10)
+    assert seen == [(5.0, 500, 50), (10.0, 1000, 100), (15.0, 1500, 150), (20.0, 2000, 200)]
