@@ -42,6 +42,8 @@ class ReplayOptions:
     allow_gaps: bool = False
     master: str = None
     window: int = None          # files decoded per Spark job (default: one per core)
+    first_file: str = None      # read no file before it (a restore: the base's first file)
+    last_file: str = None       # read no file after it (a restore: the stop point's file)
 
 
 def decode_unit(unit, url, options):
@@ -177,12 +179,21 @@ def plan(opts):
     listing = ArchiveListing(ArchiveStore(opts.archive_url, opts.archive_options))
     source = pick_source(listing.sources(), opts.source_name)
     sealed = [(n, listing.sealed[source][n].get("data"), listing.index(source, n))
-              for n in listing.sealed_names(source)]
+              for n in listing.sealed_names(source) if _within(n, opts)]
     partial = _newest_partial(listing, source)
+    if partial and not _within(partial[0], opts):
+        partial = None
     units, cut = plan_units(source, sealed, partial, opts.selection.wholly_applied,
                             opts.selection.wholly_after, opts.allow_gaps)
     check_listed_sizes(units, listing.sizes, opts.allow_gaps)
     return source, units, cut
+
+
+def _within(name, opts):
+    """True when file ``name`` is inside the options' first_file..last_file (if given)."""
+    key = binlog_sort_key(name)
+    return ((opts.first_file is None or key >= binlog_sort_key(opts.first_file))
+            and (opts.last_file is None or key <= binlog_sort_key(opts.last_file)))
 
 
 def _newest_partial(listing, source):
@@ -243,6 +254,7 @@ def run_replay(opts, sink, spark=None, progress=None):
     summary = {"source": source, "files": len(units), "applied": 0, "skipped": 0,
                "rows_events": 0, "workers": 1, "parallel_applied": 0,
                "dropped_incomplete": [], "tasks": 0, "spark_tasks": 0,
+               "last_gtid": None, "last_commit": None,  # the last one the target holds
                "stop_reason": "stop datetime reached" if cut else "end of the archive"}
     if not units:
         return summary
@@ -350,7 +362,10 @@ def _choose(transactions, selection, sink, summary, checksum, fde):
             return chosen, True
         if decision == "skip" or sink.is_applied(trx):
             summary["skipped"] += 1
+            if decision != "skip":  # applied by an earlier run
+                summary["last_gtid"], summary["last_commit"] = trx.gtid, trx.commit_ts
             continue
+        summary["last_gtid"], summary["last_commit"] = trx.gtid, trx.commit_ts
         kept = selection.filter_events(trx, fde, checksum)
         chosen.append(rewrite_transaction(kept, selection.rewrite, checksum))
     return chosen, False

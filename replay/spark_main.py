@@ -9,7 +9,9 @@ The arguments are those of ``mysqlbackup``; spark-submit's --master is used.
 
 from mysqlbackup.cli import main
 from replay.cli import replay
+from replay.restore.cli import restore
 
 if __name__ == "__main__":
     main.add_command(replay)  # a zip shipped with --py-files has no entry points
+    main.add_command(restore)
     main(prog_name="mysqlbackup")

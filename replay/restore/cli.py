@@ -1,0 +1,65 @@
+"""The ``mysqlbackup restore`` command (click), registered under the
+``mysqlbackup.commands`` entry-point group like ``replay`` (setup.cfg);
+spark-submit adds it in ``replay/spark_main.py``."""
+
+import click
+
+from mysqlbackup.cli import archive_options, handle_errors, source_name_option
+from mysqlbackup.source.spec import PASSWORD_ENV, source_from_options
+
+TARGET_PASSWORD_ENV = ("MYSQLBACKUP_TARGET_PASSWORD", PASSWORD_ENV)
+
+
+@click.command()
+@archive_options
+@source_name_option
+@click.option("--target", metavar="mysql://USER@HOST:PORT", help="The server to restore into "
+              "(password: $MYSQLBACKUP_TARGET_PASSWORD, else $MYSQLBACKUP_PASSWORD, or "
+              "--target-password-file). Not needed with --dry-run.")
+@click.option("--target-password-file", type=click.Path(dir_okay=False))
+@click.option("--stop-datetime", metavar="ISO8601", help="Stop before the first transaction "
+              "committed at or after it; UTC unless it names a zone (never local time).")
+@click.option("--stop-before-gtid", metavar="GTID", help="Stop before this transaction.")
+@click.option("--stop-position", metavar="FILE:POS", help="Stop before a transaction ending "
+              "past it.")
+@click.option("--base", "base_id", metavar="ID", help="Start from this base backup (default: "
+              "the newest whose GTID position is within the stop point's).")
+@click.option("--dry-run", is_flag=True, help="Print the plan (base, binlog files, GTIDs, "
+              "bytes to read, the moment the target will be at) and touch nothing.")
+@click.option("--into-nonempty", is_flag=True, help="Load into a target that already holds "
+              "schemas (the dump drops and recreates the tables it holds).")
+@click.option("--workers", type=click.IntRange(1, 64), default=4, show_default=True,
+              help="Replay connections on a target with a binlog (see replay --help).")
+@click.option("--merge", type=click.IntRange(1, 10000), default=100, show_default=True,
+              help="Source transactions per target commit on a target without a binlog.")
+@click.option("--master", help="Spark master (default local[*]); spark-submit works too.")
+@handle_errors
+def restore(archive_url, archive_option, source_name, target, target_password_file,
+            stop_datetime, stop_before_gtid, stop_position, base_id, dry_run, into_nonempty,
+            workers, merge, master):
+    """Restore a source to a point in time: its base backup (chosen by GTID), then its
+    binlogs up to the stop point, exactly once; run again after an interruption, it
+    resumes. No stop: everything archived."""
+    from mysqlbackup.archive.names import parse_base_id
+    from mysqlbackup.archive.store import parse_options
+    from replay.planning.options import build_selection
+    from replay.restore.run import RestoreOptions, run_restore
+    if not archive_url:
+        raise click.UsageError("--archive is required")
+    if not target and not dry_run:
+        raise click.UsageError("--target is required (or --dry-run)")
+    stops = [(o, v) for o, v in (("--stop-datetime", stop_datetime), ("--stop-before-gtid",
+             stop_before_gtid), ("--stop-position", stop_position)) if v]
+    if len(stops) > 1:
+        raise click.UsageError("give at most one of --stop-datetime, --stop-before-gtid and "
+                               "--stop-position")
+    if base_id:
+        parse_base_id(base_id)
+    selection = build_selection(stop_datetime=stop_datetime, stop_before_gtid=stop_before_gtid,
+                                stop_position=stop_position)
+    spec = source_from_options(target, target_password_file, TARGET_PASSWORD_ENV) \
+        if target else None
+    opts = RestoreOptions(archive_url, spec, parse_options(archive_option), source_name,
+                          selection, base_id, dry_run, into_nonempty, workers, merge, master,
+                          " ".join(f"{o} {v}" for o, v in stops))
+    run_restore(opts, echo=click.echo, progress=lambda line: click.echo(line, err=True))

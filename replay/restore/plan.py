@@ -1,0 +1,129 @@
+"""The plan of a restore (pure): which base, which binlog files, where the replay
+starts and stops, and what ``--dry-run`` prints.
+
+The base is window.choose_base's (the newest one whose GTID position is within
+the stop point's, or ``--base ID``), proved contiguous to the stop point by the
+indexes. The replay then reads from the first file holding a transaction the
+base lacks to the file of the stop point, and skips what the base holds: by its
+GTID position (MariaDB) or its binlog file:position (otherwise).
+"""
+
+from dataclasses import dataclass, replace
+
+from mysqlbackup.archive.names import BASE_MEMBERS, base_key, format_key
+from mysqlbackup.archive.window import Stop, choose_base, epoch, iso
+from mysqlbackup.binlog.gtid import MariaGtidPos
+from mysqlbackup.binlog.position import Position
+from mysqlbackup.errors import CorruptBinlog
+
+
+def stop_of(selection):
+    """The window.Stop of a replay Selection's stop options."""
+    return Stop(selection.stop_datetime, selection.stop_before_gtid, selection.stop_position)
+
+
+@dataclass(frozen=True)
+class RestorePlan:
+    """A restore's base (window.Choice) and the binlog files read after it."""
+
+    source: str
+    choice: object   # window.Choice
+
+    @property
+    def manifest(self):
+        return self.choice.manifest
+
+    @property
+    def stop(self):
+        return self.choice.stop
+
+    @property
+    def files(self):
+        return self.choice.files
+
+    @property
+    def base_object(self):
+        """The archive key of the base's object (its dump or physical stream)."""
+        return format_key(base_key(self.source, self.manifest["id"], self.manifest["member"]))
+
+    @property
+    def binlog_bytes(self):
+        return sum(span.size or 0 for span in self.choice.spans)
+
+    @property
+    def bytes_to_read(self):
+        return self.manifest["stored_size"] + self.binlog_bytes
+
+    def replay_selection(self, selection):
+        """``selection`` starting where the base is: its GTID position (MariaDB), else
+        its binlog file:position."""
+        m = self.manifest
+        if m.get("gtid_flavor") == "mariadb" and m.get("gtid") is not None:
+            return replace(selection, start_gtids=MariaGtidPos.parse(m["gtid"]),
+                           start_position=None)
+        return replace(selection, start_gtids=None,
+                       start_position=Position(m["binlog_file"], m["binlog_pos"]))
+
+
+def make_plan(source, runs, holes, manifests, stop, base_id=None):
+    """The RestorePlan to ``stop``: raises ResyncRequired naming the hole in the way, or
+    NoBaseError (window.choose_base), or CorruptBinlog for a base whose member is not
+    its method's."""
+    choice = choose_base(source, runs, holes, manifests, stop, base_id)
+    m = choice.manifest
+    if m["member"] != BASE_MEMBERS.get(m["method"]):
+        raise CorruptBinlog(f"bad base manifest: member {m['member']!r} for method "
+                            f"{m['method']!r}", format_key(base_key(source, m["id"])))
+    return RestorePlan(source, choice)
+
+
+def describe(plan):
+    """The lines ``--dry-run`` prints (and a restore logs): base, files, GTIDs, bytes,
+    and the moment the target will be at."""
+    m, spans = plan.manifest, plan.choice.spans
+    at = f"GTID {m['gtid']}" if m.get("gtid") else "no GTID"
+    where = f", {m['binlog_file']}:{m['binlog_pos']}" if m.get("binlog_file") else ""
+    files = (f"{len(spans)} ({spans[0].name} to {spans[-1].name}"
+             + (", the last one partial)" if spans[-1].partial else ")"))
+    return [
+        f"restore plan for {plan.source}",
+        f"base: {m['id']} ({m['method']}), taken {m['start_time']} to {m['end_time']}, "
+        f"at {at}{where}",
+        f"binlog files: {files}",
+        f"GTIDs: after {m.get('gtid') or '(none)'}, {_gtid_end(plan)}",
+        f"bytes to read: {plan.bytes_to_read} (base {m['stored_size']} stored, binlogs "
+        f"{plan.binlog_bytes})",
+        f"target at: {_target_at(plan)}",
+    ]
+
+
+def _reaches_end(plan):
+    """True when the replay goes through the last file's last transaction."""
+    stop, last = plan.stop, plan.choice.spans[-1]
+    if stop.datetime is None:
+        return stop == Stop()
+    return bool(last.last_commit) and epoch(last.last_commit) < stop.datetime
+
+
+def _gtid_end(plan):
+    stop, last = plan.stop, plan.choice.spans[-1]
+    if _reaches_end(plan):
+        return f"through {last.last_gtid or '(none)'}"
+    if stop.datetime is not None:
+        return f"through the last committed before {iso(stop.datetime)}"
+    if stop.before_gtid is not None:
+        return "up to GTID " + "-".join(map(str, stop.before_gtid)) + " (not included)"
+    return f"through the last transaction ending at or before {stop.position}"
+
+
+def _target_at(plan):
+    stop, last = plan.stop, plan.choice.spans[-1]
+    if _reaches_end(plan):
+        return (f"{last.last_commit or plan.manifest['end_time']}, GTID "
+                f"{last.last_gtid or plan.manifest.get('gtid') or '(none)'} (the last "
+                f"commit archived in {last.name})")
+    if stop.datetime is not None:
+        return f"just before {iso(stop.datetime)} (the stop datetime)"
+    if stop.before_gtid is not None:
+        return "just before GTID " + "-".join(map(str, stop.before_gtid))
+    return f"{stop.position} (the stop position)"

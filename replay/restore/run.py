@@ -1,0 +1,176 @@
+"""``mysqlbackup restore``, phase by phase: plan, lease, check target, load base,
+replay, report (each phase timed).
+
+Nothing touches the target before the plan is proved from the archive's
+indexes (a base, and contiguous binlogs from it to the stop point: else one
+line naming the hole); ``--dry-run`` stops after the plan, without a lease. The
+lease keeps retention off what the restore reads until it ends. The target's
+progress marker (``target.RestoreTarget``) makes a restore killed at any point
+resume when run again: the base is loaded once, the replay's checkpoint
+applies every transaction once.
+"""
+
+import logging
+import time
+from dataclasses import dataclass, field
+
+from mysqlbackup.archive.lease import Lease
+from mysqlbackup.archive.listing import ArchiveListing
+from mysqlbackup.archive.store import ArchiveStore
+from mysqlbackup.archive.window import iso
+from mysqlbackup.errors import CorruptBinlog, UsageError
+from replay.planning.selection import Selection
+from replay.planning.units import pick_source
+from replay.restore.plan import describe, make_plan, stop_of
+
+log = logging.getLogger(__name__)
+
+
+@dataclass
+class RestoreOptions:
+    """What ``mysqlbackup restore`` was asked to do."""
+
+    archive_url: str
+    target: object = None                   # SourceSpec of the target (not for --dry-run)
+    archive_options: dict = field(default_factory=dict)
+    source_name: str = None
+    selection: Selection = field(default_factory=Selection)  # stop and filters
+    base_id: str = None
+    dry_run: bool = False
+    into_nonempty: bool = False
+    workers: int = 4
+    merge: int = 100
+    master: str = None
+    stop_text: str = ""                     # the stop as given, kept in lease and marker
+
+
+class Phases:
+    """Elapsed seconds per phase, in the order they ran."""
+
+    def __init__(self):
+        self.elapsed, self._started = {}, time.monotonic()
+
+    def run(self, name, func, *args):
+        started = time.monotonic()
+        try:
+            return func(*args)
+        finally:
+            self.elapsed[name] = self.elapsed.get(name, 0.0) + time.monotonic() - started
+
+    @property
+    def total(self):
+        return time.monotonic() - self._started
+
+
+def run_restore(opts, echo=print, progress=None, spark=None):
+    """Restore ``opts``; returns the report dict. ``echo`` prints the plan (dry run)
+    and the report lines, ``progress`` the lines along the way (stderr)."""
+    progress = progress or (lambda line: None)
+    phases = Phases()
+    store = ArchiveStore(opts.archive_url, opts.archive_options)
+    plan, replay_opts = phases.run("plan", plan_restore, store, opts)
+    if opts.dry_run:
+        for line in describe(plan):
+            echo(line)
+        return {"plan": plan, "dry_run": True}
+    for line in describe(plan):
+        progress(line)
+    with Lease(store, plan.source, base=plan.manifest["id"], stop=opts.stop_text) as lease:
+        progress(f"restore: lease {lease.key} held")
+        report = _restore(opts, plan, replay_opts, phases, progress, spark)
+    report["elapsed"] = dict(phases.elapsed, total=phases.total)
+    for line in report_lines(report):
+        echo(line)
+    return report
+
+
+def plan_restore(store, opts):
+    """(RestorePlan, ReplayOptions) from the archive's listing, indexes and manifests;
+    the replay's own plan is made too, so that every check it makes (a file without
+    its object, sizes as listed) fails now, before the target is touched."""
+    from replay.job import ReplayOptions, plan
+    listing = ArchiveListing(store)
+    source = pick_source(listing.sources(), opts.source_name)
+    runs, holes = listing.chain(source)
+    restore_plan = make_plan(source, runs, holes, _manifests(listing, source, opts.base_id),
+                             stop_of(opts.selection), opts.base_id)
+    replay_opts = ReplayOptions(opts.archive_url, opts.archive_options, source,
+                                restore_plan.replay_selection(opts.selection), False,
+                                opts.master, first_file=restore_plan.files[0],
+                                last_file=restore_plan.files[-1])
+    plan(replay_opts)
+    return restore_plan, replay_opts
+
+
+def _manifests(listing, source, base_id):
+    """The source's sound base manifests; a damaged one is skipped with a warning
+    (refused when it is the one asked for)."""
+    manifests = []
+    for found in listing.base_ids(source):
+        try:
+            manifests.append(listing.base_manifest(source, found))
+        except CorruptBinlog as e:
+            if found == base_id:
+                raise
+            log.warning("base %s skipped: %s", found, e)
+    return manifests
+
+
+def _restore(opts, plan, replay_opts, phases, progress, spark):
+    from replay.restore.target import RestoreTarget
+    target = phases.run("check", RestoreTarget, opts.target)
+    try:
+        marker = phases.run("check", target.check, plan.source, plan.manifest["id"],
+                            opts.into_nonempty)
+        loaded = marker is not None and marker.state == "loaded"
+        if marker:
+            progress(f"restore: the target holds this restore in progress (base "
+                     f"{marker.base_id}, {marker.state}, since {marker.started}): resuming")
+        if not loaded:
+            phases.run("load", _load, opts, plan, target, progress)
+    finally:
+        target.close()
+    summary = phases.run("replay", _replay, opts, replay_opts, progress, spark)
+    return {"plan": plan, "base_loaded": not loaded, "summary": summary}
+
+
+def _load(opts, plan, target, progress):
+    """The base into the target, between the marker's 'loading' and 'loaded'."""
+    method, base_id = plan.manifest["method"], plan.manifest["id"]
+    if method != "dump":
+        raise UsageError(f"base {base_id} is a {method} backup: this restore loads dump "
+                         "bases only (take one with mysqlbackup base --method dump)")
+    from replay.restore.load import load_dump
+    target.mark(plan.source, base_id, "loading", opts.stop_text)
+    progress(f"restore: loading base {base_id} ({plan.manifest['stored_size']} bytes stored, "
+             f"{plan.manifest['raw_size']} raw) into {opts.target.address}")
+    load_dump(ArchiveStore(opts.archive_url, opts.archive_options), plan.base_object,
+              plan.manifest, opts.target, progress)
+    target.mark(plan.source, base_id, "loaded", opts.stop_text)
+
+
+def _replay(opts, replay_opts, progress, spark):
+    from replay.job import run_replay
+    from replay.sinks.target import TargetApplier
+    sink = TargetApplier(opts.target, opts.workers, opts.merge)
+    return run_replay(replay_opts, sink, spark=spark, progress=progress)
+
+
+def report_lines(report):
+    """The restore's last lines (stable: tests and runbooks read them)."""
+    plan, summary, elapsed = report["plan"], report["summary"], report["elapsed"]
+    m = plan.manifest
+    when = iso(summary["last_commit"]) if summary.get("last_commit") else None
+    last = (f"last applied: GTID {summary['last_gtid'] or '(none)'} committed {when}"
+            if when else f"last applied: none after the base (GTID {m.get('gtid')})")
+    return [
+        f"restore of {plan.source}: base {m['id']} ({m['method']}, GTID {m.get('gtid')}) "
+        + ("loaded" if report["base_loaded"] else "already loaded (resumed)"),
+        f"applied: {summary['applied']} transactions, {summary['skipped']} skipped, "
+        f"{len(summary['dropped_incomplete'])} incomplete dropped; stopped: "
+        f"{summary['stop_reason']}",
+        last,
+        "elapsed: " + ", ".join(f"{name} {elapsed.get(name, 0.0):.1f}s"
+                                for name in ("plan", "check", "load", "replay", "total")),
+    ]
+

@@ -1,0 +1,347 @@
+"""`mysqlbackup restore` end to end on real servers: a primary archived by the daemon,
+a base taken while writers commit, traffic after it, and restores into new servers
+to every kind of stop point, compared with CHECKSUM TABLE of the primary at that
+point; a restore killed with kill -9 and run again; the hole refusal; the target
+check; the dry run's plan."""
+
+import os
+import re
+import shutil
+import signal
+import subprocess
+import sys
+import threading
+import time
+
+import pytest
+
+from mysqlbackup.archive.listing import ArchiveListing
+from mysqlbackup.archive.names import binlog_key, format_key
+from mysqlbackup.archive.store import ArchiveStore
+from mysqlbackup.binlog.names import binlog_sort_key
+from mysqlbackup.sandbox import MariaDBSandbox, find_binary
+from mysqlbackup.source.spec import SourceSpec
+from replay.planning.options import build_selection
+from replay.restore.run import RestoreOptions, run_restore
+from replay.restore.target import TargetNotEmpty
+from tests.helpers import REPO, Daemon, caught_up, cli_env, current_binlog, run_cli, wait_for
+
+TABLES = ["shop.items", "shop.orders", "shop.writes", "shop.log"]
+WRITERS = 3
+SMALL = 1000  # small transactions at the end: a replay with --merge 1 slow enough to kill
+
+
+@pytest.fixture(scope="module")
+def spark():
+    from replay.job import spark_session
+    session = spark_session("local[2]")
+    yield session
+    session.stop()
+
+
+class Writer(threading.Thread):
+    """Autocommit inserts of unique ids into shop.writes until stopped."""
+
+    def __init__(self, server, n):
+        super().__init__(daemon=True)
+        self.server, self.n, self.stop, self.ids = server, n, threading.Event(), []
+
+    def run(self):
+        conn = self.server.root()
+        with conn.cursor() as cur:
+            i = 0
+            while not self.stop.is_set():
+                cur.execute("INSERT INTO shop.writes VALUES (%s, REPEAT('w', 100))",
+                            (self.n * 1_000_000 + i,))
+                self.ids.append(self.n * 1_000_000 + i)
+                i += 1
+        conn.close()
+
+
+def checksums(server):
+    return dict(server.execute(f"CHECKSUM TABLE {', '.join(TABLES)}"))
+
+
+def last_gtid(server, *statements):
+    """Run ``statements`` in one autocommit session; the GTID of the last."""
+    conn = server.root()
+    with conn.cursor() as cur:
+        for sql in statements:
+            cur.execute(sql)
+        cur.execute("SELECT @@last_gtid")
+        gtid = cur.fetchone()[0]
+    conn.close()
+    return gtid
+
+
+def next_second():
+    """Sleep past the next whole second; its epoch (binlog times are whole seconds)."""
+    time.sleep(1.05 - time.time() % 1)
+    return int(time.time())
+
+
+def drop_unresolvable_users(server):
+    """mariadb-install-db's root@<hostname> cannot be shown under --skip-name-resolve,
+    which `mariadb-dump --system=users` needs (as tests/test_base.py)."""
+    hosts = server.execute("SELECT host FROM mysql.user WHERE host NOT IN "
+                           "('localhost', '127.0.0.1', '::1', '%')")
+    server.execute("SET SESSION sql_log_bin = 0", *[f"DROP USER 'root'@'{h}'" for (h,) in hosts])
+
+
+def take_base_while_writing(primary, url):
+    """`mysqlbackup base` while writers commit; (CompletedProcess, ids committed)."""
+    writers = [Writer(primary, n) for n in range(WRITERS)]
+    for w in writers:
+        w.start()
+    wait_for(lambda: all(len(w.ids) > 20 for w in writers), what="writers committing")
+    try:
+        result = run_cli("base", "--source", f"mysql://root@127.0.0.1:{primary.port}",
+                         "--archive", url, "--source-name", "db1", password="", timeout=120)
+        during = sum(len(w.ids) for w in writers)
+        time.sleep(0.3)
+    finally:
+        for w in writers:
+            w.stop.set()
+        for w in writers:
+            w.join(timeout=30)
+    assert result.returncode == 0, result.stderr
+    ids = sorted(i for w in writers for i in w.ids)
+    assert len(ids) > during > 0
+    return result, ids
+
+
+@pytest.fixture(scope="module")
+def world(tmp_path_factory):
+    """Primary + daemon archiving to file://; a base taken while writers commit;
+    then traffic with the primary's checksums recorded at each stop point."""
+    root = tmp_path_factory.mktemp("restore")
+    if find_binary("mariadbd") is None:
+        pytest.fail("mariadbd not found: run scripts/test.sh, which installs mariadb-server")
+    primary = MariaDBSandbox(str(root / "primary"), semi_sync_timeout_ms=1000).start()
+    drop_unresolvable_users(primary)
+    url = f"file://{root / 'archive'}"
+    daemon = Daemon(primary, root / "backup", "--archive", url, "--archive-interval", "0.3",
+                    "--source-name", "db1").start()
+    w = {"primary": primary, "url": url, "root": root}
+    try:
+        primary.execute(
+            "CREATE DATABASE shop",
+            "CREATE TABLE shop.items (id INT PRIMARY KEY, name VARCHAR(40), pad TEXT)",
+            "CREATE TABLE shop.orders (id INT PRIMARY KEY AUTO_INCREMENT, item INT, qty INT)",
+            "CREATE TABLE shop.writes (id BIGINT PRIMARY KEY, v TEXT)",
+            "CREATE TABLE shop.log (at INT, note VARCHAR(40))")  # no key: a twice is seen
+        primary.execute("INSERT INTO shop.items SELECT seq, CONCAT('item ', seq), "
+                        "REPEAT('p', 2000) FROM shop.seq_0_to_2999")  # a dump that takes a moment
+        primary.execute("FLUSH BINARY LOGS")
+        w["base_result"], w["writer_ids"] = take_base_while_writing(primary, url)
+        primary.execute(*[f"INSERT INTO shop.orders (item, qty) VALUES ({i}, {i % 5})"
+                          for i in range(100)], "FLUSH BINARY LOGS")
+        w["hole_file"] = current_binlog(primary)  # a file between the base and every stop
+        primary.execute(*[f"UPDATE shop.orders SET qty = qty + 1 WHERE id = {i}"
+                          for i in range(1, 60)], "FLUSH BINARY LOGS")
+        w["at_datetime"] = checksums(primary)
+        w["stop_datetime"] = next_second()
+        primary.execute(*[f"INSERT INTO shop.log VALUES ({i}, 'after the datetime')"
+                          for i in range(20)])
+        w["at_gtid"] = checksums(primary)
+        w["stop_gtid"] = last_gtid(primary, "DELETE FROM shop.items WHERE id < 500")
+        primary.execute(*[f"INSERT INTO shop.log VALUES ({i}, 'after the delete')"
+                          for i in range(20)])
+        w["at_position"] = checksums(primary)
+        w["stop_position"] = "{}:{}".format(*primary.execute("SHOW MASTER STATUS")[0][:2])
+        primary.execute("UPDATE shop.items SET name = 'renamed' WHERE id % 7 = 0",
+                        "FLUSH BINARY LOGS")
+        w["logged_before_small"] = primary.execute("SELECT COUNT(*) FROM shop.log")[0][0]
+        conn = primary.root()
+        with conn.cursor() as cur:
+            for i in range(SMALL):
+                cur.execute("INSERT INTO shop.log VALUES (%s, 'small')", (i,))
+        conn.close()
+        w["final"] = checksums(primary)
+        w["final_ids"] = [r[0] for r in primary.execute("SELECT id FROM shop.writes ORDER BY id")]
+        wait_for(lambda: caught_up(primary, root / "backup"), what="the daemon caught up")
+        store = ArchiveStore(url)
+        last = current_binlog(primary)
+        size = os.path.getsize(primary.binlog_path(last))
+        wait_for(lambda: any(k.endswith(f"-{size:012d}.json")
+                             for k in store.list(f"db1/partial/{last}")), timeout=60,
+                 what="the archive to hold the last transaction")
+    finally:
+        assert daemon.stop() == 0, daemon.output()
+    listing = ArchiveListing(ArchiveStore(url))
+    [w["base_id"]] = listing.base_ids("db1")
+    w["manifest"] = listing.base_manifest("db1", w["base_id"])
+    yield w
+    primary.stop(remove=True)
+
+
+def new_target(make_server):
+    return make_server(server_id=3, semi_sync=False)
+
+
+def spec_of(server):
+    return SourceSpec("127.0.0.1", server.port, "root", "")
+
+
+def restore_in_process(world, target, spark, into_nonempty=False, **stop):
+    lines = []
+    opts = RestoreOptions(world["url"], spec_of(target), selection=build_selection(**stop),
+                          into_nonempty=into_nonempty, stop_text=repr(stop))
+    report = run_restore(opts, echo=lines.append, spark=spark)
+    return report, lines
+
+
+def restore_cli(world, target, *extra, url=None, timeout=300):
+    return run_cli("restore", "--archive", url or world["url"], "--target",
+                   f"mysql://root@127.0.0.1:{target.port}", *extra, password="",
+                   timeout=timeout)
+
+
+def leases(url):
+    return {k for k in ArchiveStore(url).list() if "/lease/" in k}
+
+
+# -- every stop option ----------------------------------------------------------------------
+
+def test_no_stop_restores_everything_and_the_base_boundary_is_exact(world, make_server, spark):
+    target = new_target(make_server)
+    report, lines = restore_in_process(world, target, spark)
+    assert checksums(target) == world["final"]
+    ids = [r[0] for r in target.execute("SELECT id FROM shop.writes ORDER BY id")]
+    assert ids == world["final_ids"] == world["writer_ids"]  # none twice, none missing
+    m = world["manifest"]
+    assert lines[0] == f"restore of db1: base {m['id']} (dump, GTID {m['gtid']}) loaded"
+    summary = report["summary"]
+    assert lines[1] == (f"applied: {summary['applied']} transactions, {summary['skipped']} "
+                        "skipped, 0 incomplete dropped; stopped: end of the archive")
+    [(gtid_pos,)] = world["primary"].execute("SELECT @@gtid_binlog_pos")
+    assert summary["last_gtid"] == gtid_pos
+    assert re.fullmatch(rf"last applied: GTID {gtid_pos} committed \d{{4}}-\d\d-\d\dT"
+                        r"\d\d:\d\d:\d\dZ", lines[2]), lines
+    assert re.fullmatch(r"elapsed: plan \d+\.\ds, check \d+\.\ds, load \d+\.\ds, replay "
+                        r"\d+\.\ds, total \d+\.\ds", lines[3]), lines
+    assert target.execute("SELECT source, base_id, state FROM mysqlbackup_replay.restore") == \
+        (("db1", m["id"], "loaded"),)
+    assert leases(world["url"]) == set()  # removed at the end
+
+
+def test_stop_datetime_into_nonempty_target(world, make_server, spark):
+    target = new_target(make_server)
+    target.execute("CREATE DATABASE other", "CREATE TABLE other.keep (id INT)")
+    from datetime import datetime, timezone
+    stop = datetime.fromtimestamp(world["stop_datetime"], timezone.utc).isoformat()
+    with pytest.raises(TargetNotEmpty, match=r"already holds schemas \(other\)"):
+        restore_in_process(world, target, spark, stop_datetime=stop)
+    assert not target.execute("SHOW DATABASES LIKE 'mysqlbackup_replay'")
+    report, _ = restore_in_process(world, target, spark, into_nonempty=True,
+                                   stop_datetime=stop)
+    assert report["summary"]["stop_reason"] == "stop datetime reached"
+    assert checksums(target) == world["at_datetime"]
+    assert target.execute("SHOW TABLES FROM other") == (("keep",),)
+
+
+def test_stop_before_gtid(world, make_server, spark):
+    target = new_target(make_server)
+    report, _ = restore_in_process(world, target, spark, stop_before_gtid=world["stop_gtid"])
+    assert report["summary"]["stop_reason"] == f"stop before GTID {world['stop_gtid']}"
+    assert checksums(target) == world["at_gtid"]
+
+
+def test_stop_position(world, make_server, spark):
+    target = new_target(make_server)
+    report, _ = restore_in_process(world, target, spark, stop_position=world["stop_position"])
+    assert report["summary"]["stop_reason"] == "stop position reached"
+    assert checksums(target) == world["at_position"]
+
+
+# -- interrupted and run again ---------------------------------------------------------------
+
+def test_killed_restore_run_again_resumes_and_applies_nothing_twice(world, make_server):
+    target = new_target(make_server)
+    args = [sys.executable, "-m", "mysqlbackup", "restore", "--archive", world["url"],
+            "--target", f"mysql://root@127.0.0.1:{target.port}", "--workers", "1",
+            "--merge", "1"]
+    proc = subprocess.Popen(args, env=cli_env(password=""), cwd=REPO,
+                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+
+    def applying():
+        return target.execute(
+            "SELECT COUNT(*) FROM information_schema.tables WHERE table_schema = "
+            "'mysqlbackup_replay' AND table_name = 'checkpoint'")[0][0] and target.execute(
+            "SELECT COUNT(*) FROM mysqlbackup_replay.checkpoint")[0][0]
+    try:
+        wait_for(applying, timeout=180, interval=0.01, what="the restore's replay to apply")
+    finally:
+        proc.send_signal(signal.SIGKILL)
+        proc.wait()
+    logged = target.execute("SELECT COUNT(*) FROM shop.log")[0][0]
+    assert logged < world["logged_before_small"] + SMALL, "the replay ended before the kill"
+    rerun = subprocess.run(args, env=cli_env(password=""), cwd=REPO, capture_output=True,
+                           text=True, timeout=300)
+    assert rerun.returncode == 0, rerun.stderr
+    lines = rerun.stdout.splitlines()
+    assert lines[0].endswith("already loaded (resumed)"), rerun.stdout
+    assert "stopped: end of the archive" in lines[1]
+    assert checksums(target) == world["final"]
+    assert target.execute("SELECT COUNT(*) FROM shop.log")[0][0] == \
+        world["primary"].execute("SELECT COUNT(*) FROM shop.log")[0][0]
+
+
+# -- refusals ------------------------------------------------------------------------------
+
+def archive_copy(world, name, remove):
+    """A file:// copy of the archive without the sealed binlogs ``remove`` (and indexes)."""
+    src = str(world["root"] / "archive")
+    dst = str(world["root"] / name)
+    shutil.rmtree(dst, ignore_errors=True)
+    shutil.copytree(src, dst)
+    for file in remove:
+        key = format_key(binlog_key("db1", file))
+        os.remove(os.path.join(dst, key))
+        os.remove(os.path.join(dst, key + ".json"))
+    return f"file://{dst}"
+
+
+def test_hole_between_base_and_stop_refused_before_the_target(world, make_server):
+    target = new_target(make_server)
+    url = archive_copy(world, "archive-hole", [world["hole_file"]])
+    held = leases(url)  # a restore killed by an earlier test may have left one
+    result = restore_cli(world, target, "--stop-before-gtid", world["stop_gtid"], url=url)
+    assert result.returncode == 7, result.stderr
+    [line] = result.stderr.splitlines()
+    assert line.startswith("mysqlbackup: error: resync required: db1: the binlogs from base "
+                           f"{world['base_id']} (GTID {world['manifest']['gtid']}) to the "
+                           "stop point are not contiguous: ")
+    hole = f"db1/binlog/{world['hole_file']} is missing: "
+    assert hole in line and re.search(r"ends at GTID 0-1-\d+, the archive goes on with "
+                                      r"binlog\.\d+ after GTID 0-1-\d+$", line), line
+    assert not target.execute("SHOW DATABASES LIKE 'mysqlbackup_replay'")
+    assert leases(url) == held
+
+
+def test_dry_run_prints_the_plan_and_a_hole_before_the_base_is_no_obstacle(world):
+    listing = ArchiveListing(ArchiveStore(world["url"]))
+    names = listing.sealed_names("db1")
+    m = world["manifest"]
+    before = [n for n in names if binlog_sort_key(n) < binlog_sort_key(m["binlog_file"])]
+    assert before, "the base should not sit in the first file"
+    url = archive_copy(world, "archive-old-hole", before[:1])
+    held = leases(url)
+    result = run_cli("restore", "--archive", url, "--dry-run", password="")
+    assert result.returncode == 0, result.stderr
+    read = [n for n in names if binlog_sort_key(n) >= binlog_sort_key(m["binlog_file"])]
+    partial = listing.partial_index("db1")
+    sizes = sum(listing.index("db1", n)["size"] for n in read) + partial["size"]
+    assert result.stdout.splitlines() == [
+        "restore plan for db1",
+        f"base: {m['id']} (dump), taken {m['start_time']} to {m['end_time']}, at GTID "
+        f"{m['gtid']}, {m['binlog_file']}:{m['binlog_pos']}",
+        f"binlog files: {len(read) + 1} ({read[0]} to {partial['name']}, the last one "
+        "partial)",
+        f"GTIDs: after {m['gtid']}, through {partial['last_gtid']}",
+        f"bytes to read: {m['stored_size'] + sizes} (base {m['stored_size']} stored, "
+        f"binlogs {sizes})",
+        f"target at: {partial['last_commit']}, GTID {partial['last_gtid']} (the last commit "
+        f"archived in {partial['name']})",
+    ]
+    assert leases(url) == held  # a dry run takes no lease
