@@ -160,7 +160,7 @@ class ImportSummary:
         """One summary line."""
         part = f" ({self.partial} partial)" if self.partial in self.imported else ""
         gtids = f"{self.first_gtid} .. {self.last_gtid}" if self.first_gtid else "none"
-        return (f"{len(self.imported)} files imported{part}, {len(self.skipped)} skipped, "
+        return (f"{_files(self.imported)} imported{part}, {len(self.skipped)} skipped, "
                 f"{self.bytes} bytes uploaded, GTIDs {gtids}")
 
     def account(self, index):
@@ -226,6 +226,9 @@ class _Import:
             data = f.read()
         cut, torn = whole_prefix(data, where)
         if torn is not None and not (last and self.torn_tail == "truncate"):
+            if last:
+                self.echo(f"{name}: refused, cut inside an event (a copy off a crashed "
+                          "server?); --torn-tail truncate archives its complete transactions")
             raise torn
         index = build_index(data[:cut] if torn else data, name,
                             self.prev and self.prev["name"], source=self.source, where=where)
@@ -391,6 +394,10 @@ def _newest_partial(listing, source):
     names = [n for n in listing.segments[source] if "index" not in listing.sealed[source]
              .get(n, {})]
     return max(names, key=binlog_sort_key) if names else None
+
+
+def _files(names):
+    return f"{len(names)} file{'' if len(names) == 1 else 's'}"
 
 
 def _describe(index):
