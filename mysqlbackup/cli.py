@@ -213,7 +213,7 @@ def archive():
 @archive_options
 @source_name_option
 @click.option("--json", "as_json", is_flag=True, help="Print one JSON object: files, bases, "
-              "windows, holes, problems.")
+              "windows, holes, unusable, problems.")
 @handle_errors
 def archive_ls(archive_url, archive_option, source_name, as_json):
     """List archived files with their GTID and time ranges, the base backups, and per

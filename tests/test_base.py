@@ -29,22 +29,11 @@ SUMMARY = re.compile(r"^base (?P<id>\d{8}T\d{6}\.\d{3}Z) of (?P<source>\S+): (?P
                      r"(?P<raw>\d+) bytes raw, (?P<stored>\d+) stored, \d+\.\d s$")
 
 
-def _drop_unresolvable_users(server):
-    """mariadb-install-db creates root@<hostname>, which a server started with
-    --skip-name-resolve cannot show (SHOW CREATE USER fails, and so would any
-    `mariadb-dump --system=users` of it): a real server would have the same problem."""
-    hosts = server.execute("SELECT host FROM mysql.user WHERE host NOT IN "
-                           "('localhost', '127.0.0.1', '::1', '%')")
-    server.execute("SET SESSION sql_log_bin = 0",
-                   *[f"DROP USER 'root'@'{h}'" for (h,) in hosts])
-
-
 def _server(tmp_path_factory, name, server_id):
     if find_binary("mariadbd") is None:
         pytest.fail("mariadbd not found: run scripts/test.sh, which installs mariadb-server")
     server = MariaDBSandbox(str(tmp_path_factory.mktemp(name)), server_id=server_id,
                             semi_sync_timeout_ms=1000).start()
-    _drop_unresolvable_users(server)
     return server
 
 

@@ -19,7 +19,7 @@ _OPTIONAL_TEXT, _OPTIONAL_COUNT = (str, type(None)), (int, type(None))
 MANIFEST_FIELDS = {
     "version": _COUNT, "kind": _TEXT, "id": _TEXT, "source": _TEXT, "method": _TEXT,
     "member": _TEXT, "compression": _TEXT,
-    "start_time": _TEXT, "end_time": _TEXT,        # UTC, ISO 8601 with Z, the tool's clock
+    "start_time": _TEXT, "end_time": _TEXT,        # UTC, ISO 8601 with Z, the source's clock
     "gtid": _OPTIONAL_TEXT, "gtid_flavor": _TEXT,  # the snapshot's GTID position
     "binlog_file": _OPTIONAL_TEXT, "binlog_pos": _OPTIONAL_COUNT,
     "server_uuid": _OPTIONAL_TEXT, "server_id": _COUNT, "server_version": _TEXT,

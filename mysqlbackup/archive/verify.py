@@ -1,14 +1,16 @@
-"""``mysqlbackup verify`` and ``mysqlbackup archive ls``: read the archive and report."""
+"""``mysqlbackup verify`` and ``mysqlbackup archive ls``: read the archive and report.
+
+verify checks every binlog object (magic, CRCs, index, chain) and every base backup
+(manifest, object size and sha256); ``archive ls`` adds the recovery windows."""
 
 import time
 
-from mysqlbackup.archive.check import (check_chain, check_object,
-                                       check_segment, check_segments)
+from mysqlbackup.archive.check import check_chain, check_object, check_segment, check_segments
 from mysqlbackup.archive.index import build_index
 from mysqlbackup.archive.listing import ArchiveListing
-from mysqlbackup.archive.names import (binlog_key, format_key, partial_prefix,
-                                       segment_key)
-from mysqlbackup.archive.window import recovery_windows
+from mysqlbackup.archive.names import (BASE_INDEX, base_key, base_prefix, binlog_key, format_key,
+                                       partial_prefix, segment_key)
+from mysqlbackup.archive.window import locate, recovery_windows
 from mysqlbackup.binlog.names import binlog_sort_key
 from mysqlbackup.binlog.transactions import TrxTracker
 from mysqlbackup.errors import CorruptBinlog
@@ -87,7 +89,35 @@ def _verify_source(run, source):
             continue  # sealed copy exists; leftover segments are harmless
         problems += _verify_segments(run, source, name, segs, last, name == newest)
         checked += len(segs)
+    for base_id in sorted(listing.bases[source]):
+        problems += _verify_base(run, source, base_id)
+        checked += 1
     return checked, problems
+
+
+def _verify_base(run, source, base_id):
+    """Problems of one base backup: its manifest, and its object's size and sha256."""
+    members = run.listing.bases[source][base_id]
+    if BASE_INDEX not in members:
+        run.notes.append(f"{base_prefix(source, base_id)}: no manifest (an upload in flight "
+                         f"or abandoned): not used by restore")
+        return []
+    try:
+        manifest = run.listing.base_manifest(source, base_id)
+    except CorruptBinlog as e:
+        return [str(e)]
+    except FileNotFoundError:
+        return [f"{members[BASE_INDEX]}: removed since the listing"]
+    key = format_key(base_key(source, base_id, manifest["member"]))
+    size = run.listing.sizes.get(key)
+    if size is None:
+        return [f"{key}: missing (its manifest is there)"]
+    if size != manifest["stored_size"]:
+        return [f"{key}: {size} bytes, the manifest says {manifest['stored_size']}"]
+    digest = run.store.sha256(key)[1]
+    if digest != manifest["sha256"]:
+        return [f"{key}: sha256 {digest}, the manifest says {manifest['sha256']}"]
+    return []
 
 
 def _verify_sealed(run, source, name, newest):
@@ -243,7 +273,7 @@ def _merge(indexes):
 def recovery_summary(listing, source=None):
     """What ``archive ls`` says of restores, per source: the base backups, the windows in
     which any moment can be restored, the holes that split them, and damaged manifests."""
-    out = {"bases": [], "windows": [], "holes": [], "problems": []}
+    out = {"bases": [], "windows": [], "holes": [], "unusable": [], "problems": []}
     for src in ([source] if source else listing.sources()):
         manifests = []
         for base_id in listing.base_ids(src):
@@ -257,6 +287,8 @@ def recovery_summary(listing, source=None):
             out["problems"].append(str(e))
             runs, holes = [], []
         out["bases"] += [_base_row(m) for m in manifests]
+        out["unusable"] += [{"source": src, "id": m["id"], "gtid": m["gtid"]} for m in manifests
+                            if not any(locate(run, m) is not None for run in runs)]
         out["windows"] += [vars(w) for w in recovery_windows(src, runs, manifests)]
         out["holes"] += [{"source": src, "after": h.after, "before": h.before,
                           "description": h.description} for h in holes]
@@ -278,5 +310,8 @@ def format_recovery(summary):
               f"up to GTID {w['end_gtid']}, {w['first_file']} .. {w['last_file']})"
               for w in summary["windows"]]
     lines += [f"{h['source']}  hole: {h['description']}" for h in summary["holes"]]
+    lines += [f"{u['source']}  base {u['id']} not usable: its GTID {u['gtid']} is not in the "
+              f"archived binlogs (a hole before it, or not archived yet)"
+              for u in summary["unusable"]]
     lines += [f"PROBLEM {p}" for p in summary["problems"]]
     return lines
