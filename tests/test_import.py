@@ -192,6 +192,25 @@ def test_torn_last_file_is_refused_then_truncated_then_completed(source_files, t
     assert cli_verify(archive).returncode == 0
 
 
+def test_a_sealed_copy_replaces_the_partial_file_it_continues(source_files, tmp_path):
+    first, second = source_files[:2]
+    early = copy_files([first, second], tmp_path / "early")
+    off, size = event_at(second, 0.5)
+    with open(early / second.name, "r+b") as f:
+        f.truncate(off + 7)  # a copy taken while the server wrote the second file
+    archive = file_archive(tmp_path)
+    result = cli_import(early, archive, "--torn-tail", "truncate")
+    assert result.returncode == 0, result.stdout + result.stderr
+    store = open_store(archive)
+    assert sealed_names(store) == [first.name] and store.list(f"db1/partial/{second.name}")
+    later = cli_import(copy_files(source_files, tmp_path / "later"), archive)
+    assert later.returncode == 0, later.stdout + later.stderr
+    assert sealed_names(store) == [p.name for p in source_files[:-1]]
+    assert store.list(f"db1/partial/{second.name}") == []
+    assert store.read(f"db1/binlog/{second.name}") == read(second)
+    assert cli_verify(archive).returncode == 0
+
+
 def test_a_crc_flip_in_a_middle_file_stops_there(source_files, tmp_path):
     directory = copy_files(source_files, tmp_path / "copy")
     broken = directory / source_files[1].name

@@ -181,7 +181,8 @@ def import_directory(store, directory, source, torn_tail="refuse", echo=print):
     order = read_order(directory)
     _report_order(order, directory, echo)
     if not order.names:
-        raise UsageError(f"no binlog files in {directory}")
+        raise UsageError(f"no binlog files in {directory}" + (
+            f" named by {order.index_name}" if order.index_name else ""))
     run = _Import(store, directory, source, torn_tail, echo)
     try:
         for i, name in enumerate(order.names):
