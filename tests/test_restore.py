@@ -28,7 +28,7 @@ from tests.helpers import REPO, Daemon, caught_up, cli_env, current_binlog, run_
 
 TABLES = ["shop.items", "shop.orders", "shop.writes", "shop.log"]
 WRITERS = 3
-SMALL = 1000  # small transactions at the end: a replay with --merge 1 slow enough to kill
+SMALL = 300  # small transactions at the end: a replay with --merge 1 slow enough to kill
 
 
 @pytest.fixture(scope="module")

@@ -28,6 +28,9 @@ TARGET_PASSWORD_ENV = ("MYSQLBACKUP_TARGET_PASSWORD", PASSWORD_ENV)
               "bytes to read, the moment the target will be at) and touch nothing.")
 @click.option("--into-nonempty", is_flag=True, help="Load into a target that already holds "
               "schemas (the dump drops and recreates the tables it holds).")
+@click.option("--datadir", type=click.Path(file_okay=False), help="Physical bases: a new "
+              "directory to restore into; a server is started on it at the --target "
+              "host:port (the target user must be one of the source's users).")
 @click.option("--workers", type=click.IntRange(1, 64), default=4, show_default=True,
               help="Replay connections on a target with a binlog (see replay --help).")
 @click.option("--merge", type=click.IntRange(1, 10000), default=100, show_default=True,
@@ -36,7 +39,7 @@ TARGET_PASSWORD_ENV = ("MYSQLBACKUP_TARGET_PASSWORD", PASSWORD_ENV)
 @handle_errors
 def restore(archive_url, archive_option, source_name, target, target_password_file,
             stop_datetime, stop_before_gtid, stop_position, base_id, dry_run, into_nonempty,
-            workers, merge, master):
+            datadir, workers, merge, master):
     """Restore a source to a point in time: its base backup (chosen by GTID), then its
     binlogs up to the stop point, exactly once; run again after an interruption, it
     resumes. No stop: everything archived."""
@@ -61,5 +64,5 @@ def restore(archive_url, archive_option, source_name, target, target_password_fi
         if target else None
     opts = RestoreOptions(archive_url, spec, parse_options(archive_option), source_name,
                           selection, base_id, dry_run, into_nonempty, workers, merge, master,
-                          " ".join(f"{o} {v}" for o, v in stops))
+                          " ".join(f"{o} {v}" for o, v in stops), datadir)
     run_restore(opts, echo=click.echo, progress=lambda line: click.echo(line, err=True))

@@ -42,6 +42,7 @@ class RestoreOptions:
     merge: int = 100
     master: str = None
     stop_text: str = ""                     # the stop as given, kept in lease and marker
+    datadir: str = None                     # physical bases: the new datadir
 
 
 class Phases:
@@ -73,6 +74,10 @@ def run_restore(opts, echo=print, progress=None, spark=None):
         for line in describe(plan):
             echo(line)
         return {"plan": plan, "dry_run": True}
+    if plan.manifest["method"] == "physical" and not opts.datadir:
+        raise UsageError(f"base {plan.manifest['id']} is a physical backup: give --datadir "
+                         "DIR (a new directory; the restored server is started on it at the "
+                         "--target host:port)")
     for line in describe(plan):
         progress(line)
     with Lease(store, plan.source, base=plan.manifest["id"], stop=opts.stop_text) as lease:
@@ -117,6 +122,8 @@ def _manifests(listing, source, base_id):
 
 
 def _restore(opts, plan, replay_opts, phases, progress, spark):
+    if plan.manifest["method"] == "physical":
+        return _restore_physical(opts, plan, replay_opts, phases, progress, spark)
     from replay.restore.target import RestoreTarget
     target = phases.run("check", RestoreTarget, opts.target)
     try:
@@ -134,12 +141,20 @@ def _restore(opts, plan, replay_opts, phases, progress, spark):
     return {"plan": plan, "base_loaded": not loaded, "summary": summary}
 
 
+def _restore_physical(opts, plan, replay_opts, phases, progress, spark):
+    """A physical base: extracted and prepared into ``--datadir`` (once: a re-run finds
+    it prepared), a server started on it at the target's address, then the replay."""
+    from replay.restore.physical import restore_physical
+    store = ArchiveStore(opts.archive_url, opts.archive_options)
+    server = phases.run("load", restore_physical, store, plan.base_object, plan.manifest,
+                        opts.datadir, opts.target, progress)
+    summary = phases.run("replay", _replay, opts, replay_opts, progress, spark)
+    return {"plan": plan, "base_loaded": True, "summary": summary, "server": server}
+
+
 def _load(opts, plan, target, progress):
     """The base into the target, between the marker's 'loading' and 'loaded'."""
-    method, base_id = plan.manifest["method"], plan.manifest["id"]
-    if method != "dump":
-        raise UsageError(f"base {base_id} is a {method} backup: this restore loads dump "
-                         "bases only (take one with mysqlbackup base --method dump)")
+    base_id = plan.manifest["id"]
     from replay.restore.load import load_dump
     target.mark(plan.source, base_id, "loading", opts.stop_text)
     progress(f"restore: loading base {base_id} ({plan.manifest['stored_size']} bytes stored, "
@@ -163,9 +178,12 @@ def report_lines(report):
     when = iso(summary["last_commit"]) if summary.get("last_commit") else None
     last = (f"last applied: GTID {summary['last_gtid'] or '(none)'} committed {when}"
             if when else f"last applied: none after the base (GTID {m.get('gtid')})")
+    server = report.get("server")
     return [
         f"restore of {plan.source}: base {m['id']} ({m['method']}, GTID {m.get('gtid')}) "
         + ("loaded" if report["base_loaded"] else "already loaded (resumed)"),
+        *([f"server: mariadbd pid {server.pid} on {server.datadir} at {server.spec.address} "
+           f"(it keeps running)"] if server else []),
         f"applied: {summary['applied']} transactions, {summary['skipped']} skipped, "
         f"{len(summary['dropped_incomplete'])} incomplete dropped; stopped: "
         f"{summary['stop_reason']}",
