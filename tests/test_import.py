@@ -1,7 +1,8 @@
 """``mysqlbackup archive import``: real binlog files from real servers into the archive,
-then ``verify`` and ``replay`` on it; torn, flipped and out-of-order directories."""
+then ``verify`` and ``restore`` (a base, then the replay) on it; torn, flipped and out-of-order directories."""
 
 import os
+import re
 import shutil
 
 import pytest
@@ -34,6 +35,10 @@ def server_files(tmp_path_factory):
                            f"INSERT INTO d.log (note) VALUES (REPEAT('x', {200 * r + 1}))")
             if r == 1:
                 server.execute("ALTER TABLE d.items ADD COLUMN tag CHAR(3) DEFAULT 'a'")
+                taken = run_cli("base", "--source", f"mysql://root@127.0.0.1:{server.port}",
+                                "--archive", f"file://{base / 'bases'}", "--source-name", "db1",
+                                password="")
+                assert taken.returncode == 0, taken.stderr
             if r < 3:
                 server.execute("FLUSH BINARY LOGS")
         keep = base / "files"
@@ -45,7 +50,8 @@ def server_files(tmp_path_factory):
         gtid = server.execute("SELECT @@gtid_binlog_pos")[0][0]
     finally:
         server.stop(remove=True)
-    return {"dir": keep, "names": names, "checksums": checksums, "gtid": gtid}
+    return {"dir": keep, "names": names, "checksums": checksums, "gtid": gtid,
+            "bases": base / "bases" / "db1" / "base"}
 
 
 def cli_import(directory, archive, *extra, source="db1"):
@@ -124,10 +130,17 @@ def test_import_with_the_server_index_then_verify_and_replay(server_files, tmp_p
     checked = cli_verify(archive)
     assert checked.returncode == 0, checked.stdout
     assert checked.stdout.splitlines()[-1] == f"{len(names)} objects checked, 0 problems"
+    # a base backup taken of that server mid-way: restore = the base, then the imported
+    # binlogs from its GTID on (the replay job), into a new server
+    shutil.copytree(server_files["bases"], tmp_path / "archive" / "db1" / "base")
     target = make_server(server_id=3, semi_sync=False, log_bin=False)
-    replayed = run_cli("replay", "--archive", archive[0], "--source-name", "db1", "--target",
+    restored = run_cli("restore", "--archive", archive[0], "--source-name", "db1", "--target",
                        f"mysql://root@127.0.0.1:{target.port}", password="", timeout=300)
-    assert replayed.returncode == 0, replayed.stdout + replayed.stderr
+    assert restored.returncode == 0, restored.stdout + restored.stderr
+    base_seq = int(re.search(r"\(dump, GTID 0-1-(\d+)\) loaded", restored.stdout)[1])
+    last_seq = int(server_files["gtid"].split("-")[-1])
+    assert f"applied: {last_seq - base_seq} transactions" in restored.stdout
+    assert f"last applied: GTID {server_files['gtid']} committed" in restored.stdout
     assert {t: target.execute(f"CHECKSUM TABLE {t}")[0][1] for t in TABLES} == \
         server_files["checksums"]
 
