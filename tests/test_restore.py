@@ -345,3 +345,71 @@ def test_dry_run_prints_the_plan_and_a_hole_before_the_base_is_no_obstacle(world
         f"archived in {partial['name']})",
     ]
     assert leases(url) == held  # a dry run takes no lease
+
+
+# -- one table into another schema ---------------------------------------------------------
+
+def dump_of(server):
+    """The bytes of a real `mariadb-dump` of ``server``, as `mysqlbackup base` runs it."""
+    from mysqlbackup.base.client import options_file
+    from mysqlbackup.base.dump import dump_argv
+    spec = spec_of(server)
+    with options_file(spec) as options:
+        return subprocess.run(dump_argv(find_binary("mariadb-dump"), options, spec, "mariadb"),
+                              capture_output=True, check=True).stdout
+
+
+def load(server, sql):
+    subprocess.run([find_binary("mariadb"), "--no-defaults", f"--socket={server.socket}",
+                    "-uroot", "--binary-mode"], input=sql, check=True, capture_output=True)
+
+
+def test_dump_filter_keeps_one_table_into_another_schema(world, make_server):
+    from replay.restore.dumpfilter import DumpFilter
+    primary = world["primary"]
+    primary.execute(
+        "SET SESSION sql_log_bin = 0", "CREATE DATABASE src CHARACTER SET utf8mb4",
+        "CREATE TABLE src.items (id INT PRIMARY KEY, name TEXT, b BLOB)",
+        "CREATE TABLE src.audit (id INT AUTO_INCREMENT PRIMARY KEY, item INT)",
+        "CREATE TRIGGER src.items_ai AFTER INSERT ON src.items FOR EACH ROW "
+        "INSERT INTO src.audit (item) VALUES (NEW.id)",
+        "CREATE VIEW src.v AS SELECT id FROM src.items",
+        "CREATE PROCEDURE src.p() BEGIN\n-- Table structure for table `items`\nSELECT 1;\nEND",
+        "INSERT INTO src.items VALUES (1, '-- Table structure for table `audit`', NULL), "
+        "(2, 'a;\\nb', UNHEX('00FF3B0A')), (3, 'ítem ✓', '')")
+    try:
+        data = dump_of(primary)
+        outputs = set()
+        for size in (997, 4096, len(data)):
+            only = DumpFilter({"src.items"}, {"src": "restored"})
+            outputs.add(b"".join(only.feed(data[i:i + size]) for i in range(0, len(data), size))
+                        + only.finish())
+        [sql] = outputs  # the same whatever the chunking
+        assert only.missing() == []
+        target = new_target(make_server)
+        target.execute("CREATE DATABASE src", "CREATE TABLE src.items (id INT)",
+                       "INSERT INTO src.items VALUES (42)")
+        users = target.execute("SELECT user, host FROM mysql.user ORDER BY 1, 2")
+        load(target, sql)
+        assert target.execute("SHOW FULL TABLES FROM restored") == (("items", "BASE TABLE"),)
+        assert target.execute("SHOW TRIGGERS FROM restored") == ()
+        assert target.execute("CHECKSUM TABLE restored.items")[0][1] == \
+            primary.execute("CHECKSUM TABLE src.items")[0][1]
+        assert target.execute("SELECT * FROM src.items") == ((42,),)  # untouched
+        assert target.execute("SELECT user, host FROM mysql.user ORDER BY 1, 2") == users
+    finally:
+        primary.execute("SET SESSION sql_log_bin = 0", "DROP DATABASE src")
+
+
+def test_table_restore_into_another_schema_of_a_live_server(world, make_server, spark):
+    target = new_target(make_server)
+    target.execute("CREATE DATABASE shop", "CREATE TABLE shop.items (id INT PRIMARY KEY)",
+                   "INSERT INTO shop.items VALUES (7)")
+    lines = []
+    opts = RestoreOptions(world["url"], spec_of(target), selection=build_selection(
+        stop_before_gtid=world["stop_gtid"], tables=["shop.items"], rewrites=["shop:restored"]))
+    report = run_restore(opts, echo=lines.append, spark=spark)
+    assert report["summary"]["stop_reason"] == f"stop before GTID {world['stop_gtid']}"
+    assert target.execute("SHOW TABLES FROM restored") == (("items",),)
+    assert target.execute("CHECKSUM TABLE restored.items")[0][1] == world["at_gtid"]["shop.items"]
+    assert target.execute("SELECT * FROM shop.items") == ((7,),)  # the live table untouched

@@ -31,6 +31,11 @@ TARGET_PASSWORD_ENV = ("MYSQLBACKUP_TARGET_PASSWORD", PASSWORD_ENV)
 @click.option("--datadir", type=click.Path(file_okay=False), help="Physical bases: a new "
               "directory to restore into; a server is started on it at the --target "
               "host:port (the target user must be one of the source's users).")
+@click.option("--table", "tables", multiple=True, metavar="DB.TABLE", help="Restore only "
+              "this table (repeatable): its part of the base, then its row changes; with "
+              "--rewrite-db into another schema of a live server (--into-nonempty implied).")
+@click.option("--rewrite-db", "rewrites", multiple=True, metavar="FROM:TO",
+              help="With --table: restore schema FROM's tables into schema TO (repeatable).")
 @click.option("--workers", type=click.IntRange(1, 64), default=4, show_default=True,
               help="Replay connections on a target with a binlog (see replay --help).")
 @click.option("--merge", type=click.IntRange(1, 10000), default=100, show_default=True,
@@ -39,7 +44,7 @@ TARGET_PASSWORD_ENV = ("MYSQLBACKUP_TARGET_PASSWORD", PASSWORD_ENV)
 @handle_errors
 def restore(archive_url, archive_option, source_name, target, target_password_file,
             stop_datetime, stop_before_gtid, stop_position, base_id, dry_run, into_nonempty,
-            datadir, workers, merge, master):
+            datadir, tables, rewrites, workers, merge, master):
     """Restore a source to a point in time: its base backup (chosen by GTID), then its
     binlogs up to the stop point, exactly once; run again after an interruption, it
     resumes. No stop: everything archived."""
@@ -58,8 +63,11 @@ def restore(archive_url, archive_option, source_name, target, target_password_fi
                                "--stop-position")
     if base_id:
         parse_base_id(base_id)
+    if rewrites and not tables:
+        raise click.UsageError("--rewrite-db needs --table (restore is of the whole source "
+                               "otherwise)")
     selection = build_selection(stop_datetime=stop_datetime, stop_before_gtid=stop_before_gtid,
-                                stop_position=stop_position)
+                                stop_position=stop_position, tables=tables, rewrites=rewrites)
     spec = source_from_options(target, target_password_file, TARGET_PASSWORD_ENV) \
         if target else None
     opts = RestoreOptions(archive_url, spec, parse_options(archive_option), source_name,

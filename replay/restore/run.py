@@ -89,6 +89,23 @@ def run_restore(opts, echo=print, progress=None, spark=None):
     return report
 
 
+def table_selection(selection):
+    """A ``--table`` restore's replay selection: the tables' row changes, and statements
+    only when their default schema is one of the tables' (replay's filters)."""
+    from dataclasses import replace
+    if not selection.tables:
+        return selection
+    return replace(selection, databases={t.split(".", 1)[0] for t in selection.tables})
+
+
+def into_nonempty(opts):
+    """``--into-nonempty``, or a ``--table`` restore whose every table goes to another
+    schema (a live server is what it is for)."""
+    schemas = {t.split(".", 1)[0] for t in opts.selection.tables}
+    return opts.into_nonempty or bool(schemas) and all(
+        opts.selection.rewrite.get(s, s) != s for s in schemas)
+
+
 def plan_restore(store, opts):
     """(RestorePlan, ReplayOptions) from the archive's listing, indexes and manifests;
     the replay's own plan is made too, so that every check it makes (a file without
@@ -100,7 +117,8 @@ def plan_restore(store, opts):
     restore_plan = make_plan(source, runs, holes, _manifests(listing, source, opts.base_id),
                              stop_of(opts.selection), opts.base_id)
     replay_opts = ReplayOptions(opts.archive_url, opts.archive_options, source,
-                                restore_plan.replay_selection(opts.selection), False,
+                                restore_plan.replay_selection(table_selection(opts.selection)),
+                                False,
                                 opts.master, first_file=restore_plan.files[0],
                                 last_file=restore_plan.files[-1])
     plan(replay_opts)
@@ -128,7 +146,7 @@ def _restore(opts, plan, replay_opts, phases, progress, spark):
     target = phases.run("check", RestoreTarget, opts.target)
     try:
         marker = phases.run("check", target.check, plan.source, plan.manifest["id"],
-                            opts.into_nonempty)
+                            into_nonempty(opts))
         loaded = marker is not None and marker.state == "loaded"
         if marker:
             progress(f"restore: the target holds this restore in progress (base "
@@ -156,11 +174,18 @@ def _load(opts, plan, target, progress):
     """The base into the target, between the marker's 'loading' and 'loaded'."""
     base_id = plan.manifest["id"]
     from replay.restore.load import load_dump
+    from replay.restore.dumpfilter import DumpFilter
+    sel = opts.selection
+    only = DumpFilter(sel.tables, sel.rewrite) if sel.tables else None
     target.mark(plan.source, base_id, "loading", opts.stop_text)
     progress(f"restore: loading base {base_id} ({plan.manifest['stored_size']} bytes stored, "
-             f"{plan.manifest['raw_size']} raw) into {opts.target.address}")
+             f"{plan.manifest['raw_size']} raw) into {opts.target.address}"
+             + (f", only {', '.join(sorted(sel.tables))}" if only else ""))
     load_dump(ArchiveStore(opts.archive_url, opts.archive_options), plan.base_object,
-              plan.manifest, opts.target, progress)
+              plan.manifest, opts.target, progress, only)
+    if only and only.missing():
+        progress(f"restore: the base holds no {', '.join(only.missing())}: only the binlogs "
+                 "can bring it back (its CREATE TABLE must come after the base)")
     target.mark(plan.source, base_id, "loaded", opts.stop_text)
 
 
