@@ -6,6 +6,7 @@ semi-sync primary enabled, creates a replication user, and stops it by pid.
 It never touches a server it did not start.
 """
 
+import logging
 import os
 import shutil
 import signal
@@ -17,6 +18,7 @@ import time
 import pymysql
 
 REPL_USER, REPL_PASSWORD = "repl", "repl-secret"
+log = logging.getLogger(__name__)
 
 
 def find_binary(name):
@@ -68,9 +70,19 @@ class MariaDBSandbox:
         if tool is None:
             raise RuntimeError("mariadb-install-db not found: apt-get install mariadb-server")
         os.makedirs(self.datadir, exist_ok=True)
-        subprocess.run([tool, "--no-defaults", "--user=root", f"--datadir={self.datadir}",
-                        "--auth-root-authentication-method=normal", "--skip-test-db"],
-                       check=True, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        args = [tool, "--no-defaults", "--user=root", f"--datadir={self.datadir}",
+                "--auth-root-authentication-method=normal", "--skip-test-db"]
+        for attempt in (1, 2):  # seen failing once in a while under load: say why, retry
+            done = subprocess.run(args, stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
+            if done.returncode == 0:
+                return
+            output = done.stdout.decode(errors="replace").strip()
+            log.warning("mariadb-install-db exited %d (attempt %d): %s", done.returncode,
+                        attempt, output[-2000:])
+            shutil.rmtree(self.datadir, ignore_errors=True)
+            os.makedirs(self.datadir)
+        raise RuntimeError(f"mariadb-install-db failed twice for {self.datadir}: "
+                           f"{output[-2000:]}")
 
     def _server_args(self):
         args = [find_binary("mariadbd"), "--no-defaults", "--user=root",

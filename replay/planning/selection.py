@@ -14,6 +14,11 @@ from mysqlbackup.binlog.position import Position
 from replay.decoding.assemble import table_of
 
 
+# the schema where a replay keeps its checkpoint on the target (replay.sinks.session);
+# a replay into a live server logs its rows there, and they must not be replayed again
+BOOKKEEPING_SCHEMA = "mysqlbackup_replay"
+
+
 @dataclass
 class Selection:
     """Start, stop, exclusions and filters of a replay."""
@@ -75,15 +80,17 @@ class Selection:
         return None
 
     def _wanted(self, trx):
+        names = trx.tables
+        if names and all(_bookkeeping(n) for n in names):
+            return False  # an earlier replay's checkpoint rows, logged on a live server
         if not self.databases and not self.tables:
             return True
-        names = trx.tables
         if not names:  # a statement: judged by its default schema
             return not self.databases or trx.db in self.databases
         return any(self._table_wanted(n) for n in names)
 
     def _table_wanted(self, name):
-        return (not self.databases or name.split(".", 1)[0] in self.databases) and (
+        return not _bookkeeping(name) and (not self.databases or name.split(".", 1)[0] in self.databases) and (
             not self.tables or name in self.tables)
 
     def filter_events(self, trx, fde, checksum):
@@ -93,7 +100,7 @@ class Selection:
         STMT_END_F) keeps its end: when the flagged event goes, the last kept one
         takes the flag; a statement left without rows events goes whole. Otherwise the
         server would hold the statement open and skip later ones in the same BINLOG."""
-        if not self.databases and not self.tables:
+        if not self.databases and not self.tables and not any(map(_bookkeeping, trx.tables)):
             return trx
         keep, statement, wanted_ids = [], [], {}
         for event in trx.events:
@@ -122,6 +129,11 @@ class Selection:
         if ended and not ev.rows_statement_end(kept[-1], fde):
             kept[-1] = ev.with_statement_end(kept[-1], fde, checksum)
         return kept
+
+
+def _bookkeeping(name):
+    """True for a table of the replay's own schema (checkpoints): never replayed."""
+    return name.split(".", 1)[0] == BOOKKEEPING_SCHEMA
 
 
 def _table_id(event):

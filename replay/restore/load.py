@@ -29,12 +29,13 @@ class LoadError(MysqlBackupError):
     """The target's client refused the base's dump, or could not be started."""
 
 
-def client_args(client, spec, option_file):
-    """The client's command line: no password, the load session unlogged."""
+def client_args(client, spec, option_file, logged=False):
+    """The client's command line: no password, the load session unlogged (``logged``:
+    into the target's binlog, for a live server whose replicas must follow)."""
     return [client, f"--defaults-extra-file={option_file}", "--protocol=TCP",
             f"--host={spec.host}", f"--port={spec.port}",
-            "--init-command=SET SESSION sql_log_bin=0", "--max-allowed-packet=1073741824",
-            "--batch", "--binary-mode"]
+            f"--init-command=SET SESSION sql_log_bin={int(logged)}",
+            "--max-allowed-packet=1073741824", "--batch", "--binary-mode"]
 
 
 class Digests:
@@ -54,12 +55,15 @@ class Digests:
 def load_dump(store, key, manifest, spec, progress=None, transform=None):
     """Stream the base object ``key`` into the target ``spec``; returns the raw bytes
     loaded. ``transform`` (optional): an object with ``feed(bytes) -> bytes`` and
-    ``finish() -> bytes`` applied to the decompressed stream (a table filter).
+    ``finish() -> bytes`` applied to the decompressed stream (a table filter); the
+    load is then logged (a live server: its replicas get the restored tables too),
+    else unlogged (an empty target: the base invents no GTIDs).
     Raises CorruptBinlog naming the object when it is not its manifest's, LoadError
     when the client fails (its last error line)."""
     client = find_tool(CLIENTS)
     with options_file(spec) as option_file, tempfile.TemporaryFile() as errors:
-        proc = subprocess.Popen(client_args(client, spec, option_file), stdin=subprocess.PIPE,
+        proc = subprocess.Popen(client_args(client, spec, option_file, transform is not None),
+                                stdin=subprocess.PIPE,
                                 stdout=subprocess.DEVNULL, stderr=errors)
         stored, raw = Digests(), Digests()
         try:

@@ -192,7 +192,10 @@ def _load(opts, plan, target, progress):
 def _replay(opts, replay_opts, progress, spark):
     from replay.job import run_replay
     from replay.sinks.target import TargetApplier
-    sink = TargetApplier(opts.target, opts.workers, opts.merge)
+    # a --table restore goes into a live server: new GTIDs of its own, its GTID state
+    # no measure of what this restore applied (the checkpoint rows are)
+    sink = TargetApplier(opts.target, opts.workers, opts.merge,
+                         keep_gtids=not opts.selection.tables)
     return run_replay(replay_opts, sink, spark=spark, progress=progress)
 
 

@@ -18,12 +18,13 @@ class Plan:
         self.ddl_at = None  # index in body of a statement that commits by itself
 
 
-def plan_transaction(trx, fde, checksum, cap, checkpoint, source, quote):
+def plan_transaction(trx, fde, checksum, cap, checkpoint, source, quote, keep_gtid=True):
     """The Plan of ``trx``: SQL text, the source's bytes, or a BinlogPacket (statements,
     then a BINLOG, which must end its packet); ``checkpoint`` (its row's SQL) goes with
-    its commit. ``quote``: the connection's escape (a value -> an SQL literal)."""
+    its commit. ``quote``: the connection's escape (a value -> an SQL literal).
+    ``keep_gtid``: the target logs it under its original GTID (else one of its own)."""
     steps = transaction_steps(trx, fde, checksum, cap)
-    session = gtid_session(trx)
+    session = gtid_session(trx) if keep_gtid else None
     packets, current = [], [session] if session else []
     for kind, what in steps:
         if kind == "commit":

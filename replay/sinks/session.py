@@ -68,10 +68,11 @@ class TargetSession:
                     pass
         return rows
 
-    def create_tables(self):
-        """The checkpoint and pending_ddl tables (unlogged: they invent no GTID)."""
-        self.run("SET SESSION sql_log_bin=0", "CREATE DATABASE IF NOT EXISTS mysqlbackup_replay",
-                 CHECKPOINT_DDL, PENDING_DDL)
+    def create_tables(self, logged=False):
+        """The checkpoint and pending_ddl tables: unlogged (they invent no GTID), or
+        ``logged`` on a live server, whose replicas then get the checkpoint rows too."""
+        self.run(f"SET SESSION sql_log_bin={int(logged)}",
+                 "CREATE DATABASE IF NOT EXISTS mysqlbackup_replay", CHECKPOINT_DDL, PENDING_DDL)
         if not self.run("SHOW COLUMNS FROM mysqlbackup_replay.checkpoint LIKE 'worker'"):
             self.run(CHECKPOINT_MIGRATE)
         self.run("SET SESSION sql_log_bin=1")

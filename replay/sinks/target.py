@@ -45,8 +45,12 @@ class TargetApplier(Sink):
     """Applies transactions in commit order; a batch of one commit group runs on up to
     ``workers`` connections side by side, and still commits in the original order."""
 
-    def __init__(self, spec, workers=1, merge=1):
+    def __init__(self, spec, workers=1, merge=1, keep_gtids=True):
         self.spec, self.source = spec, None
+        # False: the target is a live server of its own (a --table restore into it): its
+        # binlog GTIDs say nothing of what was applied, and the transactions take new
+        # GTIDs of the target's; the checkpoint rows alone keep the apply exactly-once
+        self.keep_gtids = keep_gtids
         self.workers = max(1, workers)
         self.merge = max(1, merge)  # source transactions per target commit (no binlog)
         self.cap = BINLOG_CAP       # raw bytes per BINLOG statement (max_allowed_packet)
@@ -64,7 +68,7 @@ class TargetApplier(Sink):
         """Connect, create the checkpoint table (unlogged) and read what is applied."""
         self.source = source
         self.sessions = [connect(self.spec)]
-        self.sessions[0].create_tables()
+        self.sessions[0].create_tables(logged=not self.keep_gtids)
         self._load_state()
         self.sessions += [connect(self.spec) for _ in range(1, self.workers)]
         for session in self.sessions:
@@ -79,7 +83,7 @@ class TargetApplier(Sink):
         self.binlog = bool(int(rows[0][0]))
         self.mariadb = "mariadb" in rows[0][3].lower()
         self.cap = min(self.cap, int(rows[0][2]) // 4)  # base64 takes 4/3; room to spare
-        if self.binlog and rows[0][1]:
+        if self.binlog and rows[0][1] and self.keep_gtids:
             self.applied = MariaGtidPos.parse(rows[0][1])
         pending = run("SELECT file, start FROM mysqlbackup_replay.pending_ddl WHERE source = "
                       f"{self._quote(self.source)}")
@@ -241,7 +245,7 @@ class TargetApplier(Sink):
         """The Plan of ``trx``, its checkpoint row that of worker ``slot``."""
         checkpoint = checkpoint_sql(self._quote, self.source, trx, gtids, slot)
         return plan_transaction(trx, fde, checksum, self.cap, checkpoint, self.source,
-                                self._quote)
+                                self._quote, self.keep_gtids)
 
     def _mark(self, trx):
         if trx.maria_gtid:

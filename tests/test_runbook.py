@@ -1,0 +1,168 @@
+"""docs/runbook.md, run verbatim: every `sh` block (and the command of every `cron` line)
+in order, against throwaway servers, with the accidents the runbook is about made
+between its sections. The runbook cannot drift from the tool."""
+
+import os
+import re
+import signal
+import subprocess
+import sys
+
+import pytest
+
+from mysqlbackup.sandbox import MariaDBSandbox
+from tests.helpers import wait_for
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+RUNBOOK = os.path.join(ROOT, "docs", "runbook.md")
+BACKUP_PASSWORD = "backup-secret"
+RESTORE_PASSWORD = "restore-secret"
+_FENCE = re.compile(r"^```(\w+)\n(.*?)^```$", re.M | re.S)
+
+
+def runbook_sections():
+    """{section heading: [(language, code), ...]} in the runbook's order."""
+    text = open(RUNBOOK, encoding="utf-8").read()
+    sections = {}
+    for chunk in re.split(r"^## ", text, flags=re.M)[1:]:
+        title = chunk.splitlines()[0].strip()
+        sections[title] = [(m[1], m[2]) for m in _FENCE.finditer(chunk)]
+    return sections
+
+
+def cron_command(line):
+    """The command of a crontab line (after its five time fields)."""
+    return line.split(None, 5)[5]
+
+
+def test_every_block_is_sh_or_cron_and_every_section_has_commands():
+    sections = runbook_sections()
+    blocks = [b for s in sections.values() for b in s]
+    assert {lang for lang, _ in blocks} == {"sh", "cron"}
+    assert [t for t, b in sections.items() if not b] == ["6. Monthly restore drill"]
+
+
+class Runbook:
+    """Runs the runbook's blocks with one environment; background jobs killed at the end."""
+
+    def __init__(self, env):
+        self.env, self.groups = env, []
+
+    def run_section(self, title):
+        for lang, code in runbook_sections()[title]:
+            lines = [cron_command(line) for line in code.splitlines() if line.strip()] \
+                if lang == "cron" else [code]
+            for script in lines:
+                self.run(script)
+
+    def run(self, script):
+        proc = subprocess.Popen(["bash", "-euo", "pipefail", "-c", script], env=self.env,
+                                stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                                start_new_session=True, cwd=self.env["WORK_DIR"])
+        self.groups.append(proc.pid)
+        out = proc.communicate(timeout=600)[0].decode(errors="replace")
+        print(f"$ {script}\n{out}")
+        assert proc.returncode == 0, f"runbook block failed ({proc.returncode}):\n{script}\n{out}"
+        return out
+
+    def kill_background(self):
+        for pgid in self.groups:
+            try:
+                os.killpg(pgid, signal.SIGTERM)
+            except ProcessLookupError:
+                pass
+
+
+def checksums(server, schema):
+    tables = [r[0] for r in server.execute(f"SHOW TABLES FROM {schema}")]
+    return {t: server.execute(f"CHECKSUM TABLE {schema}.{t}")[0][1] for t in sorted(tables)}
+
+
+def add_user(server, name, password):
+    server.execute("SET SESSION sql_log_bin = 0",
+                   f"CREATE USER '{name}'@'127.0.0.1' IDENTIFIED BY '{password}'",
+                   f"GRANT ALL ON *.* TO '{name}'@'127.0.0.1' WITH GRANT OPTION",
+                   f"GRANT PROXY ON ''@'%' TO '{name}'@'127.0.0.1' WITH GRANT OPTION")
+
+
+def traffic(server, first, count):
+    server.execute(*[f"INSERT INTO shop.orders (id, item, qty) VALUES ({i}, 'item{i}', {i % 7})"
+                     for i in range(first, first + count)],
+                   *[f"UPDATE shop.customers SET visits = visits + 1 WHERE id = {i % 20}"
+                     for i in range(first, first + count)])
+
+
+def archived_up_to(env, gtid):
+    """True when the archive's newest file ends at ``gtid`` (last_gtid of the last row)."""
+    import json
+    out = subprocess.run([sys.executable, "-m", "mysqlbackup", "archive", "ls", "--archive",
+                          env["ARCHIVE_URL"], "--source-name", env["SOURCE_NAME"], "--json"],
+                         env=env, capture_output=True, text=True)
+    if out.returncode:
+        return False
+    files = json.loads(out.stdout)["files"]
+    return bool(files) and files[-1]["last_gtid"] == gtid
+
+
+def test_runbook_end_to_end(tmp_path):
+    primary = MariaDBSandbox(str(tmp_path / "primary")).start()
+    target = MariaDBSandbox(str(tmp_path / "target"), server_id=2).start()
+    fresh = MariaDBSandbox(str(tmp_path / "new-primary"), server_id=3).start()
+    for server in (primary, target, fresh):
+        add_user(server, "restore", RESTORE_PASSWORD)
+    env = dict(os.environ, SOURCE_NAME="db1", PRIMARY_HOST="127.0.0.1",
+               PRIMARY_PORT=str(primary.port),
+               SOURCE_URL=f"mysql://mysqlbackup@127.0.0.1:{primary.port}",
+               MYSQLBACKUP_PASSWORD=BACKUP_PASSWORD, BACKUP_DIR=str(tmp_path / "backup" / "db1"),
+               ARCHIVE_URL=f"file://{tmp_path / 'archive'}",
+               TARGET_URL=f"mysql://restore@127.0.0.1:{target.port}",
+               PRIMARY_ROOT_URL=f"mysql://restore@127.0.0.1:{primary.port}",
+               NEW_PRIMARY_URL=f"mysql://restore@127.0.0.1:{fresh.port}",
+               MYSQLBACKUP_TARGET_PASSWORD=RESTORE_PASSWORD, WORK_DIR=str(tmp_path / "work"),
+               PATH=os.path.dirname(sys.executable) + os.pathsep + os.environ["PATH"])
+    os.makedirs(env["WORK_DIR"])
+    book = Runbook(env)
+    try:
+        primary.execute("CREATE DATABASE shop",
+                        "CREATE TABLE shop.orders (id INT PRIMARY KEY, item VARCHAR(40), qty INT)",
+                        "CREATE TABLE shop.customers (id INT PRIMARY KEY, visits INT)",
+                        *[f"INSERT INTO shop.customers VALUES ({i}, 0)" for i in range(20)])
+        traffic(primary, 1, 50)
+        book.run_section("1. Set up")
+        wait_for(lambda: primary.status("Rpl_semi_sync_master_clients") == "1", timeout=30,
+                 what="the daemon as a semi-sync replica")
+        traffic(primary, 100, 50)
+
+        book.run_section("2. Check health")
+
+        traffic(primary, 200, 50)
+        before_drop = checksums(primary, "shop")
+        primary.execute("DROP TABLE shop.orders")
+        primary.execute(*[f"UPDATE shop.customers SET visits = visits + 10 WHERE id = {i}"
+                          for i in range(5)])
+        gtid = primary.execute("SELECT @@gtid_binlog_pos")[0][0]
+        wait_for(lambda: archived_up_to(env, gtid), timeout=60, what="the archive")
+        book.run_section("3. Restore to just before a bad statement")
+        assert checksums(target, "shop") == before_drop
+
+        book.run_section("4. Restore one table into the live primary")
+        assert checksums(primary, "shop")["orders"] == before_drop["orders"]
+
+        primary.execute(*[f"UPDATE shop.customers SET visits = visits + 100 WHERE id = {i}"
+                          for i in range(20)])
+        latest = checksums(primary, "shop")
+        gtid = primary.execute("SELECT @@gtid_binlog_pos")[0][0]
+        wait_for(lambda: archived_up_to(env, gtid), timeout=60, what="the archive")
+        primary.proc.send_signal(signal.SIGKILL)  # the primary is lost
+        primary.proc.wait()
+        book.run_section("5. The primary is lost: restore the latest state")
+        assert checksums(fresh, "shop") == latest
+    finally:
+        book.kill_background()
+        for server in (primary, target, fresh):
+            server.stop(remove=False)
+
+
+@pytest.mark.parametrize("line", ["15 3 * * * mysqlbackup base --source x"])
+def test_cron_command(line):
+    assert cron_command(line) == "mysqlbackup base --source x"
