@@ -67,7 +67,7 @@ def load_dump(store, key, manifest, spec, progress=None, transform=None):
                                 stdout=subprocess.DEVNULL, stderr=errors)
         stored, raw = Digests(), Digests()
         try:
-            _pipe(store, key, manifest, proc.stdin, (stored, raw), progress, transform)
+            stream_object(store, key, manifest, proc.stdin, (stored, raw), progress, transform)
         except BrokenPipeError:
             pass  # the client stopped reading: its exit code and error say why
         except BaseException:
@@ -80,11 +80,13 @@ def load_dump(store, key, manifest, spec, progress=None, transform=None):
         if code != 0:
             raise LoadError(f"the target refused the base {manifest['id']} "
                             f"({os.path.basename(client)} exited {code}): {_last_line(errors)}")
-        _check(key, manifest, stored, raw)
+        check_digests(key, manifest, stored, raw)
         return raw.size
 
 
-def _pipe(store, key, manifest, sink, digests, progress, transform):
+def stream_object(store, key, manifest, sink, digests, progress, transform):
+    """Write the base object ``key``, decompressed (then ``transform``ed), to ``sink``
+    (a pipe), in ranged reads; ``digests`` (stored, raw) see every byte on the way."""
     stored, raw = digests
     total = manifest["stored_size"]
     inflate = zstandard.ZstdDecompressor().decompressobj(read_across_frames=True)
@@ -114,7 +116,7 @@ def _progress_line(done, total, raw, elapsed):
             f"{raw / 1e6:.1f} MB loaded, {rate:.1f} MB/s")
 
 
-def _check(key, manifest, stored, raw):
+def check_digests(key, manifest, stored, raw):
     """CorruptBinlog naming the object when what streamed is not the manifest's."""
     if not stored.matches(manifest["stored_size"], manifest["sha256"]):
         raise CorruptBinlog(f"the stored object has {stored.size} bytes, sha256 "

@@ -2,7 +2,7 @@
 server on it, for the restore to replay into (I/O).
 
 The object is streamed from the archive in ranged reads, zstd-decompressed as it
-streams (``load._pipe``, the same path a dump takes) into ``mbstream -x``; then
+streams (``load.stream_object``, the same path a dump takes) into ``mbstream -x``; then
 ``mariadb-backup --prepare`` makes the copy consistent, and ``mariadbd`` is started
 on it (``--no-defaults``, bound to the target's host and port). The server keeps
 running after the restore: it is the restored database.
@@ -28,7 +28,7 @@ from mysqlbackup.base.client import ToolError, find_tool
 from mysqlbackup.durable import write_bytes
 from mysqlbackup.errors import UsageError
 from mysqlbackup.sandbox import find_binary
-from replay.restore.load import Digests, _check, _pipe
+from replay.restore.load import Digests, check_digests, stream_object
 
 MARKER = "mysqlbackup-restore.json"
 START_TIMEOUT = 600.0       # seconds a started server may take to accept logins
@@ -93,7 +93,7 @@ def _extract(store, key, manifest, datadir, progress):
                                 stdin=subprocess.PIPE, stdout=subprocess.DEVNULL, stderr=errors)
         digests = (Digests(), Digests())
         try:
-            _pipe(store, key, manifest, proc.stdin, digests, progress, None)
+            stream_object(store, key, manifest, proc.stdin, digests, progress, None)
         except BrokenPipeError:
             pass  # mbstream stopped reading: its exit code and error say why
         except BaseException:
@@ -106,7 +106,7 @@ def _extract(store, key, manifest, datadir, progress):
         if proc.wait() != 0:
             raise ToolError(f"mbstream -x into {datadir} failed (exit {proc.returncode}): "
                             f"{_last_line(errors)}")
-    _check(key, manifest, *digests)
+    check_digests(key, manifest, *digests)
 
 
 def _prepare(datadir, progress):
