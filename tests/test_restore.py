@@ -80,14 +80,6 @@ def next_second():
     return int(time.time())
 
 
-def drop_unresolvable_users(server):
-    """mariadb-install-db's root@<hostname> cannot be shown under --skip-name-resolve,
-    which `mariadb-dump --system=users` needs (as tests/test_base.py)."""
-    hosts = server.execute("SELECT host FROM mysql.user WHERE host NOT IN "
-                           "('localhost', '127.0.0.1', '::1', '%')")
-    server.execute("SET SESSION sql_log_bin = 0", *[f"DROP USER 'root'@'{h}'" for (h,) in hosts])
-
-
 def take_base_while_writing(primary, url):
     """`mysqlbackup base` while writers commit; (CompletedProcess, ids committed)."""
     writers = [Writer(primary, n) for n in range(WRITERS)]
@@ -118,7 +110,6 @@ def world(tmp_path_factory):
     if find_binary("mariadbd") is None:
         pytest.fail("mariadbd not found: run scripts/test.sh, which installs mariadb-server")
     primary = MariaDBSandbox(str(root / "primary"), semi_sync_timeout_ms=1000).start()
-    drop_unresolvable_users(primary)
     url = f"file://{root / 'archive'}"
     daemon = Daemon(primary, root / "backup", "--archive", url, "--archive-interval", "0.3",
                     "--source-name", "db1").start()
@@ -137,6 +128,10 @@ def world(tmp_path_factory):
         primary.execute(*[f"INSERT INTO shop.orders (item, qty) VALUES ({i}, {i % 5})"
                           for i in range(100)], "FLUSH BINARY LOGS")
         w["hole_file"] = current_binlog(primary)  # a file between the base and every stop
+        physical = run_cli("base", "--source", f"mysql://root@127.0.0.1:{primary.port}",
+                           "--archive", f"file://{root / 'physical'}", "--source-name", "db1",
+                           "--method", "physical", password="", timeout=120)
+        assert physical.returncode == 0, physical.stderr  # kept apart; one test uses it
         primary.execute(*[f"UPDATE shop.orders SET qty = qty + 1 WHERE id = {i}"
                           for i in range(1, 60)], "FLUSH BINARY LOGS")
         w["at_datetime"] = checksums(primary)
@@ -413,3 +408,34 @@ def test_table_restore_into_another_schema_of_a_live_server(world, make_server, 
     assert target.execute("SHOW TABLES FROM restored") == (("items",),)
     assert target.execute("CHECKSUM TABLE restored.items")[0][1] == world["at_gtid"]["shop.items"]
     assert target.execute("SELECT * FROM shop.items") == ((7,),)  # the live table untouched
+
+
+# -- a physical base -------------------------------------------------------------------------
+
+def test_physical_base_restored_into_a_new_datadir_then_replayed(world, tmp_path):
+    """restore --datadir: the physical base (taken after the dump base) extracted and
+    prepared, a server started on it at the target's port, then every binlog after it."""
+    from mysqlbackup.sandbox import free_port
+    from replay.restore.physical import RestoredServer, stop_server
+    archive = tmp_path / "archive"
+    shutil.copytree(world["root"] / "archive", archive)
+    shutil.rmtree(archive / "db1" / "base")
+    shutil.copytree(world["root"] / "physical" / "db1" / "base", archive / "db1" / "base")
+    port, datadir = free_port(), tmp_path / "datadir"
+    result = run_cli("restore", "--archive", f"file://{archive}", "--target",
+                     f"mysql://root@127.0.0.1:{port}", "--datadir", str(datadir),
+                     password="", timeout=300)
+    started = re.search(r"^server: mariadbd pid (\d+) on ", result.stdout, re.M)
+    try:
+        assert result.returncode == 0, result.stdout + result.stderr
+        assert re.search(r"^restore of db1: base \S+ \(physical, GTID \S+\) loaded$",
+                         result.stdout, re.M), result.stdout
+        import pymysql
+        conn = pymysql.connect(host="127.0.0.1", port=port, user="root", password="")
+        with conn.cursor() as cur:
+            cur.execute(f"CHECKSUM TABLE {', '.join(TABLES)}")
+            assert dict(cur.fetchall()) == world["final"]
+        conn.close()
+    finally:
+        if started:
+            stop_server(RestoredServer(None, int(started[1]), str(datadir), None))
