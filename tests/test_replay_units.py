@@ -31,6 +31,9 @@ def test_bad_options_are_refused():
         build_selection(tables=["nodot"])
     with pytest.raises(UsageError, match="FILE:POS"):
         build_selection(stop_position="binlog.000001")
+    for option in ("stop_before_gtid", "stop_datetime", "stop_position", "start_gtid"):
+        with pytest.raises(UsageError, match=r"^--%s is empty$" % option.replace("_", "-")):
+            build_selection(**{option: " "})  # "$(cat file)" of an empty file: no silent "all"
 
 
 def trx(seq, ts=100, file="b.000001", start=4, end=50, tables=("d.t",)):

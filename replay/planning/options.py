@@ -50,7 +50,15 @@ def position(text, option):
 def build_selection(start_gtid=None, start_position=None, stop_datetime=None,
                     stop_before_gtid=None, stop_position=None, exclude_gtids=None,
                     databases=(), tables=(), rewrites=()):
-    """A Selection from the CLI's option values."""
+    """A Selection from the CLI's option values. A value given empty is refused, never
+    taken for "not given": ``--stop-before-gtid "$(cat f)"`` of an empty file must not
+    restore past the statement it was meant to stop before."""
+    given = {"--start-gtid": start_gtid, "--start-position": start_position,
+             "--stop-datetime": stop_datetime, "--stop-before-gtid": stop_before_gtid,
+             "--stop-position": stop_position, "--exclude-gtids": exclude_gtids}
+    for option, value in given.items():
+        if value is not None and not str(value).strip():
+            raise UsageError(f"{option} is empty")
     for t in tables:
         if t.count(".") != 1:
             raise UsageError(f"bad --table {t!r}: expected DB.TABLE")
