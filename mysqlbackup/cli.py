@@ -123,10 +123,12 @@ class MaskingFormatter(logging.Formatter):
 @click.option("--keep-local", metavar="N|AGE", help="Remove local sealed files whose archived "
               "copy is verified, keeping the newest N (10) or those younger than AGE (36h, 7d). "
               "Default: keep all.")
+@click.option("--metrics-address", metavar="HOST:PORT", help="Serve Prometheus metrics at "
+              "http://HOST:PORT/ (e.g. 127.0.0.1:9104). Default: off.")
 @handle_errors
 def stream(source, password_file, server_id, directory, start_file, start_gtid, no_semi_sync,
            heartbeat, follow_by_gtid, archive_url, archive_option, source_name,
-           archive_interval, keep_local):
+           archive_interval, keep_local, metrics_address):
     """Stream the source's binlogs into DIR, byte-identical, fsync before every ACK.
 
     Runs until SIGTERM/SIGINT. Restarting resumes where the files end (a torn
@@ -149,7 +151,8 @@ def stream(source, password_file, server_id, directory, start_file, start_gtid, 
                          archive_url=archive_url, archive_options=storage_options,
                          archive_interval=archive_interval,
                          source_name=source_name and check_source_name(source_name),
-                         keep_local=Retention.parse(keep_local))
+                         keep_local=Retention.parse(keep_local),
+                         metrics_address=metrics_address)
     stop = StopRequest()
     for sig in (signal.SIGTERM, signal.SIGINT):
         signal.signal(sig, stop.request)

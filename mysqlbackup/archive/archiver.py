@@ -29,6 +29,7 @@ from mysqlbackup.durable import fsync_dir, write_bytes
 from mysqlbackup.errors import MysqlBackupError, UsageError, mask_url
 from mysqlbackup.loop import sleep_until
 from mysqlbackup.stream.localdir import list_binlogs
+from mysqlbackup.stream.metrics import NULL_METRICS
 from mysqlbackup.stream.state import ARCHIVE_STATE_FILE as ARCHIVE_STATE
 from mysqlbackup.stream.state import load_state
 
@@ -72,7 +73,7 @@ class Archiver:
     """
 
     def __init__(self, directory, store, source_name=None, interval=2.0, retention=None,
-                 clock=time.time, relist_interval=RELIST_INTERVAL):
+                 clock=time.time, relist_interval=RELIST_INTERVAL, metrics=NULL_METRICS):
         self.directory = directory
         self.store = store
         self.source_name = source_name
@@ -80,6 +81,7 @@ class Archiver:
         self.retention = retention
         self.clock = clock
         self.relist_interval = relist_interval
+        self.metrics = metrics      # stream.metrics: backlog and last success, per report
         self.source = source_name
         self.archived = None        # names with a verified sealed copy, per the store
         self.listed_at = None       # when the archive was last listed (clock)
@@ -258,6 +260,7 @@ class Archiver:
                     str(e) if isinstance(e, MysqlBackupError) else f"{type(e).__name__}: {e}")
                 self.report["last_error_time"] = self.clock()
                 self.report["upload_in_progress"] = None
+                self.metrics.error("archive", type(e).__name__)
                 self._write_report(self.source, _local_names(self.directory))
                 log.warning("archive upload failed (%s); retrying in %.1fs",
                             self.report["last_error"], delay)
@@ -281,6 +284,20 @@ class Archiver:
                                if self.partial else None))
         path = os.path.join(self.directory, ARCHIVE_STATE)
         write_bytes(path, json.dumps(report, indent=1, sort_keys=True).encode("utf-8"))
+        if self.metrics.enabled and backlog is not None:
+            self.metrics.archive(len(backlog), self._backlog_bytes(names, backlog),
+                                 self.report["last_success"])
+
+    def _backlog_bytes(self, names, backlog):
+        """Bytes of the sealed files not archived, plus the newest file's durable bytes
+        after its archived segments."""
+        total = sum(_size(os.path.join(self.directory, n)) for n in backlog)
+        state = load_state(self.directory)
+        if state is not None and names and state.file == names[-1]:
+            done = self.partial["end"] if self.partial and self.partial["name"] == names[-1] \
+                else 0
+            total += max(0, state.pos - max(done, 4))
+        return total
 
 
 class UploadMismatch(MysqlBackupError):
@@ -322,6 +339,14 @@ def chain_end(relatives):
         end = indexed[end]
     stale = [r for k, r in keys if k is None or (k.start, k.end) not in chain]
     return end, stale
+
+
+def _size(path):
+    """Size of a local file; 0 when it went meanwhile (metrics only)."""
+    try:
+        return os.path.getsize(path)
+    except OSError:
+        return 0
 
 
 def _local_names(directory):

@@ -25,6 +25,7 @@ from mysqlbackup.binlog import events as ev
 from mysqlbackup.binlog.gtid import MariaGtidPos
 from mysqlbackup.errors import ConnectionLost, ResyncRequired, SourceError
 from mysqlbackup.source import protocol
+from mysqlbackup.stream.metrics import NULL_METRICS
 
 log = logging.getLogger(__name__)
 
@@ -59,7 +60,8 @@ class ServerInfo:
 class ReplicaClient:
     """One replication connection to the source."""
 
-    def __init__(self, source, server_id, semi_sync=True, heartbeat=1.0, connect_timeout=10):
+    def __init__(self, source, server_id, semi_sync=True, heartbeat=1.0, connect_timeout=10,
+                 metrics=NULL_METRICS):
         self.source = source
         self.server_id = server_id
         self.want_semi_sync = semi_sync
@@ -70,6 +72,8 @@ class ReplicaClient:
         self.info = None
         self.decoder = None
         self.semi_sync = False
+        self.metrics = metrics    # stream.metrics: bytes and events received, per batch
+        self.received_at = None   # perf_counter() when the newest batch's bytes were there
 
     # -- connection and setup ------------------------------------------------------
 
@@ -262,11 +266,13 @@ class ReplicaClient:
                 raise ConnectionLost(f"the source {self.source.address} sent nothing for "
                                      f"{silent:.0f}s (no event, no heartbeat): dead link")
             return []
-        batch = []
+        self.received_at = time.perf_counter()
+        batch, received = [], 0
         while not batch or (self.buf_end < len(self.buf) // 2 and self.readable()):
-            self._read()
+            received += self._read()
             events, self.buf_start = self._decode()
             batch += events
+        self.metrics.received(received, len(batch))
         return batch
 
     def _compact(self):
@@ -290,6 +296,7 @@ class ReplicaClient:
             raise ConnectionLost(f"the source {self.source.address} closed the connection")
         self.buf_end += n
         self.last_bytes = time.monotonic()
+        return n
 
     def _decode(self):
         try:

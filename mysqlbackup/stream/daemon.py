@@ -13,7 +13,7 @@ import logging
 import os
 import threading
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from mysqlbackup.binlog.gtid import guess_flavor, parse_gtid_set
 from mysqlbackup.binlog.transactions import TrxTracker
@@ -21,6 +21,7 @@ from mysqlbackup.errors import ConnectionLost, LocalStateError, SourceError, Usa
 from mysqlbackup.loop import sleep_until
 from mysqlbackup.source.client import ReplicaClient, nudge_ack_receiver
 from mysqlbackup.stream.localdir import DirectoryLock, ResumePoint, list_binlogs, recover
+from mysqlbackup.stream.metrics import NULL_METRICS, open_metrics
 from mysqlbackup.stream.state import State, load_state
 from mysqlbackup.stream.syncer import Syncer
 from mysqlbackup.stream.writer import BinlogWriter
@@ -50,6 +51,8 @@ class StreamOptions:
     archive_interval: float = 2.0
     source_name: str = None
     keep_local: object = None  # archiver.Retention
+    metrics_address: str = None  # HOST:PORT of the Prometheus endpoint (None: off)
+    metrics: object = NULL_METRICS  # the StreamMetrics run_stream reports to
 
 
 class Backoff:
@@ -112,8 +115,13 @@ def run_stream(opts, stop=lambda: False, sleep=time.sleep, on_syncer=None):
             if (opts.start_file or opts.start_gtid) and list_binlogs(opts.directory):
                 raise UsageError(f"{opts.directory} already holds a backup: --start-file and "
                                  f"--start-gtid only apply to an empty directory")
-            with _archiver_thread(opts, stop):
-                _stream_loop(opts, stop, sleep, on_syncer)
+            opts = replace(opts, metrics=open_metrics(opts.metrics_address,
+                                                      archive=bool(opts.archive_url)))
+            try:
+                with _archiver_thread(opts, stop):
+                    _stream_loop(opts, stop, sleep, on_syncer)
+            finally:
+                opts.metrics.close()
     except OSError as e:
         if e.filename is None:
             raise
@@ -135,7 +143,7 @@ def _archiver_thread(opts, stop):
         log.warning("archive %s not reachable now (%s): streaming goes on, uploads retry",
                     mask_url(opts.archive_url), mask_url(problem))
     archiver = Archiver(opts.directory, store, opts.source_name, opts.archive_interval,
-                        opts.keep_local)
+                        opts.keep_local, metrics=opts.metrics)
     done = threading.Event()
     thread = threading.Thread(target=archiver.run, args=(lambda: done.is_set() or stop(),),
                               name="archiver", daemon=True)
@@ -164,6 +172,8 @@ def _stream_loop(opts, stop, sleep, on_syncer):
                 raise
             if stop():
                 return
+            opts.metrics.error("stream", type(e).__name__)
+            opts.metrics.reconnect()
             if attempt.get("streamed"):
                 backoff.reset()
             delay = backoff.next()
@@ -176,7 +186,8 @@ def _stream_loop(opts, stop, sleep, on_syncer):
 
 
 def _stream_once(opts, stop, on_syncer, attempt):
-    client = ReplicaClient(opts.source, opts.server_id, opts.semi_sync, opts.heartbeat)
+    client = ReplicaClient(opts.source, opts.server_id, opts.semi_sync, opts.heartbeat,
+                           metrics=opts.metrics)
     writer = BinlogWriter(opts.directory)
     try:
         with _watched(stop, client):
@@ -206,7 +217,7 @@ def _stream_with(client, writer, opts, stop, on_syncer, attempt):
     log.info("streaming from %s:%d (semi-sync %s)", point.file, point.pos,
              "on" if client.semi_sync else "off")
     syncer = Syncer(client, writer, TrxTracker(gtids=point.gtids), state,
-                    opts.sync_interval, opts.checkpoint_interval)
+                    opts.sync_interval, opts.checkpoint_interval, metrics=opts.metrics)
     attempt["streamed"] = True
     syncer.checkpoint()
     if on_syncer:

@@ -17,6 +17,7 @@ from mysqlbackup.binlog.names import is_binlog_name
 from mysqlbackup.binlog.position import Position
 from mysqlbackup.binlog.transactions import OUTSIDE, TrxTracker
 from mysqlbackup.errors import ProtocolError, ResyncRequired
+from mysqlbackup.stream.metrics import NULL_METRICS
 from mysqlbackup.stream.state import State, save_state
 
 log = logging.getLogger(__name__)
@@ -33,7 +34,7 @@ class Syncer:
 
     def __init__(self, client, writer, tracker=None, base_state=None, sync_interval=1.0,
                  checkpoint_interval=0.1, clock=time.time, idle_checkpoint=30.0,
-                 progress_interval=60.0):
+                 progress_interval=60.0, metrics=NULL_METRICS):
         self.client = client
         self.writer = writer
         self.tracker = tracker or TrxTracker()
@@ -55,6 +56,9 @@ class Syncer:
         self.source_position = None
         self.last_event_time = None
         self.events = 0
+        self.metrics = metrics          # stream.metrics hooks, called once per batch at most
+        self.heartbeat_after = None     # ``events`` when the newest heartbeat came
+        self.durable_trx = self.tracker.transactions  # transactions counted durable so far
 
     def run(self, stop=lambda: False):
         """Process batches until ``stop()`` is true; always leaves a final checkpoint."""
@@ -147,6 +151,7 @@ class Syncer:
         if header.type == ev.HEARTBEAT:
             name = bytes(ev.event_body(event, self._checksum())).decode("utf-8", "replace")
         self.source_position = {"file": name, "pos": header.log_pos, "time": self.clock()}
+        self.heartbeat_after = self.events  # nothing came after it yet: caught up
 
     def _incident(self, event):
         number, name, message = ev.parse_incident(event, self.tracker.checksum)
@@ -169,14 +174,26 @@ class Syncer:
         now = self.clock()
         self.writer.flush()
         if ack is not None or (self.writer.unsynced and self._sync_due(now)):
-            self.writer.sync()
+            self._sync_timed()
             self._synced(now)
         if ack is not None:
             self.client.send_ack(ack.file, ack.offset)
             self.last_ack = {"file": ack.file, "pos": ack.offset, "time": now}
+            if self.metrics.enabled:
+                self.metrics.acked(time.perf_counter() - self.client.received_at)
+        self.metrics.source(self.last_event_time, self.heartbeat_after == self.events)
         self._maybe_checkpoint(now)
         if now - self.last_progress >= self.progress_interval:
             self._progress(now)
+
+    def _sync_timed(self):
+        """fsync the active file; its duration goes to the metrics when there was any."""
+        if not (self.metrics.enabled and self.writer.unsynced):
+            self.writer.sync()
+            return
+        started = time.perf_counter()
+        self.writer.sync()
+        self.metrics.fsync(time.perf_counter() - started)
 
     def _progress(self, now):
         rate = self.bytes_written / max(now - self.last_progress, 1e-6) / 1e6
@@ -213,6 +230,10 @@ class Syncer:
         """Everything appended is on disk: the newest boundary becomes the durable one."""
         self.last_sync = now
         self.durable, self.durable_gtid = self.boundary, self._gtid_text()
+        # every transaction the tracker completed ends at or before ``boundary``
+        self.metrics.durable(self.tracker.transactions - self.durable_trx)
+        self.durable_trx = self.tracker.transactions
+        self.metrics.position(self.durable.file, self.durable.offset, self.durable_gtid)
 
     def _recordable(self):
         """What a checkpoint written now would record (compared with ``recorded``)."""
