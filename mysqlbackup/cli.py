@@ -13,6 +13,7 @@ from mysqlbackup.archive.names import check_source_name
 from mysqlbackup.binlog.gtid import guess_flavor, parse_gtid_set
 from mysqlbackup.errors import MysqlBackupError, mask_url
 from mysqlbackup.source.spec import PASSWORD_ENV, source_from_options
+from mysqlbackup.source.tls import DEFAULT_MODE, MODES, TlsSettings
 from mysqlbackup.stream.daemon import StopRequest, StreamOptions, run_stream
 from mysqlbackup.stream.status import collect_status, format_status
 
@@ -60,6 +61,47 @@ def dir_option(func):
                         help="Local directory for the binlog files and the checkpoint.")(func)
 
 
+def ssl_options(prefix=""):
+    """--PREFIXssl-mode, -ssl-ca, -ssl-cert, -ssl-key of one server connection (the
+    MySQL client's names and meanings), handed to the command as one TlsSettings:
+    the parameter ``tls`` (prefix ``target-``: ``target_tls``)."""
+    flag, param = f"--{prefix}ssl", prefix.replace("-", "_")
+    parts = ("mode", "ca", "cert", "key")
+
+    def decorate(func):
+        @functools.wraps(func)
+        def wrapper(*args, **kwargs):
+            values = {part: kwargs.pop(f"{param}ssl_{part}") for part in parts}
+            try:
+                kwargs[f"{param}tls"] = TlsSettings(option=flag, **values)
+            except MysqlBackupError as e:
+                raise click.UsageError(str(e)) from None
+            return func(*args, **kwargs)
+        pem = click.Path(exists=True, dir_okay=False)
+        for option in (
+                click.option(f"{flag}-key", type=pem, help="Its private key (PEM)."),
+                click.option(f"{flag}-cert", type=pem, help="Client certificate (PEM), for a "
+                             "user REQUIRE X509."),
+                click.option(f"{flag}-ca", type=pem, help="CA certificate(s) (PEM) the "
+                             "server's certificate must chain to (verify-ca, verify-identity)."),
+                click.option(f"{flag}-mode", default=DEFAULT_MODE, show_default=True,
+                             metavar="|".join(MODES), callback=_ssl_mode,
+                             help="disabled: clear text; preferred: TLS when the server "
+                             "offers it; required: TLS, no certificate check; verify-ca: and "
+                             "the chain checked; verify-identity: and the host name.")):
+            wrapper = option(wrapper)
+        return wrapper
+    return decorate
+
+
+def _ssl_mode(ctx, param, value):
+    """The mode as MODES spells it (VERIFY_CA, as the MySQL client takes it, too)."""
+    mode = value.lower().replace("_", "-")
+    if mode not in MODES:
+        raise click.BadParameter(f"{value!r} is not one of {', '.join(MODES)}")
+    return mode
+
+
 class CommandGroup(click.Group):
     """The ``mysqlbackup`` group: the backup commands are defined here; commands of
     other packages (``replay``) register under the ``mysqlbackup.commands`` entry-point
@@ -103,6 +145,7 @@ class MaskingFormatter(logging.Formatter):
 
 @main.command()
 @source_options
+@ssl_options()
 @click.option("--server-id", type=click.IntRange(1, 2**32 - 1), required=True,
               help="Replica server_id; unique among the source's replicas.")
 @dir_option
@@ -126,7 +169,7 @@ class MaskingFormatter(logging.Formatter):
 @click.option("--metrics-address", metavar="HOST:PORT", help="Serve Prometheus metrics at "
               "http://HOST:PORT/ (e.g. 127.0.0.1:9104). Default: off.")
 @handle_errors
-def stream(source, password_file, server_id, directory, start_file, start_gtid, no_semi_sync,
+def stream(source, password_file, tls, server_id, directory, start_file, start_gtid, no_semi_sync,
            heartbeat, follow_by_gtid, archive_url, archive_option, source_name,
            archive_interval, keep_local, metrics_address):
     """Stream the source's binlogs into DIR, byte-identical, fsync before every ACK.
@@ -146,7 +189,7 @@ def stream(source, password_file, server_id, directory, start_file, start_gtid, 
         from mysqlbackup.archive.store import \
             parse_options  # fsspec loads only when an archive is asked for
         storage_options = parse_options(archive_option)
-    opts = StreamOptions(source_from_options(source, password_file), server_id, directory,
+    opts = StreamOptions(source_from_options(source, password_file, tls=tls), server_id, directory,
                          start_file, start_gtid, not no_semi_sync, heartbeat, follow_by_gtid,
                          archive_url=archive_url, archive_options=storage_options,
                          archive_interval=archive_interval,
@@ -266,6 +309,7 @@ def inspect(paths, as_json):
 
 @main.command()
 @source_options
+@ssl_options()
 @archive_options
 @source_name_option
 @click.option("--method", type=click.Choice(["dump", "physical"]), default="dump",
@@ -273,7 +317,7 @@ def inspect(paths, as_json):
               "mysqldump), from any host. physical: mariadb-backup --stream=xbstream, which "
               "copies the data files and so must run ON the database host.")
 @handle_errors
-def base(source, password_file, archive_url, archive_option, source_name, method):
+def base(source, password_file, tls, archive_url, archive_option, source_name, method):
     """Take a base backup of the source into the archive: SOURCE/base/ID/.
 
     A consistent snapshot (dump: --single-transaction, writers are not blocked)
@@ -285,7 +329,7 @@ def base(source, password_file, archive_url, archive_option, source_name, method
     """
     from mysqlbackup.base.run import take_base
     store = open_store(archive_url, archive_option)
-    spec = source_from_options(source, password_file)
+    spec = source_from_options(source, password_file, tls=tls)
 
     def report(raw, stored):
         click.echo(f"base: {raw / 2**20:.1f} MiB read, {stored / 2**20:.1f} MiB stored",

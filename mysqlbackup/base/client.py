@@ -10,6 +10,7 @@ import tempfile
 import threading
 
 from mysqlbackup.errors import MysqlBackupError
+from mysqlbackup.source.tls import client_options
 
 STDERR_LINES = 200
 
@@ -34,8 +35,11 @@ def option_value(text):
 
 
 def options_text(spec, groups=("client",)):
-    """The body of an options file that logs ``spec``'s user in with its password."""
+    """The body of an options file that logs ``spec``'s user in with its password, and
+    the client's TLS options (``tls.client_options``)."""
     body = f"user={option_value(spec.user)}\npassword={option_value(spec.password)}\n"
+    body += "".join(name + ("" if value is None else f"={option_value(value)}") + "\n"
+                    for name, value in client_options(spec.tls))
     return "".join(f"[{group}]\n{body}" for group in groups)
 
 

@@ -10,6 +10,8 @@ import pymysql
 from mysqlbackup.binlog import events as ev
 from mysqlbackup.errors import SourceError
 from mysqlbackup.source.client import ServerInfo
+from mysqlbackup.source.connect import connect as tls_connect
+from mysqlbackup.source.connect import denied, tls_failure
 
 CONNECT_TIMEOUT = 10
 _GLOBAL_GRANT = re.compile(r"^GRANT (?P<privs>.+?) ON \*\.\* TO ", re.S)
@@ -43,17 +45,17 @@ class SourceFacts:
 
 
 def connect(spec):
-    """A short-lived control connection to the source (SourceError when refused)."""
+    """A short-lived control connection to the source, with its TLS settings
+    (SourceError when refused, a TLS failure named)."""
     try:
-        return pymysql.connect(host=spec.host, port=spec.port, user=spec.user,
-                               password=spec.password, connect_timeout=CONNECT_TIMEOUT,
-                               read_timeout=60, write_timeout=60, autocommit=True)
+        return tls_connect(spec, connect_timeout=CONNECT_TIMEOUT, read_timeout=60,
+                           write_timeout=60, autocommit=True)
     except pymysql.err.MySQLError as e:
         code = e.args[0] if e.args else 0
         if code == _ACCESS_DENIED:
-            raise SourceError(f"access denied for {spec.user}@{spec.address}: check the "
-                              f"password (MYSQLBACKUP_PASSWORD or --password-file)") from None
-        raise SourceError(f"cannot connect to {spec.address}: {e.args[-1]}") from None
+            raise denied(spec) from None
+        raise tls_failure(e, spec) or SourceError(f"cannot connect to {spec.address}: "
+                                                  f"{e.args[-1]}") from None
 
 
 def query(conn, sql, args=None):

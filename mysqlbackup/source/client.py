@@ -17,6 +17,7 @@ a dump that stays silent for several heartbeat periods is a dead link.
 import logging
 import select
 import socket
+import ssl
 import time
 
 import pymysql
@@ -25,6 +26,7 @@ from mysqlbackup.binlog import events as ev
 from mysqlbackup.binlog.gtid import MariaGtidPos
 from mysqlbackup.errors import ConnectionLost, ResyncRequired, SourceError
 from mysqlbackup.source import protocol
+from mysqlbackup.source.connect import denied, new_connection, tls_failure
 from mysqlbackup.stream.metrics import NULL_METRICS
 
 log = logging.getLogger(__name__)
@@ -82,16 +84,15 @@ class ReplicaClient:
 
         SourceError when the source refuses us or cannot be reached at all;
         ConnectionLost when the link breaks or stays silent during the set-up."""
-        conn = pymysql.connections.Connection(
-            host=self.source.host, port=self.source.port, user=self.source.user,
-            password=self.source.password, connect_timeout=self.connect_timeout,
-            read_timeout=SETUP_TIMEOUT, write_timeout=SETUP_TIMEOUT, autocommit=True,
-            defer_connect=True)
+        conn = new_connection(self.source, connect_timeout=self.connect_timeout,
+                              read_timeout=SETUP_TIMEOUT, write_timeout=SETUP_TIMEOUT,
+                              autocommit=True)
         try:
             conn.connect(self._open_socket())
         except pymysql.err.MySQLError as e:
             raise self._connect_error(e) from None
         self.conn = conn
+        self.sock = conn._sock  # the TLS socket when TLS is on (it took over the TCP one)
         self.info = self._read_server_info()
         return self.info
 
@@ -110,10 +111,11 @@ class ReplicaClient:
 
     def _connect_error(self, e):
         code = e.args[0] if e.args else 0
-        where = f"{self.source.user}@{self.source.address}"
         if code == _ACCESS_DENIED:
-            return SourceError(f"access denied for {where}: check the password "
-                               f"(MYSQLBACKUP_PASSWORD or --password-file)")
+            return denied(self.source)
+        failure = tls_failure(e, self.source)
+        if failure is not None:  # a certificate or a mode problem: retrying cannot help
+            return failure
         if isinstance(e, pymysql.err.OperationalError) and code in _LINK_ERRORS | {
                 _CANT_CONNECT}:
             return ConnectionLost(f"lost the connection to {self.source.address} during the "
@@ -125,8 +127,8 @@ class ReplicaClient:
         whatever waits on it returns at once with a lost connection."""
         sock = self.sock
         if sock is not None:
-            try:
-                sock.shutdown(socket.SHUT_RDWR)
+            try:  # the TCP shutdown under a TLS socket too (SSLSocket's own drops its state)
+                socket.socket.shutdown(sock, socket.SHUT_RDWR)
             except OSError:
                 pass
 
@@ -217,8 +219,11 @@ class ReplicaClient:
         return False
 
     def _wait_readable(self, timeout):
+        sock = self.conn._sock
+        if isinstance(sock, ssl.SSLSocket) and sock.pending():
+            return True  # decrypted bytes wait inside the TLS layer, unseen by select
         try:
-            return bool(select.select([self.conn._sock], [], [], timeout)[0])
+            return bool(select.select([sock], [], [], timeout)[0])
         except (OSError, ValueError) as e:  # a socket shut down or closed meanwhile
             raise ConnectionLost(f"lost the connection to {self.source.address}: {e}") \
                 from None

@@ -10,16 +10,20 @@ from dataclasses import dataclass, field
 from urllib.parse import unquote, urlsplit
 
 from mysqlbackup.errors import UsageError, mask_url
+from mysqlbackup.source.tls import TlsSettings
 
 PASSWORD_ENV = "MYSQLBACKUP_PASSWORD"
+
+
 @dataclass(frozen=True)
 class SourceSpec:
-    """Where to connect and as whom; the password is hidden from repr()."""
+    """Where to connect, as whom, and how securely; the password is hidden from repr()."""
 
     host: str
     port: int
     user: str
     password: str = field(default="", repr=False)
+    tls: TlsSettings = TlsSettings()
 
     @property
     def address(self):
@@ -59,7 +63,8 @@ def read_password(password_file=None, env_names=(PASSWORD_ENV,), environ=None):
     return ""
 
 
-def source_from_options(url, password_file=None, env_names=(PASSWORD_ENV,)):
-    """Build a SourceSpec from the CLI's URL and password options."""
+def source_from_options(url, password_file=None, env_names=(PASSWORD_ENV,), tls=None):
+    """Build a SourceSpec from the CLI's URL, password and TLS options."""
     user, host, port = parse_source_url(url)
-    return SourceSpec(host, port, user, read_password(password_file, env_names))
+    return SourceSpec(host, port, user, read_password(password_file, env_names),
+                      tls or TlsSettings())

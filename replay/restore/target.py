@@ -11,9 +11,8 @@ recreates its tables). Nothing is written here before the plan has been proved.
 
 from dataclasses import dataclass
 
-import pymysql
-
-from mysqlbackup.errors import SourceError, UsageError
+from mysqlbackup.errors import UsageError
+from replay.sinks.session import connect_target
 
 # schemas a fresh server has, or that are the tool's own
 SYSTEM_SCHEMAS = ("mysql", "sys", "information_schema", "performance_schema",
@@ -45,13 +44,7 @@ class RestoreTarget:
 
     def __init__(self, spec):
         self.spec = spec
-        try:
-            self.conn = pymysql.connect(host=spec.host, port=spec.port, user=spec.user,
-                                        password=spec.password, autocommit=True,
-                                        connect_timeout=15)
-        except pymysql.err.OperationalError as e:
-            raise SourceError(f"cannot connect to the target {spec.address}: "
-                              f"{e.args[-1]}") from None
+        self.conn = connect_target(spec)  # with its TLS settings; SourceError (exit 3)
 
     def _rows(self, sql, args=None):
         with self.conn.cursor() as cur:

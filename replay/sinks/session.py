@@ -13,6 +13,8 @@ import pymysql
 from pymysql.constants import CLIENT
 
 from mysqlbackup.errors import SourceError
+from mysqlbackup.source.connect import ACCESS_DENIED, denied, tls_failure
+from mysqlbackup.source.connect import connect as tls_connect
 from mysqlbackup.source.protocol import (COM_STMT_EXECUTE, COM_STMT_PREPARE, parse_prepare_ok,
                                          stmt_execute_blob_args)
 from replay.sinks.statements import binlog_statement
@@ -36,18 +38,27 @@ LOCK_WAIT_TIMEOUT = 10  # s; a parallel batch that waits longer is redone one by
 # MariaDB: BINLOG reads its base64 from two user variables (and empties them)
 FRAGMENT_SET = "SET @binlog_fragment_0 = ?, @binlog_fragment_1 = ''"
 FRAGMENT_BINLOG = "BINLOG @binlog_fragment_0, @binlog_fragment_1"
+TARGET_PASSWORD_FROM = ("MYSQLBACKUP_TARGET_PASSWORD, MYSQLBACKUP_PASSWORD or "
+                        "--target-password-file")
 
 
 def connect(spec):
-    """A TargetSession on a new connection to ``spec`` (autocommit, multi-statements)."""
+    """A TargetSession on a new connection to ``spec`` (autocommit, multi-statements,
+    its TLS settings)."""
+    return TargetSession(connect_target(spec, client_flag=CLIENT.MULTI_STATEMENTS))
+
+
+def connect_target(spec, **kwargs):
+    """A PyMySQL connection to the target ``spec`` (autocommit); SourceError (exit 3)
+    naming the target when it cannot be made: a TLS failure, a refused login."""
     try:
-        conn = pymysql.connect(host=spec.host, port=spec.port, user=spec.user,
-                               password=spec.password, autocommit=True,
-                               client_flag=CLIENT.MULTI_STATEMENTS)
+        return tls_connect(spec, autocommit=True, connect_timeout=15, **kwargs)
     except pymysql.err.OperationalError as e:
+        if e.args and e.args[0] == ACCESS_DENIED:
+            raise denied(spec, TARGET_PASSWORD_FROM) from None
+        failure = tls_failure(e, spec)
         raise SourceError(f"cannot connect to the target {spec.address}: "
-                          f"{e.args[-1]}") from None
-    return TargetSession(conn)
+                          f"{failure or e.args[-1]}") from None
 
 
 class TargetSession:
