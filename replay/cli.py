@@ -7,7 +7,7 @@ It registers under the ``mysqlbackup.commands`` entry-point group (setup.cfg), w
 
 import click
 
-from mysqlbackup.cli import archive_options, handle_errors, source_name_option
+from mysqlbackup.cli import archive_options, handle_errors, source_name_option, ssl_options
 from mysqlbackup.errors import mask_url
 from mysqlbackup.source.spec import PASSWORD_ENV, source_from_options
 
@@ -20,6 +20,7 @@ from mysqlbackup.source.spec import PASSWORD_ENV, source_from_options
               "--target-password-file). The user needs SUPER (MariaDB 10.5+: BINLOG REPLAY "
               "and REPLICATION SLAVE ADMIN) and write access to mysqlbackup_replay.")
 @click.option("--target-password-file", type=click.Path(dir_okay=False))
+@ssl_options("target-")
 @click.option("--workers", type=click.IntRange(1, 64), default=4, show_default=True,
               help="Connections to the target where every transaction gets a commit of "
               "its own (a target with a binlog, or --merge 1). Transactions the binlog "
@@ -56,7 +57,8 @@ from mysqlbackup.source.spec import PASSWORD_ENV, source_from_options
 @click.option("--allow-gaps", is_flag=True, help="Replay across holes in the archive chain.")
 @click.option("--master", help="Spark master (default local[*]); spark-submit works too.")
 @handle_errors
-def replay(archive_url, archive_option, source_name, target, target_password_file, workers,
+def replay(archive_url, archive_option, source_name, target, target_password_file,
+           target_tls, workers,
            merge, sql_path,
            parquet_url, start_gtid, start_position, stop_datetime, stop_before_gtid,
            stop_position, exclude_gtids, databases, tables, rewrites, allow_gaps, master):
@@ -75,7 +77,7 @@ def replay(archive_url, archive_option, source_name, target, target_password_fil
                          source_name, selection, allow_gaps, master)
     if target:
         spec = source_from_options(target, target_password_file, (
-            "MYSQLBACKUP_TARGET_PASSWORD", PASSWORD_ENV))
+            "MYSQLBACKUP_TARGET_PASSWORD", PASSWORD_ENV), target_tls)
         sink = TargetApplier(spec, workers, merge)
     elif sql_path:
         sink = SqlFileSink(sql_path)

@@ -4,7 +4,7 @@ spark-submit adds it in ``replay/spark_main.py``."""
 
 import click
 
-from mysqlbackup.cli import archive_options, handle_errors, source_name_option
+from mysqlbackup.cli import archive_options, handle_errors, source_name_option, ssl_options
 from mysqlbackup.source.spec import PASSWORD_ENV, source_from_options
 
 TARGET_PASSWORD_ENV = ("MYSQLBACKUP_TARGET_PASSWORD", PASSWORD_ENV)
@@ -17,6 +17,7 @@ TARGET_PASSWORD_ENV = ("MYSQLBACKUP_TARGET_PASSWORD", PASSWORD_ENV)
               "(password: $MYSQLBACKUP_TARGET_PASSWORD, else $MYSQLBACKUP_PASSWORD, or "
               "--target-password-file). Not needed with --dry-run.")
 @click.option("--target-password-file", type=click.Path(dir_okay=False))
+@ssl_options("target-")
 @click.option("--stop-datetime", metavar="ISO8601", help="Stop before the first transaction "
               "committed at or after it; UTC unless it names a zone (never local time).")
 @click.option("--stop-before-gtid", metavar="GTID", help="Stop before this transaction.")
@@ -42,7 +43,7 @@ TARGET_PASSWORD_ENV = ("MYSQLBACKUP_TARGET_PASSWORD", PASSWORD_ENV)
               help="Source transactions per target commit on a target without a binlog.")
 @click.option("--master", help="Spark master (default local[*]); spark-submit works too.")
 @handle_errors
-def restore(archive_url, archive_option, source_name, target, target_password_file,
+def restore(archive_url, archive_option, source_name, target, target_password_file, target_tls,
             stop_datetime, stop_before_gtid, stop_position, base_id, dry_run, into_nonempty,
             datadir, tables, rewrites, workers, merge, master):
     """Restore a source to a point in time: its base backup (chosen by GTID), then its
@@ -68,8 +69,11 @@ def restore(archive_url, archive_option, source_name, target, target_password_fi
                                "otherwise)")
     selection = build_selection(stop_datetime=stop_datetime, stop_before_gtid=stop_before_gtid,
                                 stop_position=stop_position, tables=tables, rewrites=rewrites)
-    spec = source_from_options(target, target_password_file, TARGET_PASSWORD_ENV) \
-        if target else None
+    if datadir and target_tls.required:
+        raise click.UsageError("--datadir starts a server of its own, without TLS: "
+                               "--target-ssl-mode must be preferred or disabled")
+    spec = source_from_options(target, target_password_file, TARGET_PASSWORD_ENV,
+                               target_tls) if target else None
     opts = RestoreOptions(archive_url, spec, parse_options(archive_option), source_name,
                           selection, base_id, dry_run, into_nonempty, workers, merge, master,
                           " ".join(f"{o} {v}" for o, v in stops), datadir)
