@@ -15,7 +15,7 @@ from mysqlbackup.errors import MysqlBackupError, mask_url
 from mysqlbackup.source.spec import PASSWORD_ENV, source_from_options
 from mysqlbackup.source.tls import DEFAULT_MODE, MODES, TlsSettings
 from mysqlbackup.stream.daemon import StopRequest, StreamOptions, run_stream
-from mysqlbackup.stream.status import collect_status, format_status
+from mysqlbackup.stream import health
 
 
 def handle_errors(func):
@@ -205,16 +205,27 @@ def stream(source, password_file, tls, server_id, directory, start_file, start_g
 @main.command()
 @dir_option
 @click.option("--json", "as_json", is_flag=True, help="Print one JSON object.")
+@click.option("--check", is_flag=True, help="Health check: print one line and exit 0 when "
+              "healthy, 1 when the daemon is down (no process holds the lock), stale, behind "
+              "or the archive is behind (the line says which).")
+@click.option("--max-lag", type=click.FloatRange(0), default=health.DEFAULT_MAX_LAG,
+              show_default=True, metavar="SECONDS", help="--check: seconds behind the source "
+              "(event times, 0 once a heartbeat named the durable position) allowed.")
+@click.option("--max-stale", type=click.FloatRange(0), default=health.DEFAULT_MAX_STALE,
+              show_default=True, metavar="SECONDS", help="--check: age of the checkpoint "
+              "allowed (a streaming daemon rewrites it at least every 30 s).")
+@click.option("--max-archive-lag", type=click.FloatRange(0),
+              default=health.DEFAULT_MAX_ARCHIVE_LAG, show_default=True, metavar="SECONDS",
+              help="--check: seconds since the last successful archive pass allowed while "
+              "something durable is not archived yet.")
 @handle_errors
-def status(directory, as_json):
-    """Show DIR's files, durable position, GTID set, last ACK and lag."""
-    result = collect_status(directory)
-    if as_json:
-        click.echo(json.dumps(result, indent=1, sort_keys=True))
-    else:
-        click.echo("\n".join(format_status(result)))
-    if not result["exists"]:
-        sys.exit(1)
+def status(directory, as_json, check, max_lag, max_stale, max_archive_lag):
+    """Show DIR's files, durable position, GTID set, last ACK, lag, archive backlog, and
+    which process holds the lock since when; --check: healthy or not (exit 0 or 1)."""
+    text, code = health.run_status(directory, as_json, check,
+                                   health.Limits(max_lag, max_stale, max_archive_lag))
+    click.echo(text)
+    sys.exit(code)
 
 
 def open_store(archive_url, archive_option):

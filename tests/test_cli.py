@@ -68,6 +68,7 @@ def test_status_text_and_json(tmp_path, shared_binlog):
     assert result.output.splitlines() == [
         f"directory:        {tmp_path}",
         "files:            1 (mariadb-bin.000001 .. mariadb-bin.000001, 1074 bytes)",
+        "daemon:           none holds the lock",
         "source:           127.0.0.1:3306 (server-id-1, mariadb)",
         "durable position: mariadb-bin.000001:1074",
         "gtid set:         0-1-2",

@@ -8,9 +8,12 @@ verifying every event, and cuts a torn event and any incomplete transaction.
 """
 
 import fcntl
+import json
 import logging
 import mmap
 import os
+import socket
+import time
 from dataclasses import dataclass
 
 from mysqlbackup.binlog import events as ev
@@ -18,13 +21,14 @@ from mysqlbackup.binlog.gtid import parse_gtid_set
 from mysqlbackup.binlog.names import binlog_sort_key, is_binlog_name
 from mysqlbackup.binlog.scan import iter_events, read_fde
 from mysqlbackup.binlog.transactions import TrxTracker
+from mysqlbackup.durable import write_bytes
 from mysqlbackup.errors import CorruptBinlog, LocalStateError
-from mysqlbackup.stream.state import ARCHIVE_STATE_FILE, LOCK_FILE, STATE_FILE
+from mysqlbackup.stream.state import ARCHIVE_STATE_FILE, LOCK_FILE, LOCK_HOLDER_FILE, STATE_FILE
 
 log = logging.getLogger(__name__)
 
 _OURS = {STATE_FILE, STATE_FILE + ".tmp", LOCK_FILE, ARCHIVE_STATE_FILE,
-         ARCHIVE_STATE_FILE + ".tmp"}
+         ARCHIVE_STATE_FILE + ".tmp", LOCK_HOLDER_FILE, LOCK_HOLDER_FILE + ".tmp"}
 
 
 @dataclass
@@ -61,24 +65,109 @@ def _check_magic(path):
                               f"use a directory of its own for the backup")
 
 
-class DirectoryLock:
-    """An exclusive flock on the directory's lock file: one daemon per directory."""
+LOCK_WAIT = 1.0  # seconds a new daemon retries the flock: a ``status`` probe holds it briefly
 
-    def __init__(self, directory):
+
+class DirectoryLock:
+    """An exclusive flock on the directory's lock file: one daemon per directory.
+
+    Once taken, the holder's pid, host and start time go durably into the holder
+    file beside it (``mysqlbackup.lock.json``), which the refusal of a second daemon
+    and ``status`` name. The flock is the truth: the holder file alone (left behind
+    by a ``kill -9``) never counts as held (``lock_holder``)."""
+
+    def __init__(self, directory, wait=LOCK_WAIT):
+        self.directory = directory
         self.path = os.path.join(directory, LOCK_FILE)
+        self.wait = wait
         self.fd = None
 
     def __enter__(self):
         self.fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o640)
-        try:
-            fcntl.flock(self.fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except BlockingIOError:
+        if not _flock(self.fd, fcntl.LOCK_EX, self.wait):
             os.close(self.fd)
-            raise LocalStateError(f"another mysqlbackup process holds {self.path}") from None
+            raise LocalStateError(f"another mysqlbackup process{_holder_text(self.directory)} "
+                                  f"holds {self.path}: one daemon per directory") from None
+        holder = {"pid": os.getpid(), "host": socket.gethostname(), "since": time.time()}
+        try:
+            write_bytes(os.path.join(self.directory, LOCK_HOLDER_FILE),
+                        json.dumps(holder).encode("utf-8"), mode=0o640)
+        except BaseException:
+            os.close(self.fd)
+            raise
         return self
 
     def __exit__(self, *exc):
         os.close(self.fd)
+
+
+def _flock(fd, kind, wait):
+    """Take ``kind`` on ``fd`` without blocking, retrying for ``wait`` seconds."""
+    deadline = time.monotonic() + wait
+    while True:
+        try:
+            fcntl.flock(fd, kind | fcntl.LOCK_NB)
+            return True
+        except BlockingIOError:
+            if time.monotonic() >= deadline:
+                return False
+            time.sleep(0.05)
+
+
+def lock_holder(directory):
+    """Whether a process holds ``directory``'s lock now, tested on the flock itself
+    (a shared flock taken and dropped at once, never blocking), and who per the
+    holder file: ``{"held", "pid", "host", "since"}``. When held, ``pid`` is None
+    if the file names a process that is gone (a new holder has not written it yet);
+    when not held, the fields describe the last holder (None if none is known)."""
+    path = os.path.join(directory, LOCK_FILE)
+    try:
+        fd = os.open(path, os.O_RDONLY)
+    except FileNotFoundError:
+        held = False
+    except OSError as e:
+        raise LocalStateError(f"cannot open {path}: {e.strerror or e}") from None
+    else:
+        try:
+            held = not _flock(fd, fcntl.LOCK_SH, 0)
+        finally:
+            os.close(fd)  # drops the shared flock, if taken
+    holder = read_holder(directory) or {}
+    pid = holder.get("pid")
+    if held and pid is not None and holder.get("host") == socket.gethostname() \
+            and not _alive(pid):
+        pid = None
+    return {"held": held, "pid": pid, "host": holder.get("host"), "since": holder.get("since")}
+
+
+def read_holder(directory):
+    """The holder file's record ({"pid", "host", "since"}), or None."""
+    try:
+        with open(os.path.join(directory, LOCK_HOLDER_FILE), encoding="utf-8") as f:
+            record = json.load(f)
+    except (OSError, ValueError):
+        return None
+    return record if isinstance(record, dict) else None
+
+
+def _alive(pid):
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
+def _holder_text(directory):
+    """" (pid N on HOST since TIME)" from the holder file, or "" when it names none."""
+    holder = read_holder(directory)
+    if not holder or holder.get("pid") is None:
+        return ""
+    since = holder.get("since")
+    when = time.strftime(" since %Y-%m-%d %H:%M:%S", time.localtime(since)) if since else ""
+    return f" (pid {holder['pid']} on {holder.get('host', '?')}{when})"
 
 
 def recover(directory, state):

@@ -15,6 +15,7 @@ from mysqlbackup.errors import LocalStateError
 
 STATE_FILE = "mysqlbackup.state.json"
 LOCK_FILE = "mysqlbackup.lock"
+LOCK_HOLDER_FILE = "mysqlbackup.lock.json"  # pid and start time of the lock's holder
 ARCHIVE_STATE_FILE = "mysqlbackup.archive.json"
 FORMAT_VERSION = 1
 

@@ -5,7 +5,7 @@ import os
 import time
 
 from mysqlbackup.errors import mask_url
-from mysqlbackup.stream.localdir import list_binlogs
+from mysqlbackup.stream.localdir import list_binlogs, lock_holder
 from mysqlbackup.stream.state import ARCHIVE_STATE_FILE, load_state
 
 
@@ -17,9 +17,12 @@ def collect_status(directory, now=None):
     names = list_binlogs(directory)
     files = [{"name": n, "size": os.path.getsize(os.path.join(directory, n))} for n in names]
     state = load_state(directory)
-    result = {"directory": directory, "exists": True, "files": files,
+    lock = lock_holder(directory)
+    archive = archive_view(_archive_report(directory), files, now)
+    result = {"directory": directory, "exists": True, "files": files, "lock": lock,
               "total_bytes": sum(f["size"] for f in files), "state": None,
-              "archive": archive_view(_archive_report(directory), files, now)}
+              "archive": archive_lag(archive, files, state, now,
+                                     lock["since"] if lock["held"] else None)}
     if state is None:
         return result
     result["state"] = {
@@ -27,9 +30,52 @@ def collect_status(directory, now=None):
         "flavor": state.flavor, "durable_file": state.file, "durable_pos": state.pos,
         "gtid": state.gtid, "last_ack": state.last_ack, "source_position": state.source_position,
         "checkpoint_age_s": round(now - state.updated, 3) if state.updated else None,
-        "lag_bytes": _lag_bytes(state),
+        "lag_bytes": _lag_bytes(state), "lag_s": seconds_behind(state),
     }
     return result
+
+
+def seconds_behind(state):
+    """Seconds the durable copy was behind the source when the checkpoint was written.
+
+    0 when the source's last heartbeat named the durable position (a source sends
+    heartbeats only when it has nothing more to send). Otherwise the time the newest
+    durable event arrived (its ACK's time when it was ACKed, else the checkpoint's)
+    minus that event's timestamp (the source's clock, whole seconds). None when
+    unknown. A checkpoint that is not rewritten is ``checkpoint_age_s``'s business."""
+    src, ack = state.source_position or {}, state.last_ack or {}
+    if src.get("file") == state.file and src.get("pos") == state.pos:
+        return 0.0
+    if not state.last_event_time:
+        return None
+    arrived = state.updated
+    if ack.get("file") == state.file and ack.get("pos") == state.pos and ack.get("time"):
+        arrived = ack["time"]
+    if arrived is None:
+        return None
+    return round(max(0.0, arrived - state.last_event_time), 3)
+
+
+def archive_lag(report, files, state, now, since=None):
+    """``report`` (``archive_view``'s) with ``pending_bytes`` (durable bytes of the
+    newest file not archived yet) and ``lag_s``: 0 when nothing durable waits for the
+    archive, else the seconds since the archiver's last successful pass (everything
+    durable when a pass started was archived by its end), or since ``since`` (the
+    daemon's start) when no pass succeeded yet; None when unknown."""
+    if not report:
+        return report
+    newest = files[-1] if files else None
+    durable = 0
+    if newest and state is not None:
+        durable = state.pos if state.file == newest["name"] else newest["size"]
+    end = report.get("partial") or {}
+    done = end.get("end", 0) if newest and end.get("file") == newest["name"] else 4
+    pending = max(0, durable - done)
+    backlog = report.get("backlog_files")
+    waiting = pending > 0 or backlog is None or bool(backlog)
+    last = report.get("last_success") or since
+    lag = 0.0 if not waiting else (round(max(0.0, now - last), 3) if last else None)
+    return dict(report, pending_bytes=pending, lag_s=lag)
 
 
 def _archive_report(directory):
@@ -89,6 +135,7 @@ def format_status(status):
              f"files:            {len(files)}" + (f" ({files[0]['name']} .. {files[-1]['name']}"
                                                    f", {status['total_bytes']} bytes)"
                                                    if files else "")]
+    lines.append("daemon:           " + format_lock(status.get("lock")))
     st = status["state"]
     if st is None:
         return lines + ["checkpoint:       none yet"]
@@ -99,7 +146,8 @@ def format_status(status):
         f"gtid set:         {st['gtid'] or '-'}",
         f"last ack:         " + (f"{ack['file']}:{ack['pos']}" if ack else "none"),
         f"lag:              " + ("unknown" if st["lag_bytes"] is None
-                                 else f"{st['lag_bytes']} bytes"),
+                                 else f"{st['lag_bytes']} bytes")
+        + ("" if st.get("lag_s") is None else f", {st['lag_s']:.1f} s behind the source"),
         f"checkpoint age:   " + ("unknown" if st["checkpoint_age_s"] is None
                                  else f"{st['checkpoint_age_s']:.1f} s"),
     ]
@@ -112,7 +160,9 @@ def _format_archive(report):
     backlog = report.get("backlog_files")
     partial = report.get("partial")
     lines = [f"archive:          {mask_url(report['url'])} (source {report['source']})",
-             "archive backlog:  " + _backlog_text(report, backlog),
+             "archive backlog:  " + _backlog_text(report, backlog)
+             + ("" if report.get("lag_s") is None
+                else f" (archive {report['lag_s']:.1f} s behind)"),
              "archive partial:  " + (f"{partial['file']} up to {partial['end']}"
                                      if partial else "none")
              + (f" ({report['active_behind_bytes']} bytes of the newest file not archived "
@@ -138,6 +188,18 @@ def _format_archive(report):
         lines.append(f"archive error:    {mask_url(report['last_error'])} (at "
                      f"{_clock(report.get('last_error_time'))})")
     return lines
+
+
+def format_lock(lock):
+    """"pid N on HOST holds the lock since TIME", or who held it last."""
+    if lock is None:
+        return "unknown"
+    who = (f"pid {lock['pid']} on {lock.get('host') or '?'}" if lock.get("pid") is not None
+           else "pid unknown")
+    if lock["held"]:
+        return f"{who} holds the lock since {_clock(lock.get('since'))}"
+    last = f" (last: {who}, started {_clock(lock.get('since'))})" if lock.get("pid") else ""
+    return "none holds the lock" + last
 
 
 def _backlog_text(report, backlog):
