@@ -2,12 +2,12 @@
 
 import functools
 import json
-import logging
 import signal
 import sys
 
 import click
 
+from mysqlbackup import config, logs
 from mysqlbackup.archive.archiver import Retention
 from mysqlbackup.archive.names import check_source_name
 from mysqlbackup.binlog.gtid import guess_flavor, parse_gtid_set
@@ -25,7 +25,10 @@ def handle_errors(func):
         try:
             return func(*args, **kwargs)
         except MysqlBackupError as e:
-            click.echo(f"mysqlbackup: error: {mask_url(e)}", err=True)
+            if logs.json_lines():  # --log-format json: the error as one JSON line too
+                logs.log_error(e)
+            else:
+                click.echo(f"mysqlbackup: error: {mask_url(e)}", err=True)
             sys.exit(e.exit_code)
     return wrapper
 
@@ -114,6 +117,8 @@ class CommandGroup(click.Group):
         command = super().get_command(ctx, name)
         if command is None and name in _plugins():
             command = _plugins()[name].load()
+        if command is not None and ctx.auto_envvar_prefix:
+            config.name_envvars(command, f"{ctx.auto_envvar_prefix}_{name}")
         return command
 
 
@@ -126,21 +131,36 @@ def _plugins():
     return {ep.name: ep for ep in group}
 
 
-@click.group(cls=CommandGroup, context_settings={"help_option_names": ["-h", "--help"]})
+@handle_errors
+def _read_config(ctx, param, path):
+    """--config FILE: its settings become the commands' defaults (click's default_map,
+    under the command line and the environment); checked against every command."""
+    if path:
+        ctx.default_map = config.build_default_map(config.load_toml(path), path,
+                                                   ctx.command, ctx)
+        ctx.meta["mysqlbackup.config"] = path
+    return path
+
+
+@click.group(cls=CommandGroup, context_settings={"help_option_names": ["-h", "--help"],
+                                                 "auto_envvar_prefix": config.ENV_PREFIX})
+@click.option("--config", "config_path", metavar="FILE", is_eager=True, callback=_read_config,
+              expose_value=False, type=click.Path(dir_okay=False), envvar="MYSQLBACKUP_CONFIG",
+              help="TOML file of option values: top-level keys for every command that has "
+                   "the option, a table per command ([stream], [\"archive ls\"]). Every option "
+                   "can also come from MYSQLBACKUP_<COMMAND>_<OPTION>; the command line wins "
+                   "over the environment, which wins over the file. No passwords in it.")
 @click.option("--log-level", default="info", show_default=True,
               type=click.Choice(["debug", "info", "warning", "error"]))
-def main(log_level):
+@click.option("--log-format", default="text", show_default=True,
+              type=click.Choice(logs.FORMATS), help="json: one JSON object per line (time, "
+              "level, logger, event, and fields such as file, position, gtid).")
+def main(log_level, log_format):
     """Back up MySQL/MariaDB binary logs as a semi-synchronous replica."""
-    handler = logging.StreamHandler(sys.stderr)
-    handler.setFormatter(MaskingFormatter("%(asctime)s %(levelname)s %(name)s: %(message)s"))
-    logging.basicConfig(level=log_level.upper(), handlers=[handler])
+    logs.configure(log_level, log_format)
 
 
-class MaskingFormatter(logging.Formatter):
-    """Log lines never carry the user-info (credentials) of a URL."""
-
-    def format(self, record):
-        return mask_url(super().format(record))
+MaskingFormatter = logs.MaskingFormatter  # where it was defined before (mysqlbackup.logs)
 
 
 @main.command()
@@ -369,3 +389,31 @@ def archive_import(directory, archive_url, archive_option, source_name, torn_tai
     from mysqlbackup.archive.importer import import_directory
     import_directory(open_store(archive_url, archive_option), directory,
                      check_source_name(source_name), torn_tail, click.echo)
+
+
+@main.group("config")
+def config_group():
+    """Look at the settings (config file, environment, command line)."""
+
+
+@config_group.command("show", context_settings={"ignore_unknown_options": True,
+                                                "allow_interspersed_args": False})
+@click.option("--config", "config_path", metavar="FILE", type=click.Path(dir_okay=False),
+              help="The config file (as mysqlbackup --config FILE).")
+@click.option("--json", "as_json", is_flag=True, help="Print one JSON object.")
+@click.argument("words", nargs=-1, type=click.UNPROCESSED, metavar="[COMMAND [ARGS]...]")
+@click.pass_context
+@handle_errors
+def config_show(ctx, config_path, as_json, words):
+    """Print the settings each command would run with (every command, or COMMAND
+    with ARGS as given): each option's value and where it comes from (command line,
+    env VARIABLE, file, default). Passwords show as *** with their file or variable;
+    URLs without credentials."""
+    root = ctx.find_root()
+    if config_path:
+        _read_config(root, None, config_path)
+    sections = config.show_sections(root, words, given=bool(config_path))
+    if as_json:
+        click.echo(json.dumps({t: config.rows_json(r) for t, r in sections}, indent=1))
+        return
+    click.echo("\n\n".join("\n".join(config.format_rows(t, r)) for t, r in sections))
