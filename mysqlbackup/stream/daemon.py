@@ -20,6 +20,7 @@ from mysqlbackup.binlog.transactions import TrxTracker
 from mysqlbackup.errors import ConnectionLost, LocalStateError, SourceError, UsageError, mask_url
 from mysqlbackup.loop import sleep_until
 from mysqlbackup.source.client import ReplicaClient, nudge_ack_receiver
+from mysqlbackup.stream import notify
 from mysqlbackup.stream.localdir import DirectoryLock, ResumePoint, list_binlogs, recover
 from mysqlbackup.stream.metrics import NULL_METRICS, open_metrics
 from mysqlbackup.stream.state import State, load_state
@@ -104,11 +105,13 @@ def _watched(stop, client):
         clients.discard(client)
 
 
-def run_stream(opts, stop=lambda: False, sleep=time.sleep, on_syncer=None):
+def run_stream(opts, stop=lambda: False, sleep=time.sleep, on_syncer=None, notifier=None):
     """Run the daemon until ``stop()``; raise a MysqlBackupError on a fatal problem.
 
     A local file-system error (ENOSPC, EROFS, EACCES, EFBIG...) is a LocalStateError
-    naming the path (exit 8); the checkpoint never moves past what was fsynced."""
+    naming the path (exit 8); the checkpoint never moves past what was fsynced.
+    ``notifier`` (default: from $NOTIFY_SOCKET) hears from the stream loop (systemd)."""
+    notifier = notifier or notify.Notifier.from_environment()
     try:
         os.makedirs(opts.directory, exist_ok=True)
         with DirectoryLock(opts.directory):
@@ -117,15 +120,18 @@ def run_stream(opts, stop=lambda: False, sleep=time.sleep, on_syncer=None):
                                  f"--start-gtid only apply to an empty directory")
             opts = replace(opts, metrics=open_metrics(opts.metrics_address,
                                                       archive=bool(opts.archive_url)))
+            ticking, on_syncer = notifier.watch(stop, on_syncer)  # the loop's thread only
             try:
                 with _archiver_thread(opts, stop):
-                    _stream_loop(opts, stop, sleep, on_syncer)
+                    _stream_loop(opts, ticking, sleep, on_syncer)
             finally:
                 opts.metrics.close()
     except OSError as e:
         if e.filename is None:
             raise
         raise LocalStateError(f"{e.filename}: {e.strerror or e}") from None
+    finally:
+        notifier.stopping()
 
 
 @contextlib.contextmanager
@@ -178,6 +184,7 @@ def _stream_loop(opts, stop, sleep, on_syncer):
                 backoff.reset()
             delay = backoff.next()
             log.warning("%s; reconnecting in %.1fs", e, delay)
+            notify.reconnecting(stop, f"{e}; reconnecting in {delay:.1f}s")
             sleep_until(stop, delay, sleep)
             continue
         finally:
