@@ -285,19 +285,17 @@ class Archiver:
         path = os.path.join(self.directory, ARCHIVE_STATE)
         write_bytes(path, json.dumps(report, indent=1, sort_keys=True).encode("utf-8"))
         if self.metrics.enabled and backlog is not None:
-            self.metrics.archive(len(backlog), self._backlog_bytes(names, backlog),
-                                 self.report["last_success"])
+            self.metrics.archive(len(backlog),
+                                 sum(_size(os.path.join(self.directory, n)) for n in backlog),
+                                 self.report["last_success"], self._active(names))
 
-    def _backlog_bytes(self, names, backlog):
-        """Bytes of the sealed files not archived, plus the newest file's durable bytes
-        after its archived segments."""
-        total = sum(_size(os.path.join(self.directory, n)) for n in backlog)
+    def _active(self, names):
+        """(newest file, where its archived segments end, its durable end now) or None."""
         state = load_state(self.directory)
-        if state is not None and names and state.file == names[-1]:
-            done = self.partial["end"] if self.partial and self.partial["name"] == names[-1] \
-                else 0
-            total += max(0, state.pos - max(done, 4))
-        return total
+        if state is None or not names or state.file != names[-1]:
+            return None
+        done = self.partial["end"] if self.partial and self.partial["name"] == names[-1] else 0
+        return names[-1], max(done, 4), state.pos
 
 
 class UploadMismatch(MysqlBackupError):

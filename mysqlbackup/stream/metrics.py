@@ -60,9 +60,11 @@ class NullMetrics:
         """A failure that the daemon retries: ``stage`` 'stream' or 'archive', ``kind`` the
         error's class name."""
 
-    def archive(self, backlog_files, backlog_bytes, last_success):
-        """After an archiver pass (or a failed one): sealed files and bytes not archived
-        yet, and the time (epoch) of the last pass that left the archive complete."""
+    def archive(self, backlog_files, backlog_bytes, last_success, active=None):
+        """After an archiver pass (or a failed one): sealed files and their bytes not
+        archived yet, the time (epoch) of the last pass that left the archive complete,
+        and ``active``: (newest file, end of its archived segments, its durable end then),
+        so that a scrape counts the newest file's durable bytes not archived as of now."""
 
     def close(self):
         """Stop serving (nothing to stop here)."""
@@ -147,9 +149,21 @@ class StreamMetrics(NullMetrics):
     def error(self, stage, kind):
         self.errors.labels(stage, kind).inc()
 
-    def archive(self, backlog_files, backlog_bytes, last_success):
+    def archive(self, backlog_files, backlog_bytes, last_success, active=None):
         self._archive = {"files": backlog_files, "bytes": backlog_bytes,
-                         "last_success": last_success}
+                         "last_success": last_success, "active": active}
+
+    def archive_backlog_bytes(self):
+        """Sealed bytes not archived at the last pass, plus the newest file's durable bytes
+        after its archived segments (from the durable position now when it is that file)."""
+        archive = self._archive
+        total, active = archive["bytes"], archive.get("active")
+        if active is not None:
+            name, archived_end, durable_end = active
+            if self._position is not None and self._position[0] == name:
+                durable_end = self._position[1]
+            total += max(0, durable_end - archived_end)
+        return total
 
     # -- values computed at a scrape --------------------------------------------------
 
@@ -212,16 +226,17 @@ class _LiveCollector:
             yield GaugeMetricFamily("mysqlbackup_durable_offset_bytes", "Offset of the "
                                     "durable position in its binlog file", value=pos)
         if m._archive is not None:
-            yield from _archive_families(m._archive, m.clock(), m.started)
+            yield from _archive_families(m._archive, m.archive_backlog_bytes(), m.clock(),
+                                         m.started)
 
 
-def _archive_families(archive, now, started):
+def _archive_families(archive, backlog_bytes, now, started):
     from prometheus_client.core import GaugeMetricFamily
     yield GaugeMetricFamily("mysqlbackup_archive_backlog_files", "Sealed local binlog files "
                             "not archived yet", value=archive["files"])
     yield GaugeMetricFamily("mysqlbackup_archive_backlog_bytes", "Durable local bytes not "
                             "archived yet (sealed files and the active file's tail)",
-                            value=archive["bytes"])
+                            value=backlog_bytes)
     last = archive["last_success"]
     if last is not None:
         yield GaugeMetricFamily("mysqlbackup_archive_last_success_timestamp_seconds",
