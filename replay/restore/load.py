@@ -6,7 +6,11 @@ staged whole on disk or in memory.
 
 The password goes to the client through a temporary ``--defaults-extra-file``
 (mode 0600, removed afterwards: ``mysqlbackup.base.client.options_file``), never
-on its command line.
+on its command line; so do the target's TLS options (``ssl``, ``ssl-ca``,
+``ssl-cert``, ``ssl-key``, ``ssl-verify-server-cert`` or ``skip-ssl``: see
+``mysqlbackup.source.tls``). The client cannot refuse clear text without checking a
+certificate; with ``--target-ssl-mode required`` the restore's own connection to the
+target (``RestoreTarget``, made before the load) has proved TLS is on offer.
 """
 
 import hashlib
