@@ -68,6 +68,7 @@ def replay(archive_url, archive_option, source_name, target, target_password_fil
         raise click.UsageError("give exactly one of --target, --sql and --parquet")
     from mysqlbackup.archive.store import parse_options
     from replay.job import ReplayOptions, run_replay
+    from replay.progress import reporter
     from replay.planning.options import build_selection
     from replay.sinks.sqlfile import SqlFileSink
     from replay.sinks.target import TargetApplier
@@ -86,7 +87,11 @@ def replay(archive_url, archive_option, source_name, target, target_password_fil
         sink = ParquetSink(parquet_url, options_for(parquet_url, opts.archive_url,
                                                     opts.archive_options))
         sink.open(None)  # a taken or unusable destination fails before Spark starts
-    summary = run_replay(opts, sink, progress=lambda line: click.echo(line, err=True))
+    progress = reporter(lambda line: click.echo(line, err=True))  # a bar on a terminal
+    try:
+        summary = run_replay(opts, sink, progress=progress)
+    finally:
+        progress.close()
     if parquet_url:
         sink.finish(summary)
         click.echo(f"parquet: {sink.rows} row changes in {len(sink.parts)} parts at "

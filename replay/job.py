@@ -27,6 +27,7 @@ from replay.decoding.rewrite import rewrite_transaction
 from replay.planning.selection import Selection
 from replay.planning.units import (check_decoded, check_digests, check_link, check_listed_sizes,
                                    pick_source, plan_units)
+from replay.progress import Progress
 
 log = logging.getLogger(__name__)
 
@@ -249,7 +250,9 @@ def _package_zip():
 
 
 def run_replay(opts, sink, spark=None, progress=None):
-    """Replay into ``sink``; returns the summary dict (applied, skipped, dropped, stop)."""
+    """Replay into ``sink``; returns the summary dict (applied, skipped, dropped, stop).
+    ``progress`` (if given) is called with a ``replay.progress.Progress`` when the
+    objects are checked and after each file is applied."""
     source, units, cut = plan(opts)
     summary = {"source": source, "files": len(units), "applied": 0, "skipped": 0,
                "rows_events": 0, "workers": 1, "parallel_applied": 0,
@@ -266,6 +269,7 @@ def run_replay(opts, sink, spark=None, progress=None):
     decoded = rdd.map(lambda unit: decode_unit(unit, url, options))
     window = opts.window or max(1, sc.defaultParallelism)
     started, stopped = time.monotonic(), False
+    _report(progress, summary, units, 0, started)
     sink.open(source)
     group = f"mysqlbackup-replay-{os.getpid()}-{time.time_ns()}"  # this run's jobs only
     windows = [list(range(first, min(first + window, len(units))))
@@ -288,11 +292,11 @@ def run_replay(opts, sink, spark=None, progress=None):
             results = pending.result()
             if i + 1 < len(windows):
                 pending = prefetch.submit(decode, windows[i + 1])
-            for result in results:
+            for result, p in zip(results, parts):
                 stopped = _apply_file(result, opts.selection, sink, summary)
+                _report(progress, summary, units, p + 1, started, final=stopped)
                 if stopped:
                     break
-            _report(progress, summary, parts[-1] + 1, len(units), started)
             if stopped:
                 break
     finally:
@@ -371,12 +375,16 @@ def _choose(transactions, selection, sink, summary, checksum, fde):
     return chosen, False
 
 
-def _report(progress, summary, done, total, started):
+def _report(progress, summary, units, done, started, final=False):
+    """Hand ``progress`` where the replay is: ``done`` of the units, their bytes;
+    ``final`` when a stop point ends it before the last unit."""
     if progress is None:
         return
-    elapsed = time.monotonic() - started
-    rate = summary["applied"] / elapsed if elapsed else 0.0
-    eta = elapsed / done * (total - done) if done else 0.0
-    progress(f"replay: files {done}/{total}, {summary['applied']} transactions applied "
-             f"({summary['rows_events']} rows events), {summary['skipped']} skipped, "
-             f"{rate:.0f} trx/s, ETA {eta:.0f}s")
+    progress(Progress(done, len(units), _size(units[:done]), _size(units), summary["applied"],
+                      summary["skipped"], summary["rows_events"], time.monotonic() - started,
+                      final))
+
+
+def _size(units):
+    """Archived bytes of ``units`` (as their indexes say)."""
+    return sum(obj["index"].get("size") or 0 for unit in units for obj in unit["objects"])

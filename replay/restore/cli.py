@@ -53,6 +53,7 @@ def restore(archive_url, archive_option, source_name, target, target_password_fi
     from mysqlbackup.archive.store import parse_options
     from replay.planning.options import build_selection
     from replay.restore.run import RestoreOptions, run_restore
+    from replay.progress import reporter
     if not archive_url:
         raise click.UsageError("--archive is required")
     if not target and not dry_run:
@@ -77,4 +78,8 @@ def restore(archive_url, archive_option, source_name, target, target_password_fi
     opts = RestoreOptions(archive_url, spec, parse_options(archive_option), source_name,
                           selection, base_id, dry_run, into_nonempty, workers, merge, master,
                           " ".join(f"{o} {v}" for o, v in stops), datadir)
-    run_restore(opts, echo=click.echo, progress=lambda line: click.echo(line, err=True))
+    progress = reporter(lambda line: click.echo(line, err=True))  # a bar on a terminal
+    try:
+        run_restore(opts, echo=click.echo, progress=progress)
+    finally:
+        progress.close()
