@@ -236,8 +236,9 @@ class Syncer:
         self.metrics.position(self.durable.file, self.durable.offset, self.durable_gtid)
 
     def _recordable(self):
-        """What a checkpoint written now would record (compared with ``recorded``)."""
-        return self.durable, self.durable_gtid, self.last_ack
+        """What a checkpoint written now would record (compared with ``recorded``); the
+        first heartbeat after events (caught up) is recorded too, for ``status``'s lag."""
+        return self.durable, self.durable_gtid, self.last_ack, self.heartbeat_after == self.events
 
     def checkpoint(self):
         """Record the durable boundary (never anything newer) in the checkpoint file."""
