@@ -93,9 +93,10 @@ def json_lines():
 
 def log_error(error):
     """The one line of an error the CLI exits on, as a JSON log record (``--log-format
-    json``): the message, the exit code, and the file and offset when the error has them."""
+    json``): the message, the exit code, and the file and offset (position) when the error
+    has them."""
     fields = {"exit_code": error.exit_code, "error": type(error).__name__}
-    for name in ("file", "offset"):
+    for name in ("file", "offset", "position"):
         if getattr(error, name, None) is not None:
             fields[name] = getattr(error, name)
     logging.getLogger("mysqlbackup").error(mask_url(error), extra=fields)

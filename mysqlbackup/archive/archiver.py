@@ -166,7 +166,9 @@ class Archiver:
         size = index_if_whole(self.store, binlog_key(source, name), index, f"copy of {name}")
         self.archived.add(name)
         self._uploaded(name)
-        log.info("archived %s (%d bytes, %d transactions)", name, size, index["transactions"])
+        log.info("archived %s (%d bytes, %d transactions)", name, size, index["transactions"],
+                 extra={"file": name, "bytes": size, "transactions": index["transactions"],
+                        "gtid": index.get("last_gtid")})
         self._drop_segments(source, name)
 
     def _uploading(self, key, source):
@@ -181,7 +183,8 @@ class Archiver:
             self.missing.discard(what)
             self.report["reuploaded"] += 1
             self.report["reuploaded_last"] = (self.report["reuploaded_last"] + [what])[-20:]
-            log.info("re-uploaded %s, which was missing from the store", what)
+            log.info("re-uploaded %s, which was missing from the store", what,
+                     extra={"file": what})
 
     def _drop_segments(self, source, name):
         remove_segments(self.store, source, name)
@@ -234,7 +237,8 @@ class Archiver:
                 os.remove(os.path.join(self.directory, name))
                 fsync_dir(self.directory)
                 self.report["removed_local"] = (self.report["removed_local"] + [name])[-20:]
-                log.info("removed local %s: its archived copy is verified", name)
+                log.info("removed local %s: its archived copy is verified", name,
+                         extra={"file": name})
 
     def _still_archived(self, source, name):
         """Check the archived object is there and whole before the local copy goes."""
@@ -263,7 +267,8 @@ class Archiver:
                 self.metrics.error("archive", type(e).__name__)
                 self._write_report(self.source, _local_names(self.directory))
                 log.warning("archive upload failed (%s); retrying in %.1fs",
-                            self.report["last_error"], delay)
+                            self.report["last_error"], delay,
+                            extra={"error": self.report["last_error"], "retry_in": delay})
                 delay = min(delay * 2, 30.0)
             if stop():
                 return

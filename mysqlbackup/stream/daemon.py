@@ -183,7 +183,8 @@ def _stream_loop(opts, stop, sleep, on_syncer):
             if attempt.get("streamed"):
                 backoff.reset()
             delay = backoff.next()
-            log.warning("%s; reconnecting in %.1fs", e, delay)
+            log.warning("%s; reconnecting in %.1fs", e, delay,
+                        extra={"error": str(e), "retry_in": delay})
             notify.reconnecting(stop, f"{e}; reconnecting in {delay:.1f}s")
             sleep_until(stop, delay, sleep)
             continue
@@ -214,7 +215,8 @@ def _stream_with(client, writer, opts, stop, on_syncer, attempt):
         point = recover(opts.directory, state) or _initial_point(client, opts)
     if point.cut_bytes:
         log.warning("cut %d bytes after %s:%d (%s)", point.cut_bytes, point.file, point.pos,
-                    point.cut_reason)
+                    point.cut_reason, extra={"file": point.file, "position": point.pos,
+                                             "cut_bytes": point.cut_bytes})
     writer.open(point.file, point.pos)
     state = _base_state(state, info, opts, point)
     client.start_dump(point.file, point.pos)
@@ -222,7 +224,9 @@ def _stream_with(client, writer, opts, stop, on_syncer, attempt):
     if stop():
         return
     log.info("streaming from %s:%d (semi-sync %s)", point.file, point.pos,
-             "on" if client.semi_sync else "off")
+             "on" if client.semi_sync else "off",
+             extra={"file": point.file, "position": point.pos, "semi_sync": client.semi_sync,
+                    "gtid": None if point.gtids is None else str(point.gtids)})
     syncer = Syncer(client, writer, TrxTracker(gtids=point.gtids), state,
                     opts.sync_interval, opts.checkpoint_interval, metrics=opts.metrics)
     attempt["streamed"] = True
@@ -267,7 +271,7 @@ def _source_changed(info, state, opts):
             f"{opts.source.address} is {info.identity}: use another --dir, or "
             f"--follow-by-gtid to continue from the GTID position on the new source")
     log.warning("source changed from %s to %s: following by GTID %s", state.source_identity,
-                info.identity, state.gtid)
+                info.identity, state.gtid, extra={"gtid": state.gtid})
     return True
 
 

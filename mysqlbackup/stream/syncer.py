@@ -163,7 +163,8 @@ class Syncer:
         if not is_binlog_name(next_name):
             raise ProtocolError(f"the source rotates {self.writer.name} to {next_name!r}, "
                                 f"which is not a binlog file name")
-        log.info("rotating %s -> %s", self.writer.name, next_name)
+        log.info("rotating %s -> %s", self.writer.name, next_name, extra={
+            "file": self.writer.name, "position": self.writer.pos, "next_file": next_name})
         self.writer.rotate(next_name)
         self.boundary = Position(next_name, self.writer.pos)
         self._synced(self.clock())
@@ -198,7 +199,10 @@ class Syncer:
     def _progress(self, now):
         rate = self.bytes_written / max(now - self.last_progress, 1e-6) / 1e6
         log.info("at %s:%d, %d events, %.2f MB/s, durable %s", self.writer.name,
-                 self.writer.pos, self.events, rate, self.durable)
+                 self.writer.pos, self.events, rate, self.durable, extra={
+                     "file": self.writer.name, "position": self.writer.pos,
+                     "events": self.events, "mb_per_s": round(rate, 3),
+                     "durable": str(self.durable), "gtid": self.durable_gtid})
         self.last_progress, self.bytes_written = now, 0
 
     def _maybe_checkpoint(self, now):
