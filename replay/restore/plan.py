@@ -97,16 +97,23 @@ def describe(plan):
     ]
 
 
+def _last_with_transactions(plan):
+    """The newest file of the plan that holds a transaction (a file just rotated to, or
+    left by a stopped server, holds none), else the newest file."""
+    spans = plan.choice.spans
+    return next((s for s in reversed(spans) if s.last_gtid or s.last_commit), spans[-1])
+
+
 def _reaches_end(plan):
     """True when the replay goes through the last file's last transaction."""
-    stop, last = plan.stop, plan.choice.spans[-1]
+    stop, last = plan.stop, _last_with_transactions(plan)
     if stop.datetime is None:
         return stop == Stop()
     return bool(last.last_commit) and epoch(last.last_commit) < stop.datetime
 
 
 def _gtid_end(plan):
-    stop, last = plan.stop, plan.choice.spans[-1]
+    stop, last = plan.stop, _last_with_transactions(plan)
     if _reaches_end(plan):
         return f"through {last.last_gtid or '(none)'}"
     if stop.datetime is not None:
@@ -117,7 +124,7 @@ def _gtid_end(plan):
 
 
 def _target_at(plan):
-    stop, last = plan.stop, plan.choice.spans[-1]
+    stop, last = plan.stop, _last_with_transactions(plan)
     if _reaches_end(plan):
         return (f"{last.last_commit or plan.manifest['end_time']}, GTID "
                 f"{last.last_gtid or plan.manifest.get('gtid') or '(none)'} (the last "
