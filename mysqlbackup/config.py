@@ -262,7 +262,7 @@ def rows_of(ctx, config_path):
     """The resolved options of one context, then where its passwords come from."""
     rows = []
     for name, param in options_of(ctx.command).items():
-        if param.name not in ctx.params or name in ("help",):
+        if param.name not in ctx.params:
             continue
         source = ctx.get_parameter_source(param.name)
         rows.append((name, ctx.params[param.name], _where(source, param, ctx, config_path)))
