@@ -22,7 +22,7 @@ import time
 import pytest
 
 from mysqlbackup.sandbox import REPL_PASSWORD, MariaDBSandbox
-from mysqlbackup.stream.state import STATE_FILE, load_state
+from mysqlbackup.stream.state import load_state
 from tests.conftest import _require_mariadbd
 from tests.helpers import REPO, cli_env, current_binlog, wait_for
 
