@@ -10,7 +10,7 @@ import sys
 
 import pytest
 
-from mysqlbackup.sandbox import MariaDBSandbox
+from mysqlbackup.sandbox import MariaDBSandbox, free_port
 from tests.helpers import wait_for
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -49,11 +49,13 @@ class Runbook:
         self.env, self.groups = env, []
 
     def run_section(self, title):
+        """Run every block of one section; their output, joined."""
+        out = []
         for lang, code in runbook_sections()[title]:
             lines = [cron_command(line) for line in code.splitlines() if line.strip()] \
                 if lang == "cron" else [code]
-            for script in lines:
-                self.run(script)
+            out += [self.run(script) for script in lines]
+        return "".join(out)
 
     def run(self, script):
         proc = subprocess.Popen(["bash", "-euo", "pipefail", "-c", script], env=self.env,
@@ -119,6 +121,7 @@ def test_runbook_end_to_end(tmp_path):
                PRIMARY_ROOT_URL=f"mysql://restore@127.0.0.1:{primary.port}",
                NEW_PRIMARY_URL=f"mysql://restore@127.0.0.1:{fresh.port}",
                MYSQLBACKUP_TARGET_PASSWORD=RESTORE_PASSWORD, WORK_DIR=str(tmp_path / "work"),
+               METRICS_ADDRESS=f"127.0.0.1:{free_port()}",
                PATH=os.path.dirname(sys.executable) + os.pathsep + os.environ["PATH"])
     os.makedirs(env["WORK_DIR"])
     book = Runbook(env)
@@ -132,8 +135,12 @@ def test_runbook_end_to_end(tmp_path):
         wait_for(lambda: primary.status("Rpl_semi_sync_master_clients") == "1", timeout=30,
                  what="the daemon as a semi-sync replica")
         traffic(primary, 100, 50)
-
-        book.run_section("2. Check health")
+        gtid = primary.execute("SELECT @@gtid_binlog_pos")[0][0]
+        wait_for(lambda: archived_up_to(env, gtid), timeout=60, what="the archive")
+        health = book.run_section("2. Check health").splitlines()
+        assert health[0].startswith(f"OK {env['BACKUP_DIR']}: daemon pid "), health[0]
+        assert health[1].startswith("mysqlbackup_seconds_behind_source "), health[1]
+        assert any(line.startswith("db1  restorable from ") for line in health)
 
         traffic(primary, 200, 50)
         before_drop = checksums(primary, "shop")
