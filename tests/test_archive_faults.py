@@ -445,3 +445,14 @@ def test_index_built_from_bytes_passes_validation(source_files):
     data = read(source_files[0])
     index = build_index(data, source_files[0].name, source=SOURCE)
     assert validate_index(index, "x", source_files[0].name, 0, len(data)) is index
+
+
+def test_keys_in_a_cloud_store_url_are_refused_without_being_repeated():
+    """botocore quotes the bucket part of a bad URL ("AKIA:secret@bucket") in its own
+    errors, where no URL pattern can mask it: a key in an s3:// URL is refused at once."""
+    from mysqlbackup.errors import UsageError
+    with pytest.raises(UsageError) as e:
+        ArchiveStore("s3://AKIAEXAMPLE:wJalr-Secret@bucket/backups")
+    assert "wJalr-Secret" not in str(e.value) and "AKIAEXAMPLE" not in str(e.value)
+    assert str(e.value).startswith("archive s3://***@bucket/backups: credentials do not go "
+                                   "in the URL")

@@ -116,6 +116,11 @@ def _call_time(options):
     return per_try * attempts * S3_FS_RETRIES + 5.0
 
 
+# object stores that authenticate with keys: a key in the URL is refused, because the
+# store's own errors quote the bucket part of it where mask_url cannot see a URL
+KEYED_PROTOCOLS = ("s3", "s3a", "gs", "gcs", "az", "abfs", "abfss", "adl")
+
+
 class ArchiveStore:
     """The archive root: put, read, list and remove objects by relative name.
 
@@ -127,6 +132,11 @@ class ArchiveStore:
     def __init__(self, url, options=None):
         options = dict(options or {})
         protocol = url.split("://", 1)[0] if "://" in url else "file"
+        if protocol in KEYED_PROTOCOLS and mask_url(url) != url:
+            raise UsageError(f"archive {mask_url(url)}: credentials do not go in the URL (a "
+                             "store's error may quote them): use the store's environment "
+                             "variables (AWS_ACCESS_KEY_ID, AWS_SECRET_ACCESS_KEY, ...) or "
+                             "a role")
         if protocol in ("s3", "s3a"):
             options = with_timeouts(s3_client_options(options))
         self.url = mask_url(url)
