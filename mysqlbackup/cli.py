@@ -64,6 +64,28 @@ def dir_option(func):
                         help="Local directory for the binlog files and the checkpoint.")(func)
 
 
+def codec_options(default="zstd:3"):
+    """--compress and --encrypt-to: how new archive objects are stored (archive.codec)."""
+    def decorate(func):
+        func = click.option("--encrypt-to", "encrypt_to", multiple=True, metavar="FILE",
+                            type=click.Path(dir_okay=False),
+                            help="Encrypt new archive objects (age, X25519) to the public "
+                            "keys (age1...) in FILE; repeatable (an offline recovery key "
+                            "beside the everyday one). Only public keys are needed here.")(func)
+        return click.option("--compress", default=default, show_default=True,
+                            metavar="zstd[:LEVEL]|none",
+                            help="Compression of new archive objects (local files stay "
+                            "byte-identical).")(func)
+    return decorate
+
+
+def identity_option(func):
+    """--identity: the age identity file that opens encrypted archive objects."""
+    return click.option("--identity", metavar="FILE", type=click.Path(dir_okay=False),
+                        help="age identity file (AGE-SECRET-KEY-1...) to read encrypted "
+                        "archive objects (default: the file $MYSQLBACKUP_IDENTITY names).")(func)
+
+
 def ssl_options(prefix=""):
     """--PREFIXssl-mode, -ssl-ca, -ssl-cert, -ssl-key of one server connection (the
     MySQL client's names and meanings), handed to the command as one TlsSettings:
@@ -188,10 +210,11 @@ MaskingFormatter = logs.MaskingFormatter  # where it was defined before (mysqlba
               "Default: keep all.")
 @click.option("--metrics-address", metavar="HOST:PORT", help="Serve Prometheus metrics at "
               "http://HOST:PORT/ (e.g. 127.0.0.1:9104). Default: off.")
+@codec_options()
 @handle_errors
 def stream(source, password_file, tls, server_id, directory, start_file, start_gtid, no_semi_sync,
            heartbeat, follow_by_gtid, archive_url, archive_option, source_name,
-           archive_interval, keep_local, metrics_address):
+           archive_interval, keep_local, metrics_address, compress, encrypt_to):
     """Stream the source's binlogs into DIR, byte-identical, fsync before every ACK.
 
     Runs until SIGTERM/SIGINT. Restarting resumes where the files end (a torn
@@ -204,8 +227,10 @@ def stream(source, password_file, tls, server_id, directory, start_file, start_g
         parse_gtid_set(start_gtid, guess_flavor(start_gtid))  # refuse a bad set before connecting
     if keep_local and not archive_url:
         raise click.UsageError("--keep-local needs --archive: local files go only once archived")
-    storage_options = None
+    storage_options = codec = None
     if archive_url:
+        from mysqlbackup.archive.codec import make_codec
+        codec = make_codec(compress, encrypt_to)
         from mysqlbackup.archive.store import \
             parse_options  # fsspec loads only when an archive is asked for
         storage_options = parse_options(archive_option)
@@ -215,7 +240,7 @@ def stream(source, password_file, tls, server_id, directory, start_file, start_g
                          archive_interval=archive_interval,
                          source_name=source_name and check_source_name(source_name),
                          keep_local=Retention.parse(keep_local),
-                         metrics_address=metrics_address)
+                         metrics_address=metrics_address, codec=codec)
     stop = StopRequest()
     for sig in (signal.SIGTERM, signal.SIGINT):
         signal.signal(sig, stop.request)
@@ -259,20 +284,29 @@ def open_store(archive_url, archive_option):
 @main.command()
 @archive_options
 @source_name_option
+@identity_option
+@click.option("--deep", is_flag=True, help="Also decrypt every encrypted object (needs "
+              "--identity): without it, those are checked by stored size and sha256 only.")
 @handle_errors
-def verify(archive_url, archive_option, source_name):
+def verify(archive_url, archive_option, source_name, identity, deep):
     """Check everything archived: magic, every event's CRC32, the chain of files
     (each ROTATE names the next, GTID sets continue), and each index against its file.
 
     Exits 0 only when all holds; otherwise prints every problem with file and offset.
     On a live archive, an upload still in flight (its index not written yet, younger
     than 10 minutes) or an object removed since the listing (its file was sealed) is
-    a NOTE, not a problem.
+    a NOTE, not a problem. Encrypted objects: without an identity, their stored size
+    and sha256 against the index (what a backup host can check without seeing data);
+    with --identity (or $MYSQLBACKUP_IDENTITY), everything above.
     """
+    from mysqlbackup.archive.codec import keyring_from
     from mysqlbackup.archive.verify import verify_archive
+    keyring = keyring_from(identity)
+    if deep and keyring is None:
+        raise click.UsageError("--deep needs --identity FILE (or $MYSQLBACKUP_IDENTITY)")
     store = open_store(archive_url, archive_option)
     notes = []
-    checked, problems = verify_archive(store, source_name, notes=notes)
+    checked, problems = verify_archive(store, source_name, notes=notes, keyring=keyring)
     for note in notes:
         click.echo(f"NOTE {note}")
     for problem in problems:
@@ -347,8 +381,10 @@ def inspect(paths, as_json):
               show_default=True, help="dump: the server's dump client (mariadb-dump / "
               "mysqldump), from any host. physical: mariadb-backup --stream=xbstream, which "
               "copies the data files and so must run ON the database host.")
+@codec_options(default="zstd:1")
 @handle_errors
-def base(source, password_file, tls, archive_url, archive_option, source_name, method):
+def base(source, password_file, tls, archive_url, archive_option, source_name, method, compress,
+         encrypt_to):
     """Take a base backup of the source into the archive: SOURCE/base/ID/.
 
     A consistent snapshot (dump: --single-transaction, writers are not blocked)
@@ -358,14 +394,17 @@ def base(source, password_file, tls, archive_url, archive_option, source_name, m
     BINLOG MONITOR (dump; MySQL: RELOAD, REPLICATION CLIENT instead of BINLOG
     MONITOR), or RELOAD, PROCESS, LOCK TABLES and BINLOG MONITOR (physical).
     """
+    from mysqlbackup.archive.codec import make_codec
     from mysqlbackup.base.run import take_base
+    codec = make_codec(compress, encrypt_to)
     store = open_store(archive_url, archive_option)
     spec = source_from_options(source, password_file, tls=tls)
 
     def report(raw, stored):
         click.echo(f"base: {raw / 2**20:.1f} MiB read, {stored / 2**20:.1f} MiB stored",
                    err=True)
-    m = take_base(spec, store, source_name and check_source_name(source_name), method, report)
+    m = take_base(spec, store, source_name and check_source_name(source_name), method, report,
+                  codec)
     click.echo(f"base {m['id']} of {m['source']}: {m['method']}, gtid {m['gtid'] or '(empty)'}, "
                f"binlog {m['binlog_file']}:{m['binlog_pos']}, {m['raw_size']} bytes raw, "
                f"{m['stored_size']} stored, {m['details']['elapsed']:.1f} s")
@@ -417,3 +456,22 @@ def config_show(ctx, config_path, as_json, words):
         click.echo(json.dumps({t: config.rows_json(r) for t, r in sections}, indent=1))
         return
     click.echo("\n\n".join("\n".join(config.format_rows(t, r)) for t, r in sections))
+
+
+@main.command()
+@click.option("--identity", required=True, metavar="ID_FILE", type=click.Path(dir_okay=False),
+              help="Where the secret key goes (mode 0600). Keep it off the backup host.")
+@click.option("--recipient", required=True, metavar="RECIPIENT_FILE",
+              type=click.Path(dir_okay=False), help="Where the public key goes: give it to "
+              "stream and base --encrypt-to.")
+@handle_errors
+def keygen(identity, recipient):
+    """Make an age key pair (X25519) for archive encryption; never overwrites a file.
+
+    The identity opens objects (verify --deep, replay, restore, or ``age -d -i``);
+    the recipient file is all a backup host needs."""
+    from mysqlbackup.archive.codec import key_id
+    from mysqlbackup.archive.codec import keygen as make_pair
+    public = make_pair(identity, recipient)
+    click.echo(f"identity {identity} (mode 0600), recipient {recipient}: {public} "
+               f"(key id {key_id(public)})")

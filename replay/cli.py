@@ -7,7 +7,8 @@ It registers under the ``mysqlbackup.commands`` entry-point group (setup.cfg), w
 
 import click
 
-from mysqlbackup.cli import archive_options, handle_errors, source_name_option, ssl_options
+from mysqlbackup.cli import (archive_options, handle_errors, identity_option, source_name_option,
+                             ssl_options)
 from mysqlbackup.errors import mask_url
 from mysqlbackup.source.spec import PASSWORD_ENV, source_from_options
 
@@ -56,16 +57,19 @@ from mysqlbackup.source.spec import PASSWORD_ENV, source_from_options
                    "SQL text are not rewritten.")
 @click.option("--allow-gaps", is_flag=True, help="Replay across holes in the archive chain.")
 @click.option("--master", help="Spark master (default local[*]); spark-submit works too.")
+@identity_option
 @handle_errors
 def replay(archive_url, archive_option, source_name, target, target_password_file,
            target_tls, workers,
            merge, sql_path,
            parquet_url, start_gtid, start_position, stop_datetime, stop_before_gtid,
-           stop_position, exclude_gtids, databases, tables, rewrites, allow_gaps, master):
+           stop_position, exclude_gtids, databases, tables, rewrites, allow_gaps, master,
+           identity):
     """Point-in-time replay of the archive with PySpark (one task per file), applying
     only complete transactions in commit order, exactly once."""
     if [bool(target), bool(sql_path), bool(parquet_url)].count(True) != 1:
         raise click.UsageError("give exactly one of --target, --sql and --parquet")
+    from mysqlbackup.archive.codec import keyring_from
     from mysqlbackup.archive.store import parse_options
     from replay.job import ReplayOptions, run_replay
     from replay.progress import reporter
@@ -75,7 +79,8 @@ def replay(archive_url, archive_option, source_name, target, target_password_fil
     selection = build_selection(start_gtid, start_position, stop_datetime, stop_before_gtid,
                                 stop_position, exclude_gtids, databases, tables, rewrites)
     opts = ReplayOptions(archive_url or _missing("--archive"), parse_options(archive_option),
-                         source_name, selection, allow_gaps, master)
+                         source_name, selection, allow_gaps, master,
+                         keyring=keyring_from(identity))
     if target:
         spec = source_from_options(target, target_password_file, (
             "MYSQLBACKUP_TARGET_PASSWORD", PASSWORD_ENV), target_tls)

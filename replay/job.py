@@ -26,7 +26,7 @@ from mysqlbackup.errors import CorruptBinlog, MysqlBackupError, mask_url
 from replay.decoding.rewrite import rewrite_transaction
 from replay.planning.selection import Selection
 from replay.planning.units import (check_decoded, check_digests, check_link, check_listed_sizes,
-                                   pick_source, plan_units)
+                                   check_unit_keys, pick_source, plan_units)
 from replay.progress import Progress
 
 log = logging.getLogger(__name__)
@@ -45,9 +45,10 @@ class ReplayOptions:
     window: int = None          # files decoded per Spark job (default: one per core)
     first_file: str = None      # read no file before it (a restore: the base's first file)
     last_file: str = None       # read no file after it (a restore: the stop point's file)
+    keyring: object = None      # archive.codec.Keyring: opens encrypted objects
 
 
-def decode_unit(unit, url, options):
+def decode_unit(unit, url, options, keyring=None):
     """Spark task: read one file from the archive and assemble its transactions.
 
     What comes back to the driver is the transactions without their bytes (event
@@ -57,15 +58,23 @@ def decode_unit(unit, url, options):
     (``plan.check_decoded``), then reads the object itself and attaches the bytes
     (``attach_unit``), so the binlog does not pass through the JVM. A failure comes
     back as ``error`` (kind, message, offset) instead of an exception, which Spark
-    would wrap into its own: the driver raises it with the object named."""
+    would wrap into its own: the driver raises it with the object named.
+    A compressed or encrypted object is decoded as it is read (``keyring`` opens it);
+    ``digests`` are then those of its raw bytes, compared with the index's raw ones."""
     import hashlib
     import traceback
 
+    from mysqlbackup.archive.codec import IdentityError
     from replay.decoding.assemble import assemble, detach_events
     out = {"name": unit["name"], "partial": unit["partial"], "error": None,
            "digests": [], "facts": {}, "transactions": [], "incomplete": None}
     try:
-        parts = read_parts(unit, url, options)
+        parts = read_parts(unit, url, options, keyring)
+    except IdentityError as e:
+        return dict(out, error={"kind": "identity", "message": str(e)})
+    except CorruptBinlog as e:  # the stored form does not decode: names its object
+        return dict(out, error={"kind": "corrupt", "message": bare_message(e),
+                                "offset": e.offset, "object": e.file})
     except FileNotFoundError as e:
         return dict(out, error={"kind": "missing", "message": str(e)})
     except Exception as e:  # noqa: BLE001 - a store error of any kind, named by the driver
@@ -92,13 +101,14 @@ def digest_unit(unit, url, options):
     is not its index's and is a sealed file is scanned, so that a damaged event comes back
     with its offset (not the newest file: the newest file's tail may be short, see
     ``plan.check_digests``)."""
+    from mysqlbackup.archive.codec import codec_of, stored_of
     from mysqlbackup.archive.store import ArchiveStore
     try:
         store = ArchiveStore(url, options)
         digests = [store.sha256(obj["key"]) for obj in unit["objects"]]
         for obj, (size, sha) in zip(unit["objects"], digests):
-            if (size, sha) != (obj["index"].get("size"), obj["index"].get("sha256")) \
-                    and not unit["partial"]:
+            if (size, sha) != stored_of(obj["index"]) and not unit["partial"] \
+                    and codec_of(obj["index"]) == "none":
                 _scan_object(store.read(obj["key"]), unit["name"])
         return {"error": None, "digests": digests}
     except CorruptBinlog as e:
@@ -129,23 +139,46 @@ def bare_message(error):
     return text
 
 
-def read_parts(unit, url, options):
-    """The bytes of each object of one unit (a sealed file, or the newest one's segments)."""
+def read_parts(unit, url, options, keyring=None):
+    """The raw bytes of each object of one unit (a sealed file, or the newest one's
+    segments); a compressed or encrypted object is decoded as its stored bytes stream
+    in (``read_object``)."""
     from mysqlbackup.archive.store import ArchiveStore
     store = ArchiveStore(url, options)
-    return [store.read(key) for key in unit["keys"]]
+    return [read_object(store, key, obj["index"], keyring)
+            for key, obj in zip(unit["keys"], unit["objects"])]
 
 
-def read_unit(unit, url, options):
-    """The bytes of one unit (a sealed file, or the segments of the newest one)."""
-    return b"".join(read_parts(unit, url, options))
+def read_object(store, key, index, keyring=None):
+    """The raw bytes of one object: as stored (plain), or decoded while its stored form
+    is read in ranged reads (never whole in memory beside the raw bytes)."""
+    from mysqlbackup.archive.codec import codec_of, decode, stored_of
+    from mysqlbackup.archive.store import CHUNK
+    name = codec_of(index)
+    if name == "none":
+        return store.read(key)
+    total, pos, raw = stored_of(index)[0], [0], []
+
+    def read(n):
+        if pos[0] >= total:
+            return b""
+        chunk = store.read(key, pos[0], min(total, pos[0] + max(n, CHUNK)))
+        pos[0] += len(chunk)
+        return chunk
+    decode(read, raw.append, name, keyring, key, index.get("key_ids"))
+    return b"".join(raw)
 
 
-def attach_unit(result, unit, url, options):
+def read_unit(unit, url, options, keyring=None):
+    """The raw bytes of one unit (a sealed file, or the segments of the newest one)."""
+    return b"".join(read_parts(unit, url, options, keyring))
+
+
+def attach_unit(result, unit, url, options, keyring=None):
     """Driver side: the unit's bytes, read again and proved equal, into ``result``."""
     from replay.decoding.assemble import attach_events
     try:
-        data = read_unit(unit, url, options)
+        data = read_unit(unit, url, options, keyring)
     except FileNotFoundError as e:  # the newest file's segments go once it is sealed
         raise MysqlBackupError(f"the archive changed during the replay: {mask_url(e)} is "
                                f"gone (the newest file {unit['name']} was sealed meanwhile?); "
@@ -187,6 +220,7 @@ def plan(opts):
     units, cut = plan_units(source, sealed, partial, opts.selection.wholly_applied,
                             opts.selection.wholly_after, opts.allow_gaps)
     check_listed_sizes(units, listing.sizes, opts.allow_gaps)
+    check_unit_keys(units, opts.keyring)
     return source, units, cut
 
 
@@ -264,9 +298,9 @@ def run_replay(opts, sink, spark=None, progress=None):
     spark = spark or spark_session(opts.master)
     sc = spark.sparkContext
     rdd = sc.parallelize(units, len(units))  # one partition, hence one task, per file
-    url, options = opts.archive_url, opts.archive_options
+    url, options, keyring = opts.archive_url, opts.archive_options, opts.keyring
     _check_every_object(sc, rdd, units, opts)
-    decoded = rdd.map(lambda unit: decode_unit(unit, url, options))
+    decoded = rdd.map(lambda unit: decode_unit(unit, url, options, keyring))
     window = opts.window or max(1, sc.defaultParallelism)
     started, stopped = time.monotonic(), False
     _report(progress, summary, units, 0, started)
@@ -283,7 +317,7 @@ def run_replay(opts, sink, spark=None, progress=None):
         results = sc.runJob(decoded, lambda it: list(it), parts)
         for result, p in zip(results, parts):  # before anything of this window is applied
             chain.check(units[p], result)
-        return [attach_unit(r, units[p], url, options) for r, p in zip(results, parts)]
+        return [attach_unit(r, units[p], url, options, keyring) for r, p in zip(results, parts)]
     # Spark decodes the next window while the driver applies this one
     prefetch = ThreadPoolExecutor(max_workers=1, thread_name_prefix="decode")
     try:

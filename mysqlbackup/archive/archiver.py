@@ -14,12 +14,14 @@ Streaming never waits for any of this: the archiver only reads the local files
 and the checkpoint, and records its own progress in ``mysqlbackup.archive.json``.
 """
 
+import io
 import json
 import logging
 import os
 import time
 from dataclasses import replace
 
+from mysqlbackup.archive.codec import PLAIN, encode, plain_fields, stored_fields, stored_of
 from mysqlbackup.archive.index import build_index, parse_index
 from mysqlbackup.archive.names import (binlog_key, binlog_prefix, format_key, parse_key,
                                        partial_prefix, segment_key)
@@ -73,8 +75,10 @@ class Archiver:
     """
 
     def __init__(self, directory, store, source_name=None, interval=2.0, retention=None,
-                 clock=time.time, relist_interval=RELIST_INTERVAL, metrics=NULL_METRICS):
+                 clock=time.time, relist_interval=RELIST_INTERVAL, metrics=NULL_METRICS,
+                 codec=PLAIN):
         self.directory = directory
+        self.codec = codec or PLAIN  # how new objects are stored (codec.Codec)
         self.store = store
         self.source_name = source_name
         self.interval = interval
@@ -158,12 +162,13 @@ class Archiver:
         path = os.path.join(self.directory, name)
         data_key = format_key(binlog_key(source, name))
         self._uploading(data_key, source)
-        self.store.put_file(data_key, path)
         with open(path, "rb") as f:
             data = f.read()
         known = sorted(self.archived | set(names), key=binlog_sort_key)
         index = build_index(data, name, _predecessor(known, name), source=source)
-        size = index_if_whole(self.store, binlog_key(source, name), index, f"copy of {name}")
+        index.update(put_object(self.store, data_key, data, index, self.codec, path))
+        index_if_whole(self.store, binlog_key(source, name), index, f"copy of {name}")
+        size = index["size"]
         self.archived.add(name)
         self._uploaded(name)
         log.info("archived %s (%d bytes, %d transactions)", name, size, index["transactions"],
@@ -204,7 +209,7 @@ class Archiver:
                             source=source)
         data_key = format_key(segment_key(source, name, start, durable))
         self._uploading(data_key, source)
-        self.store.put_bytes(data_key, data)
+        index.update(put_object(self.store, data_key, data, index, self.codec))
         try:
             index_if_whole(self.store, segment_key(source, name, start, durable), index,
                            f"segment {name}:{start}-{durable}")
@@ -245,8 +250,8 @@ class Archiver:
         data_key = format_key(binlog_key(source, name))
         index_key = format_key(binlog_key(source, name, index=True))
         index = parse_index(self.store.read(index_key), index_key, name)
-        return self.store.info_size(data_key) == index["size"] == os.path.getsize(
-            os.path.join(self.directory, name))
+        return (self.store.info_size(data_key) == stored_of(index)[0]
+                and index["size"] == os.path.getsize(os.path.join(self.directory, name)))
 
     # -- loop and report ------------------------------------------------------------------
 
@@ -307,19 +312,39 @@ class UploadMismatch(MysqlBackupError):
     """An uploaded object read back with another size or sha256 than the local bytes."""
 
 
+def put_object(store, relative, data, index, codec, local_path=None):
+    """Store the raw ``data`` (described by ``index``) as ``relative`` in ``codec``'s form
+    (plain: the local file or the bytes as they are; else streamed through the codec);
+    returns the index fields of the stored object (``codec.stored_fields``)."""
+    if codec.plain:
+        if local_path:
+            store.put_file(relative, local_path)
+        else:
+            store.put_bytes(relative, data)
+        return plain_fields(index["size"], index["sha256"])
+    with store.open_write(relative) as out:
+        digests = encode(io.BytesIO(data).read, out.write, codec)
+    if (digests.raw_size, digests.raw_sha256) != (index["size"], index["sha256"]):
+        raise UploadMismatch(f"{relative}: {digests.raw_size} bytes encoded, the index was "
+                             f"built from {index['size']}")
+    return stored_fields(codec, digests)
+
+
 def index_if_whole(store, key, index, what):
-    """Read an uploaded object back and, only when its size and sha256 are its index's,
-    write the index: the index is the mark that the object is whole and verified (the
-    daemon and ``archive import`` archive every binlog object so).
+    """Read an uploaded object back and, only when its size and sha256 are the stored
+    ones its index says (``codec.stored_of``: the raw ones for a plain object), write
+    the index: the index is the mark that the object is whole and verified (the daemon
+    and ``archive import`` archive every binlog object so). No identity is needed.
 
     ``key``: the object's ArchiveKey (uploaded already); ``what`` names it in the
-    UploadMismatch raised otherwise. Returns the object's size.
+    UploadMismatch raised otherwise. Returns the object's stored size.
     """
     data_key = format_key(key)
     size, digest = store.sha256(data_key)
-    if (size, digest) != (index["size"], index["sha256"]):
+    if (size, digest) != stored_of(index):
+        want = stored_of(index)
         raise UploadMismatch(f"archived {what} does not match: {size} bytes sha256 {digest}, "
-                             f"local {index['size']} {index['sha256']}")
+                             f"sent {want[0]} {want[1]}")
     store.put_json(format_key(replace(key, is_index=True)), index)
     return size
 

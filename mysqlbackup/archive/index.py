@@ -86,6 +86,11 @@ INDEX_FIELDS = {
     "next_file": _OPTIONAL_TEXT, "server_id": _OPTIONAL_COUNT,
 }
 _HEX = frozenset("0123456789abcdef")
+# how the object is stored (codec.stored_fields); absent from indexes written before
+# codecs, which mean: stored as it is (codec "none", stored size and sha256 the raw ones)
+STORED_FIELDS = {"codec": _TEXT, "stored_size": _COUNT, "stored_sha256": _TEXT,
+                 "key_ids": (list,)}
+CODECS = ("none", "zstd", "age", "zstd+age")
 
 
 def parse_index(raw, where, name=None, start=None, end=None):
@@ -105,7 +110,9 @@ def validate_index(obj, where, name=None, start=None, end=None):
 
     Sound: a dict with every field ``build_index`` writes, each of its type, a
     64-digit sha256, ``end == start + size``; and, when given, the binlog ``name``
-    and segment bounds the object's key says.
+    and segment bounds the object's key says. The fields of how the object is stored
+    (``STORED_FIELDS``: codec, stored_size, stored_sha256, key_ids) are optional: an
+    index written before them means a plain object.
     """
     if not isinstance(obj, dict) or not obj:
         raise CorruptBinlog(f"index is not an index object: {_short(obj)}", file=where)
@@ -128,6 +135,23 @@ def _field_problem(obj):
             return f"{field} is {value}"
     if len(obj["sha256"]) != 64 or not set(obj["sha256"]) <= _HEX:
         return f"sha256 is {_short(obj['sha256'])}"
+    return _stored_problem(obj)
+
+
+def _stored_problem(obj):
+    """What is wrong with the optional fields of how the object is stored, or None."""
+    for field, types in STORED_FIELDS.items():
+        value = obj.get(field)
+        if field in obj and (isinstance(value, bool) or not isinstance(value, types)
+                             or (types is _COUNT and value < 0)):
+            return f"{field} is {_short(value)}"
+    if obj.get("codec", "none") not in CODECS:
+        return f"codec is {_short(obj['codec'])}"
+    digest = obj.get("stored_sha256", obj["sha256"])
+    if len(digest) != 64 or not set(digest) <= _HEX:
+        return f"stored_sha256 is {_short(digest)}"
+    if not all(isinstance(k, str) for k in obj.get("key_ids", [])):
+        return f"key_ids is {_short(obj['key_ids'])}"
     return None
 
 

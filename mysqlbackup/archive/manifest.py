@@ -4,7 +4,9 @@ once the stored object was read back and matched (pure: dicts and bytes, no I/O)
 A restore picks a base by its GTID position (``gtid``) and starts the binlogs
 there; ``binlog_file``/``binlog_pos`` is the same point as a file position.
 ``sha256`` and ``stored_size`` describe the object as stored (compressed),
-``raw_sha256`` and ``raw_size`` the stream the method produced.
+``raw_sha256`` and ``raw_size`` the stream the method produced. ``codec`` says how
+it is stored (``zstd`` or ``zstd+age``, see archive.codec) and ``key_ids`` which keys
+open it; a manifest written before them means ``zstd``.
 """
 
 import json
@@ -26,6 +28,8 @@ MANIFEST_FIELDS = {
     "raw_size": _COUNT, "stored_size": _COUNT, "sha256": _TEXT, "raw_sha256": _TEXT,
     "tool_version": _TEXT, "details": (dict,),     # method-specific facts
 }
+# optional: absent from manifests written before encryption (codec "zstd", no keys)
+OPTIONAL_FIELDS = {"codec": _TEXT, "key_ids": (list,)}
 _HEX = frozenset("0123456789abcdef")
 
 
@@ -62,7 +66,7 @@ def parse_manifest(raw, where, source=None, base_id=None):
 
 
 def _problem(obj):
-    unknown = sorted(set(obj) - set(MANIFEST_FIELDS))
+    unknown = sorted(set(obj) - set(MANIFEST_FIELDS) - set(OPTIONAL_FIELDS))
     missing = [f for f in MANIFEST_FIELDS if f not in obj]
     if unknown or missing:
         return "; ".join(filter(None, [missing and "missing " + ", ".join(missing),
@@ -73,6 +77,11 @@ def _problem(obj):
             return f"{field} is {str(value)[:40]!r}"
         if types in (_COUNT, _OPTIONAL_COUNT) and value is not None and value < 0:
             return f"{field} is {value}"
+    for field, types in OPTIONAL_FIELDS.items():
+        if field in obj and not isinstance(obj[field], types):
+            return f"{field} is {str(obj[field])[:40]!r}"
+    if obj.get("codec", "zstd") not in ("zstd", "zstd+age"):
+        return f"codec {obj['codec']!r}"
     if obj["kind"] != "base" or obj["method"] not in METHODS:
         return f"kind {obj['kind']!r} / method {obj['method']!r}"
     for field in ("sha256", "raw_sha256"):

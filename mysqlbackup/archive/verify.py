@@ -3,9 +3,12 @@
 verify checks every binlog object (magic, CRCs, index, chain) and every base backup
 (manifest, object size and sha256); ``archive ls`` adds the recovery windows."""
 
+import hashlib
 import time
 
 from mysqlbackup.archive.check import check_chain, check_object, check_segment, check_segments
+from mysqlbackup.archive.codec import (IdentityError, codec_of, decode_bytes, sniff,
+                                       stored_of)
 from mysqlbackup.archive.index import build_index
 from mysqlbackup.archive.listing import ArchiveListing
 from mysqlbackup.archive.names import (BASE_INDEX, base_key, base_prefix, binlog_key, format_key,
@@ -21,9 +24,10 @@ IN_FLIGHT_AGE = 600.0  # an unindexed object older than this is no upload in fli
 class _Run:
     """One verify run: the listing, what counts as in flight, notes and problems."""
 
-    def __init__(self, listing, notes, in_flight_age, now):
+    def __init__(self, listing, notes, in_flight_age, now, keyring=None):
         self.listing, self.store = listing, listing.store
         self.notes, self.in_flight_age, self.now = notes, in_flight_age, now
+        self.keyring, self.sealed_only = keyring, 0  # encrypted objects seen from outside
 
     def newest(self, source):
         """The newest binlog name the listing holds for ``source`` (sealed or partial)."""
@@ -52,21 +56,29 @@ class _Run:
         return bool(name) and self.store.exists(format_key(binlog_key(source, name, True)))
 
 
-def verify_archive(store, source=None, notes=None, in_flight_age=IN_FLIGHT_AGE, now=None):
+def verify_archive(store, source=None, notes=None, in_flight_age=IN_FLIGHT_AGE, now=None,
+                   keyring=None):
     """(number of objects checked, list of problems) for the whole archive or one source.
+
+    Compressed objects are decompressed and checked as plain ones. Encrypted ones are
+    opened with ``keyring`` (codec.Keyring); without it, only their stored size and
+    sha256 are checked against their index (and the chain by the indexes).
 
     Safe on a live archive: an object removed after the listing because its file got
     sealed, or an unindexed object of the newest file younger than ``in_flight_age``
     seconds, is no problem; such facts are appended to ``notes`` (a list) if given.
     """
     run = _Run(ArchiveListing(store), [] if notes is None else notes, in_flight_age,
-               time.time() if now is None else now)
+               time.time() if now is None else now, keyring)
     sources = [source] if source else run.listing.sources()
     checked, problems = 0, []
     for src in sources:
         n, found = _verify_source(run, src)
         checked += n
         problems += found
+    if run.sealed_only:
+        run.notes.append(f"{run.sealed_only} encrypted objects checked by stored size and "
+                         f"sha256 only (--deep --identity FILE looks inside)")
     if not sources or not checked:
         problems.append(f"{store.url}: no archived binlog found" + (f" for {source}"
                                                                       if source else ""))
@@ -142,16 +154,45 @@ def _verify_sealed(run, source, name, newest):
         problems.append(f"{where}: index without the binlog object (file deleted)")
         return problems, index  # the index still tells where the file sat in the chain
     try:
-        data = run.store.read(data_key)
+        data, found = _open(run, where, run.store.read(data_key), index)
     except FileNotFoundError:
         return problems + [f"{where}: removed since the listing"], index
-    found = check_object(where, data, index)
+    if data is None and not found and index is not None:
+        return problems, index  # encrypted, no identity: its stored form matches its index
+    if data is None and not found:
+        found = [f"{where}: no index (upload not finished or not verified)"]
+    elif data is not None:
+        found = check_object(where, data, index)
     unindexed = index is None and len(found) == 1 and "no index" in found[0]
     if unindexed and (index_key or run.in_flight(data_key, newest)):
         found = []  # a bad index is the problem already, or the index is on its way
-    if index is None and (unindexed or not found):
+    if index is None and data is not None and (unindexed or not found):
         index = build_index(data, name, source=source)  # whole: still in the chain
     return problems + found, index
+
+
+def _open(run, where, stored, index):
+    """(raw bytes, problems) of an object's stored bytes: its stored size and sha256
+    checked against its index first (encoded objects), then decoded. (None, []) when
+    it is encrypted and no identity was given (counted in ``run.sealed_only``)."""
+    name = codec_of(index) if index is not None else (sniff(stored[:32]) or "none")
+    if name == "none":
+        return stored, []
+    if index is not None:
+        got = (len(stored), hashlib.sha256(stored).hexdigest())
+        want = stored_of(index)
+        if got != want:
+            return None, [f"{where}: stored as {got[0]} bytes, sha256 {got[1][:16]}..., its "
+                          f"index says {want[0]} bytes, sha256 {want[1][:16]}...: not the "
+                          "archived object (damaged, cut or replaced)"]
+    if "age" in name and run.keyring is None:
+        run.sealed_only += 1
+        return None, []
+    try:
+        return decode_bytes(stored, name, run.keyring, where,
+                            index.get("key_ids") if index is not None else None), []
+    except (CorruptBinlog, IdentityError) as e:
+        return None, [str(e)]
 
 
 def _verify_segments(run, source, name, segs, last, newest):
@@ -200,7 +241,7 @@ def _read(run, key, index=False):
 def _check_segment_objects(run, source, name, ordered):
     """Each segment from offset 0 on against its bytes (CRCs) and its index (every field
     that can be recomputed); stops at a gap or at damaged bytes."""
-    problems, tracker, pos = [], TrxTracker(), 0
+    problems, tracker, pos, blind = [], TrxTracker(), 0, False
     for (start, end), slots in ordered:
         if start != pos or "data" not in slots:
             break
@@ -211,8 +252,14 @@ def _check_segment_objects(run, source, name, ordered):
                 index = _read(run, slots["index"], index=True)
             except CorruptBinlog as e:
                 problems.append(str(e))
-        found, whole = check_segment(where, name, start, _read(run, slots["data"]), index,
-                                     tracker)
+        data, opened = _open(run, where, _read(run, slots["data"]), index)
+        problems += opened
+        if opened:
+            break  # damaged: the segments after it cannot be followed
+        if data is None or blind:  # encrypted, no identity: stored form checked only
+            blind, pos = True, end
+            continue
+        found, whole = check_segment(where, name, start, data, index, tracker)
         problems += found
         if not whole:
             break

@@ -13,7 +13,7 @@ from mysqlbackup.archive.names import (BASE_MEMBERS, base_key,
                                        format_key)
 from mysqlbackup.base import dump, physical, server
 from mysqlbackup.base.client import ToolProcess, find_tool, options_file
-from mysqlbackup.base.upload import (Progress, check_stored, remove_quietly,
+from mysqlbackup.base.upload import (BASE_CODEC, Progress, check_stored, remove_quietly,
                                      upload_stream)
 from mysqlbackup.binlog.gtid import MariaGtidPos
 from mysqlbackup.errors import UsageError
@@ -62,18 +62,21 @@ def _start_physical(spec, facts):
 STARTERS = {"dump": _start_dump, "physical": _start_physical}
 
 
-def take_base(spec, store, source_name=None, method="dump", report=None):
+def take_base(spec, store, source_name=None, method="dump", report=None, codec=BASE_CODEC):
     """Back up the source ``spec`` into ``store``; return the manifest written.
 
     The object goes under ``SOURCE/base/ID/`` (SOURCE: ``source_name``, else the
     source's server_uuid or ``server-id-N`` as the daemon names it; ID: the source's
     clock when the backup started), its manifest last, only after the object was
     read back and matched. ``report(raw, stored)`` gets progress now and then.
+    ``codec`` (archive.codec.Codec): zstd at its level, encrypted to its recipients.
     Raises SourceError (unreachable, privileges), ToolError (tool missing or
     failed), DumpError (no position in the output), StoreError (the archive);
     none of them leaves a manifest."""
     if method not in METHODS:
         raise UsageError(f"unknown base method {method!r}: choose {' or '.join(METHODS)}")
+    if codec.compression != "zstd":
+        raise UsageError("base backups are always compressed: --compress zstd[:LEVEL]")
     facts, start = _prepare(spec, method)
     source = check_source_name(source_name or facts.identity)
     base_id = format_base_id(start)
@@ -92,10 +95,10 @@ def take_base(spec, store, source_name=None, method="dump", report=None):
             finished["end"] = _after(spec, facts, finished["snapshot"], where)
 
         uploaded = upload_stream(run.process.stdout.read, store, member, run.observe,
-                                 before_commit, Progress(report))
+                                 before_commit, Progress(report), codec)
     check_stored(store, member, uploaded)
     manifest = _manifest(facts, source, base_id, method, start, finished, uploaded,
-                         dict(run.details, elapsed=round(time.monotonic() - began, 3)))
+                         dict(run.details, elapsed=round(time.monotonic() - began, 3)), codec)
     try:
         store.put_bytes(index, format_manifest(manifest))
     except BaseException:
@@ -138,7 +141,7 @@ def check_gtid(snapshot, expected, where):
                              f"the source says BINLOG_GTID_POS there is {expected!r}")
 
 
-def _manifest(facts, source, base_id, method, start, finished, uploaded, details):
+def _manifest(facts, source, base_id, method, start, finished, uploaded, details, codec):
     snapshot = finished["snapshot"]
     return build_manifest(
         id=base_id, source=source, method=method, member=BASE_MEMBERS[method],
@@ -149,4 +152,4 @@ def _manifest(facts, source, base_id, method, start, finished, uploaded, details
         server_id=facts.server_id, server_version=facts.version,
         raw_size=uploaded.raw_size, stored_size=uploaded.stored_size,
         sha256=uploaded.sha256, raw_sha256=uploaded.raw_sha256, tool_version=__version__,
-        details=details)
+        details=details, codec=codec.name, key_ids=codec.key_ids)

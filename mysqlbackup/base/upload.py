@@ -1,18 +1,17 @@
-"""A tool's output streamed into the archive: zstd, sha256 of the raw and of the
-stored bytes, one chunk at a time (nothing staged whole on disk or in memory);
-then the stored object read back and matched."""
+"""A tool's output streamed into the archive: zstd (then age when recipients are
+given: archive.codec), sha256 of the raw and of the stored bytes, one chunk at a
+time (nothing staged whole on disk or in memory); then the stored object read back
+and matched."""
 
-import hashlib
 import time
 from dataclasses import dataclass
 
-import zstandard
-
+from mysqlbackup.archive.codec import Codec, encode
 from mysqlbackup.archive.store import StoreError
 
 CHUNK = 1 << 20
 ZSTD_LEVEL = 1         # on dumps as small as level 3, three times as fast (measured)
-ZSTD_THREADS = 0       # in this thread: the host runs the tool and maybe the server too
+BASE_CODEC = Codec("zstd", ZSTD_LEVEL)  # in this thread: the host runs the tool too
 PROGRESS_EVERY = 5.0   # seconds between progress lines
 
 
@@ -39,35 +38,34 @@ class Progress:
             self.report(raw, stored)
 
 
-def upload_stream(read, store, relative, observe=None, before_commit=None, progress=None):
-    """Read ``read(n)`` to its end into the object ``relative``; returns Uploaded.
+def upload_stream(read, store, relative, observe=None, before_commit=None, progress=None,
+                  codec=BASE_CODEC):
+    """Read ``read(n)`` to its end into the object ``relative`` stored as ``codec``
+    (zstd, maybe encrypted); returns Uploaded.
 
     ``observe(chunk)`` sees every raw chunk (a parser); ``before_commit()`` runs
     after the end of the stream and before the object is published: an error it
     raises (the tool failed, the stream lacks its position) leaves no object."""
-    raw, stored = hashlib.sha256(), hashlib.sha256()
     sizes = [0, 0]
-    compressor = zstandard.ZstdCompressor(level=ZSTD_LEVEL, threads=ZSTD_THREADS).compressobj()
     progress = progress or Progress()
 
-    def put(data):
-        if data:
-            stored.update(data)
-            sizes[1] += len(data)
-            out.write(data)
+    def pull(n):
+        chunk = read(CHUNK)
+        sizes[0] += len(chunk)
+        if chunk and observe:
+            observe(chunk)
+        progress.tick(*sizes)
+        return chunk
 
     with store.open_write(relative) as out:
-        for chunk in iter(lambda: read(CHUNK), b""):
-            raw.update(chunk)
-            sizes[0] += len(chunk)
-            if observe:
-                observe(chunk)
-            put(compressor.compress(chunk))
-            progress.tick(*sizes)
-        put(compressor.flush())
+        def put(data):
+            sizes[1] += len(data)
+            out.write(data)
+        digests = encode(pull, put, codec)
         if before_commit:
             before_commit()
-    return Uploaded(sizes[0], raw.hexdigest(), sizes[1], stored.hexdigest())
+    return Uploaded(digests.raw_size, digests.raw_sha256, digests.stored_size,
+                    digests.stored_sha256)
 
 
 def check_stored(store, relative, uploaded):

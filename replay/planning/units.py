@@ -14,6 +14,7 @@ before it. A mismatch is a CorruptBinlog naming the object.
 """
 
 from mysqlbackup.archive.check import check_chain
+from mysqlbackup.archive.codec import IdentityError, check_keys, codec_of, stored_of
 from mysqlbackup.archive.names import binlog_key, format_key, partial_prefix
 from mysqlbackup.binlog.names import binlog_sort_key, next_binlog_name
 from mysqlbackup.errors import CorruptBinlog, MysqlBackupError, ResyncRequired, UsageError, mask_url
@@ -117,13 +118,14 @@ def check_decoded(unit, result, allow_gaps=False):
 
 
 def check_digests(unit, result, allow_gaps=False):
-    """Refuse ``unit`` when the (size, sha256) of its objects in ``result["digests"]`` are
-    not its indexes' (or the task could not read them: ``result["error"]``). Returns
+    """Refuse ``unit`` when the (size, sha256) of its objects as stored, in
+    ``result["digests"]``, are not its indexes' (``codec.stored_of``: the raw ones for
+    a plain object), or the task could not read them (``result["error"]``). Returns
     True when ``allow_gaps`` lets the newest file's last segment be short."""
     error = result.get("error")
     if error:
         _raise_task_error(unit, error)
-    return _check_digests(unit, result["digests"], allow_gaps)
+    return _check_digests(unit, result["digests"], allow_gaps, stored=True)
 
 
 def check_listed_sizes(units, sizes, allow_gaps=False):
@@ -134,7 +136,7 @@ def check_listed_sizes(units, sizes, allow_gaps=False):
     for unit in units:
         last = unit["objects"][-1] if unit["objects"] else None
         for obj in unit["objects"]:
-            listed, indexed = sizes.get(obj["key"]), obj["index"].get("size")
+            listed, indexed = sizes.get(obj["key"]), stored_of(obj["index"])[0]
             if listed is None or listed == indexed:
                 continue
             if allow_gaps and unit["partial"] and obj is last and listed < indexed:
@@ -142,6 +144,15 @@ def check_listed_sizes(units, sizes, allow_gaps=False):
             raise CorruptBinlog(f"the archive lists {listed} bytes, its index says {indexed}: "
                                 "not the archived object (replaced or cut); nothing was "
                                 "applied", obj["key"])
+
+
+def check_unit_keys(units, keyring):
+    """Refuse, before anything is read, an encrypted object that ``keyring`` cannot open
+    (no identity, or its index names only other keys): IdentityError naming it."""
+    for unit in units:
+        for obj in unit["objects"]:
+            check_keys(obj["key"], codec_of(obj["index"]), obj["index"].get("key_ids"),
+                       keyring)
 
 
 def check_link(previous, unit):
@@ -168,10 +179,12 @@ def object_at(unit, offset):
     return (held[-1] if held else objects[0])["key"]
 
 
-def _check_digests(unit, digests, allow_gaps):
+def _check_digests(unit, digests, allow_gaps, stored=False):
+    """``digests``: of the objects as stored (``stored``) or of their raw bytes."""
     objects = unit["objects"]
     for i, (obj, (size, sha)) in enumerate(zip(objects, digests)):
-        want_size, want_sha = obj["index"].get("size"), obj["index"].get("sha256")
+        want_size, want_sha = (stored_of(obj["index"]) if stored
+                               else (obj["index"].get("size"), obj["index"].get("sha256")))
         if (size, sha) == (want_size, want_sha):
             continue
         if allow_gaps and unit["partial"] and i == len(objects) - 1 and size < want_size:
@@ -186,7 +199,10 @@ def _check_digests(unit, digests, allow_gaps):
 def _raise_task_error(unit, error):
     if error["kind"] == "corrupt":
         offset = error.get("offset")
-        raise CorruptBinlog(error["message"], object_at(unit, offset), offset)
+        raise CorruptBinlog(error["message"], error.get("object") or object_at(unit, offset),
+                            offset)
+    if error["kind"] == "identity":
+        raise IdentityError(error["message"])
     if error["kind"] == "missing":
         raise MysqlBackupError(
             f"the archive changed during the replay: {mask_url(error['message'])} is gone "

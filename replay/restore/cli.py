@@ -4,7 +4,8 @@ spark-submit adds it in ``replay/spark_main.py``."""
 
 import click
 
-from mysqlbackup.cli import archive_options, handle_errors, source_name_option, ssl_options
+from mysqlbackup.cli import (archive_options, handle_errors, identity_option, source_name_option,
+                             ssl_options)
 from mysqlbackup.source.spec import PASSWORD_ENV, source_from_options
 
 TARGET_PASSWORD_ENV = ("MYSQLBACKUP_TARGET_PASSWORD", PASSWORD_ENV)
@@ -42,13 +43,15 @@ TARGET_PASSWORD_ENV = ("MYSQLBACKUP_TARGET_PASSWORD", PASSWORD_ENV)
 @click.option("--merge", type=click.IntRange(1, 10000), default=100, show_default=True,
               help="Source transactions per target commit on a target without a binlog.")
 @click.option("--master", help="Spark master (default local[*]); spark-submit works too.")
+@identity_option
 @handle_errors
 def restore(archive_url, archive_option, source_name, target, target_password_file, target_tls,
             stop_datetime, stop_before_gtid, stop_position, base_id, dry_run, into_nonempty,
-            datadir, tables, rewrites, workers, merge, master):
+            datadir, tables, rewrites, workers, merge, master, identity):
     """Restore a source to a point in time: its base backup (chosen by GTID), then its
     binlogs up to the stop point, exactly once; run again after an interruption, it
     resumes. No stop: everything archived."""
+    from mysqlbackup.archive.codec import keyring_from
     from mysqlbackup.archive.names import parse_base_id
     from mysqlbackup.archive.store import parse_options
     from replay.planning.options import build_selection
@@ -77,7 +80,8 @@ def restore(archive_url, archive_option, source_name, target, target_password_fi
                                target_tls) if target else None
     opts = RestoreOptions(archive_url, spec, parse_options(archive_option), source_name,
                           selection, base_id, dry_run, into_nonempty, workers, merge, master,
-                          " ".join(f"{o} {v}" for o, v in stops), datadir)
+                          " ".join(f"{o} {v}" for o, v in stops), datadir,
+                          keyring_from(identity))
     progress = reporter(lambda line: click.echo(line, err=True))  # a bar on a terminal
     try:
         run_restore(opts, echo=click.echo, progress=progress)

@@ -19,8 +19,7 @@ import subprocess
 import tempfile
 import time
 
-import zstandard
-
+from mysqlbackup.archive.codec import decode
 from mysqlbackup.base.client import find_tool, options_file
 from mysqlbackup.errors import CorruptBinlog, MysqlBackupError
 
@@ -56,14 +55,14 @@ class Digests:
         return (self.size, self.sha.hexdigest()) == (size, sha256)
 
 
-def load_dump(store, key, manifest, spec, progress=None, transform=None):
+def load_dump(store, key, manifest, spec, progress=None, transform=None, keyring=None):
     """Stream the base object ``key`` into the target ``spec``; returns the raw bytes
     loaded. ``transform`` (optional): an object with ``feed(bytes) -> bytes`` and
     ``finish() -> bytes`` applied to the decompressed stream (a table filter); the
     load is then logged (a live server: its replicas get the restored tables too),
     else unlogged (an empty target: the base invents no GTIDs).
     Raises CorruptBinlog naming the object when it is not its manifest's, LoadError
-    when the client fails (its last error line)."""
+    when the client fails (its last error line). ``keyring`` opens an encrypted base."""
     client = find_tool(CLIENTS)
     with options_file(spec) as option_file, tempfile.TemporaryFile() as errors:
         proc = subprocess.Popen(client_args(client, spec, option_file, transform is not None),
@@ -71,7 +70,8 @@ def load_dump(store, key, manifest, spec, progress=None, transform=None):
                                 stdout=subprocess.DEVNULL, stderr=errors)
         stored, raw = Digests(), Digests()
         try:
-            stream_object(store, key, manifest, proc.stdin, (stored, raw), progress, transform)
+            stream_object(store, key, manifest, proc.stdin, (stored, raw), progress, transform,
+                          keyring)
         except BrokenPipeError:
             pass  # the client stopped reading: its exit code and error say why
         except BaseException:
@@ -88,28 +88,29 @@ def load_dump(store, key, manifest, spec, progress=None, transform=None):
         return raw.size
 
 
-def stream_object(store, key, manifest, sink, digests, progress, transform):
-    """Write the base object ``key``, decompressed (then ``transform``ed), to ``sink``
-    (a pipe), in ranged reads; ``digests`` (stored, raw) see every byte on the way."""
+def stream_object(store, key, manifest, sink, digests, progress, transform, keyring=None):
+    """Write the base object ``key``, decoded (decrypted with ``keyring`` when its manifest
+    says age, decompressed; then ``transform``ed), to ``sink`` (a pipe), in ranged reads;
+    ``digests`` (stored, raw) see every byte on the way. A stream that does not decode
+    raises CorruptBinlog (IdentityError: no key opens it) naming the object."""
     stored, raw = digests
     total = manifest["stored_size"]
-    inflate = zstandard.ZstdDecompressor().decompressobj(read_across_frames=True)
-    started = last_report = time.monotonic()
-    while stored.size < total:
-        chunk = store.read(key, stored.size, min(total, stored.size + CHUNK))
-        if not chunk:
-            break
+    started, last_report = time.monotonic(), [time.monotonic()]
+
+    def read(n):
+        if stored.size >= total:
+            return b""
+        chunk = store.read(key, stored.size, min(total, stored.size + max(n, CHUNK)))
         stored.update(chunk)
-        try:
-            data = inflate.decompress(chunk)
-        except zstandard.ZstdError as e:
-            raise CorruptBinlog(f"not a zstd stream near stored offset {stored.size}: {e}; "
-                                "the load stopped there", key) from None
+        return chunk
+
+    def write(data):
         raw.update(data)
         sink.write(transform.feed(data) if transform else data)
-        if progress and time.monotonic() - last_report >= PROGRESS_EVERY:
-            last_report = time.monotonic()
-            progress(_progress_line(stored.size, total, raw.size, last_report - started))
+        if progress and time.monotonic() - last_report[0] >= PROGRESS_EVERY:
+            last_report[0] = time.monotonic()
+            progress(_progress_line(stored.size, total, raw.size, last_report[0] - started))
+    decode(read, write, manifest.get("codec", "zstd"), keyring, key, manifest.get("key_ids"))
     if transform:
         sink.write(transform.finish())
 

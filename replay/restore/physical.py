@@ -46,7 +46,7 @@ class RestoredServer:
 
 
 def restore_physical(store, key, manifest, datadir, target, progress=None,
-                     timeout=START_TIMEOUT):
+                     timeout=START_TIMEOUT, keyring=None):
     """The physical base ``key`` (its ``manifest``) into ``datadir``, prepared, and a
     mariadbd started on it at ``target``'s host and port; returns RestoredServer.
 
@@ -59,7 +59,7 @@ def restore_physical(store, key, manifest, datadir, target, progress=None,
     progress = progress or (lambda line: None)
     datadir = os.path.abspath(datadir)
     if not _holds_prepared(datadir, manifest):
-        _extract(store, key, manifest, datadir, progress)
+        _extract(store, key, manifest, datadir, progress, keyring)
         _prepare(datadir, progress)
         write_bytes(os.path.join(datadir, MARKER), json.dumps(
             {"base": manifest["id"], "source": manifest["source"], "state": "prepared"}).encode())
@@ -84,7 +84,7 @@ def _holds_prepared(datadir, manifest):
                      f"{manifest['id']}): give a new or empty directory")
 
 
-def _extract(store, key, manifest, datadir, progress):
+def _extract(store, key, manifest, datadir, progress, keyring=None):
     os.makedirs(datadir, exist_ok=True)
     progress(f"restore: extracting base {manifest['id']} ({manifest['stored_size']} bytes "
              f"stored) into {datadir}")
@@ -93,7 +93,7 @@ def _extract(store, key, manifest, datadir, progress):
                                 stdin=subprocess.PIPE, stdout=subprocess.DEVNULL, stderr=errors)
         digests = (Digests(), Digests())
         try:
-            stream_object(store, key, manifest, proc.stdin, digests, progress, None)
+            stream_object(store, key, manifest, proc.stdin, digests, progress, None, keyring)
         except BrokenPipeError:
             pass  # mbstream stopped reading: its exit code and error say why
         except BaseException:

@@ -14,6 +14,7 @@ import logging
 import time
 from dataclasses import dataclass, field
 
+from mysqlbackup.archive.codec import check_keys
 from mysqlbackup.archive.lease import Lease
 from mysqlbackup.archive.listing import ArchiveListing
 from mysqlbackup.archive.store import ArchiveStore
@@ -43,6 +44,7 @@ class RestoreOptions:
     master: str = None
     stop_text: str = ""                     # the stop as given, kept in lease and marker
     datadir: str = None                     # physical bases: the new datadir
+    keyring: object = None                  # archive.codec.Keyring: opens encrypted objects
 
 
 class Phases:
@@ -120,7 +122,10 @@ def plan_restore(store, opts):
                                 restore_plan.replay_selection(table_selection(opts.selection)),
                                 False,
                                 opts.master, first_file=restore_plan.files[0],
-                                last_file=restore_plan.files[-1])
+                                last_file=restore_plan.files[-1], keyring=opts.keyring)
+    manifest = restore_plan.manifest
+    check_keys(restore_plan.base_object, manifest.get("codec", "zstd"), manifest.get("key_ids"),
+               opts.keyring)
     plan(replay_opts)
     return restore_plan, replay_opts
 
@@ -162,10 +167,10 @@ def _restore(opts, plan, replay_opts, phases, progress, spark):
 def _restore_physical(opts, plan, replay_opts, phases, progress, spark):
     """A physical base: extracted and prepared into ``--datadir`` (once: a re-run finds
     it prepared), a server started on it at the target's address, then the replay."""
-    from replay.restore.physical import restore_physical
+    from replay.restore.physical import START_TIMEOUT, restore_physical
     store = ArchiveStore(opts.archive_url, opts.archive_options)
     server = phases.run("load", restore_physical, store, plan.base_object, plan.manifest,
-                        opts.datadir, opts.target, progress)
+                        opts.datadir, opts.target, progress, START_TIMEOUT, opts.keyring)
     summary = phases.run("replay", _replay, opts, replay_opts, progress, spark)
     return {"plan": plan, "base_loaded": True, "summary": summary, "server": server}
 
@@ -182,7 +187,7 @@ def _load(opts, plan, target, progress):
              f"{plan.manifest['raw_size']} raw) into {opts.target.address}"
              + (f", only {', '.join(sorted(sel.tables))}" if only else ""))
     load_dump(ArchiveStore(opts.archive_url, opts.archive_options), plan.base_object,
-              plan.manifest, opts.target, progress, only)
+              plan.manifest, opts.target, progress, only, opts.keyring)
     if only and only.missing():
         progress(f"restore: the base holds no {', '.join(only.missing())}: only the binlogs "
                  "can bring it back (its CREATE TABLE must come after the base)")
