@@ -11,6 +11,7 @@ transactions in commit order to one sink, a window of files at a time so that
 memory stays bounded.
 """
 
+import io
 import logging
 import os
 import shutil
@@ -157,7 +158,7 @@ def read_object(store, key, index, keyring=None):
     name = codec_of(index)
     if name == "none":
         return store.read(key)
-    total, pos, raw = stored_of(index)[0], [0], []
+    total, pos, raw = stored_of(index)[0], [0], io.BytesIO()  # getvalue: no copy
 
     def read(n):
         if pos[0] >= total:
@@ -165,8 +166,8 @@ def read_object(store, key, index, keyring=None):
         chunk = store.read(key, pos[0], min(total, pos[0] + max(n, CHUNK)))
         pos[0] += len(chunk)
         return chunk
-    decode(read, raw.append, name, keyring, key, index.get("key_ids"))
-    return b"".join(raw)
+    decode(read, raw.write, name, keyring, key, index.get("key_ids"))
+    return raw.getvalue()
 
 
 def read_unit(unit, url, options, keyring=None):
