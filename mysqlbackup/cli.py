@@ -418,16 +418,23 @@ def base(source, password_file, tls, archive_url, archive_option, source_name, m
 @click.option("--torn-tail", type=click.Choice(["refuse", "truncate"]), default="refuse",
               show_default=True, help="A last file cut inside an event (a copy off a crashed "
               "server): refuse it, or archive its complete transactions as a partial file.")
+@codec_options()
+@identity_option
 @handle_errors
-def archive_import(directory, archive_url, archive_option, source_name, torn_tail):
+def archive_import(directory, archive_url, archive_option, source_name, torn_tail, compress,
+                   encrypt_to, identity):
     """Import DIR's binlog files (copied off a server, with or without its .index file)
     with the daemon's checks and indexes: magic, every CRC, the chain by ROTATE and GTID
     sets. The last file without a ROTATE becomes the newest partial file. A broken file
     is refused with its name, offset and reason, after the files before it are archived.
-    Running it again skips what is archived already."""
+    Objects are stored as the daemon stores them (--compress, --encrypt-to). Running it
+    again skips what is archived already (no identity needed, except to compare a copy
+    with the start of a longer encrypted sealed file)."""
+    from mysqlbackup.archive.codec import keyring_from, make_codec
     from mysqlbackup.archive.importer import import_directory
     import_directory(open_store(archive_url, archive_option), directory,
-                     check_source_name(source_name), torn_tail, click.echo)
+                     check_source_name(source_name), torn_tail, click.echo,
+                     make_codec(compress, encrypt_to), keyring_from(identity))
 
 
 @main.group("config")

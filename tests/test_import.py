@@ -1,5 +1,7 @@
 """``mysqlbackup archive import``: real binlog files from real servers into the archive,
-then ``verify`` and ``restore`` (a base, then the replay) on it; torn, flipped and out-of-order directories."""
+then ``verify`` and ``restore`` (a base, then the replay) on it; torn, flipped and out-of-order directories;
+objects stored zstd-compressed by default, and encrypted with --encrypt-to (verify --deep
+with the identity, a re-run that skips everything with and without it)."""
 
 import os
 import re
@@ -7,6 +9,7 @@ import shutil
 
 import pytest
 
+from mysqlbackup.archive.codec import AGE_MAGIC, ZSTD_MAGIC, decode_bytes, read_identities
 from mysqlbackup.archive.importer import order_files
 from mysqlbackup.archive.store import ArchiveStore, parse_options
 from mysqlbackup.binlog.scan import iter_events
@@ -71,6 +74,19 @@ def open_store(archive):
     return ArchiveStore(archive[0], parse_options(archive[1]))
 
 
+def raw(store, key, keyring=None):
+    """The raw bytes of an archived object, decoded as its index says."""
+    index = store.read_json(key + ".json")
+    return decode_bytes(store.read(key), index.get("codec", "none"), keyring, key,
+                        index.get("key_ids"))
+
+
+def stored_total(store, source="db1"):
+    """Bytes stored of every indexed binlog object (what an import reports uploaded)."""
+    return sum(store.read_json(k)["stored_size"] for k in store.list(source)
+               if k.endswith(".json") and "/base/" not in k)
+
+
 def file_archive(tmp_path):
     return f"file://{tmp_path / 'archive'}", []
 
@@ -123,9 +139,11 @@ def test_import_with_the_server_index_then_verify_and_replay(server_files, tmp_p
     out = result.stdout.splitlines()
     assert out[0] == f"order: binlog.index ({len(names)} files)"
     assert out[1] == "ignored (not binlog files of this server): notes.txt"
+    store = open_store(archive)
     assert out[-1] == (f"{len(names)} files imported ({names[-1]} partial), 0 skipped, "
-                       f"{sum(os.path.getsize(p) for p in paths)} bytes uploaded, GTIDs "
-                       f"{gtid_range(paths)}")
+                       f"{stored_total(store)} bytes uploaded, GTIDs {gtid_range(paths)}")
+    assert store.read(f"db1/binlog/{names[0]}").startswith(ZSTD_MAGIC)  # zstd:3 by default
+    assert [raw(store, f"db1/binlog/{n}") for n in names[:-1]] == [read(p) for p in paths[:-1]]
     assert gtid_range(paths).endswith(server_files["gtid"])
     checked = cli_verify(archive)
     assert checked.returncode == 0, checked.stdout
@@ -153,10 +171,10 @@ def test_import_by_name_then_again_is_idempotent(archive, source_files, tmp_path
     assert result.stdout.splitlines()[0] == "ignored (not binlog files of this server): README"
     store = open_store(archive)
     for path in source_files[:-1]:
-        assert store.read(f"db1/binlog/{path.name}") == read(path)
+        assert raw(store, f"db1/binlog/{path.name}") == read(path)
     last = source_files[-1]
     size = os.path.getsize(last)
-    assert store.read(f"db1/partial/{last.name}/{0:012d}-{size:012d}") == read(last)
+    assert raw(store, f"db1/partial/{last.name}/{0:012d}-{size:012d}") == read(last)
     assert cli_verify(archive).returncode == 0
     held = store.list(sizes=True)
     again = cli_import(directory, archive)
@@ -180,12 +198,12 @@ def test_torn_last_file_is_refused_then_truncated_then_completed(source_files, t
     assert result.returncode == 6, result.stdout + result.stderr
     assert error_line(result).startswith(f"mysqlbackup: error: {last} at offset {off}: "
                                          f"torn event: ")
+    store = open_store(archive)
     assert result.stdout.splitlines()[-2:] == [
         f"{last.name}: refused, cut inside an event (a copy off a crashed server?); "
         "--torn-tail truncate archives its complete transactions",
-        f"stopped: 3 files imported, 0 skipped, {sum(map(os.path.getsize, source_files[:3]))} "
+        f"stopped: 3 files imported, 0 skipped, {stored_total(store)} "
         f"bytes uploaded, GTIDs {gtid_range(source_files[:3])}"]
-    store = open_store(archive)
     assert sealed_names(store) == [p.name for p in source_files[:-1]]
     assert store.list("db1/partial") == []
     assert cli_verify(archive).returncode == 0
@@ -194,7 +212,7 @@ def test_torn_last_file_is_refused_then_truncated_then_completed(source_files, t
     assert f"{last.name}: torn at offset {off} (torn event: " in truncated.stdout
     [segment] = [k for k in store.list(f"db1/partial/{last.name}") if not k.endswith(".json")]
     end = int(segment.rsplit("-", 1)[1])
-    assert 0 < end <= off and store.read(segment) == read(source_files[-1])[:end]
+    assert 0 < end <= off and raw(store, segment) == read(source_files[-1])[:end]
     assert cli_verify(archive).returncode == 0
     # the whole file copied later: the archive's partial file grows by one segment
     completed = cli_import(copy_files(source_files, tmp_path / "later"), archive)
@@ -220,7 +238,7 @@ def test_a_sealed_copy_replaces_the_partial_file_it_continues(source_files, tmp_
     assert later.returncode == 0, later.stdout + later.stderr
     assert sealed_names(store) == [p.name for p in source_files[:-1]]
     assert store.list(f"db1/partial/{second.name}") == []
-    assert store.read(f"db1/binlog/{second.name}") == read(second)
+    assert raw(store, f"db1/binlog/{second.name}") == read(second)
     assert cli_verify(archive).returncode == 0
 
 
@@ -265,7 +283,7 @@ def test_chain_break_and_imports_that_do_not_continue_the_archive(source_files, 
     assert error_line(older).startswith(
         f"mysqlbackup: error: resync required: the archive holds another "
         f"db1/binlog/{first.name} (")
-    assert store.read(f"db1/binlog/{first.name}") == read(first)  # never overwritten
+    assert raw(store, f"db1/binlog/{first.name}") == read(first)  # never overwritten
 
 
 def test_order_files_by_the_server_index_or_by_name():
@@ -277,3 +295,54 @@ def test_order_files_by_the_server_index_or_by_name():
     assert order_files(["b.000010", "b.000009", "notes"]).names == ["b.000009", "b.000010"]
     with pytest.raises(UsageError, match="2 bases"):
         order_files(["a.000001", "b.000001"])
+
+
+def test_an_encrypted_import_then_verify_deep_and_a_rerun_that_skips_everything(
+        source_files, tmp_path):
+    ident, recip = str(tmp_path / "archive.key"), str(tmp_path / "archive.pub")
+    assert run_cli("keygen", "--identity", ident, "--recipient", recip).returncode == 0
+    directory = copy_files(source_files, tmp_path / "copy")
+    archive = file_archive(tmp_path)
+    result = cli_import(directory, archive, "--compress", "zstd:3", "--encrypt-to", recip)
+    assert result.returncode == 0, result.stdout + result.stderr
+    store, keyring = open_store(archive), read_identities(ident)
+    first = source_files[0].name
+    index = store.read_json(f"db1/binlog/{first}.json")
+    assert index["codec"] == "zstd+age" and index["key_ids"] == keyring.key_ids
+    assert f"{first}: archived db1/binlog/{first} ({index['size']} bytes, stored zstd+age " \
+           f"{index['stored_size']} bytes, " in result.stdout
+    assert result.stdout.splitlines()[-1] == (
+        f"{len(source_files)} files imported ({source_files[-1].name} partial), 0 skipped, "
+        f"{stored_total(store)} bytes uploaded, GTIDs {gtid_range(source_files)}")
+    objects = [k for k in store.list("db1") if not k.endswith(".json")]
+    assert len(objects) == len(source_files)
+    assert all(store.read(k).startswith(AGE_MAGIC) for k in objects)
+    assert [raw(store, k, keyring) for k in sorted(objects)] == [read(p) for p in source_files]
+    url = archive[0]
+    outside = run_cli("verify", "--archive", url)
+    assert outside.returncode == 0, outside.stdout
+    assert outside.stdout.splitlines()[-1] == f"{len(objects)} objects checked, 0 problems"
+    deep = run_cli("verify", "--archive", url, "--deep", "--identity", ident)
+    assert deep.returncode == 0, deep.stdout
+    assert deep.stdout.splitlines() == [f"{len(objects)} objects checked, 0 problems"]
+    held = store.list(sizes=True)
+    for extra in ([], ["--identity", ident]):
+        again = cli_import(directory, archive, "--encrypt-to", recip, *extra)
+        assert again.returncode == 0, again.stdout + again.stderr
+        assert [line.split(":")[0] for line in again.stdout.splitlines()
+                if ": skipped, archived already" in line] == [p.name for p in source_files]
+        assert again.stdout.splitlines()[-1] == (
+            f"0 files imported, {len(source_files)} skipped, 0 bytes uploaded, GTIDs "
+            f"{gtid_range(source_files)}")
+        assert store.list(sizes=True) == held
+    # a damaged stored object (its index unchanged) is uploaded again, whole
+    key = f"db1/binlog/{source_files[1].name}"
+    damaged = bytearray(store.read(key))
+    damaged[len(damaged) // 2] ^= 0x01
+    store.put_bytes(key, bytes(damaged))
+    fixed = cli_import(directory, archive, "--encrypt-to", recip)
+    assert fixed.returncode == 0, fixed.stdout + fixed.stderr
+    assert f"{source_files[1].name}: {key} is damaged in the archive (not the stored sha256 " \
+           "its index says); uploading it again" in fixed.stdout
+    assert raw(store, key, keyring) == read(source_files[1])
+    assert run_cli("verify", "--archive", url, "--deep", "--identity", ident).returncode == 0

@@ -17,9 +17,16 @@ verified and indexed. A torn last file (a copy off a crashed server) is refused 
 same way unless ``torn_tail="truncate"``: its complete transactions are then archived
 as a partial file and the rest is named and left out.
 
+Objects are stored in the given ``codec`` (archive.codec: zstd, age), as the daemon
+stores them; the summary counts the bytes stored.
+
 Running the same import again is idempotent: a file archived already with the same
 size and sha256 and a sound index is skipped; another object under the same name is
-refused by name and never overwritten. An import must continue what the archive
+refused by name and never overwritten. What is compared is the raw size and sha256
+the archive's index says (whatever the codec), and the stored object's size and
+sha256 against the index's stored ones (no key needed); only a sealed object longer
+than the local file is decoded to compare its start (an encrypted one: with the
+``keyring``). An import must continue what the archive
 holds for the source (its newest file, or the file after it), unless the source is new.
 """
 
@@ -27,8 +34,10 @@ import hashlib
 import os
 from dataclasses import dataclass, field
 
-from mysqlbackup.archive.archiver import chain_end, index_if_whole, remove_segments
+from mysqlbackup.archive.archiver import (chain_end, index_if_whole, put_object,
+                                          remove_segments)
 from mysqlbackup.archive.check import check_chain, compare_index
+from mysqlbackup.archive.codec import PLAIN, check_keys, codec_of, decode_head, stored_of
 from mysqlbackup.archive.index import build_index
 from mysqlbackup.archive.listing import ArchiveListing
 from mysqlbackup.archive.names import binlog_key, format_key, segment_key
@@ -152,7 +161,7 @@ class ImportSummary:
     imported: list = field(default_factory=list)   # names archived by this run
     partial: str = None                            # the one archived as a partial file
     skipped: list = field(default_factory=list)    # archived already, same bytes
-    bytes: int = 0                                 # uploaded
+    bytes: int = 0                                 # uploaded (as stored)
     first_gtid: str = None
     last_gtid: str = None
 
@@ -168,10 +177,13 @@ class ImportSummary:
         self.last_gtid = index["last_gtid"] or self.last_gtid
 
 
-def import_directory(store, directory, source, torn_tail="refuse", echo=print):
+def import_directory(store, directory, source, torn_tail="refuse", echo=print, codec=PLAIN,
+                     keyring=None):
     """Import the binlog files of ``directory`` into ``store`` under ``source``.
 
     Prints a line per file and a summary through ``echo``; returns the ImportSummary.
+    New objects are stored in ``codec``; ``keyring`` opens encrypted archived objects
+    when one must be compared by its raw bytes (a sealed file longer than the copy).
     Raises CorruptBinlog (a damaged file: name, offset, reason) or ResyncRequired (a
     chain break, an import that does not continue the archive, another object under
     the same name) once every file before the one at fault is archived.
@@ -183,7 +195,7 @@ def import_directory(store, directory, source, torn_tail="refuse", echo=print):
     if not order.names:
         raise UsageError(f"no binlog files in {directory}" + (
             f" named by {order.index_name}" if order.index_name else ""))
-    run = _Import(store, directory, source, torn_tail, echo)
+    run = _Import(store, directory, source, torn_tail, echo, codec, keyring)
     try:
         for i, name in enumerate(order.names):
             run.one(name, i == len(order.names) - 1)
@@ -206,9 +218,10 @@ def _report_order(order, directory, echo):
 class _Import:
     """One import run: what the archive holds for the source, and the file before."""
 
-    def __init__(self, store, directory, source, torn_tail, echo):
+    def __init__(self, store, directory, source, torn_tail, echo, codec=PLAIN, keyring=None):
         self.store, self.directory, self.source = store, directory, source
         self.torn_tail, self.echo = torn_tail, echo
+        self.codec, self.keyring = codec, keyring
         self.listing = ArchiveListing(store)
         self.sealed = self.listing.sealed[source]             # name -> {"data", "index"}
         self.partial = _newest_partial(self.listing, source)  # unsealed name or None
@@ -246,17 +259,23 @@ class _Import:
                                  "follows it (or its ROTATE closes it)", where, len(data))
         if self._archived_sealed(name, where, index):
             return self._done(name, index, skipped=True)
-        self._check_continues(name, where, data, index)
+        if "index" not in self.sealed.get(name, {}):  # else: its index (the same file's)
+            self._check_continues(name, where, data, index)  # placed it in the chain
         if self.partial == name:
             self._check_held_segments(name, where, data, sealed=True)
-        self.store.put_bytes(format_key(binlog_key(self.source, name)), data)
-        index_if_whole(self.store, binlog_key(self.source, name), index, f"copy of {name}")
+        stored = self._put(binlog_key(self.source, name), data, index, f"copy of {name}")
         if self.partial == name:
             remove_segments(self.store, self.source, name)
             self.partial = None
         self.echo(f"{name}: archived {format_key(binlog_key(self.source, name))} "
-                  f"({len(data)} bytes, {_describe(index)})")
-        self._done(name, index, uploaded=len(data))
+                  f"({len(data)} bytes{_stored(index)}, {_describe(index)})")
+        self._done(name, index, uploaded=stored)
+
+    def _put(self, key, data, index, what):
+        """Store ``data`` as ``key`` in the run's codec, read it back, then write its
+        index (``index`` gains the stored fields); returns the stored size."""
+        index.update(put_object(self.store, format_key(key), data, index, self.codec))
+        return index_if_whole(self.store, key, index, what)
 
     def _archived_sealed(self, name, where, index):
         """True when the archive holds this very file (size, sha256, a sound index);
@@ -270,9 +289,14 @@ class _Import:
         if problems:
             raise CorruptBinlog(f"{problems[0]} (fix the archive first: mysqlbackup verify)")
         data_key = format_key(binlog_key(self.source, name))
-        if self.listing.sizes.get(slots.get("data")) != index["size"]:
+        size, sha256 = stored_of(held)
+        if self.listing.sizes.get(slots.get("data")) != size:
             self.echo(f"{name}: {data_key} is missing or cut in the archive; uploading it "
                       "again")
+            return False
+        if self.store.sha256(slots["data"]) != (size, sha256):
+            self.echo(f"{name}: {data_key} is damaged in the archive (not the stored sha256 "
+                      "its index says); uploading it again")
             return False
         self.echo(f"{name}: skipped, archived already (same sha256 {index['sha256'][:16]}...)")
         return True
@@ -307,8 +331,8 @@ class _Import:
         if held >= cut:
             self.echo(f"{name}: skipped, archived already up to offset {held}")
             return self._done(name, whole, skipped=True)
-        self._upload_segment(name, where, data, held, cut)
-        self._done(name, whole, uploaded=cut - held, partial=True)
+        stored = self._upload_segment(name, where, data, held, cut)
+        self._done(name, whole, uploaded=stored, partial=True)
 
     def _sealed_holds_prefix(self, name, where, data):
         """True when the archive holds ``name`` sealed and ``data`` is its start."""
@@ -317,7 +341,7 @@ class _Import:
             return False
         held = self.listing.read_index(slots["index"])
         if ("data" not in slots or held["size"] < len(data)
-                or self.store.read(slots["data"], 0, len(data)) != data):
+                or not self._starts_with(slots["data"], held, data)):
             self._same_or_refuse(name, where, held, build_index(data, name))
         self.echo(f"{name}: skipped, archived already as a sealed file ({held['size']} bytes)")
         return True
@@ -329,11 +353,11 @@ class _Import:
         index = build_index(data[start:end], name, start=start, tracker=tracker,
                             source=self.source, where=where)
         key = segment_key(self.source, name, start, end)
-        self.store.put_bytes(format_key(key), data[start:end])
-        index_if_whole(self.store, key, index, f"segment {name}:{start}-{end}")
+        stored = self._put(key, data[start:end], index, f"segment {name}:{start}-{end}")
         self.partial = name
-        self.echo(f"{name}: archived {format_key(key)} (the active file: {end - start} bytes, "
-                  f"{_describe(index)})")
+        self.echo(f"{name}: archived {format_key(key)} (the active file: {end - start} bytes"
+                  f"{_stored(index)}, {_describe(index)})")
+        return stored
 
     def _check_held_segments(self, name, where, data, sealed=False):
         """The end of the archive's segments of ``name``, once proven to be the start
@@ -353,10 +377,25 @@ class _Import:
         return end
 
     def _segment_matches(self, slots, data, start, stop):
+        held = self.listing.read_index(slots["index"])
         if stop <= len(data):
-            held = self.listing.read_index(slots["index"])
             return hashlib.sha256(data[start:stop]).hexdigest() == held["sha256"]
-        return self.store.read(slots["data"], 0, len(data) - start) == data[start:]
+        return self._starts_with(slots["data"], held, data[start:])
+
+    def _starts_with(self, data_key, held, data):
+        """True when the archived object ``data_key`` (index ``held``) begins with the
+        raw ``data``: by the index's raw sha256 when they are as long, else by decoding
+        the object's start (IdentityError naming it when it is encrypted and no
+        identity was given)."""
+        if held["size"] == len(data):
+            return hashlib.sha256(data).hexdigest() == held["sha256"]
+        name = codec_of(held)
+        if name == "none":
+            return self.store.read(data_key, 0, len(data)) == data
+        check_keys(data_key, name, held.get("key_ids"), self.keyring)
+        read = self.store.reader(data_key, stored_of(held)[0])
+        return decode_head(read, name, len(data), self.keyring, data_key,
+                           held.get("key_ids")) == data
 
     # -- continuity ----------------------------------------------------------------------
 
@@ -395,6 +434,13 @@ def _newest_partial(listing, source):
     names = [n for n in listing.segments[source] if "index" not in listing.sealed[source]
              .get(n, {})]
     return max(names, key=binlog_sort_key) if names else None
+
+
+def _stored(index):
+    """``, stored CODEC N bytes`` for an encoded object; empty for a plain one."""
+    if index.get("codec", "none") == "none":
+        return ""
+    return f", stored {index['codec']} {index['stored_size']} bytes"
 
 
 def _files(names):

@@ -297,6 +297,20 @@ class ArchiveStore:
         return self.fs.cat_file(self.path(relative), start=start, end=end,
                                 **self._limit(CHUNK if end is None else end - (start or 0)))
 
+    def reader(self, relative, total):
+        """A ``read(n)`` over the first ``total`` bytes of an object, in ranged reads (of
+        at least CHUNK bytes): what ``codec.decode`` streams from; b"" at the end (or
+        where a shorter object ends)."""
+        pos = [0]
+
+        def read(n):
+            if pos[0] >= total:
+                return b""
+            chunk = self.read(relative, pos[0], min(total, pos[0] + max(n, CHUNK)))
+            pos[0] += len(chunk)
+            return chunk
+        return read
+
     def read_json(self, relative):
         return json.loads(self.read(relative))
 
