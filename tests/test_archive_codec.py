@@ -375,3 +375,89 @@ def test_mixed_archive_plain_then_compressed_after_a_restart(make_server, tmp_pa
                      f"mysql://root@127.0.0.1:{target.port}", password="", timeout=180)
     assert replay.returncode == 0, replay.stderr
     assert checksums(target) == checksums(server)
+
+
+def test_verify_deep_decodes_the_base_against_its_manifest(world, keys, tmp_path):
+    """A base whose stored form matches its manifest (the manifest rewritten to it) but
+    whose insides do not: only the identity sees it, and names the object."""
+    url, store = damaged_copy(world, tmp_path)
+    [base_id] = ArchiveListing(store).base_ids("db1")
+    key, manifest_key = f"db1/base/{base_id}/dump.sql.zst", f"db1/base/{base_id}/index.json"
+    manifest = json.loads(store.read(manifest_key))
+    ident = keys["everyday"][0]
+    clean = verify_cli(url, "--deep", "--identity", ident)
+    assert clean.returncode == 0, clean.stdout
+
+    def restamp(stored):
+        store.put_bytes(key, stored)
+        store.put_json(manifest_key, dict(manifest, stored_size=len(stored),
+                                          sha256=hashlib.sha256(stored).hexdigest()))
+    original = store.read(key)
+    flipped = bytearray(original)
+    flipped[len(flipped) // 2] ^= 0x10  # inside an age chunk: its tag no longer holds
+    restamp(bytes(flipped))
+    assert verify_cli(url).returncode == 0  # the stored form is what the manifest says
+    deep = verify_cli(url, "--deep", "--identity", ident)
+    assert deep.returncode == 1
+    [problem] = [x for x in deep.stdout.splitlines() if x.startswith("PROBLEM ")]
+    assert problem.startswith(f"PROBLEM {key} at offset ") or problem.startswith(
+        f"PROBLEM {key}: "), problem
+    assert "cannot decrypt" in problem and "damaged or truncated" in problem
+    # other bytes, well encrypted, under the manifest's stored fields: the raw sha256 differs
+    raw = decode_bytes(original, "zstd+age", read_identities(ident))
+    changed = raw.replace(b"item 1", b"ITEM 1")
+    assert changed != raw
+    other, _ = encode_bytes(changed, Codec("zstd", 1, read_recipients(keys["everyday"][1])))
+    restamp(other)
+    deep = verify_cli(url, "--deep", "--identity", ident)
+    assert deep.returncode == 1
+    [problem] = [x for x in deep.stdout.splitlines() if x.startswith("PROBLEM ")]
+    assert problem == (f"PROBLEM {key}: decodes to {manifest['raw_size']} bytes, sha256 "
+                       f"{hashlib.sha256(changed).hexdigest()[:16]}"
+                       f"..., the manifest says {manifest['raw_size']} bytes, sha256 "
+                       f"{manifest['raw_sha256'][:16]}...: not the base that was taken")
+
+
+def test_allow_gaps_refuses_a_cut_encoded_last_segment_by_name(world, keys, tmp_path):
+    """A plain cut last segment is replayed as far as it holds (test_replay_checks); an
+    encoded one is refused, naming it and saying why, before anything is applied."""
+    url, store = damaged_copy(world, tmp_path)
+    segments = [k for k in store.list(f"db1/partial/{world['last']}") if not k.endswith(".json")]
+    last = segments[-1]
+    index = json.loads(store.read(last + ".json"))
+    assert index["codec"] == "zstd+age"
+    store.put_bytes(last, store.read(last)[:-40])
+    sql = tmp_path / "out.sql"
+    replay = run_cli("replay", "--archive", url, "--sql", str(sql), "--allow-gaps",
+                     "--identity", keys["everyday"][0], timeout=120)
+    assert replay.returncode == 6, replay.stderr
+    assert replay.stderr.strip().splitlines()[-1] == (
+        f"mysqlbackup: error: {last}: {index['stored_size'] - 40} of its "
+        f"{index['stored_size']} stored bytes are left: its tail is lost, and it is stored as "
+        "zstd+age, which is never read in part (age authenticates each 64 KiB chunk and "
+        "marks the last one, so a cut age file is refused whole); --allow-gaps replays a cut "
+        "plain segment, not this one. Nothing was applied. Upload it again from the backup "
+        "host's local file, or remove it and its index: the replay then ends where the "
+        "segment before it ends")
+    assert not sql.exists() or "INSERT" not in sql.read_text()
+
+
+@pytest.mark.parametrize("codec", ["none", "zstd"])
+def test_allow_gaps_and_a_cut_last_segment_by_codec(codec):
+    from replay.planning.units import check_listed_sizes
+    index = {"codec": codec, "size": 500, "sha256": "a" * 64, "stored_size": 200,
+             "stored_sha256": "b" * 64}
+    want = 500 if codec == "none" else 200
+    unit = {"name": "b.000003", "partial": True, "where": "s/partial/b.000003",
+            "objects": [{"key": "s/partial/b.000003/000000000000-000000000500", "start": 0,
+                         "index": index}]}
+    sizes = {unit["objects"][0]["key"]: want - 10}
+    if codec == "none":
+        check_listed_sizes([unit], sizes, allow_gaps=True)  # replays what it holds
+        return
+    with pytest.raises(CorruptBinlog) as refused:
+        check_listed_sizes([unit], sizes, allow_gaps=True)
+    assert str(refused.value).startswith(f"{unit['objects'][0]['key']}: 190 of its 200 stored "
+                                         "bytes are left: its tail is lost, and it is stored "
+                                         "as zstd, which is never read in part (a zstd frame "
+                                         "is proven whole only by its end")

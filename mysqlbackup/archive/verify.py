@@ -1,13 +1,14 @@
 """``mysqlbackup verify`` and ``mysqlbackup archive ls``: read the archive and report.
 
 verify checks every binlog object (magic, CRCs, index, chain) and every base backup
-(manifest, object size and sha256); ``archive ls`` adds the recovery windows."""
+(manifest, object size and sha256; with an identity also decoded, streaming, against the
+manifest's raw size and sha256); ``archive ls`` adds the recovery windows."""
 
 import hashlib
 import time
 
 from mysqlbackup.archive.check import check_chain, check_object, check_segment, check_segments
-from mysqlbackup.archive.codec import (IdentityError, codec_of, decode_bytes, sniff,
+from mysqlbackup.archive.codec import (IdentityError, codec_of, decode, decode_bytes, sniff,
                                        stored_of)
 from mysqlbackup.archive.index import build_index
 from mysqlbackup.archive.listing import ArchiveListing
@@ -126,10 +127,33 @@ def _verify_base(run, source, base_id):
         return [f"{key}: missing (its manifest is there)"]
     if size != manifest["stored_size"]:
         return [f"{key}: {size} bytes, the manifest says {manifest['stored_size']}"]
+    if run.keyring is not None:
+        return _decode_base(run, key, manifest)
     digest = run.store.sha256(key)[1]
     if digest != manifest["sha256"]:
         return [f"{key}: sha256 {digest}, the manifest says {manifest['sha256']}"]
     return []
+
+
+def _decode_base(run, key, manifest):
+    """Problems of a base object read once, streaming: decrypted (its manifest's codec)
+    and decompressed, its stored and raw size and sha256 against the manifest's."""
+    try:
+        got = decode(run.store.reader(key, manifest["stored_size"]), _discard,
+                     manifest.get("codec", "zstd"), run.keyring, key, manifest.get("key_ids"))
+    except (CorruptBinlog, IdentityError) as e:
+        return [str(e)]
+    if (got.stored_size, got.stored_sha256) != (manifest["stored_size"], manifest["sha256"]):
+        return [f"{key}: sha256 {got.stored_sha256}, the manifest says {manifest['sha256']}"]
+    if (got.raw_size, got.raw_sha256) != (manifest["raw_size"], manifest["raw_sha256"]):
+        return [f"{key}: decodes to {got.raw_size} bytes, sha256 {got.raw_sha256[:16]}..., the "
+                f"manifest says {manifest['raw_size']} bytes, sha256 "
+                f"{manifest['raw_sha256'][:16]}...: not the base that was taken"]
+    return []
+
+
+def _discard(data):
+    """A sink for bytes that are only measured."""
 
 
 def _verify_sealed(run, source, name, newest):

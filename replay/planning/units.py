@@ -140,6 +140,7 @@ def check_listed_sizes(units, sizes, allow_gaps=False):
             if listed is None or listed == indexed:
                 continue
             if allow_gaps and unit["partial"] and obj is last and listed < indexed:
+                refuse_cut_encoded(obj, listed, indexed)
                 continue
             raise CorruptBinlog(f"the archive lists {listed} bytes, its index says {indexed}: "
                                 "not the archived object (replaced or cut); nothing was "
@@ -188,12 +189,32 @@ def _check_digests(unit, digests, allow_gaps, stored=False):
         if (size, sha) == (want_size, want_sha):
             continue
         if allow_gaps and unit["partial"] and i == len(objects) - 1 and size < want_size:
+            refuse_cut_encoded(obj, size, want_size)
             return True
         raise CorruptBinlog(f"the object has {size} bytes, sha256 {sha[:16]}..., its index "
                             f"says {want_size} bytes, sha256 {str(want_sha)[:16]}...: not the "
                             "archived object (replaced or cut); nothing of it was applied",
                             obj["key"])
     return False
+
+
+def refuse_cut_encoded(obj, size, indexed):
+    """CorruptBinlog naming the newest file's last segment ``obj`` when it is cut
+    (``size`` of ``indexed`` stored bytes) and stored compressed or encrypted:
+    ``--allow-gaps`` replays what a cut plain segment holds, but an encoded one
+    cannot be read in part with its guarantees (see docs/archive-format.md)."""
+    name = codec_of(obj["index"])
+    if name == "none":
+        return
+    why = ("age authenticates each 64 KiB chunk and marks the last one, so a cut age file "
+           "is refused whole" if "age" in name else
+           "a zstd frame is proven whole only by its end (the content checksum)")
+    raise CorruptBinlog(
+        f"{size} of its {indexed} stored bytes are left: its tail is lost, and it is stored "
+        f"as {name}, which is never read in part ({why}); --allow-gaps replays a cut plain "
+        "segment, not this one. Nothing was applied. Upload it again from the backup "
+        "host's local file, or remove it and its index: the replay then ends where the "
+        "segment before it ends", obj["key"])
 
 
 def _raise_task_error(unit, error):
