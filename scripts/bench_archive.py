@@ -9,11 +9,31 @@
    indexes and records when each committed GTID is in the archive. Prints p50/p99
    of commit -> archived, for each ``--archive-interval`` asked for.
 
-Run: .venv/bin/python scripts/bench_archive.py [--mb 200] [--rate 50] [--seconds 20]
+3. Codecs (issue 14), on real binlogs: the corpus in ../shared/binlogs (skipped, saying
+   so, when it is missing) and a row-based OLTP binlog written by a throwaway MariaDB
+   (sysbench-like rows from 4 writers; or bench_replay.py's files with --replay-dir
+   DIR, a work directory kept by its --keep). For zstd levels 1, 3, 9 and zstd:3+age:
+   the ratio raw/stored and MB/s per core (raw MB per CPU second of this one thread).
+4. The daemon's upload path with each codec: ``Archiver.run_once`` over the sealed
+   files into a file:// archive (sealed -> encoded, uploaded, read back, indexed), raw
+   MB per second of wall time and per CPU second.
+5. The ACK path: a semi-sync primary with ``mysqlbackup stream --archive file://`` as
+   its only semi-sync replica, with --compress none, zstd:3 and zstd:3 --encrypt-to:
+   commits/s of the same OLTP load (4 writers, 10-row transactions), and the spread of
+   repeated runs of one codec as the noise. A run whose Rpl_semi_sync_master_no_tx
+   grew is reported (it fell back to async).
+
+Goals (issue 14): ratio >= 3x on row-based binlogs at level 3, upload path >= 200 MB/s
+per core, commits/s unchanged within noise. The script prints the figures and whether
+each goal holds; it asserts nothing about timing.
+
+Run: .venv/bin/python scripts/bench_archive.py [--part codecs --part upload --part ack]
+     [--oltp-mb 64] [--ack-seconds 15] [--part s3 --part lag --mb 200 --rate 50 --seconds 20]
 """
 
 import argparse
 import os
+import random
 import shutil
 import statistics
 import subprocess
@@ -27,6 +47,7 @@ from moto.server import ThreadedMotoServer
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 from mysqlbackup.archive.archiver import Archiver  # noqa: E402
+from mysqlbackup.archive.codec import Codec, encode, keygen, read_recipients  # noqa: E402
 from mysqlbackup.sandbox import REPL_PASSWORD, MariaDBSandbox  # noqa: E402
 from mysqlbackup.stream.state import State, save_state  # noqa: E402
 from mysqlbackup.archive.store import ArchiveStore  # noqa: E402
@@ -167,6 +188,262 @@ def write_steadily(server, rate, seconds):
     return commits
 
 
+# -- codecs, upload path, ACK path (issue 14) -----------------------------------------
+
+REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+CORPUS = os.path.join(os.path.dirname(REPO), "shared", "binlogs")
+OLTP_TABLES = [f"o.sbtest{i}" for i in range(1, 5)]
+
+
+def sb_text(rng, groups):
+    """sysbench's c/pad values: groups of 11 random digits joined by '-'."""
+    return "-".join("".join(rng.choices("0123456789", k=11)) for _ in range(groups))
+
+
+def oltp_schema(server):
+    server.execute("CREATE DATABASE o", *[
+        f"CREATE TABLE {t} (id INT AUTO_INCREMENT PRIMARY KEY, k INT NOT NULL, "
+        f"c CHAR(120) NOT NULL, pad CHAR(60) NOT NULL, KEY (k))" for t in OLTP_TABLES])
+
+
+def oltp_writer(server, table, stop, counts, slot, seed, rows=10):
+    """sysbench-like read-write transactions (INSERT rows, UPDATE k, UPDATE c, DELETE)
+    until ``stop``; counts[slot] commits."""
+    rng, conn = random.Random(seed), server.root(autocommit=False)
+    with conn.cursor() as cur:
+        while not stop.is_set():
+            values = [(rng.randint(1, 10**6), sb_text(rng, 10), sb_text(rng, 5))
+                      for _ in range(rows)]
+            cur.executemany(f"INSERT INTO {table} (k, c, pad) VALUES (%s, %s, %s)", values)
+            top = cur.lastrowid or 1
+            cur.execute(f"UPDATE {table} SET k = k + 1 WHERE id = %s", (rng.randint(1, top),))
+            cur.execute(f"UPDATE {table} SET c = %s WHERE id = %s", (sb_text(rng, 10),
+                                                                     rng.randint(1, top)))
+            cur.execute(f"DELETE FROM {table} WHERE id = %s", (rng.randint(1, top),))
+            conn.commit()
+            counts[slot] += 1
+    conn.close()
+
+
+def run_writers(server, seconds=None, until=None, clients=4):
+    """4 OLTP writers for ``seconds`` (or until ``until()``); returns commits."""
+    stop, counts = threading.Event(), [0] * clients
+    threads = [threading.Thread(target=oltp_writer, args=(server, OLTP_TABLES[c % 4], stop,
+                                                          counts, c, c)) for c in range(clients)]
+    for t in threads:
+        t.start()
+    deadline = time.monotonic() + (seconds or 1e9)
+    while time.monotonic() < deadline and not (until and until()):
+        time.sleep(0.1)
+    stop.set()
+    for t in threads:
+        t.join()
+    return sum(counts)
+
+
+def oltp_binlogs(workdir, mb):
+    """Row-based binlog files (about ``mb`` MB, 16 MB each) of the OLTP load, closed."""
+    server = MariaDBSandbox(os.path.join(workdir, "oltp"), semi_sync=False,
+                            extra_args=["--max-binlog-size=16M", "--binlog-format=ROW"])
+    server.start()
+    try:
+        oltp_schema(server)
+        run_writers(server, until=lambda: sum(os.path.getsize(server.binlog_path(n))
+                                              for n in server.binlog_files()) >= mb * 1e6)
+        server.execute("FLUSH BINARY LOGS")
+        return copy_closed(server, os.path.join(workdir, "oltp-files"))
+    finally:
+        server.stop(remove=True)
+
+
+def copy_closed(server, directory):
+    os.makedirs(directory)
+    names = server.binlog_files()
+    for name in names:
+        shutil.copyfile(server.binlog_path(name), os.path.join(directory, name))
+    last = names[-1]
+    save_state(directory, State(file=last, pos=os.path.getsize(os.path.join(directory, last)),
+                                source_identity="bench"))
+    return directory
+
+
+def corpus_files():
+    """The corpus's binlog files (magic checked), or None with the reason printed."""
+    if not os.path.isdir(CORPUS):
+        print(f"corpus: {CORPUS} is missing (a clone of the repository alone does not have "
+              "it): skipped")
+        return None
+    found = []
+    for root, _, names in os.walk(CORPUS):
+        for name in sorted(names):
+            path = os.path.join(root, name)
+            with open(path, "rb") as f:
+                if f.read(4) == b"\xfebin":
+                    found.append(path)
+    return found
+
+
+def replay_files(directory):
+    """bench_replay.py's binlog files from a work directory it kept (bench.json)."""
+    import json
+    with open(os.path.join(directory, "bench.json")) as f:
+        return json.load(f)["files"]
+
+
+def bench_codecs(label, paths, codecs):
+    """Ratio and MB/s per core of each codec over the files ``paths``; rows of results."""
+    datas = []
+    for path in paths:
+        with open(path, "rb") as f:
+            datas.append(f.read())
+    raw = sum(map(len, datas))
+    print(f"codecs  {label}: {len(paths)} files, {raw / 1e6:.1f} MB raw")
+    rows = {}
+    for name, codec in codecs.items():
+        stored, cpu = 0, time.process_time()
+        for data in datas:
+            stored += encode_size(data, codec)
+        cpu = time.process_time() - cpu
+        rows[name] = (raw / max(stored, 1), raw / 1e6 / max(cpu, 1e-9))
+        print(f"  {name:12s} ratio {rows[name][0]:6.2f}x   {rows[name][1]:8.1f} MB/s per core")
+    return rows
+
+
+def encode_size(data, codec):
+    """Stored bytes of ``data`` encoded by ``codec`` (written nowhere, only counted)."""
+    size, pos = [0], [0]
+
+    def read(n):
+        chunk = data[pos[0]:pos[0] + n]
+        pos[0] += len(chunk)
+        return chunk
+
+    def write(chunk):
+        size[0] += len(chunk)
+    encode(read, write, codec)
+    return size[0]
+
+
+def make_codecs(workdir):
+    """The codecs measured, and the recipient file of the age one."""
+    ident, recip = os.path.join(workdir, "bench.key"), os.path.join(workdir, "bench.pub")
+    keygen(ident, recip)
+    age = read_recipients(recip)
+    return {"zstd:1": Codec("zstd", 1), "zstd:3": Codec("zstd", 3), "zstd:9": Codec("zstd", 9),
+            "zstd:3+age": Codec("zstd", 3, age)}, recip
+
+
+def bench_upload(local, codecs, workdir):
+    """The archiver's sealed -> indexed path into a file:// archive, per codec."""
+    names = sorted(n for n in os.listdir(local) if n.startswith("binlog.") and n[7:].isdigit())
+    raw = sum(os.path.getsize(os.path.join(local, n)) for n in names[:-1])
+    print(f"upload  {len(names) - 1} sealed files, {raw / 1e6:.1f} MB raw, file:// archive "
+          "(encode, upload, read back, sha256, index)")
+    rows = {}
+    for name, codec in {"none": Codec(), **codecs}.items():
+        root = os.path.join(workdir, f"archive-{name.replace(':', '-').replace('+', '-')}")
+        store = ArchiveStore(f"file://{root}")
+        wall, cpu = time.monotonic(), time.process_time()
+        Archiver(local, store, source_name="bench", codec=codec).run_once()
+        wall, cpu = time.monotonic() - wall, time.process_time() - cpu
+        indexed = [k for k in store.list("bench/binlog") if k.endswith(".json")]
+        assert len(indexed) == len(names) - 1, f"{name}: {len(indexed)} files indexed"
+        rows[name] = (raw / 1e6 / wall, raw / 1e6 / max(cpu, 1e-9))
+        print(f"  {name:12s} {rows[name][0]:8.1f} MB/s wall   {rows[name][1]:8.1f} MB/s per "
+              f"CPU second")
+        shutil.rmtree(root, ignore_errors=True)
+    return rows
+
+
+def ack_run(workdir, tag, codec_args, seconds):
+    """commits/s of the OLTP load on a fresh semi-sync primary whose only semi-sync
+    replica is the daemon (``codec_args``), archiving to file://; (tps, no_tx)."""
+    import bench_stream as bs
+    primary = MariaDBSandbox(os.path.join(workdir, f"ack-{tag}"), semi_sync=False,
+                             extra_args=[bs.SEMI_SYNC_TIMEOUT, "--binlog-format=ROW",
+                                         "--max-binlog-size=16M"])
+    primary.start()
+    directory, log_path = os.path.join(workdir, f"ack-{tag}-dir"), os.path.join(
+        workdir, f"ack-{tag}.log")
+    cmd = [sys.executable, "-m", "mysqlbackup", "--log-level", "warning", "stream", "--source",
+           primary.url, "--server-id", "101", "--dir", directory, "--archive",
+           f"file://{workdir}/ack-{tag}-archive", "--source-name", "bench", *codec_args]
+    proc = None
+    try:
+        oltp_schema(primary)
+        primary.execute("SET GLOBAL rpl_semi_sync_master_enabled = 1")
+        with open(log_path, "ab") as log:
+            proc = subprocess.Popen(cmd, env=bs.DAEMON_ENV, stdout=log, stderr=subprocess.STDOUT,
+                                    start_new_session=True)
+        bs.wait_semi_sync_clients(primary, 1)
+        no_before = int(primary.status("Rpl_semi_sync_master_no_tx"))
+        commits = run_writers(primary, seconds=seconds)
+        no_tx = int(primary.status("Rpl_semi_sync_master_no_tx")) - no_before
+        return commits / seconds, no_tx
+    finally:
+        if proc is not None:
+            bs.stop_daemon(proc)
+        primary.stop(remove=True)
+
+
+def bench_ack(workdir, recip, seconds, repeats):
+    """commits/s per codec, ``repeats`` runs each (interleaved), with the spread."""
+    variants = {"none": ["--compress", "none"], "zstd:3": ["--compress", "zstd:3"],
+                "zstd:3+age": ["--compress", "zstd:3", "--encrypt-to", recip]}
+    runs = {name: [] for name in variants}
+    for i in range(repeats):
+        for name, args in variants.items():
+            tps, no_tx = ack_run(workdir, f"{name.replace(':', '').replace('+', '-')}-{i}",
+                                 args, seconds)
+            runs[name].append(tps)
+            print(f"ack  --compress {name:10s} run {i + 1}: {tps:7.1f} commits/s"
+                  + (f"  ({no_tx} commits fell back to async!)" if no_tx else ""))
+    return runs
+
+
+def report_goals(oltp, upload, ack):
+    """The issue's goals against what this run measured."""
+    print("\ngoals (issue 14)")
+    if oltp:
+        ratio = oltp["zstd:3"][0]
+        print(f"  ratio on row-based binlogs at zstd:3: {ratio:.2f}x (goal >= 3x): "
+              f"{'met' if ratio >= 3 else 'NOT met'}")
+    if upload:
+        for name in ("zstd:3", "zstd:3+age"):
+            rate = upload[name][1]
+            print(f"  upload path {name}: {rate:.0f} MB/s per core (goal >= 200): "
+                  f"{'met' if rate >= 200 else 'NOT met'}")
+    if ack:
+        base = ack["none"]
+        noise = (max(base) - min(base)) / statistics.mean(base) if len(base) > 1 else None
+        for name, runs in ack.items():
+            change = statistics.mean(runs) / statistics.mean(base) - 1
+            print(f"  commits/s {name}: {statistics.mean(runs):.1f} ({change:+.1%} vs none"
+                  + (f"; none's own spread {noise:.1%})" if noise is not None else ")"))
+
+
+def bench_issue14(args, workdir):
+    codecs, recip = make_codecs(workdir)
+    oltp = upload = ack = None
+    if "codecs" in args.part or "upload" in args.part:
+        local = oltp_binlogs(workdir, args.oltp_mb)
+    if "codecs" in args.part:
+        files = corpus_files()
+        if files:
+            bench_codecs(f"corpus {CORPUS} (real MySQL/MariaDB files, small)", files, codecs)
+        if args.replay_dir:
+            bench_codecs(f"bench_replay.py's files ({args.replay_dir})",
+                         replay_files(args.replay_dir), codecs)
+        oltp = bench_codecs("row-based OLTP (sysbench-like rows, 4 writers)",
+                            [os.path.join(local, n) for n in sorted(os.listdir(local))
+                             if n.startswith("binlog.") and n[7:].isdigit()][:-1], codecs)
+    if "upload" in args.part:
+        upload = bench_upload(local, codecs, workdir)
+    if "ack" in args.part:
+        ack = bench_ack(workdir, recip, args.ack_seconds, args.ack_repeats)
+    report_goals(oltp, upload, ack)
+
+
 def main():
     parser = argparse.ArgumentParser(description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -174,8 +451,25 @@ def main():
     parser.add_argument("--rate", type=int, default=50, help="commits per second for lag")
     parser.add_argument("--seconds", type=int, default=20, help="length of the lag run")
     parser.add_argument("--intervals", default="2,0.5", help="archive intervals to measure")
+    parser.add_argument("--part", action="append", choices=["codecs", "upload", "ack", "s3",
+                                                            "lag"],
+                        help="what to run (repeatable; default codecs, upload, ack)")
+    parser.add_argument("--oltp-mb", type=int, default=64, help="OLTP binlog MB for codecs")
+    parser.add_argument("--replay-dir", metavar="DIR", help="also measure the codecs on the "
+                        "files of a bench_replay.py work directory kept by its --keep")
+    parser.add_argument("--ack-seconds", type=int, default=15, help="length of one ACK run")
+    parser.add_argument("--ack-repeats", type=int, default=2, help="ACK runs per codec")
     args = parser.parse_args()
+    args.part = set(args.part or ["codecs", "upload", "ack"])
     workdir = tempfile.mkdtemp(prefix="bench-archive-")
+    if args.part & {"codecs", "upload", "ack"}:
+        try:
+            bench_issue14(args, workdir)
+        finally:
+            if not args.part & {"s3", "lag"}:
+                shutil.rmtree(workdir, ignore_errors=True)
+        if not args.part & {"s3", "lag"}:
+            return
     import logging
     logging.getLogger("werkzeug").setLevel(logging.ERROR)  # moto logs every request
     moto = ThreadedMotoServer(ip_address="127.0.0.1", port=0, verbose=False)
@@ -183,11 +477,13 @@ def main():
     host, port = moto.get_host_and_port()
     endpoint = f"http://{host}:{port}"
     try:
-        ratio = throughput(make_binlogs(workdir, args.mb), endpoint)
+        ratio = throughput(make_binlogs(workdir, args.mb), endpoint) \
+            if "s3" in args.part else None
         lags = [lag(workdir, endpoint, float(i), args.rate, args.seconds)
-                for i in args.intervals.split(",")]
+                for i in args.intervals.split(",")] if "lag" in args.part else []
         print("\nsummary")
-        print(f"  upload throughput ratio ours/boto3: {ratio:.2f}")
+        if ratio is not None:
+            print(f"  upload throughput ratio ours/boto3: {ratio:.2f}")
         for interval, (p50, p99) in zip(args.intervals.split(","), lags):
             print(f"  commit->archive lag at --archive-interval {interval}: p50 {p50:.2f} s, "
                   f"p99 {p99:.2f} s")
