@@ -11,7 +11,6 @@ transactions in commit order to one sink, a window of files at a time so that
 memory stays bounded.
 """
 
-import io
 import logging
 import os
 import shutil
@@ -61,16 +60,19 @@ def decode_unit(unit, url, options, keyring=None):
     back as ``error`` (kind, message, offset) instead of an exception, which Spark
     would wrap into its own: the driver raises it with the object named.
     A compressed or encrypted object is decoded as it is read (``keyring`` opens it);
-    ``digests`` are then those of its raw bytes, compared with the index's raw ones."""
-    import hashlib
+    ``digests`` are then those of its raw bytes, compared with the index's raw ones.
+    The file streams through (``StreamAssembly``): the task holds one event and a
+    read chunk at a time, never the file."""
     import traceback
 
     from mysqlbackup.archive.codec import IdentityError
-    from replay.decoding.assemble import assemble, detach_events
+    from replay.decoding.assemble import StreamAssembly
     out = {"name": unit["name"], "partial": unit["partial"], "error": None,
            "digests": [], "facts": {}, "transactions": [], "incomplete": None}
+    facts = {}
+    walk = StreamAssembly(unit["name"], newest=unit["partial"], facts=facts)
     try:
-        parts = read_parts(unit, url, options, keyring)
+        digests = stream_unit(unit, url, options, walk.feed, keyring)
     except IdentityError as e:
         return dict(out, error={"kind": "identity", "message": str(e)})
     except CorruptBinlog as e:  # the stored form does not decode: names its object
@@ -80,18 +82,14 @@ def decode_unit(unit, url, options, keyring=None):
         return dict(out, error={"kind": "missing", "message": str(e)})
     except Exception as e:  # noqa: BLE001 - a store error of any kind, named by the driver
         return dict(out, error={"kind": "unreadable", "message": f"{type(e).__name__}: {e}"})
-    out["digests"] = [(len(p), hashlib.sha256(p).hexdigest()) for p in parts]
-    data = parts[0] if len(parts) == 1 else b"".join(parts)
-    del parts
+    out.update(digests=digests, facts=facts)
     try:
-        transactions, incomplete, fde = assemble(data, unit["name"], newest=unit["partial"],
-                                                 facts=out["facts"])
+        transactions, incomplete, fde, fingerprint = walk.finish()
     except CorruptBinlog as e:
         return dict(out, error={"kind": "corrupt", "message": bare_message(e),
                                 "offset": e.offset})
     except Exception:  # noqa: BLE001 - the driver tells a damaged object from a bug
         return dict(out, error={"kind": "failed", "message": traceback.format_exc()})
-    fingerprint = detach_events(transactions, data)
     return dict(out, transactions=transactions, incomplete=incomplete, fde=fde,
                 fingerprint=fingerprint)
 
@@ -110,7 +108,7 @@ def digest_unit(unit, url, options):
         for obj, (size, sha) in zip(unit["objects"], digests):
             if (size, sha) != stored_of(obj["index"]) and not unit["partial"] \
                     and codec_of(obj["index"]) == "none":
-                _scan_object(store.read(obj["key"]), unit["name"])
+                _scan_object(store, obj["key"], unit["name"])
         return {"error": None, "digests": digests}
     except CorruptBinlog as e:
         return {"error": {"kind": "corrupt", "message": bare_message(e), "offset": e.offset}}
@@ -120,13 +118,14 @@ def digest_unit(unit, url, options):
         return {"error": {"kind": "unreadable", "message": f"{type(e).__name__}: {e}"}}
 
 
-def _scan_object(data, name):
-    """Raise CorruptBinlog at the first damaged event of a file's bytes (magic, framing,
-    CRC32); a whole tail event that is merely missing is not found here."""
-    from mysqlbackup.binlog.scan import check_magic, iter_events
-    check_magic(data, name)
-    for _ in iter_events(data, 4, None, file=name):
-        pass
+def _scan_object(store, key, name):
+    """Raise CorruptBinlog at the first damaged event of a plain object (magic, framing,
+    CRC32), read in chunks; a whole tail event that is merely missing is not found here."""
+    from mysqlbackup.binlog.scan import EventStream
+    events = EventStream(lambda off, event: None, file=name)
+    for chunk in _ranged_reads(store, key, store.info_size(key)):
+        events.feed(chunk)
+    events.close()
 
 
 def bare_message(error):
@@ -140,52 +139,59 @@ def bare_message(error):
     return text
 
 
-def read_parts(unit, url, options, keyring=None):
-    """The raw bytes of each object of one unit (a sealed file, or the newest one's
-    segments); a compressed or encrypted object is decoded as its stored bytes stream
-    in (``read_object``)."""
+def stream_unit(unit, url, options, feed, keyring=None):
+    """Hand the raw bytes of one unit (a sealed file, or the newest one's segments, in
+    order) to ``feed`` a chunk at a time; returns the (raw size, raw sha256) of each
+    object. A compressed or encrypted object is decoded as it streams in."""
     from mysqlbackup.archive.store import ArchiveStore
     store = ArchiveStore(url, options)
-    return [read_object(store, key, obj["index"], keyring)
+    return [stream_object(store, key, obj["index"], feed, keyring)
             for key, obj in zip(unit["keys"], unit["objects"])]
 
 
-def read_object(store, key, index, keyring=None):
-    """The raw bytes of one object: as stored (plain), or decoded while its stored form
-    is read in ranged reads (never whole in memory beside the raw bytes)."""
-    from mysqlbackup.archive.codec import codec_of, decode, stored_of
-    from mysqlbackup.archive.store import CHUNK
+def stream_object(store, key, index, feed, keyring=None):
+    """Hand the raw bytes of one object to ``feed`` a chunk at a time, read in ranged
+    reads: as stored (plain) or decoded on the way; returns (raw size, raw sha256)."""
+    from mysqlbackup.archive.codec import Digest, codec_of, decode, stored_of
     name = codec_of(index)
     if name == "none":
-        return store.read(key)
-    total, pos, raw = stored_of(index)[0], [0], io.BytesIO()  # getvalue: no copy
-
-    def read(n):
-        if pos[0] >= total:
-            return b""
-        chunk = store.read(key, pos[0], min(total, pos[0] + max(n, CHUNK)))
-        pos[0] += len(chunk)
-        return chunk
-    decode(read, raw.write, name, keyring, key, index.get("key_ids"))
-    return raw.getvalue()
+        digest = Digest()
+        for chunk in _ranged_reads(store, key, store.info_size(key)):
+            digest.update(chunk)
+            feed(chunk)
+        return digest.size, digest.sha256
+    chunks = _ranged_reads(store, key, stored_of(index)[0])
+    digests = decode(lambda n: next(chunks, b""), feed, name, keyring, key,
+                     index.get("key_ids"))
+    return digests.raw_size, digests.raw_sha256
 
 
-def read_unit(unit, url, options, keyring=None):
-    """The raw bytes of one unit (a sealed file, or the segments of the newest one)."""
-    return b"".join(read_parts(unit, url, options, keyring))
+def _ranged_reads(store, key, total):
+    """The first ``total`` bytes of an object, one ranged read (store.CHUNK) at a time;
+    ends early where a shorter object ends."""
+    from mysqlbackup.archive.store import CHUNK
+    pos = 0
+    while pos < total:
+        chunk = store.read(key, pos, min(total, pos + CHUNK))
+        if not chunk:
+            return
+        pos += len(chunk)
+        yield chunk
 
 
 def attach_unit(result, unit, url, options, keyring=None):
-    """Driver side: the unit's bytes, read again and proved equal, into ``result``."""
-    from replay.decoding.assemble import attach_events
+    """Driver side: the unit's bytes, read again (streamed: only the transactions'
+    events are kept) and proved equal to the decoded ones, into ``result``."""
+    from replay.decoding.assemble import StreamAttach
+    cut = StreamAttach(result["transactions"])
     try:
-        data = read_unit(unit, url, options, keyring)
+        stream_unit(unit, url, options, cut.feed, keyring)
     except FileNotFoundError as e:  # the newest file's segments go once it is sealed
         raise MysqlBackupError(f"the archive changed during the replay: {mask_url(e)} is "
                                f"gone (the newest file {unit['name']} was sealed meanwhile?); "
                                "run the replay again: it resumes where this one stopped"
                                ) from None
-    attach_events(result["transactions"], data, unit["where"], result["fingerprint"])
+    cut.finish(unit["where"], result["fingerprint"])
     return result
 
 

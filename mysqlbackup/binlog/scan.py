@@ -1,9 +1,11 @@
-"""Walk the events of a binlog held in memory (pure: the caller reads or maps the file).
+"""Walk the events of a binlog held in memory, or streamed a chunk at a time (pure: the
+caller reads or maps the file).
 
 ``iter_events`` checks each event's framing as it goes: the header fits, the
 declared size fits, ``log_pos`` points at the end of the event (binlog v4 files
 written by a server) and, when the file is checksummed, the CRC32 matches. The
 first violation raises CorruptBinlog with the offset of the bad event.
+``EventStream`` does the same over a file fed in chunks, holding one event at most.
 """
 
 from mysqlbackup.binlog import events as ev
@@ -41,15 +43,77 @@ def iter_events(buf, start, checksum, file=None, limit=None, check_log_pos=True,
     view = memoryview(buf)
     off, count, end = start, 0, len(view)
     while off < end and (limit is None or count < limit):
-        event = _take_event(view, off, end, file, check_log_pos, base)
-        if event[4] == ev.FORMAT_DESCRIPTION:
-            checksum = ev.parse_format_description(event).checksum_alg == ev.CHECKSUM_CRC32
-        if checksum and not ev.crc_ok(event):
-            raise CorruptBinlog(f"CRC32 mismatch in {ev.event_name(event[4])} event", file,
-                                base + off)
+        event, checksum = check_event(view, off, end, checksum, file, check_log_pos, base)
         yield base + off, event
         off += len(event)
         count += 1
+
+
+def check_event(view, off, end, checksum, file=None, check_log_pos=True, base=0):
+    """(event, checksum) of the whole event at ``off`` of ``view[:end]``: its framing
+    checked (``_take_event``), then its CRC32 when ``checksum`` (a format description
+    event sets ``checksum`` for the events after it, and has its own CRC checked);
+    CorruptBinlog at the first fault. ``checksum`` as ``iter_events`` takes it."""
+    event = _take_event(view, off, end, file, check_log_pos, base)
+    if event[4] == ev.FORMAT_DESCRIPTION:
+        checksum = ev.parse_format_description(event).checksum_alg == ev.CHECKSUM_CRC32
+    if checksum and not ev.crc_ok(event):
+        raise CorruptBinlog(f"CRC32 mismatch in {ev.event_name(event[4])} event", file,
+                            base + off)
+    return event, checksum
+
+
+class EventStream:
+    """Walk the events of a whole binlog file handed over a chunk at a time (``feed``),
+    holding at most one event plus the chunk that completes it: the streaming twin of
+    ``check_magic`` + ``iter_events(data, 4, None)``, with the same checks, errors and
+    offsets. ``on_event(offset, event)`` gets each event (a memoryview, valid during
+    the call); ``close`` at the end raises what a torn last event raises."""
+
+    def __init__(self, on_event, file=None, check_log_pos=True):
+        self.on_event, self.file, self.check_log_pos = on_event, file, check_log_pos
+        self.checksum, self.offset, self.magic_seen = None, 0, False
+        self._held, self._held_len = [], 0
+        self._need = len(ev.MAGIC) + ev.HEADER_LEN  # bytes the next step waits for
+
+    def feed(self, data):
+        """Take the next bytes of the file; walk the events they complete."""
+        if not data:
+            return
+        self._held.append(data if isinstance(data, bytes) else bytes(data))
+        self._held_len += len(data)
+        if self._held_len >= self._need:
+            self._walk()
+
+    def close(self):
+        """The end of the file: CorruptBinlog if it ends inside an event (or before
+        its magic bytes end)."""
+        self._walk()
+        if not self.magic_seen:
+            check_magic(b"", self.file)
+        if self._held:
+            rest = memoryview(self._held[0])
+            _take_event(rest, 0, len(rest), self.file, self.check_log_pos, self.offset)
+
+    def _walk(self):
+        buf = self._held[0] if len(self._held) == 1 else b"".join(self._held)
+        view, pos, end = memoryview(buf), 0, len(buf)
+        if not self.magic_seen and end >= len(ev.MAGIC):
+            check_magic(buf, self.file)
+            self.magic_seen, pos = True, len(ev.MAGIC)
+        self._need = ev.HEADER_LEN
+        while self.magic_seen and end - pos >= ev.HEADER_LEN:
+            size = int.from_bytes(view[pos + 9:pos + 13], "little")
+            if size >= ev.HEADER_LEN and pos + size > end:
+                self._need = size
+                break
+            event, self.checksum = check_event(view, pos, end, self.checksum, self.file,
+                                               self.check_log_pos, self.offset)
+            self.on_event(self.offset + pos, event)
+            pos += size
+        rest = buf[pos:] if pos else buf
+        self.offset += pos
+        self._held, self._held_len = ([rest] if rest else []), len(rest)
 
 
 def _take_event(view, off, end, file, check_log_pos, base):

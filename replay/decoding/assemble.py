@@ -13,7 +13,7 @@ import zlib
 
 from mysqlbackup.binlog import events as ev
 from mysqlbackup.binlog.gtid import gtid_text
-from mysqlbackup.binlog.scan import check_magic, iter_events
+from mysqlbackup.binlog.scan import EventStream, check_magic, iter_events
 from mysqlbackup.binlog.transactions import OUTSIDE, TrxTracker
 from mysqlbackup.errors import CorruptBinlog
 from replay.decoding.groups import commit_group
@@ -39,37 +39,99 @@ def assemble(data, name, base=0, tracker=None, newest=False, facts=None):
     as ``archive_index.build_index`` computes it: ``gtid_before``, ``gtid_after``
     and ``next_file`` (the file a real ROTATE names).
     """
-    facts = {} if facts is None else facts
-    facts.update(gtid_before=None, gtid_after=None, next_file=None)
     if base == 0:
         check_magic(data, name)
-    tracker = tracker or TrxTracker()
-    transactions, current, fde_event = [], None, None
-    events = iter_events(data, 4 if base == 0 else 0, None if base == 0 else tracker.checksum,
-                         file=name, base=base)
+    assembler = Assembler(name, whole=base == 0, tracker=tracker, facts=facts)
+    events = iter_events(data, 4 if base == 0 else 0,
+                         None if base == 0 else assembler.tracker.checksum, file=name, base=base)
     events = _tolerate_torn_tail(events, newest)
     for off, event in events:
-        etype = event[4]
+        assembler.event(off, event)
+    return assembler.result(base + len(data), events.torn_at)
+
+
+class Assembler:
+    """Events in, complete transactions out, one event at a time (what ``assemble`` and
+    ``StreamAssembly`` share). ``keep_events`` False: transactions come out detached
+    (``event_lengths``, no bytes: see ``detach_events``), and no event is held past
+    its call."""
+
+    def __init__(self, name, whole=True, tracker=None, facts=None, keep_events=True):
+        self.name, self.whole, self.keep_events = name, whole, keep_events
+        self.facts = {} if facts is None else facts
+        self.facts.update(gtid_before=None, gtid_after=None, next_file=None)
+        self.tracker = tracker or TrxTracker()
+        self.transactions, self.current, self.fde_event = [], None, None
+
+    def event(self, off, event):
+        """Take the event at file offset ``off``."""
+        etype, tracker = event[4], self.tracker
         if etype == ev.FORMAT_DESCRIPTION:
-            fde_event = bytes(event)
-        _refuse(etype, off, name)
-        if current is None and etype not in HEADER_EVENTS:
-            current = {"file": name, "start": off, "events": [], "tables": set()}
+            self.fde_event = bytes(event)
+        _refuse(etype, off, self.name)
+        if self.current is None and etype not in HEADER_EVENTS:
+            self.current = {"file": self.name, "start": off, "events": [], "lengths": [],
+                            "first": bytes(event), "rows": 0, "tables": set()}
         tracker.feed(event)
-        _note(facts, event, etype, tracker, base == 0)
-        if current is not None:
-            _collect(current, event, tracker)
-        if current is not None and tracker.state == OUTSIDE:
-            transactions.append(_finish(current, off + len(event), event, tracker))
-            current = None
-    facts["gtid_after"] = str(tracker.gtids) if tracker.gtids is not None else None
-    end = base + len(data)
-    if current is None and events.torn_at is not None:
-        current = {"start": events.torn_at, "events": []}
-    incomplete = None if current is None else {"file": name, "start": current["start"],
-                                               "events": len(current["events"]),
-                                               "end": end}
-    return transactions, incomplete, fde_event
+        _note(self.facts, event, etype, tracker, self.whole)
+        if self.current is not None:
+            _collect(self.current, event, tracker, self.keep_events)
+        if self.current is not None and tracker.state == OUTSIDE:
+            self.transactions.append(_finish(self.current, off + len(event), event, tracker,
+                                             self.keep_events))
+            self.current = None
+
+    def result(self, end, torn_at=None):
+        """(transactions, incomplete, fde_event) once the bytes end at offset ``end``
+        (``torn_at``: where a torn last event starts, tolerated by the caller)."""
+        tracker, current = self.tracker, self.current
+        self.facts["gtid_after"] = str(tracker.gtids) if tracker.gtids is not None else None
+        if current is None and torn_at is not None:
+            current = {"start": torn_at, "lengths": []}
+        incomplete = None if current is None else {"file": self.name, "start": current["start"],
+                                                   "events": len(current["lengths"]),
+                                                   "end": end}
+        return self.transactions, incomplete, self.fde_event
+
+
+class StreamAssembly:
+    """``assemble`` + ``detach_events`` over a whole file fed a chunk at a time
+    (``feed``), never holding more than one event and the chunk completing it: magic,
+    framing and every CRC checked (``scan.EventStream``), the (size, CRC32) fingerprint
+    taken on the way. A fault in the bytes is kept and raised by ``finish``, after
+    every byte was fed (the caller may still meet a read or decode error first, as
+    when it read the whole file before assembling)."""
+
+    def __init__(self, name, newest=False, facts=None):
+        self.name, self.newest = name, newest
+        self.assembler = Assembler(name, facts=facts, keep_events=False)
+        self.events = EventStream(self.assembler.event, file=name)
+        self.size, self.crc, self.error = 0, 0, None
+
+    def feed(self, data):
+        """The next bytes of the file."""
+        self.size += len(data)
+        self.crc = zlib.crc32(data, self.crc)
+        if self.error is None:
+            try:
+                self.events.feed(data)
+            except Exception as e:  # noqa: BLE001 - raised by finish, as assemble raises it
+                self.error = e
+
+    def finish(self):
+        """(transactions detached, incomplete, fde_event, fingerprint) at the end of the
+        bytes; raises what ``assemble`` would have raised on the same bytes."""
+        if self.error is not None:
+            raise self.error
+        torn_at = None
+        try:
+            self.events.close()
+        except CorruptBinlog as e:
+            if not (self.newest and _is_torn(e)):
+                raise
+            torn_at = e.offset
+        transactions, incomplete, fde = self.assembler.result(self.size, torn_at)
+        return transactions, incomplete, fde, (self.size, self.crc)
 
 
 class _tolerate_torn_tail:
@@ -82,9 +144,14 @@ class _tolerate_torn_tail:
         try:
             yield from self.events
         except CorruptBinlog as e:
-            if not (self.newest and str(e).split(": ", 1)[-1].startswith("torn event")):
+            if not (self.newest and _is_torn(e)):
                 raise
             self.torn_at = e.offset
+
+
+def _is_torn(error):
+    """True when CorruptBinlog ``error`` says the bytes end inside an event."""
+    return str(error).split(": ", 1)[-1].startswith("torn event")
 
 
 def _refuse(etype, off, name):
@@ -109,7 +176,7 @@ def _note(facts, event, etype, tracker, whole):
         facts["next_file"] = ev.parse_rotate(event, tracker.checksum)[1]
 
 
-def _collect(current, event, tracker):
+def _collect(current, event, tracker, keep_events=True):
     etype = event[4]
     if etype == ev.TABLE_MAP:
         current["tables"].add(table_of(event))
@@ -117,19 +184,24 @@ def _collect(current, event, tracker):
         q = ev.parse_query(event, tracker.checksum, tracker.fde, max_sql=16)
         if q.sql.strip().upper() not in ("BEGIN", "COMMIT"):
             current["db"] = q.db
-    current["events"].append(bytes(event))
+    current["lengths"].append(len(event))
+    current["rows"] += etype in ev.ROWS_EVENTS
+    if keep_events:
+        current["events"].append(bytes(event))
 
 
-def _finish(current, end, last_event, tracker):
+def _finish(current, end, last_event, tracker, keep_events=True):
     gtid = tracker.last_gtid
     return Transaction(
         file=current["file"], start=current["start"], end=end,
         gtid=gtid_text(gtid), gtid_parts=list(gtid[1:]) if gtid else None,
         commit_ts=ev.parse_header(last_event).timestamp,
-        tables=sorted(current["tables"]), events=current["events"],
+        tables=sorted(current["tables"]),
+        events=current["events"] if keep_events else None,
+        event_lengths=None if keep_events else current["lengths"],
         db=current.get("db"),
-        group=commit_group(current["events"][0], tracker.checksum),
-        rows_events=sum(1 for e in current["events"] if e[4] in ev.ROWS_EVENTS))
+        group=commit_group(current["first"], tracker.checksum),
+        rows_events=current["rows"])
 
 
 def detach_events(transactions, data):
@@ -144,10 +216,7 @@ def detach_events(transactions, data):
 def attach_events(transactions, data, name, fingerprint):
     """Give transactions detached by ``detach_events`` their events back from ``data``
     (the same object, read again); refuses bytes that are not the decoded ones."""
-    if (len(data), zlib.crc32(data)) != tuple(fingerprint):
-        raise CorruptBinlog(f"the archived object changed between decode and apply "
-                            f"(size/CRC32 {len(data)}/{zlib.crc32(data)}, decoded "
-                            f"{fingerprint[0]}/{fingerprint[1]}); resync required", name, 0)
+    _check_fingerprint(len(data), zlib.crc32(data), name, fingerprint)
     view = memoryview(data)
     for trx in transactions:
         pos, events = trx.start, []
@@ -155,6 +224,59 @@ def attach_events(transactions, data, name, fingerprint):
             events.append(bytes(view[pos:pos + n]))
             pos += n
         trx.events, trx.event_lengths = events, None
+
+
+def _check_fingerprint(size, crc, name, fingerprint):
+    if (size, crc) != tuple(fingerprint):
+        raise CorruptBinlog(f"the archived object changed between decode and apply "
+                            f"(size/CRC32 {size}/{crc}, decoded "
+                            f"{fingerprint[0]}/{fingerprint[1]}); resync required", name, 0)
+
+
+class StreamAttach:
+    """``attach_events`` over the bytes fed a chunk at a time (``feed``): only the
+    transactions' own bytes are kept (cut into their events), the (size, CRC32)
+    fingerprint is taken on the way; ``finish`` proves the bytes are the decoded ones
+    before any transaction gets its events."""
+
+    def __init__(self, transactions):
+        self.transactions = transactions
+        self._todo = sorted(transactions, key=lambda t: t.start)
+        self._next, self._pieces, self._held, self._cut = 0, [], 0, []
+        self.size, self.crc = 0, 0
+
+    def feed(self, data):
+        """The next bytes of the file (from its offset 0 on)."""
+        at, self.size = self.size, self.size + len(data)
+        self.crc = zlib.crc32(data, self.crc)
+        view = memoryview(data)
+        while self._next < len(self._todo):
+            trx = self._todo[self._next]
+            stop = trx.start + sum(trx.event_lengths)
+            lo, hi = max(trx.start + self._held, at), min(stop, self.size)
+            if lo >= hi:
+                return
+            self._pieces.append(bytes(view[lo - at:hi - at]))
+            self._held += hi - lo
+            if hi < stop:
+                return
+            self._cut.append(_split(b"".join(self._pieces), trx.event_lengths))
+            self._pieces, self._held, self._next = [], 0, self._next + 1
+
+    def finish(self, name, fingerprint):
+        """Give every transaction its events; CorruptBinlog (as ``attach_events``) when
+        the bytes fed are not the ones decoded."""
+        _check_fingerprint(self.size, self.crc, name, fingerprint)
+        for trx, events in zip(self._todo, self._cut):
+            trx.events, trx.event_lengths = events, None
+
+
+def _split(data, lengths):
+    view, pos, events = memoryview(data), 0, []
+    for n in lengths:
+        events.append(bytes(view[pos:pos + n]))
+        pos += n
+    return events
 
 
 def table_of(event):
