@@ -300,11 +300,13 @@ def test_frozen_store_shows_in_status_and_drains_after(make_server, moto, tmp_pa
         for _ in range(4):
             insert(server, 10)
             server.execute("FLUSH BINARY LOGS")
-            time.sleep(1.5)
-            seen.append(daemon.status()["archive"])
+            deadline = time.monotonic() + 1.5
+            while time.monotonic() < deadline:  # status as a watcher polls it
+                seen.append(daemon.status()["archive"])
+                time.sleep(0.2)
         backlogs = [len(r["backlog_files"]) for r in seen]
         assert backlogs == sorted(backlogs) and backlogs[-1] >= 3, backlogs
-        assert any(r["upload_in_progress"] for r in seen), seen
+        assert any(r["upload_in_progress"] for r in seen), seen  # an upload or a listing
         # each request times out (2 s, bounded retries): the hang becomes an error
         wait_for(lambda: daemon.status()["archive"]["last_error"], timeout=30,
                  what="the timeout error in status")

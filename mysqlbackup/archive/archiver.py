@@ -128,6 +128,8 @@ class Archiver:
         """What the store holds now: sealed files with data and index, and whether the
         newest file's segments are still there; what went missing is uploaded again."""
         found, indexed = set(), set()
+        # a hung store shows in status while it is listed, not only during uploads
+        self._uploading(f"{binlog_prefix(source)}/ (listing)", source)
         for relative in self.store.list(binlog_prefix(source)):
             key = parse_key(relative)
             if key:
@@ -145,12 +147,14 @@ class Archiver:
                 self.report["lost"] = (self.report["lost"] + lost)[-20:]
         self.archived = whole
         self._check_partial(source)
+        self.report["upload_in_progress"] = None
         self.listed_at = self.report["last_listed"] = self.clock()
 
     def _check_partial(self, source):
         """Forget the newest file's upload state when the store lost its segments."""
         if not self.partial:
             return
+        self._uploading(f"{partial_prefix(source, self.partial['name'])}/ (listing)", source)
         held = chain_end(self.store.list(partial_prefix(source, self.partial["name"])))[0]
         if held < self.partial["end"]:
             log.warning("segments of %s are missing from the store (it holds %d of %d bytes);"
@@ -177,7 +181,8 @@ class Archiver:
         self._drop_segments(source, name)
 
     def _uploading(self, key, source):
-        """Say in the report which upload runs and since when (status shows a hang)."""
+        """Say in the report which upload (or listing) runs and since when: status shows
+        a hung store whatever request it hangs in."""
         self.report["upload_in_progress"] = {"object": key, "since": self.clock()}
         self._write_report(source, self.names)
 
@@ -224,7 +229,9 @@ class Archiver:
     def _resume_partial(self, source, name):
         """Where the newest file's segments end in the store, the tracker up to there, and
         the objects off that chain (removed once a new segment covers them)."""
+        self._uploading(f"{partial_prefix(source, name)}/ (listing)", source)
         end, stale = chain_end(self.store.list(partial_prefix(source, name)))
+        self.report["upload_in_progress"] = None
         tracker = TrxTracker()
         if end:
             with open(os.path.join(self.directory, name), "rb") as f:
