@@ -182,7 +182,6 @@ def main(log_level, log_format):
     logs.configure(log_level, log_format)
 
 
-MaskingFormatter = logs.MaskingFormatter  # where it was defined before (mysqlbackup.logs)
 
 
 @main.command()
