@@ -89,6 +89,29 @@ def current_binlog(server):
     return server.execute("SHOW MASTER STATUS")[0][0]
 
 
+def module_primary(tmp_path_factory, name, *statements, semi_sync_timeout_ms=1000):
+    """A throwaway primary of one test module, ``statements`` run on it (schema)."""
+    from mysqlbackup.sandbox import MariaDBSandbox, find_binary
+    if find_binary("mariadbd") is None:
+        raise AssertionError("mariadbd not found: run scripts/test.sh, which installs "
+                             "mariadb-server")
+    server = MariaDBSandbox(str(tmp_path_factory.mktemp(name)),
+                            semi_sync_timeout_ms=semi_sync_timeout_ms).start()
+    if statements:
+        server.execute(*statements)
+    return server
+
+
+def wait_archived_to_the_end(primary, store, source="db1", timeout=60):
+    """Wait until the archive holds a segment ending where the primary's newest file ends
+    (its last transaction archived)."""
+    last = current_binlog(primary)
+    size = os.path.getsize(primary.binlog_path(last))
+    wait_for(lambda: any(k.endswith(f"-{size:012d}.json")
+                         for k in store.list(f"{source}/partial/{last}")), timeout=timeout,
+             what="the archive to hold the last transaction")
+
+
 def caught_up(server, directory, settle=0.3):
     """True when the local copy of the server's newest file is as long as the server's,
     and still is ``settle`` seconds later: after a rotation the server appends its

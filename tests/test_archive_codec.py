@@ -15,14 +15,12 @@ import sys
 import time
 
 import pytest
-import zstandard
 
-from mysqlbackup.archive.codec import (AGE_MAGIC, ZSTD_MAGIC, Codec, IdentityError, Keyring,
-                                       decode_bytes, encode_bytes, key_id, read_identities,
-                                       read_recipients, stored_of)
+from mysqlbackup.archive.codec import (AGE_MAGIC, ZSTD_MAGIC, Codec, IdentityError, decode_bytes,
+                                       encode_bytes, key_id, read_identities, read_recipients,
+                                       stored_of)
 from mysqlbackup.archive.index import build_index, validate_index
 from mysqlbackup.archive.listing import ArchiveListing
-from mysqlbackup.archive.manifest import parse_manifest
 from mysqlbackup.archive.store import ArchiveStore
 from mysqlbackup.archive.verify import verify_archive
 from mysqlbackup.errors import CorruptBinlog

@@ -268,7 +268,7 @@ FAST_TIMEOUTS = '--archive-option=config_kwargs={"connect_timeout": 1, "read_tim
 
 
 def insert(server, n):
-    server.execute(*[f"INSERT INTO z.t (v) VALUES (REPEAT('v', 300))" for _ in range(n)])
+    server.execute(*["INSERT INTO z.t (v) VALUES (REPEAT('v', 300))" for _ in range(n)])
 
 
 def archived_all(store, names):

@@ -12,11 +12,9 @@ import time
 
 import pytest
 
-from mysqlbackup.sandbox import MariaDBSandbox
 from mysqlbackup.stream.state import LOCK_FILE, STATE_FILE, State, load_state
 from mysqlbackup.stream.status import seconds_behind
-from tests.conftest import _require_mariadbd
-from tests.helpers import Daemon, caught_up, current_binlog, run_cli, wait_for
+from tests.helpers import Daemon, caught_up, current_binlog, module_primary, run_cli, wait_for
 
 HOST = socket.gethostname()
 
@@ -24,11 +22,8 @@ HOST = socket.gethostname()
 @pytest.fixture(scope="module")
 def server(tmp_path_factory):
     """A primary of this module's own (old event timestamps go into its binlog)."""
-    _require_mariadbd()
-    srv = MariaDBSandbox(str(tmp_path_factory.mktemp("health-primary")),
-                         semi_sync_timeout_ms=1000).start()
-    srv.execute("CREATE DATABASE h", "CREATE TABLE h.t (id INT PRIMARY KEY AUTO_INCREMENT, "
-                "v INT)")
+    srv = module_primary(tmp_path_factory, "health-primary", "CREATE DATABASE h",
+                         "CREATE TABLE h.t (id INT PRIMARY KEY AUTO_INCREMENT, v INT)")
     yield srv
     srv.stop(remove=True)
 

@@ -13,21 +13,18 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from mysqlbackup.binlog.scan import iter_events
 from mysqlbackup.errors import UsageError
-from mysqlbackup.sandbox import MariaDBSandbox, find_binary, free_port
+from mysqlbackup.sandbox import free_port
 from mysqlbackup.stream.metrics import NULL_METRICS, StreamMetrics, parse_address
-from tests.helpers import Daemon, caught_up, current_binlog, read, run_cli, wait_for
+from tests.helpers import Daemon, caught_up, current_binlog, module_primary, read, run_cli, wait_for
 
 SERVER_ID = 4711
 
 
 @pytest.fixture(scope="module")
 def server(tmp_path_factory):
-    if find_binary("mariadbd") is None:
-        pytest.fail("mariadbd not found: run scripts/test.sh, which installs mariadb-server")
-    server = MariaDBSandbox(str(tmp_path_factory.mktemp("metrics-primary")),
-                            semi_sync_timeout_ms=5000).start()
-    server.execute("CREATE DATABASE m", "CREATE TABLE m.t (id INT PRIMARY KEY "
-                   "AUTO_INCREMENT, v TEXT)")
+    server = module_primary(tmp_path_factory, "metrics-primary", "CREATE DATABASE m",
+                            "CREATE TABLE m.t (id INT PRIMARY KEY AUTO_INCREMENT, v TEXT)",
+                            semi_sync_timeout_ms=5000)
     yield server
     server.stop(remove=True)
 

@@ -1,6 +1,5 @@
 """The disaster drill, end to end on real servers: archive -> dump -> DROP -> replay."""
 
-import os
 import re
 import signal
 import subprocess
@@ -15,7 +14,7 @@ from replay.job import ReplayOptions, run_replay
 from replay.planning.options import build_selection
 from replay.sinks.sqlfile import SqlFileSink
 from replay.sinks.target import TargetApplier
-from tests.helpers import REPO, Daemon, backup_dir, cli_env, current_binlog, wait_for
+from tests.helpers import REPO, Daemon, backup_dir, cli_env, wait_archived_to_the_end, wait_for
 
 TABLES = ["shop.customers", "shop.orders", "shop.ledger", "crm.notes"]
 
@@ -113,11 +112,7 @@ def drill(tmp_path_factory, s3):
         primary.execute(*[f"INSERT INTO crm.notes (body) VALUES ('after {i}')" for i in range(5)])
         final = checksums(primary)
         store = ArchiveStore(url, parse_options(options))
-        last = current_binlog(primary)
-        size = os.path.getsize(primary.binlog_path(last))
-        wait_for(lambda: any(k.endswith(f"-{size:012d}.json")
-                             for k in store.list(f"db1/partial/{last}")), timeout=60,
-                 what="the archive to hold the last transaction")
+        wait_archived_to_the_end(primary, store)
     finally:
         assert daemon.stop() == 0, daemon.output()
     yield {"primary": primary, "url": url, "options": parse_options(options), "dump": dump_sql,

@@ -24,7 +24,8 @@ from mysqlbackup.source.spec import SourceSpec
 from replay.planning.options import build_selection
 from replay.restore.run import RestoreOptions, run_restore
 from replay.restore.target import TargetNotEmpty
-from tests.helpers import REPO, Daemon, caught_up, cli_env, current_binlog, run_cli, wait_for
+from tests.helpers import (REPO, Daemon, caught_up, cli_env, current_binlog, run_cli,
+                           wait_archived_to_the_end, wait_for)
 
 TABLES = ["shop.items", "shop.orders", "shop.writes", "shop.log"]
 WRITERS = 3
@@ -156,11 +157,7 @@ def world(tmp_path_factory):
         w["final_ids"] = [r[0] for r in primary.execute("SELECT id FROM shop.writes ORDER BY id")]
         wait_for(lambda: caught_up(primary, root / "backup"), what="the daemon caught up")
         store = ArchiveStore(url)
-        last = current_binlog(primary)
-        size = os.path.getsize(primary.binlog_path(last))
-        wait_for(lambda: any(k.endswith(f"-{size:012d}.json")
-                             for k in store.list(f"db1/partial/{last}")), timeout=60,
-                 what="the archive to hold the last transaction")
+        wait_archived_to_the_end(primary, store)
     finally:
         assert daemon.stop() == 0, daemon.output()
     listing = ArchiveListing(ArchiveStore(url))

@@ -21,10 +21,9 @@ import time
 
 import pytest
 
-from mysqlbackup.sandbox import REPL_PASSWORD, MariaDBSandbox
+from mysqlbackup.sandbox import REPL_PASSWORD
 from mysqlbackup.stream.state import load_state
-from tests.conftest import _require_mariadbd
-from tests.helpers import REPO, cli_env, current_binlog, wait_for
+from tests.helpers import REPO, cli_env, current_binlog, module_primary, wait_for
 
 UNITS = os.path.join(REPO, "contrib", "systemd")
 INSTALLED = "/usr/local/bin/mysqlbackup"
@@ -112,11 +111,8 @@ def test_example_env_names_are_the_commands_options():
 
 @pytest.fixture(scope="module")
 def server(tmp_path_factory):
-    _require_mariadbd()
-    srv = MariaDBSandbox(str(tmp_path_factory.mktemp("notify-primary")),
-                         semi_sync_timeout_ms=1000).start()
-    srv.execute("CREATE DATABASE n", "CREATE TABLE n.t (id INT PRIMARY KEY AUTO_INCREMENT, "
-                "v INT)")
+    srv = module_primary(tmp_path_factory, "notify-primary", "CREATE DATABASE n",
+                         "CREATE TABLE n.t (id INT PRIMARY KEY AUTO_INCREMENT, v INT)")
     yield srv
     srv.stop(remove=True)
 

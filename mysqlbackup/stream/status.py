@@ -144,11 +144,11 @@ def format_status(status):
         f"source:           {st['source']} ({st['source_identity']}, {st['flavor']})",
         f"durable position: {st['durable_file']}:{st['durable_pos']}",
         f"gtid set:         {st['gtid'] or '-'}",
-        f"last ack:         " + (f"{ack['file']}:{ack['pos']}" if ack else "none"),
-        f"lag:              " + ("unknown" if st["lag_bytes"] is None
+        "last ack:         " + (f"{ack['file']}:{ack['pos']}" if ack else "none"),
+        "lag:              " + ("unknown" if st["lag_bytes"] is None
                                  else f"{st['lag_bytes']} bytes")
         + ("" if st.get("lag_s") is None else f", {st['lag_s']:.1f} s behind the source"),
-        f"checkpoint age:   " + ("unknown" if st["checkpoint_age_s"] is None
+        "checkpoint age:   " + ("unknown" if st["checkpoint_age_s"] is None
                                  else f"{st['checkpoint_age_s']:.1f} s"),
     ]
     return lines + _format_archive(status.get("archive"))
