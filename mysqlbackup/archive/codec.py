@@ -197,6 +197,10 @@ class Digest:
     def sha256(self):
         return self._sha.hexdigest()
 
+    def matches(self, size, sha256):
+        """True when what passed is ``size`` bytes with that sha256."""
+        return (self.size, self.sha256) == (size, sha256)
+
 
 @dataclass(frozen=True)
 class Digests:

@@ -13,13 +13,12 @@ certificate; with ``--target-ssl-mode required`` the restore's own connection to
 target (``RestoreTarget``, made before the load) has proved TLS is on offer.
 """
 
-import hashlib
 import os
 import subprocess
 import tempfile
 import time
 
-from mysqlbackup.archive.codec import decode
+from mysqlbackup.archive.codec import Digest, decode
 from mysqlbackup.base.client import find_tool, options_file
 from mysqlbackup.errors import CorruptBinlog, MysqlBackupError
 
@@ -41,20 +40,6 @@ def client_args(client, spec, option_file, logged=False):
             "--max-allowed-packet=1073741824", "--batch", "--binary-mode"]
 
 
-class Digests:
-    """Size and sha256 of one stream, as it passes."""
-
-    def __init__(self):
-        self.size, self.sha = 0, hashlib.sha256()
-
-    def update(self, data):
-        self.size += len(data)
-        self.sha.update(data)
-
-    def matches(self, size, sha256):
-        return (self.size, self.sha.hexdigest()) == (size, sha256)
-
-
 def load_dump(store, key, manifest, spec, progress=None, transform=None, keyring=None):
     """Stream the base object ``key`` into the target ``spec``; returns the raw bytes
     loaded. ``transform`` (optional): an object with ``feed(bytes) -> bytes`` and
@@ -68,7 +53,7 @@ def load_dump(store, key, manifest, spec, progress=None, transform=None, keyring
         proc = subprocess.Popen(client_args(client, spec, option_file, transform is not None),
                                 stdin=subprocess.PIPE,
                                 stdout=subprocess.DEVNULL, stderr=errors)
-        stored, raw = Digests(), Digests()
+        stored, raw = Digest(), Digest()
         try:
             stream_object(store, key, manifest, proc.stdin, (stored, raw), progress, transform,
                           keyring)
@@ -125,12 +110,12 @@ def check_digests(key, manifest, stored, raw):
     """CorruptBinlog naming the object when what streamed is not the manifest's."""
     if not stored.matches(manifest["stored_size"], manifest["sha256"]):
         raise CorruptBinlog(f"the stored object has {stored.size} bytes, sha256 "
-                            f"{stored.sha.hexdigest()[:16]}..., its manifest says "
+                            f"{stored.sha256[:16]}..., its manifest says "
                             f"{manifest['stored_size']} bytes, sha256 "
                             f"{manifest['sha256'][:16]}...: not the archived base", key)
     if not raw.matches(manifest["raw_size"], manifest["raw_sha256"]):
         raise CorruptBinlog(f"the dump decompresses to {raw.size} bytes, sha256 "
-                            f"{raw.sha.hexdigest()[:16]}..., its manifest says "
+                            f"{raw.sha256[:16]}..., its manifest says "
                             f"{manifest['raw_size']} bytes, sha256 "
                             f"{manifest['raw_sha256'][:16]}...: not the archived base", key)
 

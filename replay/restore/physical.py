@@ -24,11 +24,12 @@ from dataclasses import dataclass
 
 import pymysql
 
+from mysqlbackup.archive.codec import Digest
 from mysqlbackup.base.client import ToolError, find_tool
 from mysqlbackup.durable import write_bytes
 from mysqlbackup.errors import UsageError
 from mysqlbackup.sandbox import find_binary
-from replay.restore.load import Digests, check_digests, stream_object
+from replay.restore.load import check_digests, stream_object
 
 MARKER = "mysqlbackup-restore.json"
 START_TIMEOUT = 600.0       # seconds a started server may take to accept logins
@@ -91,7 +92,7 @@ def _extract(store, key, manifest, datadir, progress, keyring=None):
     with tempfile.TemporaryFile() as errors:
         proc = subprocess.Popen([find_tool(("mbstream",)), "-x", "-C", datadir],
                                 stdin=subprocess.PIPE, stdout=subprocess.DEVNULL, stderr=errors)
-        digests = (Digests(), Digests())
+        digests = (Digest(), Digest())
         try:
             stream_object(store, key, manifest, proc.stdin, digests, progress, None, keyring)
         except BrokenPipeError:
