@@ -64,8 +64,12 @@ def _identical(server, directory, start):
 def _wait_identical(server, directory, start):
     """Wait, with the daemon still running, until the copy matches: the server appends
     its BINLOG_CHECKPOINT to a new file some time after the rotation."""
-    wait_for(lambda: not _identical(server, directory, start), timeout=30,
-             what="the local files to equal the server's")
+    def stays_identical():  # equal now, and a second later (the late event came too)
+        if _identical(server, directory, start):
+            return False
+        time.sleep(1.0)
+        return not _identical(server, directory, start)
+    wait_for(stays_identical, timeout=30, what="the local files to equal the server's")
 
 
 def _assert_identical(server, directory, start):
