@@ -1,0 +1,297 @@
+"""``--apply native``: the target's own replication applier applies the binlogs.
+
+The target (MariaDB) is made a replica of a primary-side server on loopback
+(``replay.serve``, which serves the archived binlogs and stops at the stop point)
+through a replication connection of its own, named ``mysqlbackup_restore``:
+``gtid_slave_pos`` is set to the base's position, ``CHANGE MASTER ...
+MASTER_USE_GTID=slave_pos``, ``START SLAVE ... UNTIL master_gtid_pos = <end>``
+(the target cannot apply past the last transaction before the stop point even if
+more were sent), parallel apply on for the run. It is done when ``gtid_slave_pos``
+covers the end position, which ``expected_end`` computes from the archive's
+indexes (and, with a stop point inside a file, from that one file's
+transactions). Then ``STOP SLAVE``, ``RESET SLAVE ALL`` and the parallel settings
+put back, on errors too.
+
+Exactly-once comes from the target's own ``gtid_slave_pos`` (written in the
+transaction it records): a killed run, run again, finds the target ahead of the
+base and leaves it there, so every transaction is applied once.
+"""
+
+import logging
+import time
+from dataclasses import dataclass
+from datetime import datetime, timezone
+
+from mysqlbackup.binlog.gtid import MariaGtidPos
+from mysqlbackup.errors import MysqlBackupError, UsageError
+from replay.sinks.session import connect_target
+
+log = logging.getLogger(__name__)
+
+CONNECTION = "mysqlbackup_restore"   # the target's replication connection this tool owns
+PARALLEL_MODE = "optimistic"
+POLL = 0.1                          # seconds between looks at the target
+PROGRESS_EVERY = 5.0                # seconds between progress lines
+
+
+class NativeApplyError(MysqlBackupError):
+    """The target's replication stopped on an error (its IO or SQL thread)."""
+
+
+@dataclass(frozen=True)
+class End:
+    """Where the native apply ends: the target's GTID position after the last
+    transaction before the stop point, and what the report says of it."""
+
+    gtid_pos: MariaGtidPos
+    last_gtid: str = None
+    last_commit: float = None           # epoch seconds
+    stop_reason: str = "end of the archive"
+
+
+def expected_end(units, selection, start, url, options, keyring=None):
+    """The End of a replay of the planned ``units`` (replay.job.plan) under
+    ``selection`` from the GTID position ``start``: from the indexes, and from the
+    transactions of the one file a stop point falls in (decoded here, no Spark)."""
+    end, last = start.copy(), (None, None)
+    for unit in units:
+        index = unit["index"]
+        if _may_hold_stop(index, selection):
+            found = _walk_unit(unit, selection, start, url, options, keyring, last)
+            if found is not None:
+                return found
+        _merge(end, MariaGtidPos.parse(index.get("gtid_after") or ""))
+        if index.get("last_gtid"):
+            last = (index["last_gtid"], _epoch(index.get("last_commit")))
+    return End(end, *last)
+
+
+def _may_hold_stop(index, selection):
+    """True when the file of ``index`` may hold the transaction a stop point names."""
+    if selection.stop_before_gtid is not None:
+        after = MariaGtidPos.parse(index.get("gtid_after") or "")
+        return after.contains(*selection.stop_before_gtid)
+    if selection.stop_position is not None:
+        return index["name"] == selection.stop_position.file
+    if selection.stop_datetime is not None:
+        last = _epoch(index.get("last_commit"))
+        return last is not None and last >= selection.stop_datetime
+    return False
+
+
+def _walk_unit(unit, selection, start, url, options, keyring, last):
+    """The End inside ``unit`` (None: the stop is not in it)."""
+    from replay.job import decode_unit
+    result = decode_unit(unit, url, options, keyring)
+    if result["error"]:
+        raise MysqlBackupError(f"{unit['where']}: {result['error']['message']}")
+    pos = MariaGtidPos.parse(unit["index"].get("gtid_before") or "")
+    _merge(pos, start)
+    for trx in result["transactions"]:
+        decision, reason = selection.decide(trx)
+        if decision == "stop":
+            return End(pos, *last, stop_reason=reason)
+        if trx.maria_gtid:
+            pos.add(*trx.maria_gtid)
+            last = (trx.gtid, trx.commit_ts)
+    return None
+
+
+def _merge(pos, other):
+    for domain, (server_id, seq) in other.domains.items():
+        pos.add(domain, server_id, seq)
+
+
+def _epoch(text):
+    if not text:
+        return None
+    return datetime.strptime(text, "%Y-%m-%dT%H:%M:%SZ").replace(
+        tzinfo=timezone.utc).timestamp()
+
+
+def covers(pos, end):
+    """True when GTID position ``pos`` holds every domain of ``end`` at or past it."""
+    return all(pos.contains(d, s, n) for d, (s, n) in end.domains.items())
+
+
+def applied_count(before, after):
+    """Transactions between two GTID positions, by their sequence numbers (one source
+    numbers a domain's transactions one by one)."""
+    return sum(seq - (before.domains.get(d, (0, 0))[1])
+               for d, (_, seq) in after.domains.items())
+
+
+class NativeApply:
+    """The target as a replica of ``address`` for one run (one connection)."""
+
+    def __init__(self, spec, progress=None):
+        self.spec, self.progress = spec, progress or (lambda line: None)
+        self.conn = connect_target(spec)
+        self.saved = None
+
+    def _rows(self, sql, args=None):
+        with self.conn.cursor() as cur:
+            cur.execute(sql, args)
+            return cur.fetchall()
+
+    def _value(self, sql):
+        return self._rows(sql)[0][0]
+
+    def gtid_slave_pos(self):
+        """The target's ``gtid_slave_pos`` (MariaGtidPos)."""
+        return MariaGtidPos.parse(self._value("SELECT @@GLOBAL.gtid_slave_pos") or "")
+
+    def check(self, end):
+        """Refuse a target this cannot work on: not MariaDB, a replication connection
+        that is not ours, the source's own server_id (a replica skips such events).
+        A connection of ours left by a killed run is removed."""
+        version = self._value("SELECT VERSION()")
+        if "mariadb" not in version.lower():
+            raise UsageError(f"--apply native needs a MariaDB target; {self.spec.address} is "
+                             f"{version}: use --apply statements")
+        names = [row["Connection_name"] for row in self.slave_status(all_=True)]
+        foreign = [n or "(default)" for n in names if n != CONNECTION]
+        if foreign:
+            raise UsageError(f"the target {self.spec.address} already replicates (connection "
+                             f"{', '.join(foreign)}): --apply native makes it a replica of "
+                             "its own; remove that replication first, or use --apply "
+                             "statements")
+        if CONNECTION in names:
+            self.progress(f"native: removing the replication connection {CONNECTION} "
+                          "left by an earlier run")
+            self._reset()
+        server_id = int(self._value("SELECT @@GLOBAL.server_id"))
+        if server_id in {s for s, _ in end.domains.values()}:
+            raise UsageError(f"the target {self.spec.address} has server_id {server_id}, "
+                             "the source's: a replica skips the events of its own server_id; "
+                             "start the target with another server_id")
+
+    def slave_status(self, all_=False):
+        """SHOW SLAVE STATUS of our connection (a dict, or None), or of all (list)."""
+        with self.conn.cursor() as cur:
+            cur.execute("SHOW ALL SLAVES STATUS" if all_ else
+                        f"SHOW SLAVE '{CONNECTION}' STATUS")
+            names = [d[0] for d in cur.description]
+            rows = [dict(zip(names, row)) for row in cur.fetchall()]
+        return rows if all_ else (rows[0] if rows else None)
+
+    def set_start(self, start, fresh):
+        """``gtid_slave_pos`` to the base's ``start``, unless the target is at or past
+        it already and the base was not loaded by this run (a rerun: resume)."""
+        current = self.gtid_slave_pos()
+        if fresh or not covers(current, start):
+            self.conn.cursor().execute("SET GLOBAL gtid_slave_pos = %s", (str(start),))
+            return start
+        if current != start:
+            self.progress(f"native: the target is at GTID {current}, past the base's "
+                          f"{str(start) or '(none)'}: resuming from there")
+        return current
+
+    def parallel(self, threads):
+        """Turn parallel apply on (``threads`` > 0), keeping the target's settings."""
+        self.saved = (int(self._value("SELECT @@GLOBAL.slave_parallel_threads")),
+                      self._value("SELECT @@GLOBAL.slave_parallel_mode"))
+        with self.conn.cursor() as cur:
+            cur.execute("SET GLOBAL slave_parallel_threads = %s", (threads,))
+            cur.execute("SET GLOBAL slave_parallel_mode = %s", (PARALLEL_MODE,))
+
+    def start(self, host, port, user, password, end):
+        """CHANGE MASTER (our connection) and START SLAVE UNTIL ``end``."""
+        with self.conn.cursor() as cur:
+            cur.execute(f"CHANGE MASTER '{CONNECTION}' TO MASTER_HOST = %s, MASTER_PORT = %s, "
+                        "MASTER_USER = %s, MASTER_PASSWORD = %s, MASTER_USE_GTID = slave_pos, "
+                        "MASTER_CONNECT_RETRY = 1", (host, port, user, password))
+            cur.execute(f"START SLAVE '{CONNECTION}' UNTIL master_gtid_pos = %s", (str(end),))
+
+    def wait(self, end, timeout=None):
+        """Until ``gtid_slave_pos`` covers ``end``; NativeApplyError when a thread stops
+        on an error (or the SQL thread stops short), or after ``timeout`` seconds."""
+        started = last_line = time.monotonic()
+        while True:
+            pos = self.gtid_slave_pos()
+            if covers(pos, end):
+                return pos
+            status = self.slave_status() or {}
+            _check_threads(status, pos, end)
+            now = time.monotonic()
+            if timeout is not None and now - started > timeout:
+                raise NativeApplyError(f"the target did not reach GTID {end} in {timeout:.0f}s "
+                                       f"(it is at {pos}; {_state(status)})")
+            if now - last_line >= PROGRESS_EVERY:
+                self.progress(f"native: target at GTID {pos}, to reach {end} ({_state(status)})")
+                last_line = now
+            time.sleep(POLL)
+
+    def _reset(self):
+        with self.conn.cursor() as cur:
+            cur.execute(f"STOP SLAVE '{CONNECTION}'")
+            cur.execute(f"RESET SLAVE '{CONNECTION}' ALL")
+
+    def finish(self):
+        """STOP SLAVE, RESET SLAVE ALL (our connection), the parallel settings back."""
+        try:
+            if self.slave_status() is not None:
+                self._reset()
+        finally:
+            if self.saved is not None:
+                with self.conn.cursor() as cur:
+                    cur.execute("SET GLOBAL slave_parallel_threads = %s", (self.saved[0],))
+                    cur.execute("SET GLOBAL slave_parallel_mode = %s", (self.saved[1],))
+                self.saved = None
+
+    def close(self):
+        self.conn.close()
+
+
+def _check_threads(status, pos, end):
+    for thread in ("SQL", "IO"):
+        errno = status.get(f"Last_{thread}_Errno") or 0
+        if errno:
+            raise NativeApplyError(f"the target's replication {thread} thread failed at GTID "
+                                   f"{pos} (to reach {end}): error {errno}: "
+                                   f"{status.get(f'Last_{thread}_Error')}")
+    if status.get("Slave_SQL_Running") != "Yes":
+        raise NativeApplyError(f"the target's replication SQL thread stopped at GTID {pos} "
+                               f"short of {end} ({_state(status)})")
+
+
+def _state(status):
+    return (f"IO thread {status.get('Slave_IO_Running')}: {status.get('Slave_IO_State') or '-'}"
+            f"; SQL thread {status.get('Slave_SQL_Running')}: "
+            f"{status.get('Slave_SQL_Running_State') or '-'}")
+
+
+def apply_native(spec, address, user, password, start, end, fresh=True, threads=4,
+                 progress=None, timeout=None):
+    """Make the target ``spec`` apply, through its replication applier fed from
+    ``address`` (host, port; ``user``/``password`` its login), everything from the
+    GTID position ``start`` (the base's) to the End ``end``; returns the summary dict
+    ``run.report_lines`` reads. ``fresh``: the base was loaded by this run (else a
+    target ahead of ``start`` resumes from where it is)."""
+    progress = progress or (lambda line: None)
+    target = NativeApply(spec, progress)
+    try:
+        target.check(end.gtid_pos)
+        before = target.set_start(start, fresh)
+        summary = _summary(end, before, before)
+        if covers(before, end.gtid_pos):
+            progress(f"native: the target is already at GTID {before}: nothing to apply")
+            return summary
+        try:
+            target.parallel(threads)
+            target.start(*address, user, password, end.gtid_pos)
+            progress(f"native: the target replicates from {address[0]}:{address[1]} "
+                     f"({threads} parallel threads) from GTID {str(before) or '(none)'} to "
+                     f"{end.gtid_pos}")
+            after = target.wait(end.gtid_pos, timeout)
+        finally:
+            target.finish()
+        return _summary(end, before, after)
+    finally:
+        target.close()
+
+
+def _summary(end, before, after):
+    return {"applied": applied_count(before, after), "skipped": 0, "dropped_incomplete": [],
+            "stop_reason": end.stop_reason, "last_gtid": end.last_gtid,
+            "last_commit": end.last_commit, "gtid_pos": str(after), "apply": "native"}
