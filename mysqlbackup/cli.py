@@ -409,6 +409,30 @@ def base(source, password_file, tls, archive_url, archive_option, source_name, m
                f"{m['stored_size']} stored, {m['details']['elapsed']:.1f} s")
 
 
+@main.command()
+@archive_options
+@source_name_option
+@click.option("--window", required=True, metavar="DURATION", help="Keep every moment of the "
+              "last DURATION restorable (14d, 12h, 30m, 2w): the newest base older than that, "
+              "and every binlog file from it on.")
+@click.option("--keep-base", type=click.IntRange(0), default=0, show_default=True,
+              metavar="N", help="Also keep the N newest older bases, without their binlogs "
+              "(each restorable to its own moment only).")
+@click.option("--dry-run", is_flag=True, help="List what would go and why; delete nothing.")
+@handle_errors
+def retain(archive_url, archive_option, source_name, window, keep_base, dry_run):
+    """Delete what no promised moment needs: binlog files before the base the window
+    starts from, older bases beyond --keep-base, and objects left without their index
+    by a run cut short. Prints the recovery window before and after. Never deletes
+    what a running restore's lease names; each index goes before its object."""
+    from mysqlbackup.archive.prune import retain as run_retain
+    from mysqlbackup.archive.retention import parse_duration
+    seconds = parse_duration(window)
+    store = open_store(archive_url, archive_option)
+    run_retain(store, seconds, keep_base, dry_run, source_name and
+               check_source_name(source_name), echo=click.echo)
+
+
 @archive.command("import")
 @click.argument("directory", type=click.Path(exists=True, file_okay=False))
 @archive_options

@@ -1,0 +1,132 @@
+"""``mysqlbackup retain``: read the archive's facts, plan (``retention``), delete.
+
+Each deletion removes the index first, then the object (a base: its manifest, then
+its members), so an object is never taken as whole once its deletion began: one
+left behind by a run cut short has no index, counts as never archived
+(``verify`` notes it, restore does not read it), and the next run removes it.
+Just before each deletion the source's leases are read again: a restore that
+started since the plan stops the run (nothing more is deleted; run it again).
+"""
+
+import time
+
+from mysqlbackup.archive.lease import live_leases
+from mysqlbackup.archive.listing import ArchiveListing
+from mysqlbackup.archive.names import BASE_INDEX, base_prefix, lease_prefix, parse_key
+from mysqlbackup.archive.retention import (Facts, describe_plan, format_window,
+                                           plan_retention)
+from mysqlbackup.errors import CorruptBinlog
+
+
+def read_facts(listing, source, now):
+    """The retention Facts of ``source`` from an ArchiveListing (indexes and manifests
+    read and validated; a damaged one raises CorruptBinlog: retention stops)."""
+    sealed, unindexed = [], []
+    for name in listing.sealed_names(source):
+        slots = listing.sealed[source][name]
+        if slots.get("index"):
+            sealed.append(listing.index(source, name))
+        elif slots.get("data"):
+            unindexed.append(name)
+    manifests = [listing.base_manifest(source, b) for b in listing.base_ids(source)]
+    loose = [b for b, members in listing.bases[source].items() if BASE_INDEX not in members]
+    return Facts(source, tuple(sealed), tuple(manifests), listing.partial_index(source),
+                 tuple(unindexed), tuple(sorted(loose)),
+                 tuple(live_leases(listing, source, now)))
+
+
+class _Leases:
+    """The lease part of a listing, read again (what ``live_leases`` looks at)."""
+
+    def __init__(self, store, source):
+        self.store = store
+        self.leases = {source: {}}
+        for relative in store.list(lease_prefix(source)):
+            key = parse_key(relative)
+            if key is not None and key.kind == "lease":
+                self.leases[source][key.name] = relative
+
+
+def new_lease(store, plan, now=None):
+    """The id of a live lease of the plan's source that the plan did not honour, or None."""
+    fresh = live_leases(_Leases(store, plan.source), plan.source, now)
+    return next((str(b.get("id")) for b in fresh if str(b.get("id")) not in plan.lease_ids),
+                None)
+
+
+def object_keys(listing, source, item):
+    """The objects of one deletion, in the order they go: index (manifest) first."""
+    if item.kind in ("binlog", "orphan binlog"):
+        slots = listing.sealed[source][item.name]
+        return [k for k in (slots.get("index"), slots.get("data")) if k]
+    members = listing.bases[source][item.name]
+    return ([members[BASE_INDEX]] if BASE_INDEX in members else []) + sorted(
+        key for member, key in members.items() if member != BASE_INDEX)
+
+
+def execute(listing, plan, echo=print, clock=time.time):
+    """Delete the plan's items, each index first; returns (deleted items, the lease id
+    that stopped the run or None)."""
+    store, done = listing.store, []
+    for item in plan.deletions:
+        lease_id = new_lease(store, plan, clock())
+        if lease_id:
+            echo(f"stopped: a restore started (lease {lease_id}); nothing more is deleted "
+                 "(run retain again)")
+            return done, lease_id
+        for key in object_keys(listing, plan.source, item):
+            try:
+                store.remove(key)
+            except FileNotFoundError:
+                pass  # gone already (another retain run)
+        if item.kind in ("base", "orphan base"):
+            store.remove_empty_folder(base_prefix(plan.source, item.name))
+        echo(f"deleted {item.describe()}")
+        done.append(item)
+    return done, None
+
+
+def retain(store, window, keep_base=0, dry_run=False, source=None, echo=print, now=None):
+    """Plan and (unless ``dry_run``) apply retention to every source (or ``source``) of
+    the archive; returns the list of plans. Prints the window before, each deletion
+    (or would-be deletion) and why, and the window after (read again from the archive
+    after a real run)."""
+    now = time.time() if now is None else now
+    listing = ArchiveListing(store)
+    plans = []
+    for src in ([source] if source else listing.sources()):
+        plan = plan_retention(read_facts(listing, src, now), now, window, keep_base)
+        plans.append(plan)
+        for line in describe_plan(plan):
+            echo(line)
+        if not plan.deletions:
+            echo("nothing to delete")
+        if dry_run:
+            for item in plan.deletions:
+                echo(f"would delete {item.describe()}")
+            _echo_windows("window after", plan.after, echo)
+            continue
+        execute(listing, plan, echo)
+        _echo_windows("window after", windows_now(store, src), echo)
+    return plans
+
+
+def windows_now(store, source):
+    """The recovery windows of ``source`` as the archive holds them now."""
+    from mysqlbackup.archive.window import recovery_windows
+    listing = ArchiveListing(store)
+    manifests = []
+    for base_id in listing.base_ids(source):
+        try:
+            manifests.append(listing.base_manifest(source, base_id))
+        except (CorruptBinlog, FileNotFoundError):
+            continue
+    runs, _ = listing.chain(source)
+    return recovery_windows(source, runs, manifests)
+
+
+def _echo_windows(label, windows, echo):
+    for w in windows:
+        echo(f"{label}: {format_window(w)}")
+    if not windows:
+        echo(f"{label}: none")

@@ -1,0 +1,223 @@
+"""What ``mysqlbackup retain`` may delete (pure: the archive's facts in, a plan out).
+
+The rule, per source: the oldest promised moment is ``now - window``. The *anchor*
+is the newest base backup whose ``end_time`` is at or before it and that sits in
+the archived binlogs (window.locate); it stays, with every binlog file from the
+first one a restore from it reads (a file holding the cut point is kept whole).
+Older bases go, except the ``keep_base`` newest of them, kept without their
+binlogs (tiered retention). Binlog files before the anchor's first file go, and
+so do objects left without their index or manifest by an earlier run that
+stopped midway (never indexed, they never counted as archived).
+
+Nothing that a live lease names is deleted: its base and every binlog file from
+the first its restore reads; a lease whose base is unknown (damaged, or a base
+this listing does not hold) keeps everything. Without an anchor (no base old
+enough, or none in the binlogs) nothing is deleted. The newest base and the
+binlogs after it are never deleted: the anchor is at most the newest base.
+"""
+
+import re
+from dataclasses import dataclass, field
+from typing import Optional
+
+from mysqlbackup.archive.window import build_runs, epoch, iso, locate, recovery_windows
+from mysqlbackup.binlog.names import binlog_sort_key
+from mysqlbackup.errors import UsageError
+
+_DURATION = re.compile(r"^(\d+)([smhdw])$")
+_UNIT_SECONDS = {"s": 1, "m": 60, "h": 3600, "d": 86400, "w": 7 * 86400}
+
+
+def parse_duration(text):
+    """Seconds of a duration such as ``14d``, ``12h``, ``30m``, ``90s`` or ``2w``."""
+    m = _DURATION.match((text or "").strip())
+    if not m or int(m[1]) == 0:
+        raise UsageError(f"bad duration {text!r}: a positive whole number and one unit of "
+                         "s, m, h, d, w (e.g. 14d, 12h, 30m)")
+    return int(m[1]) * _UNIT_SECONDS[m[2]]
+
+
+@dataclass(frozen=True)
+class Facts:
+    """What the archive holds for one source, as retention needs it."""
+
+    source: str
+    sealed: tuple                  # index dicts of the sealed files with an index, oldest first
+    manifests: tuple               # sound base manifests
+    partial: Optional[dict] = None  # the active file's merged index
+    unindexed: tuple = ()          # sealed binlog objects without an index (names)
+    loose_bases: tuple = ()        # base ids with objects but no manifest
+    leases: tuple = ()             # live lease bodies
+
+
+@dataclass(frozen=True)
+class Item:
+    """One binlog file or base backup, and why it goes or stays."""
+
+    kind: str     # "binlog", "base", "orphan binlog" (no index), "orphan base" (no manifest)
+    name: str     # binlog file name or base id
+    reason: str
+
+    def describe(self):
+        return f"{self.kind} {self.name}: {self.reason}"
+
+
+@dataclass(frozen=True)
+class RetentionPlan:
+    """What goes, what stays among the bases, and the windows before and after."""
+
+    source: str
+    promised: float                # epoch: every moment from here on stays restorable
+    anchor: Optional[dict]         # manifest of the base the window starts from
+    deletions: tuple               # Items, oldest binlog first, then bases, then orphans
+    kept: tuple                    # Items: the bases kept, and why
+    before: tuple                  # window.Window list, now
+    after: tuple                   # window.Window list once the deletions are done
+    lease_ids: tuple               # the live leases the plan honoured
+    note: Optional[str] = None     # why nothing may go (no anchor, an unknown lease)
+
+
+@dataclass
+class _Protect:
+    everything: Optional[str] = None         # why nothing may go
+    bases: dict = field(default_factory=dict)  # base id -> reason
+    from_position: Optional[int] = None      # binlogs at or after it stay (global order)
+    why_binlogs: str = ""
+
+
+def plan_retention(facts, now, window, keep_base=0):
+    """The RetentionPlan of ``facts`` at ``now`` (epoch) for a window of ``window``
+    seconds and ``keep_base`` older bases kept (without binlogs)."""
+    promised = now - window
+    runs, _ = build_runs(facts.source, list(facts.sealed), facts.partial)
+    before = recovery_windows(facts.source, runs, list(facts.manifests))
+    order = {index["name"]: i for i, index in enumerate(facts.sealed)}
+    anchor = _anchor(runs, facts.manifests, promised)
+    protect = _leased(facts, runs, order)
+    if anchor is None:
+        protect.everything = protect.everything or (
+            f"no base backup in the archived binlogs ended at or before {iso(promised)}: "
+            "nothing is deleted (every base and binlog may be needed)")
+    base_items, kept = _bases(facts, anchor, keep_base, protect, promised)
+    binlogs = _binlogs(facts, anchor, runs, order, protect)
+    deletions = () if protect.everything else tuple(binlogs + base_items)
+    return RetentionPlan(facts.source, promised, anchor, deletions, tuple(kept),
+                         tuple(before), tuple(_after(facts, deletions)),
+                         tuple(str(lease.get("id")) for lease in facts.leases),
+                         protect.everything)
+
+
+def _anchor(runs, manifests, promised):
+    """The newest base ended at or before ``promised`` that sits in a run, or None."""
+    old = [m for m in manifests if epoch(m["end_time"]) <= promised]
+    placed = [m for m in old if any(locate(run, m) is not None for run in runs)]
+    return max(placed, key=lambda m: m["id"]) if placed else None
+
+
+def _first_position(runs, manifest, order):
+    """Global position (in ``order``) of the first sealed file a restore from
+    ``manifest`` reads; len(order) when it starts in the active file; None when the
+    base sits in no run."""
+    for run in reversed(runs):
+        at = locate(run, manifest)
+        if at is not None:
+            return order.get(run.spans[at].name, len(order))
+    return None
+
+
+def _leased(facts, runs, order):
+    """What the live leases keep: their bases, and binlogs from the first they read."""
+    protect = _Protect()
+    by_id = {m["id"]: m for m in facts.manifests}
+    for lease in facts.leases:
+        lease_id, base_id = lease.get("id"), lease.get("base")
+        first = _first_position(runs, by_id[base_id], order) if base_id in by_id else None
+        if first is None:
+            protect.everything = (f"a restore holds lease {lease_id} (base {base_id or '?'} "
+                                  "not found in the binlogs): nothing is deleted")
+            continue
+        protect.bases[base_id] = f"a restore holds lease {lease_id} on it"
+        if protect.from_position is None or first < protect.from_position:
+            protect.from_position = first
+            protect.why_binlogs = f"a restore (lease {lease_id}, base {base_id}) reads it"
+    return protect
+
+
+def _bases(facts, anchor, keep_base, protect, promised):
+    """(deletions, kept) among the bases: the anchor and newer stay, ``keep_base`` older
+    ones stay without binlogs, leased ones stay, the rest go; abandoned uploads (no
+    manifest) older than the anchor go too."""
+    kept, gone = [], []
+    if anchor is None:
+        return [], [Item("base", m["id"], "kept: no base is old enough to start the window")
+                    for m in sorted(facts.manifests, key=lambda m: m["id"])]
+    tiers = 0
+    for m in sorted(facts.manifests, key=lambda m: m["id"], reverse=True):
+        if m["id"] > anchor["id"]:
+            kept.append(Item("base", m["id"], f"kept: newer than base {anchor['id']} (in the "
+                             "window)"))
+        elif m["id"] == anchor["id"]:
+            kept.append(Item("base", m["id"], f"kept: the newest base ended at or before "
+                             f"{iso(promised)}: the window starts from it"))
+        elif tiers < keep_base:
+            tiers += 1
+            kept.append(Item("base", m["id"], f"kept: --keep-base {keep_base} (restorable to "
+                             f"its own moment {m['end_time']}; its binlogs go)"))
+        elif m["id"] in protect.bases:
+            kept.append(Item("base", m["id"], "kept: " + protect.bases[m["id"]]))
+        else:
+            gone.append(Item("base", m["id"], f"older than base {anchor['id']}, where the "
+                             f"window starts, and beyond --keep-base {keep_base}"))
+    gone += [Item("orphan base", b, f"no manifest (an upload abandoned, or a deletion cut "
+                  f"short), older than base {anchor['id']}")
+             for b in sorted(facts.loose_bases) if b < anchor["id"]
+             and b not in protect.bases]
+    return gone, sorted(kept, key=lambda item: item.name)
+
+
+def _binlogs(facts, anchor, runs, order, protect):
+    """Sealed files before the anchor's first file (and before any leased base's), and
+    unindexed objects that sort before that file."""
+    if anchor is None:
+        return []
+    start = _first_position(runs, anchor, order)
+    first_name = (facts.sealed[start]["name"] if start < len(facts.sealed)
+                  else (facts.partial or {}).get("name"))
+    limit = start if protect.from_position is None else min(start, protect.from_position)
+    items = [Item("binlog", index["name"], f"before {first_name}, the first file a restore "
+                  f"from base {anchor['id']} reads")
+             for index in facts.sealed[:limit]]
+    first_kept = (facts.sealed[limit]["name"] if limit < len(facts.sealed) else first_name)
+    if first_kept:
+        items += [Item("orphan binlog", name, f"no index (a deletion cut short, or never "
+                       f"verified), before {first_kept}")
+                  for name in sorted(facts.unindexed, key=binlog_sort_key)
+                  if binlog_sort_key(name) < binlog_sort_key(first_kept)]
+    return items
+
+
+def _after(facts, deletions):
+    """The recovery windows once ``deletions`` are done."""
+    gone = {(item.kind, item.name) for item in deletions}
+    sealed = [i for i in facts.sealed if ("binlog", i["name"]) not in gone]
+    manifests = [m for m in facts.manifests if ("base", m["id"]) not in gone]
+    runs, _ = build_runs(facts.source, sealed, facts.partial)
+    return recovery_windows(facts.source, runs, manifests)
+
+
+def format_window(window):
+    """One line of a window.Window, as ``archive ls`` words it."""
+    return (f"restorable from {window.start} to {window.end} (base {window.base_id}, up to "
+            f"GTID {window.end_gtid}, {window.first_file} .. {window.last_file})")
+
+
+def describe_plan(plan, keep_base=0):
+    """The lines ``retain`` prints before deleting (or instead, with --dry-run)."""
+    lines = [f"retain {plan.source}: every moment from {iso(plan.promised)} on is to stay "
+             "restorable"]
+    lines += [f"window before: {format_window(w)}" for w in plan.before] or [
+        "window before: none (no base backup sits in the archived binlogs)"]
+    if plan.note:
+        lines.append(f"note: {plan.note}")
+    lines += [item.describe() for item in plan.kept]
+    return lines
