@@ -4,8 +4,7 @@ bases, leases, no base old enough, orphans, holes; and durations."""
 
 import pytest
 
-from mysqlbackup.archive.retention import (Facts, describe_plan, parse_duration,
-                                           plan_retention)
+from mysqlbackup.archive.retention import Facts, describe_plan, parse_duration, plan_retention
 from mysqlbackup.archive.window import iso
 from mysqlbackup.errors import UsageError
 

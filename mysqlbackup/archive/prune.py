@@ -13,8 +13,7 @@ import time
 from mysqlbackup.archive.lease import live_leases
 from mysqlbackup.archive.listing import ArchiveListing
 from mysqlbackup.archive.names import BASE_INDEX, base_prefix, lease_prefix, parse_key
-from mysqlbackup.archive.retention import (Facts, describe_plan, format_window,
-                                           plan_retention)
+from mysqlbackup.archive.retention import Facts, describe_plan, format_window, plan_retention
 from mysqlbackup.errors import CorruptBinlog
 
 
