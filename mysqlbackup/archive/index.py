@@ -13,7 +13,7 @@ from datetime import datetime, timezone
 from mysqlbackup.binlog import events as ev
 from mysqlbackup.binlog.gtid import gtid_text
 from mysqlbackup.binlog.scan import iter_events
-from mysqlbackup.binlog.transactions import TrxTracker
+from mysqlbackup.binlog.transactions import IN_TRX, INERT_IN_TRX, TrxTracker
 from mysqlbackup.errors import CorruptBinlog
 
 INDEX_VERSION = 1
@@ -39,6 +39,8 @@ def build_index(data, name, predecessor=None, start=0, tracker=None, source=None
     offset = 4 if start == 0 else 0
     checksum = None if start == 0 else tracker.checksum
     for off, event in iter_events(data, offset, checksum, file=where or name, base=start):
+        if tracker.state == IN_TRX and event[4] in INERT_IN_TRX:
+            continue  # the bulk of a row-based file: nothing to count
         _account(info, tracker, event, off == 4)
         if event[4] == ev.FORMAT_DESCRIPTION and start == 0:
             before = None
@@ -51,6 +53,8 @@ def build_index(data, name, predecessor=None, start=0, tracker=None, source=None
         "gtid_before": before,
         "gtid_after": str(tracker.gtids) if tracker.gtids is not None else None,
         "complete_transactions": tracker.at_boundary, **info,
+        "first_commit": info["first_commit"] and utc(info["first_commit"]),
+        "last_commit": info["last_commit"] and utc(info["last_commit"]),
     }
 
 
@@ -62,9 +66,8 @@ def _account(info, tracker, event, is_first):
     tracker.feed(event)
     if tracker.transactions > count:
         info["transactions"] += 1
-        when = utc(header.timestamp)
-        info["first_commit"] = info["first_commit"] or when
-        info["last_commit"] = when
+        info["first_commit"] = info["first_commit"] or header.timestamp
+        info["last_commit"] = header.timestamp  # a timestamp until build_index ends
         gtid = gtid_text(tracker.last_gtid)
         if gtid:
             info["first_gtid"] = info["first_gtid"] or gtid

@@ -8,6 +8,9 @@ first violation raises CorruptBinlog with the offset of the bad event.
 ``EventStream`` does the same over a file fed in chunks, holding one event at most.
 """
 
+import struct
+from zlib import crc32
+
 from mysqlbackup.binlog import events as ev
 from mysqlbackup.errors import CorruptBinlog
 
@@ -43,9 +46,19 @@ def iter_events(buf, start, checksum, file=None, limit=None, check_log_pos=True,
     view = memoryview(buf)
     off, count, end = start, 0, len(view)
     while off < end and (limit is None or count < limit):
-        event, checksum = check_event(view, off, end, checksum, file, check_log_pos, base)
+        etype, size, log_pos = _unpack_frame(view, off + 4) if end - off >= 19 else (0, 0, 0)
+        if size < 19 or off + size > end or (
+                check_log_pos and log_pos and log_pos != base + off + size):
+            _framed_size(view, off, end, file, check_log_pos, base)  # raises what is wrong
+        event = view[off:off + size]
+        if etype == ev.FORMAT_DESCRIPTION:
+            checksum = ev.parse_format_description(event).checksum_alg == ev.CHECKSUM_CRC32
+            if checksum and not ev.crc_ok(event):
+                _crc_mismatch(event, file, base + off)
+        elif checksum and crc32(event[:-4]) != _unpack_crc(view, off + size - 4)[0]:
+            _crc_mismatch(event, file, base + off)
         yield base + off, event
-        off += len(event)
+        off += size
         count += 1
 
 
@@ -58,8 +71,7 @@ def check_event(view, off, end, checksum, file=None, check_log_pos=True, base=0)
     if event[4] == ev.FORMAT_DESCRIPTION:
         checksum = ev.parse_format_description(event).checksum_alg == ev.CHECKSUM_CRC32
     if checksum and not ev.crc_ok(event):
-        raise CorruptBinlog(f"CRC32 mismatch in {ev.event_name(event[4])} event", file,
-                            base + off)
+        _crc_mismatch(event, file, base + off)
     return event, checksum
 
 
@@ -118,18 +130,38 @@ class EventStream:
 
 def _take_event(view, off, end, file, check_log_pos, base):
     """The whole event starting at ``off``; raise CorruptBinlog if torn or malformed."""
-    at = base + off
+    return view[off:off + _framed_size(view, off, end, file, check_log_pos, base)]
+
+
+def _framed_size(view, off, end, file, check_log_pos, base):
+    """The size of the event at ``off`` once its framing is checked (the hot path of
+    every scan: one unpack, no header object)."""
     if end - off < ev.HEADER_LEN:
-        raise CorruptBinlog(f"torn event: {end - off} bytes left, header needs 19", file, at)
-    header = ev.parse_header(view, off)
+        raise CorruptBinlog(f"torn event: {end - off} bytes left, header needs 19", file,
+                            base + off)
+    etype, size, log_pos = _unpack_frame(view, off + 4)
+    if size < ev.HEADER_LEN or off + size > end or (
+            check_log_pos and log_pos and log_pos != base + off + size):
+        _bad_frame(ev.parse_header(view, off), end - off, file, check_log_pos, base + off)
+    return size
+
+
+def _bad_frame(header, left, file, check_log_pos, at):
     if header.size < ev.HEADER_LEN:
         raise CorruptBinlog(f"event size {header.size} is smaller than a header", file, at)
-    if off + header.size > end:
+    if header.size > left:
         raise CorruptBinlog(
             f"torn event: {ev.event_name(header.type)} of {header.size} bytes, "
-            f"{end - off} left in the file", file, at)
-    if check_log_pos and header.log_pos not in (0, at + header.size):
-        raise CorruptBinlog(
-            f"{ev.event_name(header.type)} event says it ends at {header.log_pos}, "
-            f"it ends at {at + header.size}", file, at)
-    return view[off:off + header.size]
+            f"{left} left in the file", file, at)
+    raise CorruptBinlog(
+        f"{ev.event_name(header.type)} event says it ends at {header.log_pos}, "
+        f"it ends at {at + header.size}", file, at)
+
+
+def _crc_mismatch(event, file, at):
+    raise CorruptBinlog(f"CRC32 mismatch in {ev.event_name(event[4])} event", file, at)
+
+
+# type (1 byte), skip server_id, size and log_pos: bytes 4..17 of the header
+_unpack_frame = struct.Struct("<B4xII").unpack_from
+_unpack_crc = struct.Struct("<I").unpack_from

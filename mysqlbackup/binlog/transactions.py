@@ -25,6 +25,9 @@ _NEUTRAL = {
     ev.INCIDENT, ev.START_V3,
 }
 _ENDERS = {ev.XID, ev.XA_PREPARE}
+# Events ``feed`` does nothing with while a transaction is open (``state`` IN_TRX): its
+# row events and what goes with them; a scan may leave them out of ``feed``.
+INERT_IN_TRX = ev.ROWS_EVENTS | {ev.TABLE_MAP, ev.MARIA_ANNOTATE_ROWS}
 
 
 def classify_sql(sql):
