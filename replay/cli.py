@@ -22,6 +22,11 @@ from mysqlbackup.source.spec import PASSWORD_ENV, source_from_options
               "and REPLICATION SLAVE ADMIN) and write access to mysqlbackup_replay.")
 @click.option("--target-password-file", type=click.Path(dir_okay=False))
 @ssl_options("target-")
+@click.option("--apply", "apply_mode", type=click.Choice(["statements", "native"]),
+              default="statements", show_default=True, help="With --target: statements (this "
+              "job applies them) or native (the target's own replication applier, fed by "
+              "mysqlbackup serve on loopback, --workers parallel threads; MariaDB, needs "
+              "--start-gtid, no filters, exclusions or --start-position).")
 @click.option("--workers", type=click.IntRange(1, 64), default=4, show_default=True,
               help="Connections to the target where every transaction gets a commit of "
               "its own (a target with a binlog, or --merge 1). Transactions the binlog "
@@ -60,7 +65,7 @@ from mysqlbackup.source.spec import PASSWORD_ENV, source_from_options
 @identity_option
 @handle_errors
 def replay(archive_url, archive_option, source_name, target, target_password_file,
-           target_tls, workers,
+           target_tls, apply_mode, workers,
            merge, sql_path,
            parquet_url, start_gtid, start_position, stop_datetime, stop_before_gtid,
            stop_position, exclude_gtids, databases, tables, rewrites, allow_gaps, master,
@@ -69,11 +74,13 @@ def replay(archive_url, archive_option, source_name, target, target_password_fil
     only complete transactions in commit order, exactly once."""
     if [bool(target), bool(sql_path), bool(parquet_url)].count(True) != 1:
         raise click.UsageError("give exactly one of --target, --sql and --parquet")
+    if apply_mode == "native" and not target:
+        raise click.UsageError("--apply native applies to a server: give --target")
     from mysqlbackup.archive.codec import keyring_from
     from mysqlbackup.archive.store import parse_options
     from replay.job import ReplayOptions, run_replay
-    from replay.progress import reporter
     from replay.planning.options import build_selection
+    from replay.progress import reporter
     from replay.sinks.sqlfile import SqlFileSink
     from replay.sinks.target import TargetApplier
     selection = build_selection(start_gtid, start_position, stop_datetime, stop_before_gtid,
@@ -84,6 +91,8 @@ def replay(archive_url, archive_option, source_name, target, target_password_fil
     if target:
         spec = source_from_options(target, target_password_file, (
             "MYSQLBACKUP_TARGET_PASSWORD", PASSWORD_ENV), target_tls)
+        if apply_mode == "native":
+            return _replay_native(opts, spec, workers)
         sink = TargetApplier(spec, workers, merge)
     elif sql_path:
         sink = SqlFileSink(sql_path)
@@ -110,6 +119,21 @@ def replay(archive_url, archive_option, source_name, target, target_password_fil
                    f"{summary['target_commits']} commits; workers: {summary['workers']} "
                    f"connection(s) used, {summary['parallel_applied']} transactions in "
                    f"parallel batches")
+
+
+def _replay_native(opts, spec, workers):
+    """``--apply native``: the target's replication applier, fed by serve."""
+    from replay.progress import reporter
+    from replay.restore.native import run_native
+    progress = reporter(lambda line: click.echo(line, err=True))
+    try:
+        summary = run_native(opts, spec, workers, progress=progress)
+    finally:
+        progress.close()
+    click.echo(f"replay of {summary['source']}: {summary['applied']} applied by the target's "
+               f"replication applier (native), {summary['files']} files; stopped: "
+               f"{summary['stop_reason']}")
+    click.echo(f"target: at GTID {summary['gtid_pos']}")
 
 
 def _missing(option):

@@ -6,42 +6,81 @@ already replicates or has the source's server_id is refused."""
 
 import pytest
 
+from mysqlbackup.archive.store import ArchiveStore
 from mysqlbackup.binlog.gtid import MariaGtidPos
 from mysqlbackup.errors import UsageError
 from mysqlbackup.sandbox import REPL_PASSWORD, REPL_USER
 from mysqlbackup.source.spec import SourceSpec
+from replay.planning.options import build_selection
 from replay.restore.native import CONNECTION, End, apply_native
-from tests.helpers import module_primary
+from replay.restore.run import RestoreOptions, run_restore
+from tests.helpers import (Daemon, caught_up, module_primary, run_cli, wait_archived_to_the_end,
+                           wait_for)
 
 TABLES = "n.items, n.log"
 
 
 @pytest.fixture(scope="module")
 def primary(tmp_path_factory):
-    server = module_primary(
-        tmp_path_factory, "native-primary", "CREATE DATABASE n",
-        "CREATE TABLE n.items (id INT PRIMARY KEY, v VARCHAR(40))",
-        "CREATE TABLE n.log (at INT, note VARCHAR(40))")  # no key: a twice would show
-    conn = server.root()
-    with conn.cursor() as cur:
-        for i in range(150):
-            cur.execute("INSERT INTO n.items VALUES (%s, 'one')", (i,))
-            cur.execute("INSERT INTO n.log VALUES (%s, 'first')", (i,))
-        cur.execute("SELECT @@gtid_binlog_pos")
-        server.middle = cur.fetchone()[0]
-        server.middle_sums = dict(server.execute(f"CHECKSUM TABLE {TABLES}"))
-        for i in range(150):
-            cur.execute("UPDATE n.items SET v = 'two' WHERE id = %s", (i,))
-            cur.execute("INSERT INTO n.log VALUES (%s, 'second')", (i,))
-    conn.close()
-    server.end = server.execute("SELECT @@gtid_binlog_pos")[0][0]
-    server.sums = dict(server.execute(f"CHECKSUM TABLE {TABLES}"))
+    """A primary archived by the daemon to file://, a base taken half way; the GTIDs and
+    checksums of the middle (the base), of a stop point and of the end recorded."""
+    root = tmp_path_factory.mktemp("native")
+    server = module_primary(tmp_path_factory, "native-primary")
+    server.url_archive = f"file://{root / 'archive'}"
+    daemon = Daemon(server, root / "backup", "--archive", server.url_archive,
+                    "--archive-interval", "0.3", "--source-name", "db1").start()
+    try:
+        server.execute("CREATE DATABASE n",
+                       "CREATE TABLE n.items (id INT PRIMARY KEY, v VARCHAR(40))",
+                       "CREATE TABLE n.log (at INT, note VARCHAR(40))")  # no key: twice shows
+        write(server, "INSERT INTO n.items VALUES (%s, 'one')", "INSERT INTO n.log VALUES "
+              "(%s, 'first')")
+        server.middle = gtid_pos(server)
+        server.middle_sums = sums(server)
+        base = run_cli("base", "--source", f"mysql://root@127.0.0.1:{server.port}",
+                       "--archive", server.url_archive, "--source-name", "db1", password="",
+                       timeout=120)
+        assert base.returncode == 0, base.stderr
+        write(server, "UPDATE n.items SET v = 'two' WHERE id = %s", "INSERT INTO n.log VALUES "
+              "(%s, 'second')", stop_at=100)
+        server.end, server.sums = gtid_pos(server), sums(server)
+        wait_for(lambda: caught_up(server, root / "backup"), what="the daemon caught up")
+        wait_archived_to_the_end(server, ArchiveStore(server.url_archive))
+    finally:
+        assert daemon.stop() == 0, daemon.output()
     yield server
     server.stop(remove=True)
 
 
+def write(server, *statements, stop_at=None):
+    """150 rounds of ``statements`` (each one autocommit transaction); the GTID of the
+    round ``stop_at`` begins with and the checksums before it are kept on ``server``."""
+    conn = server.root()
+    with conn.cursor() as cur:
+        for i in range(150):
+            if i == stop_at:
+                server.stop_sums, pos = sums(server), gtid_pos(server)
+                d, s, n = map(int, pos.split("-"))
+                server.stop_gtid = f"{d}-{s}-{n + 1}"
+            for sql in statements:
+                cur.execute(sql, (i,))
+    conn.close()
+
+
+def gtid_pos(server):
+    return server.execute("SELECT @@gtid_binlog_pos")[0][0]
+
+
+def sums(server):
+    return dict(server.execute(f"CHECKSUM TABLE {TABLES}"))
+
+
 def spec_of(server):
     return SourceSpec("127.0.0.1", server.port, "root", "")
+
+
+def seq(gtid):
+    return int(gtid.split("-")[2])
 
 
 def native(target, primary, end, fresh=True, start=""):
@@ -58,7 +97,7 @@ def test_applies_to_the_end_and_puts_the_parallel_settings_back(primary, make_se
     target.execute("SET GLOBAL slave_parallel_mode = 'minimal'")
     summary, lines = native(target, primary, primary.end)
     assert dict(target.execute(f"CHECKSUM TABLE {TABLES}")) == primary.sums
-    assert summary["applied"] == int(primary.end.split("-")[2])
+    assert summary["applied"] == seq(primary.end)
     assert summary["gtid_pos"] == primary.end
     assert target.execute("SELECT @@gtid_slave_pos")[0][0] == primary.end
     assert target.execute("SELECT @@slave_parallel_threads, @@slave_parallel_mode") == \
@@ -77,7 +116,7 @@ def test_a_run_stopped_midway_then_run_again_applies_each_transaction_once(prima
     second, lines = native(target, primary, primary.end, fresh=False)
     assert dict(target.execute(f"CHECKSUM TABLE {TABLES}")) == primary.sums
     assert target.execute("SELECT COUNT(*) FROM n.log") == ((300,),)
-    assert first["applied"] + second["applied"] == int(primary.end.split("-")[2])
+    assert first["applied"] + second["applied"] == seq(primary.end)
     assert lines[0] == (f"native: the target is at GTID {primary.middle}, past the base's (none): "
                         "resuming from there")
     again, lines = native(target, primary, primary.end, fresh=False)
@@ -102,3 +141,40 @@ def test_refuses_a_target_that_replicates_or_has_the_sources_server_id(primary, 
     assert lines[0] == (f"native: removing the replication connection {CONNECTION} left by "
                         "an earlier run")
     assert dict(target.execute(f"CHECKSUM TABLE {TABLES}")) == primary.sums
+
+
+# -- restore --apply native (the real primary as the server the target replicates from) ----
+
+def restore(primary, target, **stop):
+    lines = []
+    opts = RestoreOptions(primary.url_archive, spec_of(target), selection=build_selection(**stop),
+                          stop_text=repr(stop), apply="native",
+                          native_from=("127.0.0.1", primary.port, REPL_USER, REPL_PASSWORD))
+    report = run_restore(opts, echo=lines.append)
+    return report, lines
+
+
+def test_restore_to_a_gtid_then_run_again_to_the_end(primary, make_server):
+    target = make_server(server_id=2, log_bin=False, semi_sync=False)
+    report, lines = restore(primary, target, stop_before_gtid=primary.stop_gtid)
+    m = report["plan"].manifest
+    assert m["gtid"] == primary.middle
+    assert sums(target) == primary.stop_sums
+    before_stop = seq(primary.stop_gtid) - 1
+    assert lines[:2] == [
+        f"restore of db1: base {m['id']} (dump, GTID {primary.middle}) loaded",
+        f"applied: {before_stop - seq(primary.middle)} transactions, 0 skipped, 0 incomplete "
+        f"dropped; stopped: stop before GTID {primary.stop_gtid}"]
+    assert lines[2].startswith(f"last applied: GTID 0-1-{before_stop} committed 20"), lines
+    # run again without the stop: the base stays, the target goes on from where it is
+    report, lines = restore(primary, target)
+    assert sums(target) == primary.sums
+    assert target.execute("SELECT COUNT(*) FROM n.log") == ((300,),)
+    assert lines[:2] == [
+        f"restore of db1: base {m['id']} (dump, GTID {primary.middle}) already loaded "
+        "(resumed)",
+        f"applied: {seq(primary.end) - before_stop} transactions, 0 skipped, 0 incomplete "
+        "dropped; stopped: end of the archive"]
+    assert lines[2].startswith(f"last applied: GTID {primary.end} committed 20"), lines
+    assert target.execute("SELECT @@slave_parallel_threads, @@gtid_slave_pos") == \
+        ((0, primary.end),)

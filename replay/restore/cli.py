@@ -38,8 +38,14 @@ TARGET_PASSWORD_ENV = ("MYSQLBACKUP_TARGET_PASSWORD", PASSWORD_ENV)
               "--rewrite-db into another schema of a live server (--into-nonempty implied).")
 @click.option("--rewrite-db", "rewrites", multiple=True, metavar="FROM:TO",
               help="With --table: restore schema FROM's tables into schema TO (repeatable).")
+@click.option("--apply", "apply_mode", type=click.Choice(["statements", "native"]),
+              default="statements", show_default=True, help="How the binlogs are applied: "
+              "statements (the replay job: Spark decodes, workers apply) or native (the "
+              "target's own replication applier, fed by mysqlbackup serve on loopback; "
+              "MariaDB only, a server_id other than the source's, no --table).")
 @click.option("--workers", type=click.IntRange(1, 64), default=4, show_default=True,
-              help="Replay connections on a target with a binlog (see replay --help).")
+              help="Replay connections on a target with a binlog (see replay --help); "
+              "with --apply native the target's slave_parallel_threads for the run.")
 @click.option("--merge", type=click.IntRange(1, 10000), default=100, show_default=True,
               help="Source transactions per target commit on a target without a binlog.")
 @click.option("--master", help="Spark master (default local[*]); spark-submit works too.")
@@ -47,7 +53,7 @@ TARGET_PASSWORD_ENV = ("MYSQLBACKUP_TARGET_PASSWORD", PASSWORD_ENV)
 @handle_errors
 def restore(archive_url, archive_option, source_name, target, target_password_file, target_tls,
             stop_datetime, stop_before_gtid, stop_position, base_id, dry_run, into_nonempty,
-            datadir, tables, rewrites, workers, merge, master, identity):
+            datadir, tables, rewrites, apply_mode, workers, merge, master, identity):
     """Restore a source to a point in time: its base backup (chosen by GTID), then its
     binlogs up to the stop point, exactly once; run again after an interruption, it
     resumes. No stop: everything archived."""
@@ -55,8 +61,8 @@ def restore(archive_url, archive_option, source_name, target, target_password_fi
     from mysqlbackup.archive.names import parse_base_id
     from mysqlbackup.archive.store import parse_options
     from replay.planning.options import build_selection
-    from replay.restore.run import RestoreOptions, run_restore
     from replay.progress import reporter
+    from replay.restore.run import RestoreOptions, run_restore
     if not archive_url:
         raise click.UsageError("--archive is required")
     if not target and not dry_run:
@@ -73,6 +79,9 @@ def restore(archive_url, archive_option, source_name, target, target_password_fi
                                "otherwise)")
     selection = build_selection(stop_datetime=stop_datetime, stop_before_gtid=stop_before_gtid,
                                 stop_position=stop_position, tables=tables, rewrites=rewrites)
+    if apply_mode == "native" and tables:
+        raise click.UsageError("--apply native applies whole binlogs: --table needs --apply "
+                               "statements")
     if datadir and target_tls.required:
         raise click.UsageError("--datadir starts a server of its own, without TLS: "
                                "--target-ssl-mode must be preferred or disabled")
@@ -81,7 +90,7 @@ def restore(archive_url, archive_option, source_name, target, target_password_fi
     opts = RestoreOptions(archive_url, spec, parse_options(archive_option), source_name,
                           selection, base_id, dry_run, into_nonempty, workers, merge, master,
                           " ".join(f"{o} {v}" for o, v in stops), datadir,
-                          keyring_from(identity))
+                          keyring_from(identity), apply=apply_mode)
     progress = reporter(lambda line: click.echo(line, err=True))  # a bar on a terminal
     try:
         run_restore(opts, echo=click.echo, progress=progress)

@@ -18,6 +18,7 @@ base and leaves it there, so every transaction is applied once.
 """
 
 import logging
+import secrets
 import time
 from dataclasses import dataclass
 from datetime import datetime, timezone
@@ -29,6 +30,7 @@ from replay.sinks.session import connect_target
 log = logging.getLogger(__name__)
 
 CONNECTION = "mysqlbackup_restore"   # the target's replication connection this tool owns
+SERVE_USER = "mysqlbackup_serve"     # the login serve is started with (a new password a run)
 PARALLEL_MODE = "optimistic"
 POLL = 0.1                          # seconds between looks at the target
 PROGRESS_EVERY = 5.0                # seconds between progress lines
@@ -295,3 +297,53 @@ def _summary(end, before, after):
     return {"applied": applied_count(before, after), "skipped": 0, "dropped_incomplete": [],
             "stop_reason": end.stop_reason, "last_gtid": end.last_gtid,
             "last_commit": end.last_commit, "gtid_pos": str(after), "apply": "native"}
+
+
+def check_selection(selection):
+    """UsageError for what the target's applier cannot do: it applies whole binlogs
+    from a GTID position (no filters, exclusions or start position)."""
+    refused = [name for name, given in (
+        ("--database", selection.databases), ("--table", selection.tables),
+        ("--rewrite-db", selection.rewrite), ("--exclude-gtids", selection.exclude),
+        ("--start-position", selection.start_position)) if given]
+    if refused:
+        raise UsageError(f"--apply native applies whole binlogs from a GTID position: "
+                         f"{', '.join(refused)} need --apply statements")
+    if selection.start_gtids is None:
+        raise UsageError("--apply native starts from a GTID position: give --start-gtid")
+
+
+def run_native(replay_opts, spec, threads=4, fresh=False, progress=None, via=None,
+               timeout=None):
+    """Apply what the replay ``replay_opts`` selects (from its start GTIDs to its stop
+    point) to the target ``spec`` through its replication applier, fed by
+    ``replay.serve`` started on loopback for the run (``via``: (host, port, user,
+    password) of a server to replicate from instead); returns the summary dict."""
+    from replay.job import plan
+    selection = replay_opts.selection
+    check_selection(selection)
+    source, units, _ = plan(replay_opts)
+    start = selection.start_gtids
+    end = expected_end(units, selection, start, replay_opts.archive_url,
+                       replay_opts.archive_options, replay_opts.keyring)
+    if via is not None:
+        host, port, user, password = via
+        summary = apply_native(spec, (host, port), user, password, start, end, fresh,
+                               threads, progress, timeout)
+    else:
+        password = secrets.token_urlsafe(24)
+        with _serve(replay_opts, source, password) as handle:
+            summary = apply_native(spec, (handle.host, handle.port), SERVE_USER, password,
+                                   start, end, fresh, threads, progress, timeout)
+    return dict(summary, source=source, files=len(units))
+
+
+def _serve(replay_opts, source, password):
+    """replay.serve started on loopback for this run (a context manager)."""
+    from replay.serve.server import ServeOptions, start_server
+    sel = replay_opts.selection
+    return start_server(ServeOptions(
+        replay_opts.archive_url, source_name=source, listen=("127.0.0.1", 0), user=SERVE_USER,
+        password=password, stop_datetime=sel.stop_datetime,
+        stop_before_gtid=sel.stop_before_gtid, stop_position=sel.stop_position,
+        identity=replay_opts.keyring, storage_options=replay_opts.archive_options))

@@ -1,6 +1,10 @@
 """``mysqlbackup restore``, phase by phase: plan, lease, check target, load base,
 replay, report (each phase timed).
 
+The replay applies the binlogs as statements (``apply='statements'``: the replay
+job's sink, ``replay.sinks.target``) or through the target's own replication
+applier fed by ``replay.serve`` (``apply='native'``: ``replay.restore.native``).
+
 Nothing touches the target before the plan is proved from the archive's
 indexes (a base, and contiguous binlogs from it to the stop point: else one
 line naming the hole); ``--dry-run`` stops after the plan, without a lease. The
@@ -26,6 +30,8 @@ from replay.restore.plan import describe, make_plan, stop_of
 
 log = logging.getLogger(__name__)
 
+APPLY_MODES = ("statements", "native")
+
 
 @dataclass
 class RestoreOptions:
@@ -45,6 +51,10 @@ class RestoreOptions:
     stop_text: str = ""                     # the stop as given, kept in lease and marker
     datadir: str = None                     # physical bases: the new datadir
     keyring: object = None                  # archive.codec.Keyring: opens encrypted objects
+    apply: str = "statements"               # APPLY_MODES: the replay job, or the target's
+                                            # own replication applier fed by replay.serve
+    native_from: tuple = None               # native: (host, port, user, password) of a
+                                            # server to replicate from instead of serve's
 
 
 class Phases:
@@ -73,7 +83,7 @@ def run_restore(opts, echo=print, progress=None, spark=None):
     store = ArchiveStore(opts.archive_url, opts.archive_options)
     plan, replay_opts = phases.run("plan", plan_restore, store, opts)
     if opts.dry_run:
-        for line in describe(plan):
+        for line in describe(plan) + apply_lines(opts):
             echo(line)
         return {"plan": plan, "dry_run": True}
     if plan.manifest["method"] == "physical" and not opts.datadir:
@@ -89,6 +99,27 @@ def run_restore(opts, echo=print, progress=None, spark=None):
     for line in report_lines(report):
         echo(line)
     return report
+
+
+def apply_lines(opts):
+    """The plan's line saying how the binlogs will be applied: only for ``native`` (the
+    statements, the default, print the plan as before)."""
+    if opts.apply == "native":
+        return [f"apply: native (the target's replication applier, {opts.workers} parallel "
+                "threads, fed by mysqlbackup serve on loopback)"]
+    return []
+
+
+def check_native(opts, plan):
+    """UsageError where ``--apply native`` cannot work: filters, a base without a
+    MariaDB GTID position (the target's applier starts from one)."""
+    if opts.selection.tables or opts.selection.rewrite:
+        raise UsageError("--apply native applies whole binlogs: --table and --rewrite-db "
+                         "need --apply statements")
+    m = plan.manifest
+    if m.get("gtid_flavor") != "mariadb" or not m.get("gtid"):
+        raise UsageError(f"--apply native needs a MariaDB source with GTIDs; base {m['id']} "
+                         f"has no MariaDB GTID position: use --apply statements")
 
 
 def table_selection(selection):
@@ -126,6 +157,8 @@ def plan_restore(store, opts):
     manifest = restore_plan.manifest
     check_keys(restore_plan.base_object, manifest.get("codec", "zstd"), manifest.get("key_ids"),
                opts.keyring)
+    if opts.apply == "native":
+        check_native(opts, restore_plan)
     plan(replay_opts)
     return restore_plan, replay_opts
 
@@ -160,7 +193,7 @@ def _restore(opts, plan, replay_opts, phases, progress, spark):
             phases.run("load", _load, opts, plan, target, progress)
     finally:
         target.close()
-    summary = phases.run("replay", _replay, opts, replay_opts, progress, spark)
+    summary = phases.run("replay", _replay, opts, replay_opts, progress, spark, not loaded)
     return {"plan": plan, "base_loaded": not loaded, "summary": summary}
 
 
@@ -171,15 +204,16 @@ def _restore_physical(opts, plan, replay_opts, phases, progress, spark):
     store = ArchiveStore(opts.archive_url, opts.archive_options)
     server = phases.run("load", restore_physical, store, plan.base_object, plan.manifest,
                         opts.datadir, opts.target, progress, START_TIMEOUT, opts.keyring)
-    summary = phases.run("replay", _replay, opts, replay_opts, progress, spark)
+    # fresh=False: a re-run finds the server it started, ahead of the base
+    summary = phases.run("replay", _replay, opts, replay_opts, progress, spark, False)
     return {"plan": plan, "base_loaded": True, "summary": summary, "server": server}
 
 
 def _load(opts, plan, target, progress):
     """The base into the target, between the marker's 'loading' and 'loaded'."""
     base_id = plan.manifest["id"]
-    from replay.restore.load import load_dump
     from replay.restore.dumpfilter import DumpFilter
+    from replay.restore.load import load_dump
     sel = opts.selection
     only = DumpFilter(sel.tables, sel.rewrite) if sel.tables else None
     target.mark(plan.source, base_id, "loading", opts.stop_text)
@@ -194,9 +228,15 @@ def _load(opts, plan, target, progress):
     target.mark(plan.source, base_id, "loaded", opts.stop_text)
 
 
-def _replay(opts, replay_opts, progress, spark):
+def _replay(opts, replay_opts, progress, spark, fresh):
+    """The binlogs applied after the base (``fresh``: loaded by this run)."""
+    if opts.apply == "native":
+        from replay.restore.native import run_native
+        return run_native(replay_opts, opts.target, opts.workers, fresh, progress,
+                          opts.native_from)
     from replay.job import run_replay
     from replay.sinks.target import TargetApplier
+
     # a --table restore goes into a live server: new GTIDs of its own, its GTID state
     # no measure of what this restore applied (the checkpoint rows are)
     sink = TargetApplier(opts.target, opts.workers, opts.merge,
