@@ -178,3 +178,37 @@ def test_restore_to_a_gtid_then_run_again_to_the_end(primary, make_server):
     assert lines[2].startswith(f"last applied: GTID {primary.end} committed 20"), lines
     assert target.execute("SELECT @@slave_parallel_threads, @@gtid_slave_pos") == \
         ((0, primary.end),)
+
+
+def test_cli_dry_run_names_the_apply_and_what_native_refuses(primary):
+    from click.testing import CliRunner
+
+    from replay.cli import replay
+    from replay.restore.cli import restore
+
+    def invoke(command, *args):
+        result = CliRunner().invoke(command, list(args), env={"MYSQLBACKUP_PASSWORD": "x"})
+        return result.exit_code, result.output
+
+    url, target = primary.url_archive, "mysql://root@127.0.0.1:1"
+    code, output = invoke(restore, "--archive", url, "--dry-run", "--apply", "native",
+                          "--workers", "8")
+    assert code == 0
+    assert output.splitlines()[-1] == ("apply: native (the target's replication applier, 8 "
+                                       "parallel threads, fed by mysqlbackup serve on loopback)")
+    assert invoke(restore, "--archive", url, "--target", target, "--apply", "native",
+                  "--table", "n.items") == (2, "Usage: restore [OPTIONS]\nTry 'restore --help' "
+                                               "for help.\n\nError: --apply native applies "
+                                               "whole binlogs: --table needs --apply "
+                                               "statements\n")
+    assert invoke(replay, "--archive", url, "--apply", "native", "--sql", "x.sql") == (
+        2, "Usage: replay [OPTIONS]\nTry 'replay --help' for help.\n\nError: --apply native "
+           "applies to a server: give --target\n")
+    assert invoke(replay, "--archive", url, "--apply", "native", "--target", target) == (
+        2, "mysqlbackup: error: --apply native starts from a GTID position: give "
+           "--start-gtid\n")
+    assert invoke(replay, "--archive", url, "--apply", "native", "--target", target,
+                  "--start-gtid", "0-1-5", "--table", "n.items", "--exclude-gtids",
+                  "0-1-9") == (
+        2, "mysqlbackup: error: --apply native applies whole binlogs from a GTID position: "
+           "not with --table, --exclude-gtids (use --apply statements)\n")

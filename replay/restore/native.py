@@ -307,8 +307,8 @@ def check_selection(selection):
         ("--rewrite-db", selection.rewrite), ("--exclude-gtids", selection.exclude),
         ("--start-position", selection.start_position)) if given]
     if refused:
-        raise UsageError(f"--apply native applies whole binlogs from a GTID position: "
-                         f"{', '.join(refused)} need --apply statements")
+        raise UsageError(f"--apply native applies whole binlogs from a GTID position: not "
+                         f"with {', '.join(refused)} (use --apply statements)")
     if selection.start_gtids is None:
         raise UsageError("--apply native starts from a GTID position: give --start-gtid")
 
