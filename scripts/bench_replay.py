@@ -1,15 +1,19 @@
-"""Replay benchmark: the same archive and starting state applied three ways.
+"""Replay benchmark: the same archive and starting state applied four ways.
 
 1. ``mariadb-binlog FILES | mariadb`` (the pipe: the anchor),
 2. a real MariaDB replica's SQL thread fed the files as relay logs,
-3. ``mysqlbackup replay`` (PySpark, local[*]) from a file:// archive of the files.
+3. ``mysqlbackup replay`` (PySpark, local[*]) from a file:// archive of the files,
+4. ``mysqlbackup replay --apply native``: the target's replication applier
+   (``--workers`` parallel threads, optimistic) fed by ``mysqlbackup serve`` from
+   the same archive.
 
 The source writes the schema, then FLUSH BINARY LOGS (G0: the starting state is
 the empty tables), then ``--rows`` row changes in multi-row transactions from
 ``--clients`` concurrent connections (its own group commits give the commit_id
 groups a parallel apply may use). Each
 target starts from the same schema; the final CHECKSUM TABLE of every table must
-equal the source's. Prints wall times and ratios against the pipe.
+equal the source's. Prints wall times and ratios against the pipe and the SQL
+thread.
 
 Run: .venv/bin/python scripts/bench_replay.py [--mb 1000] [--rows 1000000]
 """
@@ -156,6 +160,21 @@ def run_ours(workdir, servers, archive_url, start_gtid, workers, merge):
     return time.monotonic() - start, target
 
 
+def run_native(workdir, servers, archive_url, start_gtid, workers):
+    target = new_target(workdir, "native", servers)
+    env = dict(os.environ, MYSQLBACKUP_TARGET_PASSWORD="")
+    start = time.monotonic()
+    result = subprocess.run(
+        [sys.executable, "-m", "mysqlbackup", "--log-level", "warning", "replay", "--archive",
+         archive_url, "--target", f"mysql://root@127.0.0.1:{target.port}", "--start-gtid",
+         start_gtid, "--apply", "native", "--workers", str(workers)],
+        env=env, capture_output=True, text=True)
+    if result.returncode:
+        raise RuntimeError(result.stderr[-2000:])
+    print("  " + result.stdout.strip().replace("\n", "\n  "))
+    return time.monotonic() - start, target
+
+
 def measure(run, servers, expected):
     """(seconds, checksums equal) of one way; its target is stopped and removed at once,
     so that its background flushing does not slow the next way down."""
@@ -221,17 +240,17 @@ def main():
                         help="keep the work directory (its archive can be --reuse'd)")
     parser.add_argument("--reuse", metavar="DIR",
                         help="a kept work directory: replay its archive again, no writing")
-    parser.add_argument("--only", choices=["pipe", "sql", "ours"], action="append",
+    parser.add_argument("--only", choices=["pipe", "sql", "ours", "native"], action="append",
                         help="run only these (repeatable; the pipe is the ratios' anchor)")
     args = parser.parse_args()
     workdir = args.reuse or tempfile.mkdtemp(prefix="bench-replay-")
-    only = set(args.only or ["pipe", "sql", "ours"])
+    only = set(args.only or ["pipe", "sql", "ours", "native"])
     servers = []
     try:
         if args.reuse:
             with open(os.path.join(workdir, "bench.json")) as f:
                 bench = json.load(f)
-            for name in ("pipe", "sqlthread", "ours"):
+            for name in ("pipe", "sqlthread", "ours", "native"):
                 shutil.rmtree(os.path.join(workdir, name), ignore_errors=True)
         else:
             bench = prepare(workdir, args, servers)
@@ -247,10 +266,16 @@ def main():
             results["mysqlbackup replay"] = measure(
                 lambda: run_ours(workdir, servers, bench["url"], bench["g0"], args.workers,
                                  args.merge), servers, expected)
+        if "native" in only:
+            results["replay --apply native"] = measure(
+                lambda: run_native(workdir, servers, bench["url"], bench["g0"], args.workers),
+                servers, expected)
         print(f"\nsummary ({size:.0f} MB, {bench['changes']} row changes)")
         anchor = results.get("mariadb-binlog | mariadb", (None,))[0]
+        sql = results.get("replica SQL thread", (None,))[0]
         for label, (secs, same) in results.items():
             ratio = f"  speed vs pipe {anchor / secs:.2f}x" if anchor else ""
+            ratio += f", vs SQL thread {sql / secs:.2f}x" if sql else ""
             print(f"  {label:28s} {secs:7.1f} s  {size / secs:6.1f} MB/s  checksums "
                   f"{'identical' if same else 'DIFFER'}{ratio}")
     finally:
