@@ -163,6 +163,10 @@ def _verify_sealed(run, source, name, newest):
     index_key = slots.get("index")
     if index_key is None and run.sealed_now(source, name):
         index_key = format_key(binlog_key(source, name, True))  # written since the listing
+    if index_key is None and _before_every_indexed(run.listing, source, name):
+        run.notes.append(f"{where}: no index, older than every indexed file: left by a retain "
+                         "run cut short, not archived (mysqlbackup retain removes it)")
+        return [], None
     problems, index = [], None
     if index_key:
         try:
@@ -193,6 +197,13 @@ def _verify_sealed(run, source, name, newest):
     if index is None and data is not None and (unindexed or not found):
         index = build_index(data, name, source=source)  # whole: still in the chain
     return problems + found, index
+
+
+def _before_every_indexed(listing, source, name):
+    """True when the sealed file ``name`` sorts before every sealed file with an index
+    (retention deletes a file's index, then its object: a run cut short leaves this)."""
+    indexed = [n for n, slots in listing.sealed[source].items() if slots.get("index")]
+    return bool(indexed) and binlog_sort_key(name) < min(map(binlog_sort_key, indexed))
 
 
 def _open(run, where, stored, index):
