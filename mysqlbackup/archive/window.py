@@ -243,11 +243,19 @@ def _before_stop(manifest, run, first, stop_at, stop):
         at = run.spans[stop_at]
         if not at.last_commit or epoch(at.last_commit) < stop.datetime:
             return None  # every archived commit of the run is before the stop
-        if first < stop_at or (first == stop_at and contains(at.gtid_before, gtid)):
-            return None  # the base holds nothing of the file the stop falls in
+        holds_none = first == stop_at and contains(at.gtid_before, gtid)
+        if first < stop_at or holds_none and (stop_at > 0 or _first_before(at, stop.datetime)):
+            return None  # the base holds nothing of the file the stop falls in, and what
+            # it holds was committed before the stop (the run's first file: a file before
+            # it, deleted by retention or across a hole, may hold commits after the stop)
         if epoch(manifest["end_time"]) >= stop.datetime:  # holds some of it: by its end
             return f"it ended at {manifest['end_time']}, not before {iso(stop.datetime)}"
     return None
+
+
+def _first_before(span, moment):
+    """True when ``span``'s first commit is before ``moment`` (epoch)."""
+    return bool(span.first_commit) and epoch(span.first_commit) < moment
 
 
 def choose_base(source, runs, holes, manifests, stop=Stop(), base_id=None):
