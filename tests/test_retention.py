@@ -87,7 +87,7 @@ def test_keep_base_keeps_older_bases_without_their_binlogs():
     assert gone(plan) == [("binlog", name(i)) for i in range(1, 5)] + [
         ("base", base(2)["id"]), ("base", base(1)["id"])]
     kept = {i.name: i.reason for i in plan.kept}
-    assert kept == {base(5)["id"]: f"kept: the newest base ended at or before "
+    assert kept == {base(5)["id"]: f"kept: the newest base ended before "
                     f"{iso(T0 + 650)}: the window starts from it",
                     base(3)["id"]: f"kept: --keep-base 1 (restorable to its own moment "
                     f"{iso(T0 + 350)}; its binlogs go)"}
@@ -98,7 +98,7 @@ def test_keep_base_keeps_older_bases_without_their_binlogs():
 def test_no_base_older_than_the_window_deletes_nothing_and_says_so():
     plan = plan_at(T0 + 100)
     assert plan.anchor is None and plan.deletions == ()
-    assert plan.note == (f"no base backup in the archived binlogs ended at or before "
+    assert plan.note == (f"no base backup in the archived binlogs ended before "
                          f"{iso(T0 + 100)}: nothing is deleted (every base and binlog may be "
                          "needed)")
     assert plan.after == plan.before
@@ -160,13 +160,30 @@ def test_a_base_in_no_binlogs_cannot_anchor():
     assert gone(plan) == [("base", base(1)["id"])]
 
 
+def test_base_ended_exactly_at_the_promised_moment_cannot_anchor():
+    plan = plan_at(T0 + 350)  # base 3 ended at 350: a restore to 350 cannot start from it
+    assert plan.anchor["id"] == base(1)["id"]
+
+
+def test_restore_after_retention_refuses_a_moment_before_the_window():
+    """Files before the anchor's are gone: a stop before the base ended cannot be proved
+    (the deleted file may hold commits after it), one after it can."""
+    from mysqlbackup.archive.window import NoBaseError, Stop, build_runs, choose_base
+    at_start = base(3, seq_in_file=0, ended=2)  # B: at bin.000003's start, ended T0+302
+    runs, holes = build_runs("db1", [index(i) for i in range(3, 7)])
+    with pytest.raises(NoBaseError, match=f"base {at_start['id']}: it ended at "):
+        choose_base("db1", runs, holes, [at_start], Stop(T0 + 301))
+    assert choose_base("db1", runs, holes, [at_start], Stop(T0 + 303)).manifest == at_start
+    assert choose_base("db1", runs, holes, [at_start], Stop(T0 + 400)).first == 0
+
+
 def test_describe_plan_lines():
     plan = plan_at(T0 + 450)
     assert describe_plan(plan) == [
         f"retain db1: every moment from {iso(T0 + 450)} on is to stay restorable",
         f"window before: restorable from {iso(T0 + 150)} to {iso(T0 + 695)} (base "
         f"{base(1)['id']}, up to GTID 0-1-70, {name(1)} .. {name(6)})",
-        f"base {base(3)['id']}: kept: the newest base ended at or before {iso(T0 + 450)}: "
+        f"base {base(3)['id']}: kept: the newest base ended before {iso(T0 + 450)}: "
         "the window starts from it",
         f"base {base(5)['id']}: kept: newer than base {base(3)['id']} (in the window)"]
 

@@ -1,7 +1,7 @@
 """What ``mysqlbackup retain`` may delete (pure: the archive's facts in, a plan out).
 
 The rule, per source: the oldest promised moment is ``now - window``. The *anchor*
-is the newest base backup whose ``end_time`` is at or before it and that sits in
+is the newest base backup whose ``end_time`` is before it and that sits in
 the archived binlogs (window.locate); it stays, with every binlog file from the
 first one a restore from it reads (a file holding the cut point is kept whole).
 Older bases go, except the ``keep_base`` newest of them, kept without their
@@ -16,6 +16,7 @@ enough, or none in the binlogs) nothing is deleted. The newest base and the
 binlogs after it are never deleted: the anchor is at most the newest base.
 """
 
+import math
 import re
 from dataclasses import dataclass, field
 from typing import Optional
@@ -88,7 +89,7 @@ class _Protect:
 def plan_retention(facts, now, window, keep_base=0):
     """The RetentionPlan of ``facts`` at ``now`` (epoch) for a window of ``window``
     seconds and ``keep_base`` older bases kept (without binlogs)."""
-    promised = now - window
+    promised = math.floor(now - window)  # a whole second: what is printed is what holds
     runs, _ = build_runs(facts.source, list(facts.sealed), facts.partial)
     before = recovery_windows(facts.source, runs, list(facts.manifests))
     order = {index["name"]: i for i, index in enumerate(facts.sealed)}
@@ -96,7 +97,7 @@ def plan_retention(facts, now, window, keep_base=0):
     protect = _leased(facts, runs, order)
     if anchor is None:
         protect.everything = protect.everything or (
-            f"no base backup in the archived binlogs ended at or before {iso(promised)}: "
+            f"no base backup in the archived binlogs ended before {iso(promised)}: "
             "nothing is deleted (every base and binlog may be needed)")
     base_items, kept = _bases(facts, anchor, keep_base, protect, promised)
     binlogs = _binlogs(facts, anchor, runs, order, protect)
@@ -108,8 +109,9 @@ def plan_retention(facts, now, window, keep_base=0):
 
 
 def _anchor(runs, manifests, promised):
-    """The newest base ended at or before ``promised`` that sits in a run, or None."""
-    old = [m for m in manifests if epoch(m["end_time"]) <= promised]
+    """The newest base ended before ``promised`` that sits in a run, or None (a restore
+    to a moment takes a base ended before it: window.choose_base)."""
+    old = [m for m in manifests if epoch(m["end_time"]) < promised]
     placed = [m for m in old if any(locate(run, m) is not None for run in runs)]
     return max(placed, key=lambda m: m["id"]) if placed else None
 
@@ -157,7 +159,7 @@ def _bases(facts, anchor, keep_base, protect, promised):
             kept.append(Item("base", m["id"], f"kept: newer than base {anchor['id']} (in the "
                              "window)"))
         elif m["id"] == anchor["id"]:
-            kept.append(Item("base", m["id"], f"kept: the newest base ended at or before "
+            kept.append(Item("base", m["id"], f"kept: the newest base ended before "
                              f"{iso(promised)}: the window starts from it"))
         elif tiers < keep_base:
             tiers += 1
