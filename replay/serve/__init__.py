@@ -1,0 +1,36 @@
+"""``mysqlbackup serve``: the archive served as a MariaDB primary to a real replica.
+
+Programmatic API (what ``restore --apply native`` calls)::
+
+    from replay.planning.options import build_selection
+    from replay.serve.server import ServeOptions, start_server
+
+    options = ServeOptions(archive_url, source_name="db1", listen=("127.0.0.1", 0),
+                           user="mysqlbackup_serve", password=secret,
+                           selection=build_selection(stop_before_gtid="0-1-42"),
+                           identity=None, storage_options={})
+    with start_server(options) as handle:        # ServeHandle
+        replica: CHANGE MASTER TO MASTER_HOST=handle.host, MASTER_PORT=handle.port,
+                 MASTER_USER=..., MASTER_PASSWORD=..., MASTER_USE_GTID=slave_pos;
+                 START SLAVE
+        end = handle.wait_end(timeout)           # EndInfo(file, pos, last_gtid, reason)
+        ... wait until the replica's gtid_slave_pos is end.last_gtid, then STOP SLAVE ...
+    # leaving the block = handle.stop(): listener and connections closed, threads joined
+
+* ``start_server`` checks the archive first (its source, its files, the keys that
+  open them, a MariaDB source) and raises ``UsageError``/``MysqlBackupError`` with
+  one clear line; ``options.selection`` is a replay ``Selection``: its stop point
+  (``stop_datetime``, ``stop_before_gtid``, ``stop_position``) and ``exclude`` apply
+  (start fields are the replica's business: it asks by GTID or file:position).
+* Once a dump has sent the last transaction before the stop point (or the
+  archive's end) the connection stays open with heartbeats, as a primary with
+  nothing more to send: the replica stays connected and idle.
+* ``handle.wait_end(timeout)``: the ``EndInfo`` of the newest dump that reached its
+  end, or None; ``handle.errors``: the (code, message) of each dump refused (ER 1236
+  when the archive lacks what the replica asks for).
+
+Modules: ``packets`` (pure: handshake, OK/ERR/EOF, result sets, artificial
+events), ``queries`` (pure: the replica's set-up queries and their answers),
+``feed`` (archive -> events of one dump: start, skip, stop, exclusions),
+``server`` (sockets and threads), ``cli`` (the click command).
+"""

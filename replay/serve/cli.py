@@ -1,0 +1,78 @@
+"""The ``mysqlbackup serve`` command (click); registered through the
+``mysqlbackup.commands`` entry point, as ``replay`` is."""
+
+import signal
+import threading
+
+import click
+
+from mysqlbackup.cli import archive_options, handle_errors, identity_option, source_name_option
+from mysqlbackup.errors import UsageError, mask_url
+
+PASSWORD_ENV = "MYSQLBACKUP_SERVE_PASSWORD"
+
+
+def parse_listen(text):
+    """(host, port) of ``HOST:PORT`` ('[::1]:3307' for IPv6); UsageError otherwise."""
+    host, sep, port = (text or "").rpartition(":")
+    host = host[1:-1] if host.startswith("[") and host.endswith("]") else host
+    if not sep or not host or not port.isdigit() or not 0 <= int(port) <= 65535:
+        raise UsageError(f"bad --listen {text!r}: expected HOST:PORT, e.g. 127.0.0.1:3307")
+    return host, int(port)
+
+
+@click.command()
+@archive_options
+@source_name_option
+@click.option("--listen", default="127.0.0.1:3307", show_default=True, metavar="HOST:PORT",
+              help="Address to accept replicas on (port 0: any free port, printed).")
+@click.option("--user", default="mysqlbackup_serve", show_default=True,
+              help="The one user replicas log in as (mysql_native_password); its password "
+                   "comes from $MYSQLBACKUP_SERVE_PASSWORD or --password-file.")
+@click.option("--password-file", type=click.Path(dir_okay=False),
+              help="File whose first line is the user's password.")
+@click.option("--stop-datetime", metavar="ISO8601", help="Serve no transaction committed at "
+              "or after it (UTC unless it names a zone); after the last one before it, "
+              "only heartbeats.")
+@click.option("--stop-before-gtid", metavar="GTID", help="Serve up to the transaction "
+              "before this one.")
+@click.option("--stop-position", metavar="FILE:POS", help="Serve no transaction ending "
+              "past it.")
+@click.option("--exclude-gtids", metavar="GTID[,GTID...]", help="Send these transactions "
+              "empty (their GTID and commit only: the replica's GTID position stays "
+              "gap-free, nothing of them is applied).")
+@identity_option
+@handle_errors
+def serve(archive_url, archive_option, source_name, listen, user, password_file,
+          stop_datetime, stop_before_gtid, stop_position, exclude_gtids, identity):
+    """Serve the archive's binlogs to MariaDB replicas as their primary would.
+
+    A replica (CHANGE MASTER TO MASTER_HOST, MASTER_PORT, MASTER_USER,
+    MASTER_PASSWORD, MASTER_USE_GTID=slave_pos or a MASTER_LOG_FILE/POS) gets only
+    whole transactions, read from the archive's sealed and newest objects
+    (compressed or encrypted alike), up to the stop point; then the connection
+    stays open with heartbeats. A position or GTID state the archive lacks gets the
+    server's error 1236. Runs until SIGTERM or SIGINT.
+    """
+    from mysqlbackup.archive.store import parse_options
+    from mysqlbackup.source.spec import read_password
+    from replay.planning.options import build_selection
+    from replay.serve.server import ServeOptions, start_server
+    if not archive_url:
+        raise UsageError("--archive is required")
+    password = read_password(password_file, (PASSWORD_ENV,))
+    if not password:
+        raise UsageError(f"no password for {user}: set ${PASSWORD_ENV} or --password-file")
+    selection = build_selection(stop_datetime=stop_datetime, stop_before_gtid=stop_before_gtid,
+                                stop_position=stop_position, exclude_gtids=exclude_gtids)
+    options = ServeOptions(archive_url, source_name, parse_listen(listen), user, password,
+                           selection, identity, storage_options=parse_options(archive_option))
+    stop = threading.Event()
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        signal.signal(sig, lambda *_: stop.set())
+    with start_server(options) as handle:
+        click.echo(f"serving {handle.source} from {mask_url(archive_url)} on "
+                   f"{handle.host}:{handle.port} (user {user})", err=True)
+        while not stop.wait(1.0):
+            pass
+    click.echo("serve: stopped", err=True)

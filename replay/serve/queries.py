@@ -1,0 +1,196 @@
+"""Which answer each query a replica sends gets (pure).
+
+A MariaDB 10.11 replica's I/O thread sends, before its dump (seen on the wire):
+``SELECT UNIX_TIMESTAMP()``, ``SHOW VARIABLES LIKE 'SERVER_ID'``,
+``SET @master_heartbeat_period= NS``, ``SET @master_binlog_checksum=
+@@global.binlog_checksum``, ``SELECT @master_binlog_checksum``,
+``SET @mariadb_slave_capability=4``, then by GTID ``SELECT @@GLOBAL.gtid_domain_id``,
+``SET @slave_connect_state='...'``, ``SET @slave_gtid_strict_mode=N``,
+``SET @slave_gtid_ignore_duplicates=N``, or by file:position
+``SELECT binlog_gtid_pos('FILE',POS)``. A semi-sync replica adds
+``SET @rpl_semi_sync_slave=1``. ``answer`` knows these (and the variables a client
+commonly reads); anything else is refused as a server refuses what it lacks.
+"""
+
+import re
+import time
+from dataclasses import dataclass, field
+
+from mysqlbackup.binlog.gtid import MariaGtidPos
+from mysqlbackup.errors import UsageError
+from replay.serve import packets as pk
+
+LONG, TEXT = pk.TYPE_LONGLONG, pk.TYPE_VAR_STRING
+
+
+@dataclass
+class ServerFacts:
+    """What the served archive says of the server it stands for."""
+
+    server_id: int
+    version: str                  # as the handshake shows it ('5.5.5-10.11.19-MariaDB...')
+    checksum: str                 # 'CRC32' or 'NONE'
+    domain_id: int = 0
+    gtid_binlog_pos: str = ""     # the GTID state at the archive's end
+    gtid_pos_at: object = None    # callable (file, pos) -> GTID state text or None
+
+
+@dataclass
+class Session:
+    """What one replica connection has set with its SET statements."""
+
+    heartbeat_ns: int = 0
+    checksum_wanted: bool = False
+    capability: int = 0
+    connect_state: MariaGtidPos = None   # set: the dump goes by GTID
+    semi_sync: bool = False
+    user_vars: dict = field(default_factory=dict)
+
+
+@dataclass
+class Reply:
+    """'ok', 'rows' (columns, rows) or 'error' (code, message)."""
+
+    kind: str
+    columns: list = None
+    rows: list = None
+    code: int = 0
+    message: str = ""
+
+    def payloads(self):
+        """The packets' payloads of this reply."""
+        if self.kind == "ok":
+            return [pk.ok_packet()]
+        if self.kind == "rows":
+            return pk.result_set(self.columns, self.rows)
+        return [pk.err_packet(self.code, self.message)]
+
+
+OK = Reply("ok")
+_SET_ITEM = re.compile(r"\s*(@@(?:global\.|session\.)?|@)?(\w+)\s*:?=\s*(.+?)\s*$",
+                       re.IGNORECASE | re.DOTALL)
+_SELECT_VAR = re.compile(r"^select\s+@@(?:global\.|session\.)?(\w+)\s*$", re.IGNORECASE)
+_SELECT_USER_VAR = re.compile(r"^select\s+@(\w+)\s*$", re.IGNORECASE)
+_GTID_POS = re.compile(r"^select\s+binlog_gtid_pos\(\s*'([^']*)'\s*,\s*(\d+)\s*\)\s*$",
+                       re.IGNORECASE)
+_SHOW_VARS = re.compile(r"^show\s+(?:global\s+|session\s+)?variables\s+like\s+'([^']*)'\s*$",
+                        re.IGNORECASE)
+
+
+def answer(sql, session, facts, now=None):
+    """The Reply to ``sql`` (one statement) for ``session``, which it may change."""
+    text = sql.strip().rstrip(";").strip()
+    low = text.lower()
+    if low.startswith("set "):
+        return _set(text[4:], session, facts)
+    if low in ("select unix_timestamp()", "select unix_timestamp(now())"):
+        return rows("UNIX_TIMESTAMP()", LONG, int(now if now is not None else time.time()))
+    if low.startswith("select version()"):
+        return rows("VERSION()", TEXT, facts.version)
+    m = _SELECT_VAR.match(text)
+    if m:
+        return _select_variable(m.group(0)[7:].strip(), m.group(1).lower(), facts)
+    m = _SELECT_USER_VAR.match(text)
+    if m:
+        return rows(f"@{m.group(1)}", TEXT, session.user_vars.get(m.group(1).lower()))
+    m = _GTID_POS.match(text)
+    if m:
+        where = facts.gtid_pos_at(m.group(1), int(m.group(2))) if facts.gtid_pos_at else None
+        return rows(text[7:].strip(), TEXT, where)
+    m = _SHOW_VARS.match(text)
+    if m:
+        return _show_variables(m.group(1), facts)
+    return Reply("error", code=pk.ER_NOT_SUPPORTED,
+                 message=f"This server (mysqlbackup serve) does not support '{text[:80]}'")
+
+
+def rows(name, type_, value):
+    """A one-column, one-row result."""
+    return Reply("rows", [pk.Column(name, type_)], [[value]])
+
+
+def _variables(facts):
+    return {"server_id": (LONG, facts.server_id), "binlog_checksum": (TEXT, facts.checksum),
+            "gtid_domain_id": (LONG, facts.domain_id),
+            "gtid_binlog_pos": (TEXT, facts.gtid_binlog_pos),
+            "gtid_current_pos": (TEXT, facts.gtid_binlog_pos),
+            "gtid_strict_mode": (LONG, 1), "log_bin": (LONG, 1),
+            "binlog_format": (TEXT, "ROW"), "version": (TEXT, facts.version),
+            "version_comment": (TEXT, "mysqlbackup serve"), "server_uuid": (TEXT, None),
+            "rpl_semi_sync_master_enabled": (LONG, 0), "time_zone": (TEXT, "SYSTEM"),
+            "collation_server": (TEXT, "latin1_swedish_ci"), "lower_case_table_names": (LONG, 0),
+            "max_allowed_packet": (LONG, 1 << 30), "auto_increment_increment": (LONG, 1)}
+
+
+def _select_variable(label, name, facts):
+    known = _variables(facts)
+    if name not in known:
+        return Reply("error", code=pk.ER_UNKNOWN_SYSTEM_VARIABLE,
+                     message=f"Unknown system variable '{name}'")
+    type_, value = known[name]
+    return rows(label, type_, value)
+
+
+def _show_variables(pattern, facts):
+    regex = re.compile("^" + re.escape(pattern).replace("%", ".*").replace("_", ".") + "$",
+                       re.IGNORECASE)
+    found = [[n, v] for n, (_, v) in sorted(_variables(facts).items()) if regex.match(n)]
+    return Reply("rows", [pk.Column("Variable_name", TEXT), pk.Column("Value", TEXT)], found)
+
+
+def _set(assignments, session, facts):
+    for item in _split(assignments):
+        m = _SET_ITEM.match(item)
+        if not m:
+            continue  # SET NAMES utf8 and the like: nothing to keep
+        marker, name, value = (m.group(1) or "").lower(), m.group(2).lower(), m.group(3)
+        if marker != "@":
+            continue  # session variables (autocommit, names, sql_mode): accepted, unused
+        problem = _set_user_var(session, facts, name, _value(value, facts))
+        if problem:
+            return problem
+    return OK
+
+
+def _set_user_var(session, facts, name, value):
+    session.user_vars[name] = value
+    if name == "master_heartbeat_period":
+        session.heartbeat_ns = int(value or 0)
+    elif name == "master_binlog_checksum":
+        session.checksum_wanted = str(value).upper() not in ("NONE", "")
+    elif name == "mariadb_slave_capability":
+        session.capability = int(value or 0)
+    elif name == "rpl_semi_sync_slave":
+        session.semi_sync = str(value) == "1"
+    elif name == "slave_connect_state":
+        try:
+            session.connect_state = MariaGtidPos.parse(str(value or ""))
+        except UsageError as e:
+            return Reply("error", code=1105, message=f"Could not parse GTID list: {e}")
+    return None
+
+
+def _value(text, facts):
+    text = text.strip()
+    if text.lower() in ("@@global.binlog_checksum", "@@binlog_checksum"):
+        return facts.checksum
+    if len(text) >= 2 and text[0] == text[-1] and text[0] in "'\"":
+        return text[1:-1]
+    return text
+
+
+def _split(assignments):
+    """The comma-separated items of a SET, commas inside quotes kept."""
+    items, current, quote = [], [], None
+    for ch in assignments:
+        if quote:
+            quote = None if ch == quote else quote
+        elif ch in "'\"":
+            quote = ch
+        elif ch == ",":
+            items.append("".join(current))
+            current = []
+            continue
+        current.append(ch)
+    items.append("".join(current))
+    return [i for i in items if i.strip()]

@@ -1,0 +1,405 @@
+"""The socket server of ``mysqlbackup serve``: one thread per connection.
+
+Each connection gets the handshake of a MariaDB primary, is authenticated
+(mysql_native_password against the one user the server was started with),
+answers the replica's set-up queries (``replay.serve.queries``), and on
+COM_BINLOG_DUMP streams what ``replay.serve.feed`` reads from the archive, then
+heartbeats until the replica goes. A replica that disconnects is logged and the
+server keeps serving the others; a dump from a server_id already dumping ends
+the older connection, as a primary does.
+"""
+
+import logging
+import random
+import select
+import socket
+import threading
+import time
+from dataclasses import dataclass, field
+
+from mysqlbackup.binlog import events as ev
+from mysqlbackup.errors import MysqlBackupError, UsageError, mask_url
+from replay.planning.selection import Selection
+from replay.serve import packets as pk
+from replay.serve.feed import (NO_CHECKSUM, DumpContext, DumpError, DumpStart, dump_events,
+                               gtid_state_at)
+from replay.serve.queries import ServerFacts, Session, answer
+
+log = logging.getLogger(__name__)
+
+COM_QUIT, COM_INIT_DB, COM_QUERY, COM_PING = 0x01, 0x02, 0x03, 0x0E
+COM_BINLOG_DUMP, COM_REGISTER_SLAVE = 0x12, 0x15
+POLL_SLICE = 0.5          # longest wait, so that stop() is seen
+SEND_TIMEOUT = 60.0       # a replica that takes no bytes for this long is gone
+
+
+@dataclass
+class ServeOptions:
+    """What to serve, where, to whom. ``selection`` is a replay Selection
+    (``replay.planning.options.build_selection``): its stop point and exclusions
+    apply; ``listen`` port 0 picks a free port (``ServeHandle.port``)."""
+
+    archive_url: str
+    source_name: str = None
+    listen: tuple = ("127.0.0.1", 0)
+    user: str = "mysqlbackup_serve"
+    password: str = None
+    selection: Selection = field(default_factory=Selection)
+    identity: str = None            # age identity file for encrypted objects
+    keyring: object = None          # an archive.codec Keyring (instead of ``identity``)
+    storage_options: dict = field(default_factory=dict)
+
+
+class ServeHandle:
+    """A running server: ``host``, ``port``, ``source``, ``stop()``, ``wait_end()``;
+    a context manager that stops it on exit."""
+
+    def __init__(self, server):
+        self._server = server
+        self.host, self.port = server.listener.getsockname()[:2]
+        self.source = server.source
+
+    def stop(self):
+        """Close the listener and every connection; join their threads."""
+        self._server.stop()
+
+    def wait_end(self, timeout=None):
+        """The EndInfo of the newest dump that reached its end (the stop point or the
+        archive's end; ``last_gtid``: the last transaction sent), or None when none did
+        within ``timeout`` seconds."""
+        return self._server.wait_end(timeout)
+
+    @property
+    def errors(self):
+        """The (code, message) of every error sent to a replica's dump, oldest first."""
+        return list(self._server.errors)
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.stop()
+
+
+def start_server(options):
+    """Check the archive (its source, its files, what opens them), listen, and serve
+    in background threads; returns the ServeHandle. UsageError / MysqlBackupError
+    when the archive, the source or the address cannot be used."""
+    if not options.password:
+        raise UsageError("serve needs a password for its user ($MYSQLBACKUP_SERVE_PASSWORD "
+                         "or --password-file)")
+    server = _Server(options)
+    server.start()
+    return ServeHandle(server)
+
+
+class _Server:
+    def __init__(self, options):
+        from mysqlbackup.archive.codec import keyring_from
+        self.options = options
+        self.keyring = options.keyring or keyring_from(options.identity)
+        self.stored_hash = pk.password_hash(options.password)
+        self.source, units, _ = self.plan()
+        self.facts = self._facts(units)
+        self.listener = _listen(options.listen)
+        self.lock, self.ended = threading.Condition(), None
+        self.connections, self.dumps, self.errors = {}, {}, []
+        self.stopping, self.next_id, self.thread = False, 1, None
+
+    # -- archive ---------------------------------------------------------------------
+
+    def plan(self):
+        """(source, units, True when a stop datetime left later files out), as the
+        archive holds them now (replay's own planning)."""
+        from replay.job import ReplayOptions, plan
+        opts = ReplayOptions(self.options.archive_url, dict(self.options.storage_options),
+                             self.options.source_name, self.options.selection,
+                             keyring=self.keyring)
+        return plan(opts)
+
+    def chunks(self, unit):
+        from replay.serve.feed import unit_chunks
+        return unit_chunks(unit, self.options.archive_url, self.options.storage_options,
+                           self.keyring)
+
+    def _facts(self, units):
+        if not units:
+            raise UsageError(f"the archive {mask_url(self.options.archive_url)} holds no "
+                             f"binlog of source {self.source!r} to serve")
+        last = units[-1]
+        fde = self._read_fde(last)
+        if not ev.is_mariadb_version(fde.server_version):
+            raise UsageError(f"serve speaks MariaDB's replication protocol; {last['name']} "
+                             f"was written by {fde.server_version}")
+        gtid = last["index"].get("last_gtid") or ""
+        return ServerFacts(
+            server_id=last["index"].get("server_id") or 1,
+            version="5.5.5-" + fde.server_version,
+            checksum="CRC32" if fde.checksum_alg == ev.CHECKSUM_CRC32 else "NONE",
+            domain_id=int(gtid.split("-")[0]) if "-" in gtid else 0,
+            gtid_binlog_pos=last["index"].get("gtid_after") or "",
+            gtid_pos_at=lambda file, pos: gtid_state_at(units, file, pos))
+
+    def _read_fde(self, unit):
+        from replay.serve.feed import walk_events
+        chunks = self.chunks(unit)
+        try:
+            for _, event in walk_events(chunks, unit["name"], unit["partial"]):
+                return ev.parse_format_description(event)
+        finally:
+            chunks.close()
+        raise UsageError(f"{unit['where']} holds no format description event")
+
+    # -- lifecycle -------------------------------------------------------------------
+
+    def start(self):
+        self.thread = threading.Thread(target=self._accept, name="serve-accept", daemon=True)
+        self.thread.start()
+
+    def _accept(self):
+        while not self.stopping:
+            try:
+                sock, peer = self.listener.accept()
+            except OSError:
+                return  # the listener was closed: stop()
+            with self.lock:
+                conn_id, self.next_id = self.next_id, self.next_id + 1
+                conn = _Connection(self, sock, peer, conn_id)
+                self.connections[conn_id] = conn
+            conn.thread.start()
+
+    def stop(self):
+        with self.lock:
+            self.stopping = True
+            connections = list(self.connections.values())
+        try:
+            self.listener.shutdown(socket.SHUT_RDWR)
+        except OSError:
+            pass
+        self.listener.close()
+        for conn in connections:
+            conn.close()
+        if self.thread is not None:
+            self.thread.join(timeout=5)
+        for conn in connections:
+            conn.thread.join(timeout=5)
+
+    def wait_end(self, timeout):
+        with self.lock:
+            self.lock.wait_for(lambda: self.ended is not None, timeout)
+            return self.ended
+
+    # -- bookkeeping of connections ----------------------------------------------------
+
+    def dump_started(self, conn, server_id):
+        """Register ``conn`` as the dump of ``server_id``; end an older one."""
+        with self.lock:
+            older = self.dumps.get(server_id)
+            self.dumps[server_id] = conn
+        if older is not None and older is not conn:
+            log.info("connection %d: a new dump from server_id %d replaces it", older.id,
+                     server_id)
+            older.close()
+
+    def dump_ended(self, end):
+        with self.lock:
+            self.ended = end
+            self.lock.notify_all()
+
+    def dump_failed(self, code, message):
+        with self.lock:
+            self.errors.append((code, message))
+
+    def forget(self, conn):
+        with self.lock:
+            self.connections.pop(conn.id, None)
+            for server_id, held in list(self.dumps.items()):
+                if held is conn:
+                    del self.dumps[server_id]
+
+
+def _listen(address):
+    host, port = address
+    sock = socket.socket(socket.AF_INET6 if ":" in host else socket.AF_INET)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    try:
+        sock.bind((host, port))
+        sock.listen(16)
+    except OSError as e:
+        sock.close()
+        raise UsageError(f"cannot listen on {host}:{port}: {e.strerror or e}") from None
+    return sock
+
+
+class Disconnected(Exception):
+    """The peer closed the connection (or stop() did)."""
+
+
+class _Connection:
+    """One client connection: handshake, commands, at most one dump."""
+
+    def __init__(self, server, sock, peer, conn_id):
+        self.server, self.sock, self.peer, self.id = server, sock, peer, conn_id
+        self.session, self.buffer, self.closed = Session(), b"", False
+        self.replica_id = None
+        self.thread = threading.Thread(target=self.run, name=f"serve-conn-{conn_id}",
+                                       daemon=True)
+
+    def close(self):
+        self.closed = True
+        try:
+            self.sock.shutdown(socket.SHUT_RDWR)
+        except OSError:
+            pass
+
+    def run(self):
+        where = f"{self.peer[0]}:{self.peer[1]}"
+        try:
+            self.sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+            if self._authenticate():
+                self._commands()
+        except (Disconnected, OSError) as e:
+            log.info("connection %d from %s (replica server_id %s): disconnected%s", self.id,
+                     where, self.replica_id, "" if isinstance(e, Disconnected) else f": {e}")
+        except Exception:  # noqa: BLE001 - one connection's bug must not stop the others
+            log.exception("connection %d from %s failed", self.id, where)
+        finally:
+            self.sock.close()
+            self.server.forget(self)
+
+    # -- packets -----------------------------------------------------------------------
+
+    def _recv(self, n):
+        while len(self.buffer) < n:
+            data = self.sock.recv(65536)
+            if not data:
+                raise Disconnected()
+            self.buffer += data
+        out, self.buffer = self.buffer[:n], self.buffer[n:]
+        return out
+
+    def read_packet(self):
+        """(payload, sequence id) of the next packet (16 MiB pieces joined)."""
+        parts = []
+        while True:
+            head = self._recv(4)
+            size = head[0] | head[1] << 8 | head[2] << 16
+            parts.append(self._recv(size))
+            if size < pk.MAX_PAYLOAD:
+                return b"".join(parts), head[3]
+
+    def send(self, payloads, seq):
+        """Send payloads with consecutive sequence ids from ``seq``; the next id."""
+        out = []
+        for payload in payloads:
+            data, seq = pk.frames(payload, seq)
+            out.append(data)
+        self.sock.sendall(b"".join(out))
+        return seq
+
+    # -- handshake ---------------------------------------------------------------------
+
+    def _authenticate(self):
+        scramble = bytes(random.SystemRandom().randrange(0x21, 0x7F) for _ in range(20))
+        self.send([pk.handshake_v10(self.id, self.server.facts.version, scramble)], 0)
+        payload, seq = self.read_packet()
+        try:
+            response = pk.parse_handshake_response(payload)
+        except (ValueError, IndexError) as e:
+            self.send([pk.err_packet(1043, f"Bad handshake ({e})")], seq + 1)
+            return False
+        token, seq = response.auth, seq + 1
+        if response.plugin and response.plugin != pk.NATIVE_PASSWORD:
+            self.send([pk.auth_switch_request(scramble)], seq)
+            token, seq = self.read_packet()
+            seq += 1
+        options = self.server.options
+        if response.user == options.user and pk.native_password_ok(
+                self.server.stored_hash, scramble, token):
+            self.send([pk.ok_packet()], seq)
+            return True
+        log.warning("connection %d from %s: access denied for user %r", self.id,
+                    self.peer[0], response.user)
+        self.send([pk.err_packet(pk.ER_ACCESS_DENIED, f"Access denied for user "
+                                 f"'{response.user}'@'{self.peer[0]}' (using password: "
+                                 f"{'YES' if token else 'NO'})")], seq)
+        return False
+
+    # -- commands ----------------------------------------------------------------------
+
+    def _commands(self):
+        while not self.closed:
+            payload, _ = self.read_packet()
+            command = payload[0] if payload else None
+            if command == COM_QUIT:
+                return
+            if command == COM_QUERY:
+                reply = answer(payload[1:].decode("utf-8", "replace"), self.session,
+                               self.server.facts)
+                self.send(reply.payloads(), 1)
+            elif command in (COM_PING, COM_INIT_DB):
+                self.send([pk.ok_packet()], 1)
+            elif command == COM_REGISTER_SLAVE:
+                self.replica_id = pk.parse_register_slave(payload)
+                self.send([pk.ok_packet()], 1)
+            elif command == COM_BINLOG_DUMP:
+                return self._dump(pk.parse_binlog_dump(payload))
+            else:
+                self.send([pk.err_packet(pk.ER_UNKNOWN_COM, "Unknown command")], 1)
+
+    # -- the dump ----------------------------------------------------------------------
+
+    def _dump(self, request):
+        server, session = self.server, self.session
+        self.replica_id = request.server_id
+        server.dump_started(self, request.server_id)
+        start = DumpStart(request.file, request.pos, session.connect_state)
+        log.info("connection %d: dump for server_id %d from %s", self.id, request.server_id,
+                 f"GTID {start.gtids}" if start.gtids is not None
+                 else f"{request.file or '(first file)'}:{request.pos}")
+        seq = 1
+        try:
+            if server.facts.checksum != "NONE" and not session.checksum_wanted:
+                raise DumpError(NO_CHECKSUM)
+            _, units, cut = server.plan()
+            ctx = DumpContext(server.chunks, server.options.selection,
+                              server.facts.server_id, server.facts.checksum == "CRC32",
+                              "stop datetime reached" if cut else None)
+            for kind, value in dump_events(units, start, ctx):
+                if self.closed:
+                    raise Disconnected()
+                if kind == "event":
+                    seq = self.send([pk.event_packet(value, session.semi_sync)], seq)
+                else:
+                    return self._idle(value, seq)
+        except DumpError as e:
+            self._refuse(e.code, e.message, seq)
+        except MysqlBackupError as e:
+            self._refuse(pk.ER_MASTER_FATAL_READING_BINLOG, mask_url(str(e)), seq)
+
+    def _refuse(self, code, message, seq):
+        log.warning("connection %d (server_id %s): dump refused: %s", self.id, self.replica_id,
+                    message)
+        self.server.dump_failed(code, message)
+        self.send([pk.err_packet(code, message)], seq)
+
+    def _idle(self, end, seq):
+        """After the last transaction: heartbeats at the replica's period until it
+        goes (or stop())."""
+        log.info("connection %d (server_id %s): all sent up to %s:%d (last GTID %s; %s)",
+                 self.id, self.replica_id, end.file, end.pos, end.last_gtid, end.reason)
+        self.server.dump_ended(end)
+        period = self.session.heartbeat_ns / 1e9
+        beat = pk.heartbeat(end.file, end.pos, self.server.facts.server_id,
+                            self.server.facts.checksum == "CRC32")
+        due = time.monotonic() + period if period > 0 else None
+        self.sock.settimeout(SEND_TIMEOUT)
+        while not self.closed:
+            wait = POLL_SLICE if due is None else max(0.0, min(POLL_SLICE, due - time.monotonic()))
+            readable, _, _ = select.select([self.sock], [], [], wait)
+            if readable and not self.sock.recv(4096):  # ACKs of a semi-sync replica: dropped
+                raise Disconnected()
+            if due is not None and time.monotonic() >= due:
+                seq = self.send([pk.event_packet(beat, self.session.semi_sync)], seq)
+                due = time.monotonic() + period
+        raise Disconnected()

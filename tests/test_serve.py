@@ -1,0 +1,252 @@
+"""``mysqlbackup serve``: a real MariaDB replica fed from the archive (file:// and S3
+through moto, plain and zstd), by GTID and by file:position, with stop points,
+exclusions, a restart of serve mid-stream, a wrong password and a position the
+archive lacks. One primary writes three binlog files (the last one active, archived
+as a partial file); one replica is reset between tests."""
+
+import os
+import shutil
+import subprocess
+import sys
+import time
+
+import pymysql
+import pytest
+
+from mysqlbackup.archive.codec import PLAIN, make_codec
+from mysqlbackup.archive.importer import import_directory
+from mysqlbackup.archive.store import ArchiveStore
+from mysqlbackup.sandbox import MariaDBSandbox, free_port
+from replay.planning.options import build_selection
+from replay.serve.server import ServeOptions, start_server
+from tests.helpers import REPO, module_primary, wait_for
+
+PASSWORD = "serve-secret"
+T0 = 1700000000      # commit times of the three files' transactions: T0, T0+100, T0+200
+
+
+@pytest.fixture(scope="module")
+def primary(tmp_path_factory):
+    server = module_primary(tmp_path_factory, "serve-primary")
+    gtids = []
+
+    def run(*statements):
+        server.execute(*statements)
+        gtids.append(server.execute("SELECT @@gtid_binlog_pos")[0][0])
+    run(f"SET timestamp={T0}", "CREATE DATABASE d", "CREATE TABLE d.t (id INT PRIMARY KEY, "
+        "v INT)", "CREATE TABLE d.m (id INT PRIMARY KEY) ENGINE=MyISAM")
+    run(f"SET timestamp={T0}", *[f"INSERT INTO d.t VALUES ({i}, {i})" for i in (1, 2, 3)])
+    server.execute("FLUSH BINARY LOGS")
+    run(f"SET timestamp={T0 + 100}", "INSERT INTO d.t VALUES (4, 4)",
+        "INSERT INTO d.m VALUES (1)", "UPDATE d.t SET v = v + 10 WHERE id < 3")
+    server.execute("FLUSH BINARY LOGS")
+    run(f"SET timestamp={T0 + 200}", "INSERT INTO d.t VALUES (5, 5)",
+        "DELETE FROM d.t WHERE id = 1", "INSERT INTO d.t VALUES (6, 6)")
+    yield server, gtids
+    server.stop(remove=True)
+
+
+@pytest.fixture(scope="module")
+def binlog_dir(primary, tmp_path_factory):
+    server, _ = primary
+    keep = tmp_path_factory.mktemp("serve-files")
+    for name in server.binlog_files():
+        shutil.copyfile(server.binlog_path(name), keep / name)
+    return keep
+
+
+@pytest.fixture(scope="module")
+def archive(binlog_dir, tmp_path_factory):
+    url = f"file://{tmp_path_factory.mktemp('serve-archive')}"
+    import_directory(ArchiveStore(url), str(binlog_dir), "db1", echo=lambda line: None,
+                     codec=PLAIN)
+    return url
+
+
+@pytest.fixture(scope="module")
+def replica_server(tmp_path_factory):
+    server = MariaDBSandbox(str(tmp_path_factory.mktemp("serve-replica")), server_id=2,
+                            log_bin=False, semi_sync=False).start()
+    yield server
+    server.stop(remove=True)
+
+
+@pytest.fixture
+def replica(replica_server):
+    """The module's replica, empty and without a primary."""
+    replica_server.execute("STOP SLAVE", "RESET SLAVE ALL", "DROP DATABASE IF EXISTS d",
+                           "SET GLOBAL gtid_slave_pos = ''")
+    yield replica_server
+    replica_server.execute("STOP SLAVE")
+
+
+def serve(url, listen=("127.0.0.1", 0), storage_options=None, **selection):
+    return start_server(ServeOptions(url, "db1", listen, "mysqlbackup_serve", PASSWORD,
+                                     build_selection(**selection),
+                                     storage_options=storage_options or {}))
+
+
+def attach(replica, handle, gtid=True, log_file=None, log_pos=None, password=PASSWORD):
+    where = "MASTER_USE_GTID=slave_pos" if gtid else (
+        f"MASTER_USE_GTID=no, MASTER_LOG_FILE='{log_file}', MASTER_LOG_POS={log_pos}")
+    replica.execute(f"CHANGE MASTER TO MASTER_HOST='{handle.host}', MASTER_PORT={handle.port}, "
+                    f"MASTER_USER='mysqlbackup_serve', MASTER_PASSWORD='{password}', "
+                    f"MASTER_CONNECT_RETRY=1, MASTER_HEARTBEAT_PERIOD=0.5, {where}",
+                    "START SLAVE")
+
+
+def status(replica):
+    conn = replica.root()
+    try:
+        with conn.cursor(pymysql.cursors.DictCursor) as cur:
+            cur.execute("SHOW SLAVE STATUS")
+            return cur.fetchone()
+    finally:
+        conn.close()
+
+
+def caught_up(replica, gtid):
+    """Wait until the replica has applied up to ``gtid`` and is idle, connected."""
+    def done():
+        row = status(replica)
+        return (replica.execute("SELECT @@gtid_slave_pos")[0][0] == gtid
+                and row["Slave_IO_Running"] == "Yes"
+                and row["Slave_SQL_Running_State"].startswith("Slave has read all relay log"))
+    wait_for(done, timeout=20, what=f"the replica at {gtid}")
+
+
+def rows(server):
+    return server.execute("SELECT id, v FROM d.t ORDER BY id")
+
+
+def checksums(server):
+    return [server.execute(f"CHECKSUM TABLE d.{t}")[0][1] for t in ("t", "m")]
+
+
+def test_full_stream_by_gtid_reaches_the_primary(primary, archive, replica):
+    server, gtids = primary
+    with serve(archive) as handle:
+        attach(replica, handle)
+        caught_up(replica, gtids[-1])
+        assert checksums(replica) == checksums(server)
+        end = handle.wait_end(5)
+        assert (end.last_gtid, end.reason) == (gtids[-1], "end of the archive")
+        time.sleep(1.2)  # heartbeats keep it connected and idle, with nothing more
+        row = status(replica)
+        assert (row["Slave_IO_Running"], row["Last_IO_Errno"]) == ("Yes", 0)
+        assert replica.execute("SELECT @@gtid_slave_pos")[0][0] == gtids[-1]
+
+
+def test_stop_before_gtid_then_restart_of_serve_continues(primary, archive, replica):
+    server, gtids = primary
+    port = free_port()
+    stop = gtids[1].split("-")
+    first = f"{stop[0]}-{stop[1]}-{int(stop[2]) + 1}"  # the first transaction of file 2
+    with serve(archive, ("127.0.0.1", port), stop_before_gtid=first) as handle:
+        attach(replica, handle)
+        caught_up(replica, gtids[1])
+        assert rows(replica) == ((1, 1), (2, 2), (3, 3))
+        assert handle.wait_end(5).reason == f"stop before GTID {first}"
+    with serve(archive, ("127.0.0.1", port)):  # the replica reconnects by itself, by GTID
+        caught_up(replica, gtids[-1])
+        assert checksums(replica) == checksums(server)
+
+
+def test_stop_by_datetime_and_by_position(primary, archive, replica, binlog_dir):
+    server, gtids = primary
+    with serve(archive, stop_datetime="2023-11-14T22:15:00Z") as handle:  # T0 + 100 s
+        attach(replica, handle)
+        caught_up(replica, gtids[1])
+        assert handle.wait_end(5).reason == "stop datetime reached"
+    replica.execute("STOP SLAVE", "RESET SLAVE ALL")
+    size = os.path.getsize(binlog_dir / "binlog.000002")
+    with serve(archive, stop_position=f"binlog.000002:{size - 1}") as handle:
+        attach(replica, handle)
+        caught_up(replica, gtids[2])
+        assert rows(replica) == ((1, 11), (2, 12), (3, 3), (4, 4))
+
+
+def test_by_file_position_and_a_file_the_archive_lacks(primary, archive, replica):
+    server, gtids = primary
+    with serve(archive) as handle:
+        attach(replica, handle, gtid=False, log_file="binlog.000001", log_pos=4)
+        caught_up(replica, gtids[-1])
+        assert checksums(replica) == checksums(server)
+        replica.execute("STOP SLAVE", "RESET SLAVE ALL")
+        attach(replica, handle, gtid=False, log_file="binlog.000009", log_pos=4)
+        wait_for(lambda: status(replica)["Last_IO_Errno"] == 1236, timeout=10,
+                 what="error 1236")
+        assert "Could not find first log file name in binary log index file" in status(
+            replica)["Last_IO_Error"]
+        assert handle.errors[-1][0] == 1236
+
+
+def test_exclude_gtids_sends_them_empty(primary, archive, replica):
+    server, gtids = primary
+    domain, server_id, last_of_2 = gtids[2].split("-")
+    update = f"{domain}-{server_id}-{last_of_2}"                       # the UPDATE
+    myisam = f"{domain}-{server_id}-{int(last_of_2) - 1}"              # INSERT INTO d.m
+    with serve(archive, exclude_gtids=f"{update},{myisam}") as handle:
+        attach(replica, handle)
+        caught_up(replica, gtids[-1])
+        assert rows(replica) == ((2, 2), (3, 3), (4, 4), (5, 5), (6, 6))
+        assert replica.execute("SELECT COUNT(*) FROM d.m")[0][0] == 0
+        assert handle.wait_end(5).last_gtid == gtids[-1]
+
+
+def test_a_gtid_state_the_archive_lacks_and_a_wrong_password(primary, archive, replica):
+    with serve(archive) as handle:
+        replica.execute("SET GLOBAL gtid_slave_pos = '0-1-999'")
+        attach(replica, handle)
+        wait_for(lambda: status(replica)["Last_IO_Errno"] == 1236, timeout=10,
+                 what="error 1236")
+        assert "0-1-999, which is not in the master's binlog" in status(replica)[
+            "Last_IO_Error"]
+        with pytest.raises(pymysql.err.OperationalError) as refused:
+            pymysql.connect(host=handle.host, port=handle.port, user="mysqlbackup_serve",
+                            password="wrong", connect_timeout=5)
+        assert refused.value.args[0] == 1045
+        conn = pymysql.connect(host=handle.host, port=handle.port, user="mysqlbackup_serve",
+                               password=PASSWORD, connect_timeout=5)
+        with conn.cursor() as cur:  # it keeps serving after both
+            cur.execute("SELECT @@GLOBAL.gtid_binlog_pos")
+            assert cur.fetchone()[0] == primary[1][-1]
+        conn.close()
+
+
+def test_s3_archive_zstd(primary, binlog_dir, replica, s3):
+    server, gtids = primary
+    url = s3.bucket("serve-" + os.urandom(4).hex())
+    options = {"endpoint_url": s3.endpoint}
+    import_directory(ArchiveStore(url, options), str(binlog_dir), "db1", echo=lambda line: None,
+                     codec=make_codec("zstd"))
+    with serve(url, storage_options=options) as handle:
+        attach(replica, handle)
+        caught_up(replica, gtids[-1])
+        assert checksums(replica) == checksums(server)
+
+
+def test_cli_bad_input_and_a_real_run(archive, tmp_path):
+    env = dict(os.environ, PYTHONPATH=REPO, MYSQLBACKUP_SERVE_PASSWORD=PASSWORD)
+
+    def cli(*args, **kw):
+        return subprocess.run([sys.executable, "-m", "mysqlbackup", "serve", *args], env=env,
+                              capture_output=True, text=True, timeout=60, **kw)
+    done = cli("--listen", "127.0.0.1:1")
+    assert (done.returncode, done.stderr) == (2, "mysqlbackup: error: --archive is required\n")
+    done = cli("--archive", archive, "--source-name", "nope", "--listen", "127.0.0.1:0")
+    assert done.returncode == 2
+    assert done.stderr == "mysqlbackup: error: the archive has no source 'nope' (it has: db1)\n"
+    done = cli("--archive", archive, "--listen", "localhost")
+    assert done.stderr == ("mysqlbackup: error: bad --listen 'localhost': expected HOST:PORT, "
+                           "e.g. 127.0.0.1:3307\n")
+    port = free_port()
+    proc = subprocess.Popen([sys.executable, "-m", "mysqlbackup", "serve", "--archive", archive,
+                             "--listen", f"127.0.0.1:{port}"], env=env, stderr=subprocess.PIPE,
+                            text=True)
+    try:
+        line = proc.stderr.readline()
+        assert line == f"serving db1 from {archive} on 127.0.0.1:{port} (user mysqlbackup_serve)\n"
+    finally:
+        proc.terminate()
+        assert proc.wait(timeout=10) == 0
