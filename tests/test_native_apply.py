@@ -1,8 +1,9 @@
 """``--apply native`` (replay.restore.native): a target's own replication applier applies
 the binlogs. Against a real MariaDB primary as the server the target replicates from:
-the target reaches the primary's CHECKSUM TABLE, its parallel settings come back, a
-run stopped before the end then run again applies each transaction once, a target that
-already replicates or has the source's server_id is refused."""
+the target reaches the primary's CHECKSUM TABLE, its parallel settings come back (a
+killed run's too), a run stopped before the end then run again applies each transaction
+once, a target that already replicates or has the source's server_id is refused;
+``restore --apply native`` to a GTID then again to the end; the CLI's refusals."""
 
 import pytest
 
@@ -12,7 +13,7 @@ from mysqlbackup.errors import UsageError
 from mysqlbackup.sandbox import REPL_PASSWORD, REPL_USER
 from mysqlbackup.source.spec import SourceSpec
 from replay.planning.options import build_selection
-from replay.restore.native import CONNECTION, End, apply_native
+from replay.restore.native import CONNECTION, End, NativeApply, apply_native
 from replay.restore.run import RestoreOptions, run_restore
 from tests.helpers import (Daemon, caught_up, module_primary, run_cli, wait_archived_to_the_end,
                            wait_for)
@@ -134,13 +135,19 @@ def test_refuses_a_target_that_replicates_or_has_the_sources_server_id(primary, 
     with pytest.raises(UsageError, match="has server_id 1, the source's"):
         native(same, primary, primary.end)
     assert same.execute("SHOW ALL SLAVES STATUS") == ()
-    # a connection of ours left by a killed run goes, and the run goes on
-    target.execute(f"CHANGE MASTER '{CONNECTION}' TO MASTER_HOST = '127.0.0.1', "
-                   "MASTER_PORT = 1")
+    # a killed run's connection goes and its slave_parallel_threads comes back
+    killed = NativeApply(spec_of(target))
+    killed.parallel(6)
+    killed.start("127.0.0.1", 1, "x", "y", MariaGtidPos.parse(primary.end))
+    killed.close()
+    assert target.execute("SELECT @@slave_parallel_threads") == ((6,),)
     summary, lines = native(target, primary, primary.end)
     assert lines[0] == (f"native: removing the replication connection {CONNECTION} left by "
                         "an earlier run")
     assert dict(target.execute(f"CHECKSUM TABLE {TABLES}")) == primary.sums
+    assert target.execute("SELECT @@slave_parallel_threads") == ((0,),)
+    assert target.execute("SELECT * FROM mysqlbackup_replay.native_settings") == ()
+    assert target.execute("SHOW ALL SLAVES STATUS") == ()
 
 
 # -- restore --apply native (the real primary as the server the target replicates from) ----

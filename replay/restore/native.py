@@ -6,7 +6,8 @@ through a replication connection of its own, named ``mysqlbackup_restore``:
 ``gtid_slave_pos`` is set to the base's position, ``CHANGE MASTER ...
 MASTER_USE_GTID=slave_pos``, ``START SLAVE ... UNTIL master_gtid_pos = <end>``
 (the target cannot apply past the last transaction before the stop point even if
-more were sent), parallel apply on for the run. It is done when ``gtid_slave_pos``
+more were sent), parallel apply on for the run (``slave_parallel_threads``, and
+the connection's ``slave_parallel_mode=optimistic``). It is done when ``gtid_slave_pos``
 covers the end position, which ``expected_end`` computes from the archive's
 indexes (and, with a stop point inside a file, from that one file's
 transactions). Then ``STOP SLAVE``, ``RESET SLAVE ALL`` and the parallel settings
@@ -14,7 +15,9 @@ put back, on errors too.
 
 Exactly-once comes from the target's own ``gtid_slave_pos`` (written in the
 transaction it records): a killed run, run again, finds the target ahead of the
-base and leaves it there, so every transaction is applied once.
+base and leaves it there, so every transaction is applied once. The target's
+``slave_parallel_threads`` is kept in ``mysqlbackup_replay.native_settings`` while
+a run changed it: a killed run's is put back by the next one.
 """
 
 import logging
@@ -22,6 +25,8 @@ import secrets
 import time
 from dataclasses import dataclass
 from datetime import datetime, timezone
+
+import pymysql
 
 from mysqlbackup.binlog.gtid import MariaGtidPos
 from mysqlbackup.errors import MysqlBackupError, UsageError
@@ -32,6 +37,10 @@ log = logging.getLogger(__name__)
 CONNECTION = "mysqlbackup_restore"   # the target's replication connection this tool owns
 SERVE_USER = "mysqlbackup_serve"     # the login serve is started with (a new password a run)
 PARALLEL_MODE = "optimistic"
+SETTINGS_TABLE = "mysqlbackup_replay.native_settings"  # the target's own, during a run
+SETTINGS_DDL = (f"CREATE TABLE IF NOT EXISTS {SETTINGS_TABLE} (connection VARCHAR(64) NOT NULL "
+                "PRIMARY KEY, threads INT NOT NULL) ENGINE=InnoDB")
+NO_SUCH_CONNECTION = 1617           # ER_SLAVE_NOT_FOUND: "There is no master connection"
 POLL = 0.1                          # seconds between looks at the target
 PROGRESS_EVERY = 5.0                # seconds between progress lines
 
@@ -129,7 +138,6 @@ class NativeApply:
     def __init__(self, spec, progress=None):
         self.spec, self.progress = spec, progress or (lambda line: None)
         self.conn = connect_target(spec)
-        self.saved = None
 
     def _rows(self, sql, args=None):
         with self.conn.cursor() as cur:
@@ -171,8 +179,13 @@ class NativeApply:
     def slave_status(self, all_=False):
         """SHOW SLAVE STATUS of our connection (a dict, or None), or of all (list)."""
         with self.conn.cursor() as cur:
-            cur.execute("SHOW ALL SLAVES STATUS" if all_ else
-                        f"SHOW SLAVE '{CONNECTION}' STATUS")
+            try:
+                cur.execute("SHOW ALL SLAVES STATUS" if all_ else
+                            f"SHOW SLAVE '{CONNECTION}' STATUS")
+            except pymysql.err.OperationalError as e:
+                if e.args[0] != NO_SUCH_CONNECTION:
+                    raise
+                return None
             names = [d[0] for d in cur.description]
             rows = [dict(zip(names, row)) for row in cur.fetchall()]
         return rows if all_ else (rows[0] if rows else None)
@@ -190,19 +203,42 @@ class NativeApply:
         return current
 
     def parallel(self, threads):
-        """Turn parallel apply on (``threads`` > 0), keeping the target's settings."""
-        self.saved = (int(self._value("SELECT @@GLOBAL.slave_parallel_threads")),
-                      self._value("SELECT @@GLOBAL.slave_parallel_mode"))
+        """Set ``slave_parallel_threads`` (global: every connection's pool). The
+        target's own value is kept in a row of SETTINGS_TABLE first (unlogged), so that
+        a run killed before it put it back leaves it to the next run's ``finish``. (The
+        mode is our connection's own, set in ``start``: it goes with the connection.)"""
+        if self._saved_threads() is None:
+            saved = int(self._value("SELECT @@GLOBAL.slave_parallel_threads"))
+            self._unlogged("CREATE DATABASE IF NOT EXISTS mysqlbackup_replay", SETTINGS_DDL,
+                           (f"INSERT INTO {SETTINGS_TABLE} VALUES (%s, %s)", (CONNECTION, saved)))
+        self.conn.cursor().execute("SET GLOBAL slave_parallel_threads = %s", (threads,))
+
+    def _saved_threads(self):
+        """The slave_parallel_threads kept by ``parallel`` and not put back, or None."""
+        if not self._rows("SELECT 1 FROM information_schema.tables WHERE table_schema = "
+                          "'mysqlbackup_replay' AND table_name = 'native_settings'"):
+            return None
+        rows = self._rows(f"SELECT threads FROM {SETTINGS_TABLE} WHERE connection = %s",
+                          (CONNECTION,))
+        return rows[0][0] if rows else None
+
+    def _unlogged(self, *statements):
         with self.conn.cursor() as cur:
-            cur.execute("SET GLOBAL slave_parallel_threads = %s", (threads,))
-            cur.execute("SET GLOBAL slave_parallel_mode = %s", (PARALLEL_MODE,))
+            cur.execute("SET SESSION sql_log_bin = 0")
+            try:
+                for sql in statements:
+                    cur.execute(*((sql,) if isinstance(sql, str) else sql))
+            finally:
+                cur.execute("SET SESSION sql_log_bin = 1")
 
     def start(self, host, port, user, password, end):
-        """CHANGE MASTER (our connection) and START SLAVE UNTIL ``end``."""
+        """CHANGE MASTER (our connection, its parallel mode) and START SLAVE UNTIL
+        ``end``."""
         with self.conn.cursor() as cur:
             cur.execute(f"CHANGE MASTER '{CONNECTION}' TO MASTER_HOST = %s, MASTER_PORT = %s, "
                         "MASTER_USER = %s, MASTER_PASSWORD = %s, MASTER_USE_GTID = slave_pos, "
                         "MASTER_CONNECT_RETRY = 1", (host, port, user, password))
+            cur.execute(f"SET GLOBAL {CONNECTION}.slave_parallel_mode = %s", (PARALLEL_MODE,))
             cur.execute(f"START SLAVE '{CONNECTION}' UNTIL master_gtid_pos = %s", (str(end),))
 
     def wait(self, end, timeout=None):
@@ -210,10 +246,10 @@ class NativeApply:
         on an error (or the SQL thread stops short), or after ``timeout`` seconds."""
         started = last_line = time.monotonic()
         while True:
-            pos = self.gtid_slave_pos()
+            status = self.slave_status() or {}
+            pos = self.gtid_slave_pos()  # after the status: a thread stopped had applied it
             if covers(pos, end):
                 return pos
-            status = self.slave_status() or {}
             _check_threads(status, pos, end)
             now = time.monotonic()
             if timeout is not None and now - started > timeout:
@@ -230,16 +266,17 @@ class NativeApply:
             cur.execute(f"RESET SLAVE '{CONNECTION}' ALL")
 
     def finish(self):
-        """STOP SLAVE, RESET SLAVE ALL (our connection), the parallel settings back."""
+        """STOP SLAVE, RESET SLAVE ALL (our connection), the parallel settings back
+        (this run's, or a killed run's)."""
         try:
             if self.slave_status() is not None:
                 self._reset()
         finally:
-            if self.saved is not None:
-                with self.conn.cursor() as cur:
-                    cur.execute("SET GLOBAL slave_parallel_threads = %s", (self.saved[0],))
-                    cur.execute("SET GLOBAL slave_parallel_mode = %s", (self.saved[1],))
-                self.saved = None
+            saved = self._saved_threads()
+            if saved is not None:
+                self.conn.cursor().execute("SET GLOBAL slave_parallel_threads = %s", (saved,))
+                self._unlogged((f"DELETE FROM {SETTINGS_TABLE} WHERE connection = %s",
+                                (CONNECTION,)))
 
     def close(self):
         self.conn.close()
@@ -275,10 +312,10 @@ def apply_native(spec, address, user, password, start, end, fresh=True, threads=
     try:
         target.check(end.gtid_pos)
         before = target.set_start(start, fresh)
-        summary = _summary(end, before, before)
         if covers(before, end.gtid_pos):
+            target.finish()  # a killed run's settings
             progress(f"native: the target is already at GTID {before}: nothing to apply")
-            return summary
+            return _summary(end, before, before)
         try:
             target.parallel(threads)
             target.start(*address, user, password, end.gtid_pos)
