@@ -1,0 +1,114 @@
+"""What a restore drill checks (pure): the GTIDs the restored server logged against
+what the archive's indexes list between the base and the stop point.
+
+A restore into an empty server loads the base unlogged and applies each binlog
+transaction under its own GTID, so the scratch server's binlog holds exactly the
+transactions the replay applied. MariaDB numbers a domain's transactions one
+after another (``seq_no`` + 1, GTID strict mode), so "each once" means: per domain,
+the sequence numbers logged are exactly base+1 .. end, none twice, none missing,
+and the end lies where the indexes say the stop point is (exactly the last file's
+end when the restore reaches the end of the archive; within the file the stop
+falls in otherwise: an index does not list each transaction).
+"""
+
+from dataclasses import dataclass
+
+from mysqlbackup.archive.window import Stop, epoch
+from mysqlbackup.binlog.gtid import MariaGtidPos
+
+SHOWN = 5  # GTIDs named in a problem, at most
+
+
+@dataclass(frozen=True)
+class Expected:
+    """Per domain, what the target must hold: after ``start`` (the base), through at
+    least ``low`` and at most ``high`` (equal when the stop is the archive's end)."""
+
+    start: MariaGtidPos
+    low: MariaGtidPos
+    high: MariaGtidPos
+
+    @property
+    def exact(self):
+        return self.low == self.high
+
+
+def _pos(text):
+    return MariaGtidPos.parse(text or "")
+
+
+def expected_of(plan):
+    """The Expected GTIDs of a restore.plan.RestorePlan, from its indexes."""
+    spans, stop = plan.choice.spans, plan.stop
+    start, last = _pos(plan.manifest.get("gtid")), spans[-1]
+    high = _pos(last.gtid_after)
+    reaches_end = stop == Stop() or (stop.datetime is not None and all(
+        s.last_commit and epoch(s.last_commit) < stop.datetime for s in spans))
+    if reaches_end:
+        return Expected(start, high, high)
+    low = _pos(last.gtid_before)
+    for d, (s, n) in start.domains.items():  # the base may be inside the stop's file
+        low.add(d, s, n)
+    return Expected(start, low, high)
+
+
+def applied_gtids(gtids):
+    """{domain: [seq_no, ...]} in the order logged, from (domain, server_id, seq) triples."""
+    out = {}
+    for domain, _, seq in gtids:
+        out.setdefault(domain, []).append(seq)
+    return out
+
+
+def check_applied(expected, gtids):
+    """(problems, count, end position) of the GTIDs the target logged (an iterable of
+    (domain, server_id, seq_no) in order) against ``expected``."""
+    logged = applied_gtids(gtids)
+    problems, end = [], MariaGtidPos()
+    domains = sorted(set(logged) | set(expected.low.domains))
+    for d in domains:
+        seqs = logged.get(d, [])
+        first = expected.start.domains.get(d, (0, 0))[1] + 1
+        last = max(seqs) if seqs else first - 1
+        end.domains[d] = (0, last)
+        problems += _twice(d, seqs) + _outside(d, seqs, first) + _missing(d, seqs, first, last)
+        problems += _bounds(d, last, expected)
+    return problems, sum(len(s) for s in logged.values()), end
+
+
+def _twice(d, seqs):
+    seen, twice = set(), []
+    for n in seqs:
+        if n in seen:
+            twice.append(n)
+        seen.add(n)
+    return [f"applied more than once: GTID seq_no {_list(twice)} of domain {d}"] if twice else []
+
+
+def _outside(d, seqs, first):
+    held = sorted({n for n in seqs if n < first})
+    return ([f"applied though the base holds them: GTID seq_no {_list(held)} of domain {d} "
+             f"(the base is at {first - 1})"] if held else [])
+
+
+def _missing(d, seqs, first, last):
+    gone = sorted(set(range(first, last + 1)) - set(seqs))
+    return ([f"missing: GTID seq_no {_list(gone)} of domain {d} ({len(gone)} of "
+             f"{first}..{last} not applied)"] if gone else [])
+
+
+def _bounds(d, last, expected):
+    low = expected.low.domains.get(d, (0, 0))[1]
+    high = expected.high.domains.get(d, (0, 0))[1]
+    if expected.exact and last != low:
+        return [f"domain {d}: the target ends at seq_no {last}, the indexes list "
+                f"transactions through {low}"]
+    if last < low or last > high:
+        return [f"domain {d}: the target ends at seq_no {last}, the indexes put the stop "
+                f"point between {low} and {high}"]
+    return []
+
+
+def _list(numbers):
+    shown = ", ".join(map(str, numbers[:SHOWN]))
+    return shown + (f" and {len(numbers) - SHOWN} more" if len(numbers) > SHOWN else "")

@@ -1,0 +1,115 @@
+"""`mysqlbackup drill` on a real archive (a primary's dump base and binlogs): a good
+archive passes (exit 0, each transaction once, every table readable, the RTO); one
+flipped byte inside the stored dump (its manifest left as it was) fails naming the
+base (exit 1). The drill's transaction check itself, on made-up GTID lists."""
+
+import os
+import re
+import shutil
+
+import pytest
+
+from mysqlbackup.binlog.gtid import MariaGtidPos
+from replay.drill.check import Expected, check_applied
+from tests.helpers import module_primary, run_cli
+
+SCHEMA = ("CREATE DATABASE shop", "CREATE TABLE shop.t (id INT PRIMARY KEY, v INT)",
+          "CREATE TABLE shop.u (id INT PRIMARY KEY)")
+AFTER_BASE = 30  # transactions committed after the base
+
+
+@pytest.fixture(scope="module")
+def archive(tmp_path_factory):
+    """(archive dir, base id, transactions after the base): a base, then inserts."""
+    root = tmp_path_factory.mktemp("drill")
+    primary = module_primary(tmp_path_factory, "drill-primary", *SCHEMA,
+                             *[f"INSERT INTO shop.t VALUES ({i}, {i})" for i in range(20)])
+    url = f"file://{root / 'archive'}"
+    try:
+        out = run_cli("base", "--source", f"mysql://root@127.0.0.1:{primary.port}",
+                      "--archive", url, "--source-name", "db1", password="", timeout=120)
+        assert out.returncode == 0, out.stderr
+        base_id = out.stdout.split()[1]
+        primary.execute(*[f"INSERT INTO shop.t VALUES ({i}, {i})" for i in range(20, 40)],
+                        "FLUSH BINARY LOGS",
+                        *[f"INSERT INTO shop.u VALUES ({i})" for i in range(AFTER_BASE - 20)])
+        copy = root / "binlogs"
+        copy.mkdir()
+        for name in primary.binlog_files():
+            shutil.copyfile(primary.binlog_path(name), copy / name)
+        out = run_cli("archive", "import", str(copy), "--archive", url, "--source-name", "db1")
+        assert out.returncode == 0, out.stderr
+        gtid = primary.execute("SELECT @@gtid_binlog_pos")[0][0]
+    finally:
+        primary.stop(remove=True)
+    yield root / "archive", base_id, gtid
+
+
+def drill(path, *extra):
+    return run_cli("drill", "--archive", f"file://{path}", "--workdir", str(path.parent),
+                   *extra, password="", timeout=300)
+
+
+def test_drill_on_a_good_archive_passes(archive):
+    path, base_id, gtid = archive
+    out = drill(path)
+    assert out.returncode == 0, out.stdout + out.stderr
+    lines = out.stdout.splitlines()
+    domain, _, seq = gtid.split("-")
+    assert (f"transactions: {AFTER_BASE} applied, each once, after base {base_id} (GTID "
+            f"{domain}-1-{int(seq) - AFTER_BASE}) through {domain}-*-{seq} as the indexes "
+            "list") in lines, lines
+    assert "tables: 2 readable (CHECKSUM TABLE on each)" in lines
+    assert re.fullmatch(rf"RTO: \d+\.\ds \(plan, load of base {re.escape(base_id)}, replay\)",
+                        lines[-2]), lines
+    assert lines[-1] == "drill passed"
+    assert lines[0].startswith("scratch server: mariadbd on 127.0.0.1:")
+    assert not [p for p in os.listdir(path.parent) if p.startswith("mysqlbackup-drill-")]
+
+
+def test_drill_on_a_damaged_base_fails_naming_it(archive, tmp_path):
+    path, base_id, _ = archive
+    copy = tmp_path / "archive"
+    shutil.copytree(path, copy)
+    dump = copy / "db1" / "base" / base_id / "dump.sql.zst"
+    data = bytearray(dump.read_bytes())
+    data[len(data) // 2] ^= 0x01  # one flipped bit inside the stored dump
+    dump.write_bytes(bytes(data))
+    out = drill(copy)
+    assert out.returncode == 1, out.stdout + out.stderr
+    lines = out.stdout.splitlines()
+    failed = [line for line in lines if line.startswith("FAILED ")]
+    assert len(failed) == 1 and failed[0].startswith(
+        f"FAILED the restore from base {base_id} failed: "), lines
+    assert f"db1/base/{base_id}/dump.sql.zst" in failed[0] or "refused the base" in failed[0]
+    assert lines[-1] == "drill FAILED"
+
+
+def expected(start, end, low=None):
+    return Expected(MariaGtidPos.parse(start), MariaGtidPos.parse(low or end),
+                    MariaGtidPos.parse(end))
+
+
+def test_check_applied_each_once_in_range():
+    problems, count, end = check_applied(expected("0-1-10", "0-1-13"),
+                                         [(0, 1, 11), (0, 2, 12), (0, 1, 13)])
+    assert (problems, count, str(end)) == ([], 3, "0-0-13")
+
+
+def test_check_applied_names_twice_missing_held_and_short():
+    problems, _, _ = check_applied(expected("0-1-10", "0-1-20"),
+                                   [(0, 1, 9), (0, 1, 11), (0, 1, 11), (0, 1, 14)])
+    assert problems == [
+        "applied more than once: GTID seq_no 11 of domain 0",
+        "applied though the base holds them: GTID seq_no 9 of domain 0 (the base is at 10)",
+        "missing: GTID seq_no 12, 13 of domain 0 (2 of 11..14 not applied)",
+        "domain 0: the target ends at seq_no 14, the indexes list transactions through 20"]
+
+
+def test_check_applied_inside_the_stop_file_and_nothing_applied():
+    within = expected("0-1-10", "0-1-30", low="0-1-20")
+    assert check_applied(within, [(0, 1, n) for n in range(11, 26)])[0] == []
+    assert check_applied(within, [(0, 1, n) for n in range(11, 18)])[0] == [
+        "domain 0: the target ends at seq_no 17, the indexes put the stop point between 20 "
+        "and 30"]
+    assert check_applied(expected("0-1-10", "0-1-10"), [])[0] == []
