@@ -5,6 +5,8 @@ killed run's too), a run stopped before the end then run again applies each tran
 once, a target that already replicates or has the source's server_id is refused;
 ``restore --apply native`` to a GTID then again to the end; the CLI's refusals."""
 
+import re
+
 import pytest
 
 from mysqlbackup.archive.store import ArchiveStore
@@ -150,15 +152,14 @@ def test_refuses_a_target_that_replicates_or_has_the_sources_server_id(primary, 
     assert target.execute("SHOW ALL SLAVES STATUS") == ()
 
 
-# -- restore --apply native (the real primary as the server the target replicates from) ----
+# -- restore --apply native: the target replicates from replay.serve (the archive) ----------
 
 def restore(primary, target, **stop):
     lines = []
     opts = RestoreOptions(primary.url_archive, spec_of(target), selection=build_selection(**stop),
-                          stop_text=repr(stop), apply="native",
-                          native_from=("127.0.0.1", primary.port, REPL_USER, REPL_PASSWORD))
-    report = run_restore(opts, echo=lines.append)
-    return report, lines
+                          stop_text=repr(stop), apply="native")  # from serve
+    report = run_restore(opts, echo=lines.append, progress=lines.append)
+    return report, [line for line in lines if isinstance(line, str)]
 
 
 def test_restore_to_a_gtid_then_run_again_to_the_end(primary, make_server):
@@ -168,6 +169,11 @@ def test_restore_to_a_gtid_then_run_again_to_the_end(primary, make_server):
     assert m["gtid"] == primary.middle
     assert sums(target) == primary.stop_sums
     before_stop = seq(primary.stop_gtid) - 1
+    [served] = [line for line in lines if line.startswith("native: the target replicates")]
+    port = int(re.match(r"native: the target replicates from 127\.0\.0\.1:(\d+) ", served)[1])
+    assert port != primary.port and served.endswith(
+        f" (4 parallel threads) from GTID {primary.middle} to 0-1-{before_stop}")
+    lines = lines[lines.index(served) + 1:]
     assert lines[:2] == [
         f"restore of db1: base {m['id']} (dump, GTID {primary.middle}) loaded",
         f"applied: {before_stop - seq(primary.middle)} transactions, 0 skipped, 0 incomplete "
@@ -175,6 +181,9 @@ def test_restore_to_a_gtid_then_run_again_to_the_end(primary, make_server):
     assert lines[2].startswith(f"last applied: GTID 0-1-{before_stop} committed 20"), lines
     # run again without the stop: the base stays, the target goes on from where it is
     report, lines = restore(primary, target)
+    assert f"native: the target is at GTID 0-1-{before_stop}, past the base's " \
+           f"{primary.middle}: resuming from there" in lines
+    lines = lines[-4:]
     assert sums(target) == primary.sums
     assert target.execute("SELECT COUNT(*) FROM n.log") == ((300,),)
     assert lines[:2] == [
@@ -215,7 +224,7 @@ def test_cli_dry_run_names_the_apply_and_what_native_refuses(primary):
         2, "mysqlbackup: error: --apply native starts from a GTID position: give "
            "--start-gtid\n")
     assert invoke(replay, "--archive", url, "--apply", "native", "--target", target,
-                  "--start-gtid", "0-1-5", "--table", "n.items", "--exclude-gtids",
-                  "0-1-9") == (
+                  "--start-gtid", "0-1-5", "--database", "n", "--start-position",
+                  "binlog.000001:4") == (
         2, "mysqlbackup: error: --apply native applies whole binlogs from a GTID position: "
-           "not with --table, --exclude-gtids (use --apply statements)\n")
+           "not with --database, --start-position (use --apply statements)\n")

@@ -41,6 +41,7 @@ SETTINGS_TABLE = "mysqlbackup_replay.native_settings"  # the target's own, durin
 SETTINGS_DDL = (f"CREATE TABLE IF NOT EXISTS {SETTINGS_TABLE} (connection VARCHAR(64) NOT NULL "
                 "PRIMARY KEY, threads INT NOT NULL) ENGINE=InnoDB")
 NO_SUCH_CONNECTION = 1617           # ER_SLAVE_NOT_FOUND: "There is no master connection"
+IDLE_FOR = 2.0                      # seconds a target idle short of the end is a failure
 POLL = 0.1                          # seconds between looks at the target
 PROGRESS_EVERY = 5.0                # seconds between progress lines
 
@@ -241,10 +242,14 @@ class NativeApply:
             cur.execute(f"SET GLOBAL {CONNECTION}.slave_parallel_mode = %s", (PARALLEL_MODE,))
             cur.execute(f"START SLAVE '{CONNECTION}' UNTIL master_gtid_pos = %s", (str(end),))
 
-    def wait(self, end, timeout=None):
+    def wait(self, end, timeout=None, ended=None):
         """Until ``gtid_slave_pos`` covers ``end``; NativeApplyError when a thread stops
-        on an error (or the SQL thread stops short), or after ``timeout`` seconds."""
+        on an error (or the SQL thread stops short), after ``timeout`` seconds, or when
+        ``ended()`` (the server's EndInfo once it sent its last transaction, else None)
+        says there is no more to come and the target has applied everything it got,
+        short of ``end``, for IDLE_FOR seconds."""
         started = last_line = time.monotonic()
+        idle = Idle()
         while True:
             status = self.slave_status() or {}
             pos = self.gtid_slave_pos()  # after the status: a thread stopped had applied it
@@ -252,6 +257,13 @@ class NativeApply:
                 return pos
             _check_threads(status, pos, end)
             now = time.monotonic()
+            if ended is not None and idle.seen(status, pos, now):
+                info = ended()
+                if info is not None:
+                    raise NativeApplyError(
+                        f"the server sent its last transaction (GTID {info.last_gtid}: "
+                        f"{info.reason}) and the target applied all it got, at GTID {pos}, "
+                        f"short of the end expected from the archive's indexes, {end}")
             if timeout is not None and now - started > timeout:
                 raise NativeApplyError(f"the target did not reach GTID {end} in {timeout:.0f}s "
                                        f"(it is at {pos}; {_state(status)})")
@@ -282,6 +294,24 @@ class NativeApply:
         self.conn.close()
 
 
+class Idle:
+    """The target found idle (everything received applied, nothing moving) for
+    IDLE_FOR seconds in a row."""
+
+    def __init__(self):
+        self.since, self.at = None, None
+
+    def seen(self, status, pos, now):
+        """True when idle with ``pos`` unchanged since IDLE_FOR seconds before ``now``."""
+        idle = (status.get("Read_Master_Log_Pos") == status.get("Exec_Master_Log_Pos")
+                and (status.get("Slave_SQL_Running_State") or "").startswith(
+                    "Slave has read all relay log"))
+        if not idle or pos != self.at:
+            self.since, self.at = (now if idle else None), pos
+            return False
+        return self.since is not None and now - self.since >= IDLE_FOR
+
+
 def _check_threads(status, pos, end):
     for thread in ("SQL", "IO"):
         errno = status.get(f"Last_{thread}_Errno") or 0
@@ -301,12 +331,13 @@ def _state(status):
 
 
 def apply_native(spec, address, user, password, start, end, fresh=True, threads=4,
-                 progress=None, timeout=None):
+                 progress=None, timeout=None, ended=None):
     """Make the target ``spec`` apply, through its replication applier fed from
     ``address`` (host, port; ``user``/``password`` its login), everything from the
     GTID position ``start`` (the base's) to the End ``end``; returns the summary dict
     ``run.report_lines`` reads. ``fresh``: the base was loaded by this run (else a
-    target ahead of ``start`` resumes from where it is)."""
+    target ahead of ``start`` resumes from where it is); ``ended``: see
+    ``NativeApply.wait``."""
     progress = progress or (lambda line: None)
     target = NativeApply(spec, progress)
     try:
@@ -322,7 +353,7 @@ def apply_native(spec, address, user, password, start, end, fresh=True, threads=
             progress(f"native: the target replicates from {address[0]}:{address[1]} "
                      f"({threads} parallel threads) from GTID {str(before) or '(none)'} to "
                      f"{end.gtid_pos}")
-            after = target.wait(end.gtid_pos, timeout)
+            after = target.wait(end.gtid_pos, timeout, ended)
         finally:
             target.finish()
         return _summary(end, before, after)
@@ -338,10 +369,11 @@ def _summary(end, before, after):
 
 def check_selection(selection):
     """UsageError for what the target's applier cannot do: it applies whole binlogs
-    from a GTID position (no filters, exclusions or start position)."""
+    from a GTID position (no filters or start position; an excluded transaction is
+    served empty, its GTID kept)."""
     refused = [name for name, given in (
         ("--database", selection.databases), ("--table", selection.tables),
-        ("--rewrite-db", selection.rewrite), ("--exclude-gtids", selection.exclude),
+        ("--rewrite-db", selection.rewrite),
         ("--start-position", selection.start_position)) if given]
     if refused:
         raise UsageError(f"--apply native applies whole binlogs from a GTID position: not "
@@ -371,16 +403,16 @@ def run_native(replay_opts, spec, threads=4, fresh=False, progress=None, via=Non
         password = secrets.token_urlsafe(24)
         with _serve(replay_opts, source, password) as handle:
             summary = apply_native(spec, (handle.host, handle.port), SERVE_USER, password,
-                                   start, end, fresh, threads, progress, timeout)
+                                   start, end, fresh, threads, progress, timeout,
+                                   lambda: handle.wait_end(0))
     return dict(summary, source=source, files=len(units))
 
 
 def _serve(replay_opts, source, password):
-    """replay.serve started on loopback for this run (a context manager)."""
+    """replay.serve started on loopback for this run (a context manager): the archive,
+    its stop point and exclusions."""
     from replay.serve.server import ServeOptions, start_server
-    sel = replay_opts.selection
     return start_server(ServeOptions(
         replay_opts.archive_url, source_name=source, listen=("127.0.0.1", 0), user=SERVE_USER,
-        password=password, stop_datetime=sel.stop_datetime,
-        stop_before_gtid=sel.stop_before_gtid, stop_position=sel.stop_position,
-        identity=replay_opts.keyring, storage_options=replay_opts.archive_options))
+        password=password, selection=replay_opts.selection, keyring=replay_opts.keyring,
+        storage_options=dict(replay_opts.archive_options)))
