@@ -3,7 +3,8 @@ the binlogs. Against a real MariaDB primary as the server the target replicates 
 the target reaches the primary's CHECKSUM TABLE, its parallel settings come back (a
 killed run's too), a run stopped before the end then run again applies each transaction
 once, a target that already replicates or has the source's server_id is refused;
-``restore --apply native`` to a GTID then again to the end; the CLI's refusals."""
+``restore --apply native`` through serve to a GTID, ``replay --apply native`` further,
+``restore`` again to the end; the CLI's refusals."""
 
 import re
 
@@ -162,7 +163,7 @@ def restore(primary, target, **stop):
     return report, [line for line in lines if isinstance(line, str)]
 
 
-def test_restore_to_a_gtid_then_run_again_to_the_end(primary, make_server):
+def test_restore_to_a_gtid_then_replay_then_restore_again_to_the_end(primary, make_server):
     target = make_server(server_id=2, log_bin=False, semi_sync=False)
     report, lines = restore(primary, target, stop_before_gtid=primary.stop_gtid)
     m = report["plan"].manifest
@@ -179,9 +180,23 @@ def test_restore_to_a_gtid_then_run_again_to_the_end(primary, make_server):
         f"applied: {before_stop - seq(primary.middle)} transactions, 0 skipped, 0 incomplete "
         f"dropped; stopped: stop before GTID {primary.stop_gtid}"]
     assert lines[2].startswith(f"last applied: GTID 0-1-{before_stop} committed 20"), lines
-    # run again without the stop: the base stays, the target goes on from where it is
+    # replay --apply native from the base's GTID on: the target resumes from where it is
+    from click.testing import CliRunner
+
+    from replay.cli import replay
+    later = before_stop + 50
+    result = CliRunner().invoke(replay, [
+        "--archive", primary.url_archive, "--target", f"mysql://root@127.0.0.1:{target.port}",
+        "--apply", "native", "--start-gtid", primary.middle, "--stop-before-gtid",
+        f"0-1-{later + 1}"], env={"MYSQLBACKUP_TARGET_PASSWORD": ""})
+    assert result.exit_code == 0, result.output
+    assert re.fullmatch(rf"replay of db1: 50 applied by the target's replication applier "
+                        rf"\(native\), \d+ files; stopped: stop before GTID 0-1-{later + 1}\n"
+                        rf"target: at GTID 0-1-{later}\n", result.stdout), result.stdout
+    assert target.execute("SELECT COUNT(*) FROM n.log WHERE note = 'second'") == ((125,),)
+    # restore again without the stop: the base stays, the target goes on from where it is
     report, lines = restore(primary, target)
-    assert f"native: the target is at GTID 0-1-{before_stop}, past the base's " \
+    assert f"native: the target is at GTID 0-1-{later}, past the base's " \
            f"{primary.middle}: resuming from there" in lines
     lines = lines[-4:]
     assert sums(target) == primary.sums
@@ -189,7 +204,7 @@ def test_restore_to_a_gtid_then_run_again_to_the_end(primary, make_server):
     assert lines[:2] == [
         f"restore of db1: base {m['id']} (dump, GTID {primary.middle}) already loaded "
         "(resumed)",
-        f"applied: {seq(primary.end) - before_stop} transactions, 0 skipped, 0 incomplete "
+        f"applied: {seq(primary.end) - later} transactions, 0 skipped, 0 incomplete "
         "dropped; stopped: end of the archive"]
     assert lines[2].startswith(f"last applied: GTID {primary.end} committed 20"), lines
     assert target.execute("SELECT @@slave_parallel_threads, @@gtid_slave_pos") == \
