@@ -269,6 +269,7 @@ class DumpContext:
     server_id: int
     checksum: bool            # the server's binlog_checksum (the fake events' CRC32)
     cut_reason: str = None    # why the plan left the archive's later files out
+    annotate: bool = True     # the dump asked for ANNOTATE_ROWS (BINLOG_SEND_ANNOTATE_ROWS)
 
 
 def dump_events(units, start, ctx):
@@ -314,7 +315,7 @@ class _Walk:
                 if event[4] == ev.FORMAT_DESCRIPTION:
                     fde = ev.parse_format_description(event)
                     checksum = self.checksum = fde.checksum_alg == ev.CHECKSUM_CRC32
-                yield from self._header(off, event, offset)
+                yield from self._header(off, event, offset, first)
                 continue
             yield from self._transaction(item[1], offset, checksum, fde)
             if self.end is not None:
@@ -326,9 +327,13 @@ class _Walk:
             if before.domains.get(d) == (s, n):
                 self.reached[d] = True
 
-    def _header(self, off, event, offset):
+    def _header(self, off, event, offset, first):
         if event[4] == ev.FORMAT_DESCRIPTION and offset > 4:
             yield "event", pk.resent_fde(event)
+            return
+        if event[4] == ev.FORMAT_DESCRIPTION and first and self.state and self.state.domains:
+            yield "event", pk.resent_fde(event, clear_log_pos=False)
+            self.pos = off + len(event)
             return
         if off < offset:
             return
@@ -355,6 +360,8 @@ class _Walk:
             self.end = EndInfo(self.file, self.pos, self.last_gtid, reason)
             return
         events = trx.events if decision == "apply" else emptied(trx, checksum, fde)
+        if not self.ctx.annotate:  # as a server does for a replica that did not ask
+            events = [e for e in events if e[4] != ev.MARIA_ANNOTATE_ROWS]
         for event in events:
             yield "event", event
         self.pos, self.last_gtid = trx.end, trx.gtid or self.last_gtid

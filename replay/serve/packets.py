@@ -242,14 +242,17 @@ def fake_gtid_list(gtids, log_pos, server_id, checksum):
 CREATED_AT = ev.HEADER_LEN + 2 + 50   # the format description's 'created' timestamp
 
 
-def resent_fde(event):
-    """A file's format description event as a primary resends it to a dump that starts
-    past offset 4: log_pos 0 (the replica must not move its position) and 'created' 0
-    (it must not drop its temporary tables), the CRC32 computed again when it has one."""
+def resent_fde(event, clear_log_pos=True):
+    """A file's format description event as a primary resends it at the start of a
+    dump: 'created' 0 (the replica must not drop its temporary tables, as after a
+    primary's restart), and log_pos 0 too for a dump from past offset 4 (the replica
+    must not move its position); the CRC32 computed again when it has one. MariaDB
+    10.11 clears 'created' for a dump by a non-empty GTID state (log_pos kept) and
+    both past offset 4; a dump from a file's start gets the event as it is."""
     out = bytearray(event)
-    struct.pack_into("<I", out, 13, 0)
+    if clear_log_pos:
+        struct.pack_into("<I", out, 13, 0)
     struct.pack_into("<I", out, CREATED_AT, 0)
-    out[17] &= ~ev.LOG_EVENT_BINLOG_IN_USE_F & 0xFF
     if ev.parse_format_description(bytes(event)).checksum_alg == ev.CHECKSUM_CRC32:
         struct.pack_into("<I", out, len(out) - ev.CRC_LEN,
                          zlib.crc32(bytes(out[:-ev.CRC_LEN])))

@@ -19,6 +19,7 @@ from dataclasses import dataclass, field
 
 from mysqlbackup.binlog import events as ev
 from mysqlbackup.errors import MysqlBackupError, UsageError, mask_url
+from mysqlbackup.source.protocol import BINLOG_DUMP_NON_BLOCK, BINLOG_SEND_ANNOTATE_ROWS_EVENT
 from replay.planning.selection import Selection
 from replay.serve import packets as pk
 from replay.serve.feed import (NO_CHECKSUM, DumpContext, DumpError, DumpStart, dump_events,
@@ -364,12 +365,17 @@ class _Connection:
             _, units, cut = server.plan()
             ctx = DumpContext(server.chunks, server.options.selection,
                               server.facts.server_id, server.facts.checksum == "CRC32",
-                              "stop datetime reached" if cut else None)
+                              "stop datetime reached" if cut else None,
+                              bool(request.flags & BINLOG_SEND_ANNOTATE_ROWS_EVENT))
             for kind, value in dump_events(units, start, ctx):
                 if self.closed:
                     raise Disconnected()
                 if kind == "event":
                     seq = self.send([pk.event_packet(value, session.semi_sync)], seq)
+                elif request.flags & BINLOG_DUMP_NON_BLOCK:  # ends, as a server's does
+                    server.dump_ended(value)
+                    self.send([pk.eof_packet()], seq)
+                    return None
                 else:
                     return self._idle(value, seq)
         except DumpError as e:
