@@ -382,12 +382,10 @@ def check_selection(selection):
         raise UsageError("--apply native starts from a GTID position: give --start-gtid")
 
 
-def run_native(replay_opts, spec, threads=4, fresh=False, progress=None, via=None,
-               timeout=None):
+def run_native(replay_opts, spec, threads=4, fresh=False, progress=None, timeout=None):
     """Apply what the replay ``replay_opts`` selects (from its start GTIDs to its stop
     point) to the target ``spec`` through its replication applier, fed by
-    ``replay.serve`` started on loopback for the run (``via``: (host, port, user,
-    password) of a server to replicate from instead); returns the summary dict."""
+    ``replay.serve`` started on loopback for the run; returns the summary dict."""
     from replay.job import plan
     selection = replay_opts.selection
     check_selection(selection)
@@ -395,16 +393,10 @@ def run_native(replay_opts, spec, threads=4, fresh=False, progress=None, via=Non
     start = selection.start_gtids
     end = expected_end(units, selection, start, replay_opts.archive_url,
                        replay_opts.archive_options, replay_opts.keyring)
-    if via is not None:
-        host, port, user, password = via
-        summary = apply_native(spec, (host, port), user, password, start, end, fresh,
-                               threads, progress, timeout)
-    else:
-        password = secrets.token_urlsafe(24)
-        with _serve(replay_opts, source, password) as handle:
-            summary = apply_native(spec, (handle.host, handle.port), SERVE_USER, password,
-                                   start, end, fresh, threads, progress, timeout,
-                                   lambda: handle.wait_end(0))
+    password = secrets.token_urlsafe(24)
+    with _serve(replay_opts, source, password) as handle:
+        summary = apply_native(spec, (handle.host, handle.port), SERVE_USER, password, start,
+                               end, fresh, threads, progress, timeout, lambda: handle.wait_end(0))
     return dict(summary, source=source, files=len(units))
 
 

@@ -53,8 +53,6 @@ class RestoreOptions:
     keyring: object = None                  # archive.codec.Keyring: opens encrypted objects
     apply: str = "statements"               # APPLY_MODES: the replay job, or the target's
                                             # own replication applier fed by replay.serve
-    native_from: tuple = None               # native: (host, port, user, password) of a
-                                            # server to replicate from instead of serve's
 
 
 class Phases:
@@ -112,11 +110,15 @@ def apply_lines(opts):
 
 def check_native(opts, plan):
     """UsageError where ``--apply native`` cannot work: filters, a base without a
-    MariaDB GTID position (the target's applier starts from one)."""
+    MariaDB GTID position (the target's applier starts from one), a physical base (the
+    server it starts has the default server_id, most often the source's: untested)."""
     if opts.selection.tables or opts.selection.rewrite:
         raise UsageError("--apply native applies whole binlogs: --table and --rewrite-db "
                          "need --apply statements")
     m = plan.manifest
+    if m["method"] == "physical":
+        raise UsageError(f"base {m['id']} is a physical backup: --apply native is not "
+                         "supported for it yet (use --apply statements)")
     if m.get("gtid_flavor") != "mariadb" or not m.get("gtid"):
         raise UsageError(f"--apply native needs a MariaDB source with GTIDs; base {m['id']} "
                          f"has no MariaDB GTID position: use --apply statements")
@@ -232,8 +234,7 @@ def _replay(opts, replay_opts, progress, spark, fresh):
     """The binlogs applied after the base (``fresh``: loaded by this run)."""
     if opts.apply == "native":
         from replay.restore.native import run_native
-        return run_native(replay_opts, opts.target, opts.workers, fresh, progress,
-                          opts.native_from)
+        return run_native(replay_opts, opts.target, opts.workers, fresh, progress)
     from replay.job import run_replay
     from replay.sinks.target import TargetApplier
 
