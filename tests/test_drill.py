@@ -10,7 +10,7 @@ import shutil
 import pytest
 
 from mysqlbackup.binlog.gtid import MariaGtidPos
-from replay.drill.check import Expected, check_applied
+from replay.drill.check import Expected, check_applied, missing_gtids, on_bookkeeping
 from tests.helpers import module_primary, run_cli
 
 SCHEMA = ("CREATE DATABASE shop", "CREATE TABLE shop.t (id INT PRIMARY KEY, v INT)",
@@ -113,3 +113,20 @@ def test_check_applied_inside_the_stop_file_and_nothing_applied():
         "domain 0: the target ends at seq_no 17, the indexes put the stop point between 20 "
         "and 30"]
     assert check_applied(expected("0-1-10", "0-1-10"), [])[0] == []
+
+
+def test_gaps_the_replay_leaves_out_on_purpose_are_not_missing():
+    exp = expected("0-1-10", "0-1-14")
+    logged = [(0, 1, 11), (0, 1, 14)]
+    assert missing_gtids(exp, logged) == [(0, 12), (0, 13)]
+    assert check_applied(exp, logged, frozenset({(0, 12), (0, 13)}))[0] == []
+    assert check_applied(exp, logged, frozenset({(0, 12)}))[0] == [
+        "missing: GTID seq_no 13 of domain 0 (1 of 11..14 not applied)"]
+
+
+@pytest.mark.parametrize("db,sql,bookkeeping", [
+    ("", "CREATE TABLE IF NOT EXISTS mysqlbackup_replay.checkpoint (a INT)", True),
+    ("mysqlbackup_replay", "CREATE DATABASE IF NOT EXISTS mysqlbackup_replay", True),
+    ("shop", "CREATE TABLE t (a INT)", False)])
+def test_on_bookkeeping(db, sql, bookkeeping):
+    assert on_bookkeeping(db, sql) is bookkeeping

@@ -15,6 +15,7 @@ from dataclasses import dataclass
 
 from mysqlbackup.archive.window import Stop, epoch
 from mysqlbackup.binlog.gtid import MariaGtidPos
+from replay.planning.selection import BOOKKEEPING_SCHEMA
 
 SHOWN = 5  # GTIDs named in a problem, at most
 
@@ -52,6 +53,12 @@ def expected_of(plan):
     return Expected(start, low, high)
 
 
+def on_bookkeeping(db, sql):
+    """True when a statement (its default schema ``db``, its text ``sql``) is on the
+    replay's own bookkeeping schema."""
+    return db == BOOKKEEPING_SCHEMA or f"{BOOKKEEPING_SCHEMA}." in sql
+
+
 def applied_gtids(gtids):
     """{domain: [seq_no, ...]} in the order logged, from (domain, server_id, seq) triples."""
     out = {}
@@ -60,9 +67,21 @@ def applied_gtids(gtids):
     return out
 
 
-def check_applied(expected, gtids):
-    """(problems, count, end position) of the GTIDs the target logged (an iterable of
-    (domain, server_id, seq_no) in order) against ``expected``."""
+def missing_gtids(expected, gtids):
+    """(domain, seq_no) of every transaction between the base and the last one the
+    target logged, per domain, that the target did not log."""
+    logged, gone = applied_gtids(gtids), []
+    for d, seqs in sorted(logged.items()):
+        first = expected.start.domains.get(d, (0, 0))[1] + 1
+        gone += [(d, n) for n in sorted(set(range(first, max(seqs) + 1)) - set(seqs))]
+    return gone
+
+
+def check_applied(expected, gtids, skipped=frozenset()):
+    """(problems, count, end position) of the GTIDs the target logged (a list of
+    (domain, server_id, seq_no) in order) against ``expected``; ``skipped``: the
+    (domain, seq_no) the replay leaves out on purpose (its own bookkeeping rows, logged
+    by an earlier restore into the live source), not missing."""
     logged = applied_gtids(gtids)
     problems, end = [], MariaGtidPos()
     domains = sorted(set(logged) | set(expected.low.domains))
@@ -71,7 +90,8 @@ def check_applied(expected, gtids):
         first = expected.start.domains.get(d, (0, 0))[1] + 1
         last = max(seqs) if seqs else first - 1
         end.domains[d] = (0, last)
-        problems += _twice(d, seqs) + _outside(d, seqs, first) + _missing(d, seqs, first, last)
+        held = seqs + [n for (sd, n) in skipped if sd == d]
+        problems += _twice(d, seqs) + _outside(d, seqs, first) + _missing(d, held, first, last)
         problems += _bounds(d, last, expected)
     return problems, sum(len(s) for s in logged.values()), end
 

@@ -16,11 +16,12 @@ import time
 from dataclasses import dataclass, field
 
 from mysqlbackup.binlog import events as ev
+from mysqlbackup.binlog.gtid import MariaGtidPos
 from mysqlbackup.binlog.scan import EventStream
 from mysqlbackup.errors import MysqlBackupError
 from mysqlbackup.sandbox import MariaDBSandbox
 from mysqlbackup.source.spec import SourceSpec
-from replay.drill.check import check_applied, expected_of
+from replay.drill.check import check_applied, expected_of, missing_gtids, on_bookkeeping
 
 SYSTEM_SCHEMAS = ("mysql", "information_schema", "performance_schema", "sys",
                   "mysqlbackup_replay")
@@ -83,7 +84,8 @@ def _restore_and_check(opts, server, report, progress):
     from replay.restore.run import plan_restore, run_restore
     ropts = replace(opts.restore, target=SourceSpec("127.0.0.1", server.port, "root", ""))
     try:
-        plan, _ = plan_restore(ArchiveStore(ropts.archive_url, ropts.archive_options), ropts)
+        plan, replay_opts = plan_restore(ArchiveStore(ropts.archive_url, ropts.archive_options),
+                                         ropts)
     except MysqlBackupError as e:
         report.problems.append(f"no restore can be planned: {e}")
         return
@@ -96,14 +98,15 @@ def _restore_and_check(opts, server, report, progress):
         report.problems.append(f"the restore from base {report.base_id} failed: {e}")
         return
     report.rto = time.monotonic() - started
-    _check_transactions(result["plan"], server, report)
+    _check_transactions(result["plan"], replay_opts, server, report)
     _check_tables(server, report)
     report.lines.append(f"RTO: {report.rto:.1f}s (plan, load of base {report.base_id}, replay)")
 
 
-def _check_transactions(plan, server, report):
-    expected = expected_of(plan)
-    problems, count, end = check_applied(expected, logged_gtids(server))
+def _check_transactions(plan, replay_opts, server, report):
+    expected, gtids = expected_of(plan), logged_gtids(server)
+    skipped = skipped_on_purpose(plan, replay_opts, missing_gtids(expected, gtids))
+    problems, count, end = check_applied(expected, gtids, skipped)
     report.problems += [f"transactions: {p}" for p in problems]
     if not problems:
         report.lines.append(
@@ -111,7 +114,55 @@ def _check_transactions(plan, server, report):
             f"(GTID {plan.manifest.get('gtid') or '(none)'}) through "
             + ", ".join(f"{d}-*-{n}" for d, (_, n) in sorted(end.domains.items()))
             + (" as the indexes list" if expected.exact else
-               " (within the file the stop point falls in, as the indexes place it)"))
+               " (within the file the stop point falls in, as the indexes place it)")
+            + (f"; {len(skipped)} left out on purpose (the replay's bookkeeping schema)"
+               if skipped else ""))
+
+
+def skipped_on_purpose(plan, replay_opts, missing):
+    """The (domain, seq_no) among ``missing`` that the replay leaves out of the target's
+    binlog on purpose: filtered out by its selection, or statements on its bookkeeping
+    schema only (an earlier restore into the live source logged them there). Found by
+    decoding only the files that hold them, as a replay task does (``job.decode_unit``)."""
+    if not missing:
+        return frozenset()
+    from replay.job import attach_unit, decode_unit
+    from replay.job import plan as plan_units
+    names = {s.name for s in plan.choice.spans if _holds_any(s, missing)}
+    _, units, _ = plan_units(replay_opts)
+    found, args = set(), (replay_opts.archive_url, replay_opts.archive_options,
+                          replay_opts.keyring)
+    for unit in (u for u in units if u["name"] in names):
+        result = decode_unit(unit, *args)
+        if result["error"]:
+            continue  # the restore read it whole; the gap stays a problem
+        result = attach_unit(result, unit, *args)
+        fde = ev.parse_format_description(result["fde"])
+        checksum = fde.checksum_alg == ev.CHECKSUM_CRC32
+        for trx in result["transactions"]:
+            parts = trx.maria_gtid
+            if parts and (parts[0], parts[2]) in missing and (
+                    replay_opts.selection.decide(trx)[1] in ("filtered out", "excluded")
+                    or _bookkeeping_only(trx, checksum, fde)):
+                found.add((parts[0], parts[2]))
+    return frozenset(found)
+
+
+def _bookkeeping_only(trx, checksum, fde):
+    """True when every statement of ``trx`` is on the replay's bookkeeping schema (a
+    CREATE TABLE IF NOT EXISTS of an earlier restore into the live source: the target
+    has the table already and logs nothing for it)."""
+    queries = [ev.parse_query(e, checksum, fde) for e in trx.events if e[4] == ev.QUERY]
+    statements = [q for q in queries if q.sql.strip().upper() not in ("BEGIN", "COMMIT")]
+    return bool(statements) and all(on_bookkeeping(q.db, q.sql) for q in statements) and all(
+        on_bookkeeping(t.split(".", 1)[0], "") for t in trx.tables)
+
+
+def _holds_any(span, missing):
+    """True when the file's GTID range (after gtid_before, through gtid_after) holds one
+    of the (domain, seq_no) in ``missing``."""
+    before, after = (MariaGtidPos.parse(t or "") for t in (span.gtid_before, span.gtid_after))
+    return any(not before.contains(d, 0, n) and after.contains(d, 0, n) for d, n in missing)
 
 
 def logged_gtids(server):
