@@ -7,6 +7,9 @@ once, a target that already replicates or has the source's server_id is refused;
 ``restore`` again to the end; the CLI's refusals."""
 
 import re
+import time
+from dataclasses import replace
+from datetime import datetime, timezone
 
 import pytest
 
@@ -16,7 +19,7 @@ from mysqlbackup.errors import UsageError
 from mysqlbackup.sandbox import REPL_PASSWORD, REPL_USER
 from mysqlbackup.source.spec import SourceSpec
 from replay.planning.options import build_selection
-from replay.restore.native import CONNECTION, End, NativeApply, apply_native
+from replay.restore.native import CONNECTION, End, NativeApply, apply_native, expected_end
 from replay.restore.run import RestoreOptions, run_restore
 from tests.helpers import (Daemon, caught_up, module_primary, run_cli, wait_archived_to_the_end,
                            wait_for)
@@ -62,10 +65,15 @@ def write(server, *statements, stop_at=None):
     conn = server.root()
     with conn.cursor() as cur:
         for i in range(150):
-            if i == stop_at:
+            if i == stop_at:  # the same stop point as a GTID, a position and a datetime
                 server.stop_sums, pos = sums(server), gtid_pos(server)
                 d, s, n = map(int, pos.split("-"))
                 server.stop_gtid = f"{d}-{s}-{n + 1}"
+                server.stop_position = "{}:{}".format(*server.execute(
+                    "SHOW MASTER STATUS")[0][:2])
+                time.sleep(1.02 - time.time() % 1)  # binlog times are whole seconds
+                server.stop_datetime = datetime.fromtimestamp(
+                    int(time.time()), timezone.utc).isoformat()
             for sql in statements:
                 cur.execute(sql, (i,))
     conn.close()
@@ -151,6 +159,22 @@ def test_refuses_a_target_that_replicates_or_has_the_sources_server_id(primary, 
     assert target.execute("SELECT @@slave_parallel_threads") == ((0,),)
     assert target.execute("SELECT * FROM mysqlbackup_replay.native_settings") == ()
     assert target.execute("SHOW ALL SLAVES STATUS") == ()
+
+
+def test_expected_end_of_each_kind_of_stop_point(primary):
+    from replay.job import ReplayOptions, plan
+    before_stop = f"0-1-{seq(primary.stop_gtid) - 1}"
+    for stop, reason, pos in [
+            ({"stop_before_gtid": primary.stop_gtid}, f"stop before GTID {primary.stop_gtid}",
+             before_stop),
+            ({"stop_position": primary.stop_position}, "stop position reached", before_stop),
+            ({"stop_datetime": primary.stop_datetime}, "stop datetime reached", before_stop),
+            ({}, "end of the archive", primary.end)]:
+        selection = replace(build_selection(**stop), start_gtids=MariaGtidPos.parse(
+            primary.middle))
+        _, units, _ = plan(ReplayOptions(primary.url_archive, selection=selection))
+        end = expected_end(units, selection, selection.start_gtids, primary.url_archive, {})
+        assert (str(end.gtid_pos), end.last_gtid, end.stop_reason) == (pos, pos, reason), stop
 
 
 # -- restore --apply native: the target replicates from replay.serve (the archive) ----------

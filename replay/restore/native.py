@@ -24,10 +24,10 @@ import logging
 import secrets
 import time
 from dataclasses import dataclass
-from datetime import datetime, timezone
 
 import pymysql
 
+from mysqlbackup.archive.window import epoch
 from mysqlbackup.binlog.gtid import MariaGtidPos
 from mysqlbackup.errors import MysqlBackupError, UsageError
 from replay.sinks.session import connect_target
@@ -115,10 +115,7 @@ def _merge(pos, other):
 
 
 def _epoch(text):
-    if not text:
-        return None
-    return datetime.strptime(text, "%Y-%m-%dT%H:%M:%SZ").replace(
-        tzinfo=timezone.utc).timestamp()
+    return epoch(text) if text else None
 
 
 def covers(pos, end):
