@@ -130,3 +130,19 @@ def test_gaps_the_replay_leaves_out_on_purpose_are_not_missing():
     ("shop", "CREATE TABLE t (a INT)", False)])
 def test_on_bookkeeping(db, sql, bookkeeping):
     assert on_bookkeeping(db, sql) is bookkeeping
+
+
+@pytest.mark.parametrize("stop,low,high", [
+    ({}, "0-1-40", "0-1-40"),                         # the end of the archive: exactly
+    ({"datetime": 1_800_000_250}, "0-1-20", "0-1-30"),  # inside the second file
+    ({"datetime": 1_800_001_000}, "0-1-40", "0-1-40"),  # after every commit: exactly
+    ({"datetime": 1_800_000_160}, "0-1-15", "0-1-20")])  # inside the base's own file
+def test_expected_of_a_restore_plan_from_the_indexes(stop, low, high):
+    from mysqlbackup.archive.window import Stop, build_runs
+    from replay.drill.check import expected_of
+    from replay.restore.plan import make_plan
+    from tests.test_retention import base, index
+    runs, holes = build_runs("db1", [index(i) for i in (1, 2, 3)])
+    manifest = dict(base(1, seq_in_file=5, ended=50), member="dump.sql.zst")
+    exp = expected_of(make_plan("db1", runs, holes, [manifest], Stop(**stop)))
+    assert (str(exp.start), str(exp.low), str(exp.high)) == ("0-1-15", low, high)
