@@ -85,6 +85,11 @@ def is_artificial(header):
     return bool(header.flags & LOG_EVENT_ARTIFICIAL_F) or header.log_pos == 0
 
 
+# CRC-32 of any bytes followed by their own CRC-32 (little-endian): a whole event whose
+# trailing CRC is right has this CRC, so one pass checks it
+CRC_RESIDUE = 0x2144DF1C
+
+
 def crc_ok(event):
     """True when the trailing CRC32 of a whole event matches its bytes.
 

@@ -55,7 +55,7 @@ def iter_events(buf, start, checksum, file=None, limit=None, check_log_pos=True,
             checksum = ev.parse_format_description(event).checksum_alg == ev.CHECKSUM_CRC32
             if checksum and not ev.crc_ok(event):
                 _crc_mismatch(event, file, base + off)
-        elif checksum and crc32(event[:-4]) != _unpack_crc(view, off + size - 4)[0]:
+        elif checksum and crc32(event) != ev.CRC_RESIDUE:
             _crc_mismatch(event, file, base + off)
         yield base + off, event
         off += size
@@ -164,4 +164,3 @@ def _crc_mismatch(event, file, at):
 
 # type (1 byte), skip server_id, size and log_pos: bytes 4..17 of the header
 _unpack_frame = struct.Struct("<B4xII").unpack_from
-_unpack_crc = struct.Struct("<I").unpack_from
