@@ -417,7 +417,8 @@ def base(source, password_file, tls, archive_url, archive_option, source_name, m
               "and every binlog file from it on.")
 @click.option("--keep-base", type=click.IntRange(0), default=0, show_default=True,
               metavar="N", help="Also keep the N newest older bases, without their binlogs "
-              "(each restorable to its own moment only).")
+              "(each its own moment only; restore needs binlogs after a base: load such a "
+              "dump by hand).")
 @click.option("--dry-run", is_flag=True, help="List what would go and why; delete nothing.")
 @handle_errors
 def retain(archive_url, archive_option, source_name, window, keep_base, dry_run):
