@@ -89,8 +89,8 @@ def test_keep_base_keeps_older_bases_without_their_binlogs():
     kept = {i.name: i.reason for i in plan.kept}
     assert kept == {base(5)["id"]: f"kept: the newest base ended before "
                     f"{iso(T0 + 650)}: the window starts from it",
-                    base(3)["id"]: f"kept: --keep-base 1 (restorable to its own moment "
-                    f"{iso(T0 + 350)}; its binlogs go)"}
+                    base(3)["id"]: f"kept: --keep-base 1 (its own moment {iso(T0 + 350)} "
+                    "only, loaded by hand; its binlogs go)"}
     [after] = plan.after  # the tier sits in no binlogs: not in the window
     assert after.base_id == base(5)["id"]
 

@@ -83,7 +83,6 @@ class _Protect:
     everything: Optional[str] = None         # why nothing may go
     bases: dict = field(default_factory=dict)  # base id -> reason
     from_position: Optional[int] = None      # binlogs at or after it stay (global order)
-    why_binlogs: str = ""
 
 
 def plan_retention(facts, now, window, keep_base=0):
@@ -141,7 +140,6 @@ def _leased(facts, runs, order):
         protect.bases[base_id] = f"a restore holds lease {lease_id} on it"
         if protect.from_position is None or first < protect.from_position:
             protect.from_position = first
-            protect.why_binlogs = f"a restore (lease {lease_id}, base {base_id}) reads it"
     return protect
 
 
@@ -163,8 +161,8 @@ def _bases(facts, anchor, keep_base, protect, promised):
                              f"{iso(promised)}: the window starts from it"))
         elif tiers < keep_base:
             tiers += 1
-            kept.append(Item("base", m["id"], f"kept: --keep-base {keep_base} (restorable to "
-                             f"its own moment {m['end_time']}; its binlogs go)"))
+            kept.append(Item("base", m["id"], f"kept: --keep-base {keep_base} (its own moment "
+                             f"{m['end_time']} only, loaded by hand; its binlogs go)"))
         elif m["id"] in protect.bases:
             kept.append(Item("base", m["id"], "kept: " + protect.bases[m["id"]]))
         else:
