@@ -3,8 +3,8 @@ the binlogs. Against a real MariaDB primary as the server the target replicates 
 the target reaches the primary's CHECKSUM TABLE, its parallel settings come back (a
 killed run's too), a run stopped before the end then run again applies each transaction
 once, a target that already replicates or has the source's server_id is refused;
-``restore --apply native`` through serve to a GTID, ``replay --apply native`` further,
-``restore`` again to the end; the CLI's refusals."""
+``restore --apply native`` through serve to a GTID, not resumed as statements,
+``replay --apply native`` further, ``restore`` again to the end; the CLI's refusals."""
 
 import re
 import time
@@ -204,6 +204,10 @@ def test_restore_to_a_gtid_then_replay_then_restore_again_to_the_end(primary, ma
         f"applied: {before_stop - seq(primary.middle)} transactions, 0 skipped, 0 incomplete "
         f"dropped; stopped: stop before GTID {primary.stop_gtid}"]
     assert lines[2].startswith(f"last applied: GTID 0-1-{before_stop} committed 20"), lines
+    # resumed with the other apply: refused (its exactly-once record is not the native one)
+    with pytest.raises(UsageError, match=r"^this restore was begun with --apply native \(the "
+                       r"target holds its progress\): run it again with --apply native$"):
+        run_restore(RestoreOptions(primary.url_archive, spec_of(target)), echo=lines.append)
     # replay --apply native from the base's GTID on: the target resumes from where it is
     from click.testing import CliRunner
 

@@ -130,6 +130,29 @@ def applied_count(before, after):
                for d, (_, seq) in after.domains.items())
 
 
+def check_resume(conn, source, base_gtid, apply):
+    """UsageError when a restore resumed with ``apply`` was begun with the other one:
+    each has its own exactly-once record (statements: the checkpoint rows of
+    ``source``; native: the target's ``gtid_slave_pos`` past the base's ``base_gtid``),
+    and the other one's progress would be applied again."""
+    with conn.cursor() as cur:
+        cur.execute("SELECT 1 FROM information_schema.tables WHERE table_schema = "
+                    "'mysqlbackup_replay' AND table_name = 'checkpoint'")
+        statements = bool(cur.fetchall())
+        if statements:
+            cur.execute("SELECT 1 FROM mysqlbackup_replay.checkpoint WHERE source = %s "
+                        "LIMIT 1", (source,))
+            statements = bool(cur.fetchall())
+        cur.execute("SELECT @@GLOBAL.gtid_slave_pos")
+        slave_pos = MariaGtidPos.parse(cur.fetchone()[0] or "")
+    base = MariaGtidPos.parse(base_gtid or "") if "-" in (base_gtid or "") else None
+    native = base is not None and not covers(base, slave_pos)
+    begun = "statements" if statements else "native" if native else None
+    if begun is not None and begun != apply:
+        raise UsageError(f"this restore was begun with --apply {begun} (the target holds its "
+                         f"progress): run it again with --apply {begun}")
+
+
 class NativeApply:
     """The target as a replica of ``address`` for one run (one connection)."""
 

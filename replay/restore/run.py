@@ -191,7 +191,11 @@ def _restore(opts, plan, replay_opts, phases, progress, spark):
         if marker:
             progress(f"restore: the target holds this restore in progress (base "
                      f"{marker.base_id}, {marker.state}, since {marker.started}): resuming")
-        if not loaded:
+        if loaded:
+            from replay.restore.native import check_resume
+            phases.run("check", check_resume, target.conn, plan.source,
+                       plan.manifest.get("gtid"), opts.apply)
+        else:
             phases.run("load", _load, opts, plan, target, progress)
     finally:
         target.close()
