@@ -134,6 +134,9 @@ def test_a_run_stopped_midway_then_run_again_applies_each_transaction_once(prima
     again, lines = native(target, primary, primary.end, fresh=False)
     assert again["applied"] == 0
     assert lines[-1] == f"native: the target is already at GTID {primary.end}: nothing to apply"
+    with pytest.raises(UsageError, match=rf"^the target is at GTID {primary.end}, past the "
+                       rf"stop point \(the end is {primary.middle}\): a restore cannot go back"):
+        native(target, primary, primary.middle, fresh=False)
 
 
 def test_refuses_a_target_that_replicates_or_has_the_sources_server_id(primary, make_server):

@@ -123,6 +123,11 @@ def covers(pos, end):
     return all(pos.contains(d, s, n) for d, (s, n) in end.domains.items())
 
 
+def past(pos, end):
+    """True when ``pos`` is beyond ``end`` in one of ``end``'s domains."""
+    return any(pos.domains.get(d, (0, -1))[1] > n for d, (_, n) in end.domains.items())
+
+
 def applied_count(before, after):
     """Transactions between two GTID positions, by their sequence numbers (one source
     numbers a domain's transactions one by one)."""
@@ -365,6 +370,10 @@ def apply_native(spec, address, user, password, start, end, fresh=True, threads=
         before = target.set_start(start, fresh)
         if covers(before, end.gtid_pos):
             target.finish()  # a killed run's settings
+            if past(before, end.gtid_pos):
+                raise UsageError(f"the target is at GTID {before}, past the stop point (the "
+                                 f"end is {end.gtid_pos}): a restore cannot go back; restore "
+                                 "into a new server")
             progress(f"native: the target is already at GTID {before}: nothing to apply")
             return _summary(end, before, before)
         try:
