@@ -269,6 +269,11 @@ def test_cli_dry_run_names_the_apply_and_what_native_refuses(primary):
     assert invoke(replay, "--archive", url, "--apply", "native", "--target", target) == (
         2, "mysqlbackup: error: --apply native starts from a GTID position: give "
            "--start-gtid\n")
+    assert invoke(replay, "--archive", url, "--apply", "native", "--target",
+                  "mysql://root@192.0.2.1:3306", "--start-gtid", "0-1-5") == (
+        2, "mysqlbackup: error: --apply native needs the target on this machine (it "
+           "replicates from serve on loopback); 192.0.2.1:3306 is not: use --apply "
+           "statements\n")
     assert invoke(replay, "--archive", url, "--apply", "native", "--target", target,
                   "--start-gtid", "0-1-5", "--database", "n", "--start-position",
                   "binlog.000001:4") == (

@@ -20,8 +20,10 @@ base and leaves it there, so every transaction is applied once. The target's
 a run changed it: a killed run's is put back by the next one.
 """
 
+import ipaddress
 import logging
 import secrets
+import socket
 import time
 from dataclasses import dataclass
 
@@ -396,6 +398,19 @@ def _summary(end, before, after):
             "last_commit": end.last_commit, "gtid_pos": str(after), "apply": "native"}
 
 
+def check_local(spec):
+    """UsageError unless the target ``spec`` is on this machine: serve listens on
+    loopback, and the target connects to it there."""
+    try:
+        loopback = ipaddress.ip_address(socket.gethostbyname(spec.host)).is_loopback
+    except (OSError, ValueError):
+        loopback = False
+    if not loopback:
+        raise UsageError(f"--apply native needs the target on this machine (it replicates "
+                         f"from serve on loopback); {spec.address} is not: use --apply "
+                         "statements")
+
+
 def check_selection(selection):
     """UsageError for what the target's applier cannot do: it applies whole binlogs
     from a GTID position (no filters or start position; an excluded transaction is
@@ -418,6 +433,7 @@ def run_native(replay_opts, spec, threads=4, fresh=False, progress=None, timeout
     from replay.job import plan
     selection = replay_opts.selection
     check_selection(selection)
+    check_local(spec)
     source, units, _ = plan(replay_opts)
     start = selection.start_gtids
     end = expected_end(units, selection, start, replay_opts.archive_url,

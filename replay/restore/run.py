@@ -109,12 +109,16 @@ def apply_lines(opts):
 
 
 def check_native(opts, plan):
-    """UsageError where ``--apply native`` cannot work: filters, a base without a
-    MariaDB GTID position (the target's applier starts from one), a physical base (the
-    server it starts has the default server_id, most often the source's: untested)."""
+    """UsageError where ``--apply native`` cannot work: filters, a target on another
+    machine (serve listens on loopback), a base without a MariaDB GTID position (the
+    target's applier starts from one), a physical base (the server it starts has the
+    default server_id, most often the source's: untested)."""
     if opts.selection.tables or opts.selection.rewrite:
         raise UsageError("--apply native applies whole binlogs: --table and --rewrite-db "
                          "need --apply statements")
+    if opts.target is not None:
+        from replay.restore.native import check_local
+        check_local(opts.target)
     m = plan.manifest
     if m["method"] == "physical":
         raise UsageError(f"base {m['id']} is a physical backup: --apply native is not "
