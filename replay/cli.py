@@ -25,8 +25,9 @@ from mysqlbackup.source.spec import PASSWORD_ENV, source_from_options
 @click.option("--apply", "apply_mode", type=click.Choice(["statements", "native"]),
               default="statements", show_default=True, help="With --target: statements (this "
               "job applies them) or native (the target's own replication applier, fed by "
-              "mysqlbackup serve on loopback, --workers parallel threads; MariaDB, needs "
-              "--start-gtid, no --database/--table/--rewrite-db or --start-position).")
+              "mysqlbackup serve on loopback, --workers parallel threads; a MariaDB target "
+              "on this machine, needs --start-gtid, no --database/--table/--rewrite-db or "
+              "--start-position).")
 @click.option("--workers", type=click.IntRange(1, 64), default=4, show_default=True,
               help="Connections to the target where every transaction gets a commit of "
               "its own (a target with a binlog, or --merge 1). Transactions the binlog "

@@ -42,7 +42,8 @@ TARGET_PASSWORD_ENV = ("MYSQLBACKUP_TARGET_PASSWORD", PASSWORD_ENV)
               default="statements", show_default=True, help="How the binlogs are applied: "
               "statements (the replay job: Spark decodes, workers apply) or native (the "
               "target's own replication applier, fed by mysqlbackup serve on loopback; "
-              "MariaDB only, a server_id other than the source's, no --table).")
+              "a MariaDB target on this machine with a server_id other than the source's, "
+              "a dump base, no --table).")
 @click.option("--workers", type=click.IntRange(1, 64), default=4, show_default=True,
               help="Replay connections on a target with a binlog (see replay --help); "
               "with --apply native the target's slave_parallel_threads for the run.")
