@@ -226,6 +226,36 @@ def test_s3_archive_zstd(primary, binlog_dir, replica, s3):
         assert checksums(replica) == checksums(server)
 
 
+def test_follows_the_archive_as_it_grows(primary, binlog_dir, replica, tmp_path):
+    """Files 1-2 and the first transaction of file 3 archived; the replica gets them and
+    waits; then the rest of file 3 is archived (a second segment of the newest file):
+    the dump goes on from where it stood, without a reconnect."""
+    from mysqlbackup.binlog import events as ev
+    from mysqlbackup.binlog.scan import iter_events
+    server, gtids = primary
+    url = f"file://{tmp_path / 'growing'}"
+    part = tmp_path / "part"
+    part.mkdir()
+    for name in ("binlog.000001", "binlog.000002"):
+        shutil.copyfile(binlog_dir / name, part / name)
+    data = (binlog_dir / "binlog.000003").read_bytes()
+    cut = next(off + len(e) for off, e in iter_events(data, 4, None) if e[4] == ev.XID)
+    (part / "binlog.000003").write_bytes(data[:cut])
+    import_directory(ArchiveStore(url), str(part), "db1", echo=lambda line: None, codec=PLAIN)
+    domain, server_id, seq = gtids[2].split("-")
+    with start_server(ServeOptions(url, "db1", ("127.0.0.1", 0), "mysqlbackup_serve", PASSWORD,
+                                   poll_interval=0.2)) as handle:
+        attach(replica, handle)
+        caught_up(replica, f"{domain}-{server_id}-{int(seq) + 1}")
+        assert handle.dumps == 1
+        shutil.copyfile(binlog_dir / "binlog.000003", part / "binlog.000003")
+        import_directory(ArchiveStore(url), str(part), "db1", echo=lambda line: None,
+                         codec=PLAIN)
+        caught_up(replica, gtids[-1])
+        assert checksums(replica) == checksums(server)
+        assert (handle.dumps, handle.errors) == (1, [])  # the same dump went on
+
+
 def test_cli_bad_input_and_a_real_run(archive, tmp_path):
     env = dict(os.environ, PYTHONPATH=REPO, MYSQLBACKUP_SERVE_PASSWORD=PASSWORD)
 

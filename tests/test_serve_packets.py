@@ -79,6 +79,11 @@ def test_resent_format_description():
     assert again[pk.CREATED_AT:pk.CREATED_AT + 4] == bytes(4)
     by_gtid = pk.resent_fde(fde, clear_log_pos=False)
     assert ev.parse_header(by_gtid).log_pos == 256 and ev.crc_ok(by_gtid)
+    active = bytearray(fde)  # an active file's: in use, its CRC summed without the flag
+    active[17] |= ev.LOG_EVENT_BINLOG_IN_USE_F
+    again = pk.resent_fde(bytes(active), clear_log_pos=False)
+    assert again[17] & ev.LOG_EVENT_BINLOG_IN_USE_F and ev.crc_ok(again)
+    assert again[-4:] == by_gtid[-4:]
 
 
 def test_frames_split_at_16_mib():
@@ -149,6 +154,11 @@ def test_where_a_dump_starts():
     with pytest.raises(DumpError) as e:  # the archive starts after what the replica holds
         first_unit(UNITS[1:], DumpStart(gtids=MariaGtidPos.parse("0-1-3")))
     assert e.value.message == STATE_TOO_OLD
+    for ahead in ("0-1-13", "0-2-12", "1-1-1"):  # past the archive, another server, domain
+        with pytest.raises(DumpError) as e:
+            first_unit(UNITS, DumpStart(gtids=MariaGtidPos.parse(ahead)))
+        assert e.value.message == (f"Error: connecting slave requested to start from GTID "
+                                   f"{ahead}, which is not in the master's binlog")
     assert gtid_state_at(UNITS, "b.2", 4) == "0-1-5"
     assert gtid_state_at(UNITS, "b.2", 1000) == "0-1-9"
     assert gtid_state_at(UNITS, "b.2", 500) is None

@@ -24,7 +24,9 @@ Programmatic API (what ``restore --apply native`` calls)::
   (start fields are the replica's business: it asks by GTID or file:position).
 * Once a dump has sent the last transaction before the stop point (or the
   archive's end) the connection stays open with heartbeats, as a primary with
-  nothing more to send: the replica stays connected and idle.
+  nothing more to send: the replica stays connected and idle. Without a stop point
+  met, the server looks for newly archived transactions every
+  ``options.poll_interval`` seconds (None: never) and sends them.
 * ``handle.wait_end(timeout)``: the ``EndInfo`` of the newest dump that reached its
   end, or None; ``handle.errors``: the (code, message) of each dump refused (ER 1236
   when the archive lacks what the replica asks for).

@@ -41,10 +41,15 @@ def parse_listen(text):
 @click.option("--exclude-gtids", metavar="GTID[,GTID...]", help="Send these transactions "
               "empty (their GTID and commit only: the replica's GTID position stays "
               "gap-free, nothing of them is applied).")
+@click.option("--poll-interval", type=click.FloatRange(0), default=2.0, show_default=True,
+              metavar="SECONDS", help="Once a replica has all the archive holds (and no stop "
+              "point was met), look for newly archived transactions this often and send "
+              "them (0: never).")
 @identity_option
 @handle_errors
 def serve(archive_url, archive_option, source_name, listen, user, password_file,
-          stop_datetime, stop_before_gtid, stop_position, exclude_gtids, identity):
+          stop_datetime, stop_before_gtid, stop_position, exclude_gtids, poll_interval,
+          identity):
     """Serve the archive's binlogs to MariaDB replicas as their primary would.
 
     A replica (CHANGE MASTER TO MASTER_HOST, MASTER_PORT, MASTER_USER,
@@ -66,7 +71,8 @@ def serve(archive_url, archive_option, source_name, listen, user, password_file,
     selection = build_selection(stop_datetime=stop_datetime, stop_before_gtid=stop_before_gtid,
                                 stop_position=stop_position, exclude_gtids=exclude_gtids)
     options = ServeOptions(archive_url, source_name, parse_listen(listen), user, password,
-                           selection, identity, storage_options=parse_options(archive_option))
+                           selection, identity, storage_options=parse_options(archive_option),
+                           poll_interval=poll_interval or None)
     stop = threading.Event()
     for sig in (signal.SIGTERM, signal.SIGINT):
         signal.signal(sig, lambda *_: stop.set())

@@ -84,12 +84,23 @@ def first_unit(units, start):
     if start.gtids is None:
         return _file_start(units, start)
     state = start.gtids
+    _check_not_ahead(state, units[-1]["index"].get("gtid_after") or "")
     at = next((i for i, u in enumerate(units) if not _holds(state, u["index"].get("gtid_after"))),
               len(units) - 1)
     before = MariaGtidPos.parse(units[at]["index"].get("gtid_before") or "")
     if not all(state.contains(d, s, n) for d, (s, n) in before.domains.items()):
         raise DumpError(STATE_TOO_OLD)
     return at, 4
+
+
+def _check_not_ahead(state, last_text):
+    """DumpError (as a server checks before it sends anything) when the replica's state
+    names a GTID past the archive's last one in its domain, or of a domain it lacks."""
+    last = MariaGtidPos.parse(last_text)
+    for d, (s, n) in state.domains.items():
+        held = last.domains.get(d)
+        if held is None or n > held[1] or (n == held[1] and s != held[0]):
+            raise DumpError(not_in_binlog(f"{d}-{s}-{n}"))
 
 
 def _holds(state, text):
@@ -106,9 +117,15 @@ def _file_start(units, start):
     if start.file not in names:
         raise DumpError(NOT_IN_INDEX)
     at = names.index(start.file)
-    if start.pos > units[at]["index"].get("size", 0):
+    if start.pos > file_end(units[at]):
         raise DumpError(PAST_FILE_SIZE)
     return at, max(start.pos, 4)
+
+
+def file_end(unit):
+    """Where the unit's bytes end in its file (the newest file: its last segment's end)."""
+    index = unit["index"]
+    return index.get("end") or index.get("size") or 0
 
 
 def gtid_state_at(units, file, pos):
@@ -118,7 +135,7 @@ def gtid_state_at(units, file, pos):
             index = unit["index"]
             if pos <= 4:
                 return index.get("gtid_before") or ""
-            if pos == index.get("size"):
+            if pos == file_end(unit):
                 return index.get("gtid_after")
     return None
 
@@ -272,13 +289,17 @@ class DumpContext:
     annotate: bool = True     # the dump asked for ANNOTATE_ROWS (BINLOG_SEND_ANNOTATE_ROWS)
 
 
-def dump_events(units, start, ctx):
+def dump_events(units, start, ctx, resume=False):
     """Yield ('event', bytes) in dump order, then ('end', EndInfo) once the stop point
-    or the end of the archive is reached. DumpError when the archive lacks the start."""
+    or the end of the archive is reached. DumpError when the archive lacks the start.
+
+    ``resume``: the dump goes on at ``start`` (file:position) after the archive grew
+    while it waited: the replica has the file's ROTATE and FDE already (at offset 4 of
+    a next file it gets them, as after a real ROTATE)."""
     at, pos = first_unit(units, start)
     walk = _Walk(start, ctx)
     for i, unit in enumerate(units[at:]):
-        yield from walk.unit(unit, pos if i == 0 else 4, i == 0)
+        yield from walk.unit(unit, pos if i == 0 else 4, i == 0, i == 0 and resume and pos > 4)
         if walk.end is not None:
             break
     yield from walk.finish()
@@ -299,11 +320,13 @@ class _Walk:
     def _reached_at_start(self):
         return {d: False for d in self.state.domains}
 
-    def unit(self, unit, offset, first):
-        """The events of one unit from ``offset`` on."""
+    def unit(self, unit, offset, first, resumed=False):
+        """The events of one unit from ``offset`` on (``resumed``: the replica has its
+        ROTATE and FDE)."""
         ctx, name = self.ctx, unit["name"]
-        self.file, self.pos = name, offset
-        yield "event", pk.fake_rotate(name, offset, ctx.server_id, ctx.checksum)
+        self.file, self.pos, self.resumed = name, offset, resumed
+        if not resumed:
+            yield "event", pk.fake_rotate(name, offset, ctx.server_id, ctx.checksum)
         if first and self.state is not None:
             self._note_start_state(unit)
         grouper, checksum, fde = Grouper(name), False, None
@@ -329,7 +352,8 @@ class _Walk:
 
     def _header(self, off, event, offset, first):
         if event[4] == ev.FORMAT_DESCRIPTION and offset > 4:
-            yield "event", pk.resent_fde(event)
+            if not self.resumed:
+                yield "event", pk.resent_fde(event)
             return
         if event[4] == ev.FORMAT_DESCRIPTION and first and self.state and self.state.domains:
             yield "event", pk.resent_fde(event, clear_log_pos=False)

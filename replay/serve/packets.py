@@ -246,7 +246,8 @@ def resent_fde(event, clear_log_pos=True):
     """A file's format description event as a primary resends it at the start of a
     dump: 'created' 0 (the replica must not drop its temporary tables, as after a
     primary's restart), and log_pos 0 too for a dump from past offset 4 (the replica
-    must not move its position); the CRC32 computed again when it has one. MariaDB
+    must not move its position); the CRC32 computed again when it has one (with the
+    in-use flag of an active file's event cleared, as the server sums it). MariaDB
     10.11 clears 'created' for a dump by a non-empty GTID state (log_pos kept) and
     both past offset 4; a dump from a file's start gets the event as it is."""
     out = bytearray(event)
@@ -254,8 +255,9 @@ def resent_fde(event, clear_log_pos=True):
         struct.pack_into("<I", out, 13, 0)
     struct.pack_into("<I", out, CREATED_AT, 0)
     if ev.parse_format_description(bytes(event)).checksum_alg == ev.CHECKSUM_CRC32:
-        struct.pack_into("<I", out, len(out) - ev.CRC_LEN,
-                         zlib.crc32(bytes(out[:-ev.CRC_LEN])))
+        summed = bytearray(out[:-ev.CRC_LEN])
+        summed[17] &= ~ev.LOG_EVENT_BINLOG_IN_USE_F & 0xFF  # as the server sums it
+        struct.pack_into("<I", out, len(out) - ev.CRC_LEN, zlib.crc32(bytes(summed)))
     return bytes(out)
 
 

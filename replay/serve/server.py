@@ -23,7 +23,7 @@ from mysqlbackup.source.protocol import BINLOG_DUMP_NON_BLOCK, BINLOG_SEND_ANNOT
 from replay.planning.selection import Selection
 from replay.serve import packets as pk
 from replay.serve.feed import (NO_CHECKSUM, DumpContext, DumpError, DumpStart, dump_events,
-                               gtid_state_at)
+                               file_end, gtid_state_at)
 from replay.serve.queries import ServerFacts, Session, answer
 
 log = logging.getLogger(__name__)
@@ -49,6 +49,7 @@ class ServeOptions:
     identity: str = None            # age identity file for encrypted objects
     keyring: object = None          # an archive.codec Keyring (instead of ``identity``)
     storage_options: dict = field(default_factory=dict)
+    poll_interval: float = 2.0      # after the archive's end, look for more (None: never)
 
 
 class ServeHandle:
@@ -69,6 +70,11 @@ class ServeHandle:
         archive's end; ``last_gtid``: the last transaction sent), or None when none did
         within ``timeout`` seconds."""
         return self._server.wait_end(timeout)
+
+    @property
+    def dumps(self):
+        """How many dumps replicas started (a reconnect starts one more)."""
+        return self._server.dumps_started
 
     @property
     def errors(self):
@@ -106,6 +112,7 @@ class _Server:
         self.lock, self.ended = threading.Condition(), None
         self.connections, self.dumps, self.errors = {}, {}, []
         self.stopping, self.next_id, self.thread = False, 1, None
+        self.dumps_started = 0
 
     # -- archive ---------------------------------------------------------------------
 
@@ -117,6 +124,22 @@ class _Server:
                              self.options.source_name, self.options.selection,
                              keyring=self.keyring)
         return plan(opts)
+
+    def more_than(self, end):
+        """True when the archive now holds a transaction past ``end`` (judged from the
+        indexes: a later file, or the file grown with another last GTID)."""
+        try:
+            _, units, _ = self.plan()
+        except Exception as e:  # noqa: BLE001 - the archive may be back at the next look
+            log.warning("looking for newly archived transactions failed: %s", mask_url(e))
+            return False
+        names = [u["name"] for u in units]
+        if end.file not in names:
+            return False
+        at = names.index(end.file)
+        index = units[at]["index"]
+        return at + 1 < len(units) or (file_end(units[at]) > end.pos and index.get(
+            "last_gtid") not in (None, end.last_gtid))
 
     def chunks(self, unit):
         from replay.serve.feed import unit_chunks
@@ -195,6 +218,7 @@ class _Server:
     def dump_started(self, conn, server_id):
         """Register ``conn`` as the dump of ``server_id``; end an older one."""
         with self.lock:
+            self.dumps_started += 1
             older = self.dumps.get(server_id)
             self.dumps[server_id] = conn
         if older is not None and older is not conn:
@@ -358,54 +382,104 @@ class _Connection:
         log.info("connection %d: dump for server_id %d from %s", self.id, request.server_id,
                  f"GTID {start.gtids}" if start.gtids is not None
                  else f"{request.file or '(first file)'}:{request.pos}")
-        seq = 1
+        out = _Sender(self, session.semi_sync)
         try:
             if server.facts.checksum != "NONE" and not session.checksum_wanted:
                 raise DumpError(NO_CHECKSUM)
-            _, units, cut = server.plan()
-            ctx = DumpContext(server.chunks, server.options.selection,
-                              server.facts.server_id, server.facts.checksum == "CRC32",
-                              "stop datetime reached" if cut else None,
-                              bool(request.flags & BINLOG_SEND_ANNOTATE_ROWS_EVENT))
-            for kind, value in dump_events(units, start, ctx):
-                if self.closed:
-                    raise Disconnected()
-                if kind == "event":
-                    seq = self.send([pk.event_packet(value, session.semi_sync)], seq)
-                elif request.flags & BINLOG_DUMP_NON_BLOCK:  # ends, as a server's does
-                    server.dump_ended(value)
-                    self.send([pk.eof_packet()], seq)
-                    return None
-                else:
-                    return self._idle(value, seq)
+            end, follow = self._stream(request, start, out)
+            while True:
+                if request.flags & BINLOG_DUMP_NON_BLOCK:  # ends, as a server's does
+                    return out.packet(pk.eof_packet())
+                self._idle(end, out, server.options.poll_interval if follow else None)
+                if server.more_than(end):
+                    end, follow = self._stream(request, DumpStart(end.file, end.pos), out,
+                                               end)
         except DumpError as e:
-            self._refuse(e.code, e.message, seq)
+            self._refuse(e.code, e.message, out)
         except MysqlBackupError as e:
-            self._refuse(pk.ER_MASTER_FATAL_READING_BINLOG, mask_url(str(e)), seq)
+            self._refuse(pk.ER_MASTER_FATAL_READING_BINLOG, mask_url(str(e)), out)
 
-    def _refuse(self, code, message, seq):
+    def _stream(self, request, start, out, previous=None):
+        """Send what the archive holds from ``start`` to its end or the stop point;
+        (EndInfo, True when the archive may still grow past it: no stop point met).
+        ``previous``: the end of what was sent before (the dump resumes at it)."""
+        server = self.server
+        _, units, cut = server.plan()
+        ctx = DumpContext(server.chunks, server.options.selection, server.facts.server_id,
+                          server.facts.checksum == "CRC32",
+                          "stop datetime reached" if cut else None,
+                          bool(request.flags & BINLOG_SEND_ANNOTATE_ROWS_EVENT))
+        for kind, value in dump_events(units, start, ctx, resume=previous is not None):
+            if self.closed:
+                raise Disconnected()
+            if kind == "event":
+                out.event(value)
+                continue
+            out.flush()
+            if previous is not None and value.last_gtid is None:
+                value.last_gtid = previous.last_gtid
+            log.info("connection %d (server_id %s): all sent up to %s:%d (last GTID %s; %s)",
+                     self.id, self.replica_id, value.file, value.pos, value.last_gtid,
+                     value.reason)
+            server.dump_ended(value)
+            return value, value.reason == "end of the archive"
+        raise AssertionError("dump_events ends with an 'end' item")
+
+    def _refuse(self, code, message, out):
         log.warning("connection %d (server_id %s): dump refused: %s", self.id, self.replica_id,
                     message)
         self.server.dump_failed(code, message)
-        self.send([pk.err_packet(code, message)], seq)
+        out.packet(pk.err_packet(code, message))
 
-    def _idle(self, end, seq):
-        """After the last transaction: heartbeats at the replica's period until it
-        goes (or stop())."""
-        log.info("connection %d (server_id %s): all sent up to %s:%d (last GTID %s; %s)",
-                 self.id, self.replica_id, end.file, end.pos, end.last_gtid, end.reason)
-        self.server.dump_ended(end)
+    def _idle(self, end, out, poll=None):
+        """After the last transaction: heartbeats at the replica's period until it goes
+        (Disconnected, also on stop()), or until ``poll`` seconds passed (None: never)."""
         period = self.session.heartbeat_ns / 1e9
         beat = pk.heartbeat(end.file, end.pos, self.server.facts.server_id,
                             self.server.facts.checksum == "CRC32")
-        due = time.monotonic() + period if period > 0 else None
+        now = time.monotonic()
+        due = now + period if period > 0 else None
+        until = now + poll if poll else None
         self.sock.settimeout(SEND_TIMEOUT)
         while not self.closed:
-            wait = POLL_SLICE if due is None else max(0.0, min(POLL_SLICE, due - time.monotonic()))
-            readable, _, _ = select.select([self.sock], [], [], wait)
+            now = time.monotonic()
+            if until is not None and now >= until:
+                return
+            wait = min([POLL_SLICE] + [t - now for t in (due, until) if t is not None])
+            readable, _, _ = select.select([self.sock], [], [], max(0.0, wait))
             if readable and not self.sock.recv(4096):  # ACKs of a semi-sync replica: dropped
                 raise Disconnected()
             if due is not None and time.monotonic() >= due:
-                seq = self.send([pk.event_packet(beat, self.session.semi_sync)], seq)
+                out.packet(pk.event_packet(beat, self.session.semi_sync))
                 due = time.monotonic() + period
         raise Disconnected()
+
+
+class _Sender:
+    """The packets of one dump, their sequence ids counted from 1, events gathered into
+    sends of up to ``BATCH`` bytes (one system call per event would cost more than the
+    reading)."""
+
+    BATCH = 256 << 10
+
+    def __init__(self, conn, semi_sync):
+        self.conn, self.semi_sync, self.seq = conn, semi_sync, 1
+        self.pending, self.size = [], 0
+
+    def event(self, event):
+        data, self.seq = pk.frames(pk.event_packet(event, self.semi_sync), self.seq)
+        self.pending.append(data)
+        self.size += len(data)
+        if self.size >= self.BATCH:
+            self.flush()
+
+    def packet(self, payload):
+        """Send one packet now (after what is gathered)."""
+        data, self.seq = pk.frames(payload, self.seq)
+        self.pending.append(data)
+        self.flush()
+
+    def flush(self):
+        if self.pending:
+            self.conn.sock.sendall(b"".join(self.pending))
+            self.pending, self.size = [], 0
