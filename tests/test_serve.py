@@ -4,6 +4,7 @@ exclusions, a restart of serve mid-stream, a wrong password and a position the
 archive lacks. One primary writes three binlog files (the last one active, archived
 as a partial file); one replica is reset between tests."""
 
+import logging
 import os
 import shutil
 import subprocess
@@ -123,8 +124,9 @@ def checksums(server):
     return [server.execute(f"CHECKSUM TABLE d.{t}")[0][1] for t in ("t", "m")]
 
 
-def test_full_stream_by_gtid_reaches_the_primary(primary, archive, replica):
+def test_full_stream_by_gtid_reaches_the_primary(primary, archive, replica, caplog):
     server, gtids = primary
+    caplog.set_level(logging.INFO, logger="replay.serve")
     with serve(archive) as handle:
         attach(replica, handle)
         caught_up(replica, gtids[-1])
@@ -135,6 +137,12 @@ def test_full_stream_by_gtid_reaches_the_primary(primary, archive, replica):
         row = status(replica)
         assert (row["Slave_IO_Running"], row["Last_IO_Errno"]) == ("Yes", 0)
         assert replica.execute("SELECT @@gtid_slave_pos")[0][0] == gtids[-1]
+        replica.execute("STOP SLAVE")  # the replica goes: logged, and serve goes on
+        wait_for(lambda: any("(replica server_id 2): disconnected" in r.getMessage()
+                             for r in caplog.records), timeout=10, what="the disconnect logged")
+        replica.execute("START SLAVE")
+        caught_up(replica, gtids[-1])
+        assert handle.dumps == 2
 
 
 def test_stop_before_gtid_then_restart_of_serve_continues(primary, archive, replica):
@@ -214,13 +222,19 @@ def test_a_gtid_state_the_archive_lacks_and_a_wrong_password(primary, archive, r
         conn.close()
 
 
-def test_s3_archive_zstd(primary, binlog_dir, replica, s3):
+def test_s3_archive_compressed_and_encrypted(primary, binlog_dir, replica, s3, tmp_path):
+    """zstd then age on S3 (moto): refused at start without the identity, served with it."""
+    from mysqlbackup.archive.codec import IdentityError, keygen
     server, gtids = primary
+    keygen(tmp_path / "id.txt", tmp_path / "id.pub")
     url = s3.bucket("serve-" + os.urandom(4).hex())
     options = {"endpoint_url": s3.endpoint}
     import_directory(ArchiveStore(url, options), str(binlog_dir), "db1", echo=lambda line: None,
-                     codec=make_codec("zstd"))
-    with serve(url, storage_options=options) as handle:
+                     codec=make_codec("zstd", [str(tmp_path / "id.pub")]))
+    with pytest.raises(IdentityError):
+        serve(url, storage_options=options)
+    with start_server(ServeOptions(url, "db1", password=PASSWORD, storage_options=options,
+                                   identity=str(tmp_path / "id.txt"))) as handle:
         attach(replica, handle)
         caught_up(replica, gtids[-1])
         assert checksums(replica) == checksums(server)
@@ -282,15 +296,15 @@ def test_cli_bad_input_and_a_real_run(archive, tmp_path):
         assert proc.wait(timeout=10) == 0
 
 
-def dump_from(host, port, user, password, start, server_id):
+def dump_from(host, port, user, password, start, server_id, semi_sync=False):
     """Every event a dump sends up to and including its first heartbeat, as our own
     replica client sees it (the FDE's in-use flag cleared: the server's active file)."""
     from mysqlbackup.binlog import events as ev
     from mysqlbackup.source import protocol
     from mysqlbackup.source.client import ReplicaClient
     from mysqlbackup.source.spec import SourceSpec
-    client = ReplicaClient(SourceSpec(host, port, user, password), server_id, semi_sync=False,
-                           heartbeat=0.2)
+    client = ReplicaClient(SourceSpec(host, port, user, password), server_id,
+                           semi_sync=semi_sync, heartbeat=0.2)
     client.connect()
     try:
         if isinstance(start, str):  # a GTID state
@@ -324,9 +338,14 @@ def test_the_dump_is_byte_for_byte_the_primarys(primary, archive, binlog_dir):
     mid = next(off + len(e) for off, e in iter_events(data, 4, None) if e[4] == ev.XID)
     with serve(archive) as handle:
         starts = [("binlog.000001", 4), ("binlog.000002", mid), gtids[0], gtids[1], ""]
+        served = []
         for i, start in enumerate(starts):
             real = dump_from("127.0.0.1", server.port, REPL_USER, REPL_PASSWORD, start, 60 + i)
             ours = dump_from(handle.host, handle.port, "mysqlbackup_serve", PASSWORD, start,
                              70 + i)
+            served.append(ours)
             assert [e[4] for e in ours] == [e[4] for e in real], start
             assert ours == real, start
+        # a semi-sync replica (@rpl_semi_sync_slave=1): the 0xEF header on every packet
+        assert dump_from(handle.host, handle.port, "mysqlbackup_serve", PASSWORD, starts[0],
+                         80, semi_sync=True) == served[0]

@@ -8,6 +8,7 @@ replica-side payloads are ``mysqlbackup.source.protocol``'s.
 """
 
 import hashlib
+import hmac
 import struct
 import zlib
 from collections import namedtuple
@@ -144,7 +145,7 @@ def native_password_ok(stored_hash, scramble, token):
         return False
     mask = hashlib.sha1(scramble + stored_hash).digest()
     stage1 = bytes(a ^ b for a, b in zip(token, mask))
-    return hashlib.sha1(stage1).digest() == stored_hash
+    return hmac.compare_digest(hashlib.sha1(stage1).digest(), stored_hash)
 
 
 # --- generic answers --------------------------------------------------------------
