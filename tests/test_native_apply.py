@@ -4,9 +4,13 @@ the target reaches the primary's CHECKSUM TABLE, its parallel settings come back
 killed run's too), a run stopped before the end then run again applies each transaction
 once, a target that already replicates or has the source's server_id is refused;
 ``restore --apply native`` through serve to a GTID, not resumed as statements,
-``replay --apply native`` further, ``restore`` again to the end; the CLI's refusals."""
+``replay --apply native`` further, ``restore`` again to the end; a restore killed with
+kill -9 while the target replicates, run again; the CLI's refusals."""
 
 import re
+import signal
+import subprocess
+import sys
 import time
 from dataclasses import replace
 from datetime import datetime, timezone
@@ -21,8 +25,8 @@ from mysqlbackup.source.spec import SourceSpec
 from replay.planning.options import build_selection
 from replay.restore.native import CONNECTION, End, NativeApply, apply_native, expected_end
 from replay.restore.run import RestoreOptions, run_restore
-from tests.helpers import (Daemon, caught_up, module_primary, run_cli, wait_archived_to_the_end,
-                           wait_for)
+from tests.helpers import (REPO, Daemon, caught_up, cli_env, module_primary, run_cli,
+                           wait_archived_to_the_end, wait_for)
 
 TABLES = "n.items, n.log"
 
@@ -279,3 +283,36 @@ def test_cli_dry_run_names_the_apply_and_what_native_refuses(primary):
                   "binlog.000001:4") == (
         2, "mysqlbackup: error: --apply native applies whole binlogs from a GTID position: "
            "not with --database, --start-position (use --apply statements)\n")
+
+
+def test_restore_killed_while_the_target_replicates_then_run_again(primary, make_server):
+    target = make_server(server_id=2, log_bin=False, semi_sync=False)
+    args = [sys.executable, "-m", "mysqlbackup", "restore", "--archive", primary.url_archive,
+            "--target", f"mysql://root@127.0.0.1:{target.port}", "--apply", "native",
+            "--workers", "3"]
+    env = dict(cli_env(password=""), MYSQLBACKUP_TARGET_PASSWORD="")
+    proc = subprocess.Popen(args, env=env, cwd=REPO, stdout=subprocess.DEVNULL,
+                            stderr=subprocess.PIPE, text=True)
+    try:
+        for line in proc.stderr:  # kill -9 once the target is a replica of serve
+            if line.startswith("native: the target replicates from"):
+                break
+    finally:
+        proc.send_signal(signal.SIGKILL)
+        proc.wait()
+        proc.stderr.close()
+    assert [row[0] for row in target.execute("SHOW ALL SLAVES STATUS")] == [CONNECTION]
+    assert target.execute("SELECT @@slave_parallel_threads") == ((3,),)
+    rerun = subprocess.run(args, env=env, cwd=REPO, capture_output=True, text=True,
+                           timeout=120)
+    assert rerun.returncode == 0, rerun.stderr
+    assert f"native: removing the replication connection {CONNECTION} left by an earlier " \
+           "run" in rerun.stderr.splitlines()
+    lines = rerun.stdout.splitlines()
+    assert lines[0].endswith("already loaded (resumed)") and lines[1].endswith(
+        "stopped: end of the archive"), rerun.stdout
+    assert sums(target) == primary.sums
+    assert target.execute("SELECT COUNT(*) FROM n.log") == ((300,),)
+    assert target.execute("SELECT @@slave_parallel_threads, @@gtid_slave_pos") == \
+        ((0, primary.end),)
+    assert target.execute("SHOW ALL SLAVES STATUS") == ()
