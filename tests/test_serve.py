@@ -42,7 +42,8 @@ def primary(tmp_path_factory):
         "INSERT INTO d.m VALUES (1)", "UPDATE d.t SET v = v + 10 WHERE id < 3")
     server.execute("FLUSH BINARY LOGS")
     run(f"SET timestamp={T0 + 200}", "INSERT INTO d.t VALUES (5, 5)",
-        "DELETE FROM d.t WHERE id = 1", "INSERT INTO d.t VALUES (6, 6)")
+        "DELETE FROM d.t WHERE id = 1", "INSERT INTO d.t VALUES (6, 6)",
+        "CREATE TABLE d.gone (id INT)", "INSERT INTO d.gone VALUES (7)", "DROP TABLE d.gone")
     yield server, gtids
     server.stop(remove=True)
 
@@ -190,15 +191,20 @@ def test_by_file_position_and_a_file_the_archive_lacks(primary, archive, replica
 
 
 def test_exclude_gtids_sends_them_empty(primary, archive, replica):
+    """An InnoDB transaction (XID), a MyISAM one (COMMIT) and a DROP TABLE (a statement
+    alone, sent as DO 0) excluded: nothing of them applied, the GTID position whole."""
     server, gtids = primary
     domain, server_id, last_of_2 = gtids[2].split("-")
     update = f"{domain}-{server_id}-{last_of_2}"                       # the UPDATE
     myisam = f"{domain}-{server_id}-{int(last_of_2) - 1}"              # INSERT INTO d.m
-    with serve(archive, exclude_gtids=f"{update},{myisam}") as handle:
+    drop = gtids[-1]                                                   # the bad DROP
+    with serve(archive, exclude_gtids=f"{update},{myisam},{drop}") as handle:
         attach(replica, handle)
         caught_up(replica, gtids[-1])
         assert rows(replica) == ((2, 2), (3, 3), (4, 4), (5, 5), (6, 6))
         assert replica.execute("SELECT COUNT(*) FROM d.m")[0][0] == 0
+        assert replica.execute("SELECT id FROM d.gone") == ((7,),)
+        assert status(replica)["Last_SQL_Errno"] == 0
         assert handle.wait_end(5).last_gtid == gtids[-1]
 
 
