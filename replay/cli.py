@@ -11,6 +11,7 @@ from mysqlbackup.cli import (archive_options, handle_errors, identity_option, so
                              ssl_options)
 from mysqlbackup.errors import mask_url
 from mysqlbackup.source.spec import PASSWORD_ENV, source_from_options
+from replay.restore.run import APPLY_MODES
 
 
 @click.command()
@@ -22,7 +23,7 @@ from mysqlbackup.source.spec import PASSWORD_ENV, source_from_options
               "and REPLICATION SLAVE ADMIN) and write access to mysqlbackup_replay.")
 @click.option("--target-password-file", type=click.Path(dir_okay=False))
 @ssl_options("target-")
-@click.option("--apply", "apply_mode", type=click.Choice(["statements", "native"]),
+@click.option("--apply", "apply_mode", type=click.Choice(APPLY_MODES),
               default="statements", show_default=True, help="With --target: statements (this "
               "job applies them) or native (the target's own replication applier, fed by "
               "mysqlbackup serve on loopback, --workers parallel threads; a MariaDB target "

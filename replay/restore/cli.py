@@ -7,6 +7,7 @@ import click
 from mysqlbackup.cli import (archive_options, handle_errors, identity_option, source_name_option,
                              ssl_options)
 from mysqlbackup.source.spec import PASSWORD_ENV, source_from_options
+from replay.restore.run import APPLY_MODES
 
 TARGET_PASSWORD_ENV = ("MYSQLBACKUP_TARGET_PASSWORD", PASSWORD_ENV)
 
@@ -38,7 +39,7 @@ TARGET_PASSWORD_ENV = ("MYSQLBACKUP_TARGET_PASSWORD", PASSWORD_ENV)
               "--rewrite-db into another schema of a live server (--into-nonempty implied).")
 @click.option("--rewrite-db", "rewrites", multiple=True, metavar="FROM:TO",
               help="With --table: restore schema FROM's tables into schema TO (repeatable).")
-@click.option("--apply", "apply_mode", type=click.Choice(["statements", "native"]),
+@click.option("--apply", "apply_mode", type=click.Choice(APPLY_MODES),
               default="statements", show_default=True, help="How the binlogs are applied: "
               "statements (the replay job: Spark decodes, workers apply) or native (the "
               "target's own replication applier, fed by mysqlbackup serve on loopback; "
