@@ -7,16 +7,20 @@ as a partial file); one replica is reset between tests."""
 import logging
 import os
 import shutil
+import socket
 import subprocess
 import sys
 import time
+from types import SimpleNamespace
 
 import pymysql
 import pytest
+from click.testing import CliRunner
 
 from mysqlbackup.archive.codec import PLAIN, make_codec
 from mysqlbackup.archive.importer import import_directory
 from mysqlbackup.archive.store import ArchiveStore
+from mysqlbackup.cli import main
 from mysqlbackup.sandbox import MariaDBSandbox, free_port
 from replay.planning.options import build_selection
 from replay.serve.server import ServeOptions, start_server
@@ -279,9 +283,9 @@ def test_follows_the_archive_as_it_grows(primary, binlog_dir, replica, tmp_path)
 def test_cli_bad_input_and_a_real_run(archive, tmp_path):
     env = dict(os.environ, PYTHONPATH=REPO, MYSQLBACKUP_SERVE_PASSWORD=PASSWORD)
 
-    def cli(*args, **kw):
-        return subprocess.run([sys.executable, "-m", "mysqlbackup", "serve", *args], env=env,
-                              capture_output=True, text=True, timeout=60, **kw)
+    def cli(*args):
+        done = CliRunner().invoke(main, ["serve", *args], env=env)
+        return SimpleNamespace(returncode=done.exit_code, stderr=done.stderr)
     done = cli("--listen", "127.0.0.1:1")
     assert (done.returncode, done.stderr) == (2, "mysqlbackup: error: --archive is required\n")
     done = cli("--archive", archive, "--source-name", "nope", "--listen", "127.0.0.1:0")
@@ -290,9 +294,24 @@ def test_cli_bad_input_and_a_real_run(archive, tmp_path):
     done = cli("--archive", archive, "--listen", "localhost")
     assert done.stderr == ("mysqlbackup: error: bad --listen 'localhost': expected HOST:PORT, "
                            "e.g. 127.0.0.1:3307\n")
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        busy = taken.getsockname()[1]
+        done = cli("--archive", archive, "--listen", f"127.0.0.1:{busy}")
+    assert (done.returncode, done.stderr) == (2, f"mysqlbackup: error: cannot listen on "
+                                              f"127.0.0.1:{busy}: Address already in use\n")
+    env["MYSQLBACKUP_SERVE_PASSWORD"] = None
+    done = cli("--archive", archive)
+    assert (done.returncode, done.stderr) == (2, "mysqlbackup: error: no password for "
+                                              "mysqlbackup_serve: set "
+                                              "$MYSQLBACKUP_SERVE_PASSWORD or --password-file\n")
+    env.pop("MYSQLBACKUP_SERVE_PASSWORD")
+    (tmp_path / "pw").write_text(PASSWORD + "\n")
     port = free_port()
     proc = subprocess.Popen([sys.executable, "-m", "mysqlbackup", "serve", "--archive", archive,
-                             "--listen", f"127.0.0.1:{port}"], env=env, stderr=subprocess.PIPE,
+                             "--listen", f"127.0.0.1:{port}", "--password-file",
+                             str(tmp_path / "pw")], env=env, stderr=subprocess.PIPE,
                             text=True)
     try:
         line = proc.stderr.readline()
