@@ -17,14 +17,17 @@ from datetime import datetime, timezone
 
 import pytest
 
+import replay.restore.native as native_module
 from mysqlbackup.archive.store import ArchiveStore
 from mysqlbackup.binlog.gtid import MariaGtidPos
 from mysqlbackup.errors import UsageError
 from mysqlbackup.sandbox import REPL_PASSWORD, REPL_USER
 from mysqlbackup.source.spec import SourceSpec
 from replay.planning.options import build_selection
-from replay.restore.native import CONNECTION, End, NativeApply, apply_native, expected_end
+from replay.restore.native import (CONNECTION, End, NativeApply, NativeApplyError, apply_native,
+                                   expected_end)
 from replay.restore.run import RestoreOptions, run_restore
+from replay.serve.feed import EndInfo
 from tests.helpers import (REPO, Daemon, caught_up, cli_env, module_primary, run_cli,
                            wait_archived_to_the_end, wait_for)
 
@@ -99,12 +102,12 @@ def seq(gtid):
     return int(gtid.split("-")[2])
 
 
-def native(target, primary, end, fresh=True, start=""):
+def native(target, primary, end, fresh=True, start="", ended=None):
     lines = []
     summary = apply_native(spec_of(target), ("127.0.0.1", primary.port), REPL_USER,
                            REPL_PASSWORD, MariaGtidPos.parse(start),
                            End(MariaGtidPos.parse(end), end), fresh=fresh, threads=4,
-                           progress=lines.append, timeout=30)
+                           progress=lines.append, timeout=30, ended=ended)
     return summary, lines
 
 
@@ -143,7 +146,8 @@ def test_a_run_stopped_midway_then_run_again_applies_each_transaction_once(prima
         native(target, primary, primary.middle, fresh=False)
 
 
-def test_refuses_a_target_that_replicates_or_has_the_sources_server_id(primary, make_server):
+def test_refuses_a_target_that_replicates_or_has_the_sources_server_id(primary, make_server,
+                                                                      monkeypatch):
     target = make_server(server_id=2, log_bin=False, semi_sync=False)
     target.execute("CHANGE MASTER TO MASTER_HOST = '127.0.0.1', MASTER_PORT = 1")
     with pytest.raises(UsageError, match=r"already replicates \(connection \(default\)\)"):
@@ -165,6 +169,16 @@ def test_refuses_a_target_that_replicates_or_has_the_sources_server_id(primary, 
     assert dict(target.execute(f"CHECKSUM TABLE {TABLES}")) == primary.sums
     assert target.execute("SELECT @@slave_parallel_threads") == ((0,),)
     assert target.execute("SELECT * FROM mysqlbackup_replay.native_settings") == ()
+    assert target.execute("SHOW ALL SLAVES STATUS") == ()
+    # the server sent all it will and the target applied it, short of the end: an error
+    monkeypatch.setattr(native_module, "IDLE_FOR", 0.5)
+    beyond = f"0-1-{seq(primary.end) + 5}"
+    sent = EndInfo("binlog.000009", 4, primary.end, "end of the archive")
+    with pytest.raises(NativeApplyError, match=rf"^the server sent its last transaction \(GTID "
+                       rf"{primary.end}: end of the archive\) and the target applied all it "
+                       rf"got, at GTID {primary.end}, short of the end expected from the "
+                       rf"archive's indexes, {beyond}$"):
+        native(target, primary, beyond, fresh=False, ended=lambda: sent)
     assert target.execute("SHOW ALL SLAVES STATUS") == ()
 
 

@@ -43,7 +43,7 @@ SETTINGS_TABLE = "mysqlbackup_replay.native_settings"  # the target's own, durin
 SETTINGS_DDL = (f"CREATE TABLE IF NOT EXISTS {SETTINGS_TABLE} (connection VARCHAR(64) NOT NULL "
                 "PRIMARY KEY, threads INT NOT NULL) ENGINE=InnoDB")
 NO_SUCH_CONNECTION = 1617           # ER_SLAVE_NOT_FOUND: "There is no master connection"
-IDLE_FOR = 2.0                      # seconds a target idle short of the end is a failure
+IDLE_FOR = 10.0                     # seconds a target idle short of the end is a failure
 POLL = 0.1                          # seconds between looks at the target
 PROGRESS_EVERY = 5.0                # seconds between progress lines
 
@@ -322,21 +322,22 @@ class NativeApply:
 
 
 class Idle:
-    """The target found idle (everything received applied, nothing moving) for
-    IDLE_FOR seconds in a row."""
+    """The target found idle (its IO thread waiting for events, its SQL thread having
+    applied all it got, neither moving) for IDLE_FOR seconds in a row."""
 
     def __init__(self):
         self.since, self.at = None, None
 
     def seen(self, status, pos, now):
-        """True when idle with ``pos`` unchanged since IDLE_FOR seconds before ``now``."""
-        idle = (status.get("Read_Master_Log_Pos") == status.get("Exec_Master_Log_Pos")
+        """True when idle with nothing changed since IDLE_FOR seconds before ``now``."""
+        idle = (status.get("Slave_IO_State") == "Waiting for master to send event"
                 and (status.get("Slave_SQL_Running_State") or "").startswith(
                     "Slave has read all relay log"))
-        if not idle or pos != self.at:
-            self.since, self.at = (now if idle else None), pos
+        at = (pos, status.get("Master_Log_File"), status.get("Read_Master_Log_Pos"))
+        if not idle or at != self.at:
+            self.since, self.at = (now if idle else None), at
             return False
-        return self.since is not None and now - self.since >= IDLE_FOR
+        return now - self.since >= IDLE_FOR
 
 
 def _check_threads(status, pos, end):
