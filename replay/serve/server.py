@@ -31,7 +31,7 @@ log = logging.getLogger(__name__)
 COM_QUIT, COM_INIT_DB, COM_QUERY, COM_PING = 0x01, 0x02, 0x03, 0x0E
 COM_BINLOG_DUMP, COM_REGISTER_SLAVE = 0x12, 0x15
 POLL_SLICE = 0.5          # longest wait, so that stop() is seen
-SEND_TIMEOUT = 60.0       # a replica that takes no bytes for this long is gone
+SEND_TIMEOUT = 60.0       # a peer that sends or takes no bytes for this long is gone
 
 
 @dataclass
@@ -187,6 +187,9 @@ class _Server:
             except OSError:
                 return  # the listener was closed: stop()
             with self.lock:
+                if self.stopping:  # accepted while stop() ran: never served
+                    sock.close()
+                    return
                 conn_id, self.next_id = self.next_id, self.next_id + 1
                 conn = _Connection(self, sock, peer, conn_id)
                 self.connections[conn_id] = conn
@@ -281,6 +284,7 @@ class _Connection:
         where = f"{self.peer[0]}:{self.peer[1]}"
         try:
             self.sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+            self.sock.settimeout(SEND_TIMEOUT)  # a client silent this long is gone
             if self._authenticate():
                 self._commands()
         except (Disconnected, OSError) as e:
@@ -440,7 +444,6 @@ class _Connection:
         now = time.monotonic()
         due = now + period if period > 0 else None
         until = now + poll if poll else None
-        self.sock.settimeout(SEND_TIMEOUT)
         while not self.closed:
             now = time.monotonic()
             if until is not None and now >= until:
