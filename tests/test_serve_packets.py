@@ -195,3 +195,15 @@ def test_parse_listen():
     for bad in ("localhost", ":3307", "h:99999", "h:x"):
         with pytest.raises(UsageError):
             parse_listen(bad)
+
+
+def test_start_server_refuses_filters():
+    from replay.planning.selection import Selection
+    from replay.serve.server import ServeOptions, start_server
+    for selection in (Selection(databases={"d"}), Selection(tables={"d.t"}),
+                      Selection(rewrite={"a": "b"})):
+        with pytest.raises(UsageError) as e:
+            start_server(ServeOptions("file:///nowhere", password="pw", selection=selection))
+        assert "serve sends whole transactions" in str(e.value)
+    with pytest.raises(UsageError):
+        start_server(ServeOptions("file:///nowhere"))

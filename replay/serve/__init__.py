@@ -21,7 +21,8 @@ Programmatic API (what ``restore --apply native`` calls)::
   open them, a MariaDB source) and raises ``UsageError``/``MysqlBackupError`` with
   one clear line; ``options.selection`` is a replay ``Selection``: its stop point
   (``stop_datetime``, ``stop_before_gtid``, ``stop_position``) and ``exclude`` apply
-  (start fields are the replica's business: it asks by GTID or file:position).
+  (its start fields are ignored: the replica asks by GTID or file:position; its
+  database/table filters and rewrites are refused: serve sends whole transactions).
 * Once a dump has sent the last transaction before the stop point (or the
   archive's end) the connection stays open with heartbeats, as a primary with
   nothing more to send: the replica stays connected and idle. Without a stop point

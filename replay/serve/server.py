@@ -15,7 +15,7 @@ import select
 import socket
 import threading
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 from mysqlbackup.binlog import events as ev
 from mysqlbackup.errors import MysqlBackupError, UsageError, mask_url
@@ -95,6 +95,13 @@ def start_server(options):
     if not options.password:
         raise UsageError("serve needs a password for its user ($MYSQLBACKUP_SERVE_PASSWORD "
                          "or --password-file)")
+    selection = options.selection
+    if selection.databases or selection.tables or selection.rewrite:
+        raise UsageError("serve sends whole transactions: no --database, --table or "
+                         "--rewrite-db (the replica's replicate-do-db/-table filter them)")
+    # where to start is the replica's to say (its GTID state or file:position)
+    options = replace(options, selection=replace(selection, start_gtids=None,
+                                                 start_position=None))
     server = _Server(options)
     server.start()
     return ServeHandle(server)
