@@ -374,3 +374,23 @@ def test_the_dump_is_byte_for_byte_the_primarys(primary, archive, binlog_dir):
         # a semi-sync replica (@rpl_semi_sync_slave=1): the 0xEF header on every packet
         assert dump_from(handle.host, handle.port, "mysqlbackup_serve", PASSWORD, starts[0],
                          80, semi_sync=True) == served[0]
+
+
+def test_an_incomplete_tail_is_never_sent(primary, binlog_dir):
+    """The newest file cut inside a transaction (and inside an event): what goes out
+    ends with the last whole transaction; the heartbeats name where it ends."""
+    from mysqlbackup.binlog import events as ev
+    from mysqlbackup.binlog.scan import iter_events
+    from replay.planning.selection import Selection
+    from replay.serve.feed import DumpContext, DumpStart, dump_events
+    data = (binlog_dir / "binlog.000003").read_bytes()
+    ends = [off + len(e) for off, e in iter_events(data, 4, None) if e[4] == ev.XID]
+    for cut in (ends[1] + 60, ends[1] + 5):  # inside the next transaction / its GTID event
+        unit = {"name": "binlog.000003", "partial": True,
+                "index": {"gtid_before": "", "gtid_after": "0-1-99", "end": cut}}
+        ctx = DumpContext(lambda u: iter([data[:cut]]), Selection(), 1, True)
+        out = list(dump_events([unit], DumpStart("binlog.000003", 4), ctx))
+        sent = [e for kind, e in out if kind == "event"]
+        assert sent[-1][4] == ev.XID and ev.parse_header(sent[-1]).log_pos == ends[1]
+        assert b"".join(sent[1:]) == data[4:ends[1]]  # after the fake ROTATE: the file's bytes
+        assert (out[-1][1].file, out[-1][1].pos) == ("binlog.000003", ends[1])
