@@ -142,12 +142,15 @@ def test_full_stream_by_gtid_reaches_the_primary(primary, archive, replica, capl
         row = status(replica)
         assert (row["Slave_IO_Running"], row["Last_IO_Errno"]) == ("Yes", 0)
         assert replica.execute("SELECT @@gtid_slave_pos")[0][0] == gtids[-1]
+        other = dump_from(handle.host, handle.port, "mysqlbackup_serve", PASSWORD,
+                          ("binlog.000003", 4), 90)  # a second replica meanwhile
+        assert other[-1][4] == 27 and len(other) > 10
         replica.execute("STOP SLAVE")  # the replica goes: logged, and serve goes on
         wait_for(lambda: any("(replica server_id 2): disconnected" in r.getMessage()
                              for r in caplog.records), timeout=10, what="the disconnect logged")
         replica.execute("START SLAVE")
         caught_up(replica, gtids[-1])
-        assert handle.dumps == 2
+        assert handle.dumps == 3  # the replica, the other, the replica again
 
 
 def test_stop_before_gtid_then_restart_of_serve_continues(primary, archive, replica):
