@@ -207,13 +207,21 @@ def main(log_level, log_format):
 @click.option("--keep-local", metavar="N|AGE", help="Remove local sealed files whose archived "
               "copy is verified, keeping the newest N (10) or those younger than AGE (36h, 7d). "
               "Default: keep all.")
+@click.option("--retain-window", metavar="DURATION", help="Run archive retention (as "
+              "'mysqlbackup retain --window DURATION') at start and after each sealed file: "
+              "every moment of the last DURATION (14d) stays restorable. Files it deletes are "
+              "never uploaded again. Default: off.")
+@click.option("--retain-keep-base", type=click.IntRange(0), default=0, show_default=True,
+              help="With --retain-window: also keep the N newest older bases (as "
+                   "'retain --keep-base').")
 @click.option("--metrics-address", metavar="HOST:PORT", help="Serve Prometheus metrics at "
               "http://HOST:PORT/ (e.g. 127.0.0.1:9104). Default: off.")
 @codec_options()
 @handle_errors
 def stream(source, password_file, tls, server_id, directory, start_file, start_gtid, no_semi_sync,
            heartbeat, follow_by_gtid, archive_url, archive_option, source_name,
-           archive_interval, keep_local, metrics_address, compress, encrypt_to):
+           archive_interval, keep_local, retain_window, retain_keep_base, metrics_address,
+           compress, encrypt_to):
     """Stream the source's binlogs into DIR, byte-identical, fsync before every ACK.
 
     Runs until SIGTERM/SIGINT. Restarting resumes where the files end (a torn
@@ -226,6 +234,12 @@ def stream(source, password_file, tls, server_id, directory, start_file, start_g
         parse_gtid_set(start_gtid, guess_flavor(start_gtid))  # refuse a bad set before connecting
     if keep_local and not archive_url:
         raise click.UsageError("--keep-local needs --archive: local files go only once archived")
+    if retain_window and not archive_url:
+        raise click.UsageError("--retain-window needs --archive")
+    retain = None
+    if retain_window:
+        from mysqlbackup.archive.retention import parse_duration
+        retain = (parse_duration(retain_window), retain_keep_base)
     storage_options = codec = None
     if archive_url:
         from mysqlbackup.archive.codec import make_codec
@@ -239,7 +253,7 @@ def stream(source, password_file, tls, server_id, directory, start_file, start_g
                          archive_interval=archive_interval,
                          source_name=source_name and check_source_name(source_name),
                          keep_local=Retention.parse(keep_local),
-                         metrics_address=metrics_address, codec=codec)
+                         metrics_address=metrics_address, codec=codec, retain=retain)
     stop = StopRequest()
     for sig in (signal.SIGTERM, signal.SIGINT):
         signal.signal(sig, stop.request)

@@ -150,7 +150,8 @@ def test_a_cut_run_leaves_an_archive_verify_accepts_and_the_next_run_finishes(wo
             f"verified), before {world['F']}") in again.stdout.splitlines()
     assert f"deleted base {world['A']}: older than base {world['B']}, where the window " \
         "starts, and beyond --keep-base 0" in again.stdout.splitlines()
-    assert not [k for k in objects(url) if first in k or world["A"] in k]
+    left = [k for k in objects(url) if first in k or world["A"] in k]
+    assert left == [f"db1/retired/{first}.json"]  # the mark stays: never uploaded again
     out = run_cli("verify", "--archive", url)
     assert out.returncode == 0 and "NOTE" not in out.stdout, out.stdout
 
@@ -221,3 +222,33 @@ def test_real_run_then_restore_to_the_oldest_promised_moment_beside_a_greedy_ret
     assert result["report"]["plan"].manifest["id"] == w["B"]
     assert target.execute("CHECKSUM TABLE shop.t") == w["at_T"]
     assert not os.path.exists(url[len("file://"):] + "/db1/lease") or not store.list("db1/lease")
+
+
+def test_the_daemons_archiver_retains_and_never_uploads_again_what_retain_deleted(world):
+    """The archiver with --retain-window: retain runs at its start; the file it deleted
+    is still local, yet never uploaded again (its retired mark matches it) and local
+    retention removes it; a local file that is not the retired one is uploaded."""
+    from mysqlbackup.archive.archiver import Archiver, Retention
+    url, w = copy_archive(world, "daemon"), world
+    store = ArchiveStore(url)
+    local = w["root"] / "daemon-local"
+    shutil.copytree(w["root"] / "binlogs", local)
+    first, second = w["files"][0], w["files"][1]
+    archiver = Archiver(str(local), store, "db1", retain=(time.time() - w["T"], 0))
+    archiver.run_once()
+    assert f"db1/binlog/{first}" not in objects(url)
+    mark = json.loads(store.read(f"db1/retired/{first}.json"))
+    assert (mark["name"], mark["size"]) == (first, os.path.getsize(local / first))
+    # the store loses the second file, and a mark of another file of that name appears
+    for key in (f"db1/binlog/{second}.json", f"db1/binlog/{second}"):
+        store.remove(key)
+    store.put_json(f"db1/retired/{second}.json", dict(mark, name=second, sha256="0" * 64))
+    archiver.retention = Retention(count=1)
+    archiver.run_once()
+    assert f"db1/binlog/{first}" not in objects(url), "uploaded again after retain"
+    assert {f"db1/binlog/{second}", f"db1/binlog/{second}.json"} <= objects(url)
+    assert archiver.report["retired"] == [first]
+    assert not (local / first).exists()
+    assert first in archiver.report["removed_local"]
+    out = run_cli("verify", "--archive", url)
+    assert out.returncode == 0, out.stdout + out.stderr

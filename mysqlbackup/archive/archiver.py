@@ -8,7 +8,14 @@ every ``interval`` seconds with backoff while the store is down. A pass:
    mark that the object is whole and verified; the file's partial segments go;
 2. the newest file's durable prefix (up to the checkpoint, a transaction
    boundary) is uploaded as a new segment when it grew, never otherwise;
-3. local retention removes sealed files whose archived copy is verified.
+3. local retention removes sealed files whose archived copy is verified (or that
+   ``retain`` deleted from the archive: their retired mark matches them);
+4. with ``retain`` (``stream --retain-window``): archive retention, after a pass
+   that archived a sealed file.
+
+A sealed file that ``retain`` deleted from the archive is never uploaded again
+(``_retired``: its mark names its size and sha256), while anything else the store
+lost is.
 
 Streaming never waits for any of this: the archiver only reads the local files
 and the checkpoint, and records its own progress in ``mysqlbackup.archive.json``.
@@ -21,10 +28,12 @@ import os
 import time
 from dataclasses import replace
 
-from mysqlbackup.archive.codec import PLAIN, encode, plain_fields, stored_fields, stored_of
+from mysqlbackup.archive.codec import (CHUNK, PLAIN, Digest, encode, plain_fields, stored_fields,
+                                       stored_of)
 from mysqlbackup.archive.index import build_index, parse_index
 from mysqlbackup.archive.names import (binlog_key, binlog_prefix, format_key, parse_key,
-                                       partial_prefix, segment_key)
+                                       partial_prefix, retired_key, retired_prefix,
+                                       segment_key)
 from mysqlbackup.binlog.names import binlog_sort_key
 from mysqlbackup.binlog.transactions import TrxTracker
 from mysqlbackup.durable import fsync_dir, write_bytes
@@ -76,13 +85,15 @@ class Archiver:
 
     def __init__(self, directory, store, source_name=None, interval=2.0, retention=None,
                  clock=time.time, relist_interval=RELIST_INTERVAL, metrics=NULL_METRICS,
-                 codec=PLAIN):
+                 codec=PLAIN, retain=None):
         self.directory = directory
         self.codec = codec or PLAIN  # how new objects are stored (codec.Codec)
         self.store = store
         self.source_name = source_name
         self.interval = interval
         self.retention = retention
+        self.retain = retain        # (window seconds, keep_base): archive retention, or None
+        self.retained_once = False  # retain ran in this process (it runs at the start too)
         self.clock = clock
         self.relist_interval = relist_interval
         self.metrics = metrics      # stream.metrics: backlog and last success, per report
@@ -90,12 +101,14 @@ class Archiver:
         self.archived = None        # names with a verified sealed copy, per the store
         self.listed_at = None       # when the archive was last listed (clock)
         self.missing = set()        # archived once, gone from the store, local copy kept
+        self.retired_names = set()  # names with a retired mark in the store, per the listing
+        self.retired = {}           # name -> True when the local file is the one retired
         self.partial = None         # {"name", "end", "tracker", "stale"} of the newest file
         self.names = None           # the local binlog names of the current pass
         self.report = {"last_error": None, "last_error_time": None, "last_success": None,
                        "uploads": 0, "removed_local": [], "upload_in_progress": None,
                        "reuploaded": 0, "reuploaded_last": [], "lost": [],
-                       "last_listed": None}
+                       "last_listed": None, "retired": []}
 
     # -- one pass --------------------------------------------------------------------
 
@@ -110,12 +123,15 @@ class Archiver:
         names = self.names = list_binlogs(self.directory)
         if self._relist_due():
             self._relist(source, names)
-        for name in names[:-1]:
-            if name not in self.archived:
-                self._archive_sealed(source, name, names)
+        sealed = [n for n in names[:-1] if n not in self.archived
+                  and not self._retired(source, n)]
+        for name in sealed:
+            self._archive_sealed(source, name, names)
         if state is not None and names and state.file == names[-1]:
             self._archive_prefix(source, names[-1], state.pos)
         self._apply_retention(source, names[:-1])
+        if self.retain and (sealed or not self.retained_once):
+            self._retain_archive(source)
         self.report["last_success"] = self.clock()
         self.report["last_error"] = None
         self._write_report(source, names)
@@ -135,8 +151,10 @@ class Archiver:
             if key:
                 (indexed if key.is_index else found).add(key.name)
         whole = found & indexed
+        self.retired_names = {key.name for key in map(parse_key, self.store.list(
+            retired_prefix(source))) if key and key.kind == "retired"}
         if self.archived is not None:
-            gone = self.archived - whole
+            gone = self.archived - whole - self.retired_names  # retain's are not lost
             local = set(names[:-1])
             self.missing |= gone & local
             lost = sorted(gone - local, key=binlog_sort_key)
@@ -238,6 +256,27 @@ class Archiver:
                 build_index(f.read(end), name, tracker=tracker)
         return {"name": name, "end": end, "tracker": tracker, "stale": stale}
 
+    def _retired(self, source, name):
+        """True when retain deleted this very file from the archive (its mark's size and
+        sha256 are the local file's): it is not uploaded again. Decided once a file."""
+        if name not in self.retired_names:
+            return False
+        if name not in self.retired:
+            mark = json.loads(self.store.read(format_key(retired_key(source, name))))
+            digest = Digest()
+            with open(os.path.join(self.directory, name), "rb") as f:
+                for chunk in iter(lambda: f.read(CHUNK), b""):
+                    digest.update(chunk)
+            self.retired[name] = digest.matches(mark.get("size"), mark.get("sha256"))
+            if self.retired[name]:
+                self.report["retired"] = (self.report["retired"] + [name])[-20:]
+                log.info("not uploading %s again: retain deleted it from the archive",
+                         name, extra={"file": name})
+            else:
+                log.warning("%s is not the file retain deleted under that name (another "
+                            "size or sha256): uploading it", name, extra={"file": name})
+        return self.retired[name]
+
     # -- retention ---------------------------------------------------------------------
 
     def _apply_retention(self, source, sealed):
@@ -245,12 +284,27 @@ class Archiver:
             return
         mtime = lambda n: os.path.getmtime(os.path.join(self.directory, n))  # noqa: E731
         for name in self.retention.removable(sealed, mtime, self.clock()):
-            if name in self.archived and self._still_archived(source, name):
-                os.remove(os.path.join(self.directory, name))
-                fsync_dir(self.directory)
-                self.report["removed_local"] = (self.report["removed_local"] + [name])[-20:]
-                log.info("removed local %s: its archived copy is verified", name,
-                         extra={"file": name})
+            if self.retired.get(name):
+                why = "retain deleted it from the archive"
+            elif name in self.archived and self._still_archived(source, name):
+                why = "its archived copy is verified"
+            else:
+                continue
+            os.remove(os.path.join(self.directory, name))
+            fsync_dir(self.directory)
+            self.report["removed_local"] = (self.report["removed_local"] + [name])[-20:]
+            log.info("removed local %s: %s", name, why, extra={"file": name})
+
+    def _retain_archive(self, source):
+        """``retain`` over this source (stream --retain-window), its lines logged; the
+        archive is listed again on the next pass."""
+        from mysqlbackup.archive.prune import retain
+        window, keep_base = self.retain
+        self._uploading(f"{source}/ (retention)", source)
+        retain(self.store, window, keep_base, source=source, now=self.clock(),
+               echo=lambda line: log.info("retain: %s", line))
+        self.report["upload_in_progress"] = None
+        self.retained_once, self.listed_at = True, None
 
     def _still_archived(self, source, name):
         """Check the archived object is there and whole before the local copy goes."""
@@ -293,7 +347,8 @@ class Archiver:
         archived = backlog = None
         if names is not None and self.archived is not None:
             archived = [n for n in names[:-1] if n in self.archived]
-            backlog = [n for n in names[:-1] if n not in self.archived]
+            backlog = [n for n in names[:-1] if n not in self.archived
+                       and not self.retired.get(n)]
         report = dict(self.report, url=mask_url(self.store.url), source=source,
                       archived=archived, backlog_files=backlog, missing=sorted(self.missing),
                       interval=self.interval,

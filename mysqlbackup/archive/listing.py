@@ -19,6 +19,7 @@ class ArchiveListing:
         self.segments = defaultdict(dict)   # source -> name -> {(start, end): {...}}
         self.bases = defaultdict(dict)      # source -> base id -> {member: key}
         self.leases = defaultdict(dict)     # source -> lease id -> key
+        self.retired = defaultdict(dict)    # source -> binlog name -> key of its mark
         self.stray = []
         self.sizes = store.list(sizes=True)  # object -> size, as listed
         for relative in self.sizes:
@@ -31,6 +32,8 @@ class ArchiveListing:
                 self.bases[key.source].setdefault(key.name, {})[key.member] = relative
             elif key.kind == "lease":
                 self.leases[key.source][key.name] = relative
+            elif key.kind == "retired":
+                self.retired[key.source][key.name] = relative
             elif key.kind == "binlog":
                 self.sealed[key.source].setdefault(key.name, {})[slot] = relative
             else:

@@ -9,6 +9,8 @@ Layout under the archive root (``file:///path`` or ``s3://bucket/prefix``)::
     {source}/base/{id}/{member}                      a base backup (dump.sql.zst, ...)
     {source}/base/{id}/index.json                    its manifest, written last
     {source}/lease/{id}.json                         a running restore's lease
+    {source}/retired/{name}.json                     a binlog file retain deleted (its raw
+                                                     size and sha256): never uploaded again
 
 ``source`` is the source's identity (server_uuid, ``server-id-N``) or ``--source-name``,
 so a failover or a rebuilt primary never overwrites older files. A base id is the
@@ -39,8 +41,8 @@ class ArchiveKey:
     """What an object name says: whose, which kind, which binlog, which segment."""
 
     source: str
-    kind: str            # "binlog", "partial", "base" or "lease"
-    name: str            # binlog file name; base id; lease id
+    kind: str            # "binlog", "partial", "base", "lease" or "retired"
+    name: str            # binlog file name; base id; lease id; retired binlog file name
     is_index: bool = False
     start: int = None    # partial segments only
     end: int = None
@@ -74,6 +76,11 @@ def lease_prefix(source):
     return f"{source}/lease"
 
 
+def retired_prefix(source):
+    """The folder of the marks of binlog files that retention deleted."""
+    return f"{source}/retired"
+
+
 def format_base_id(epoch):
     """The id of a base backup started at ``epoch`` (seconds, UTC)."""
     from datetime import datetime, timezone
@@ -99,8 +106,15 @@ def lease_key(source, lease_id):
     return ArchiveKey(source, "lease", lease_id, True)
 
 
+def retired_key(source, name):
+    """The mark that retention deleted the sealed binlog file ``name``."""
+    return ArchiveKey(source, "retired", name, True)
+
+
 def format_key(key):
     """The object name (relative to the archive root) of an ArchiveKey."""
+    if key.kind == "retired":
+        return f"{retired_prefix(key.source)}/{key.name}{INDEX_SUFFIX}"
     if key.kind == "base":
         return f"{base_prefix(key.source, key.name)}/{key.member}"
     if key.kind == "lease":
@@ -136,6 +150,8 @@ def parse_key(relative):
             return base_key(parts[0], parts[2], member)
     if len(parts) == 3 and parts[1] == "lease" and is_index and _LEASE_ID.match(parts[2]):
         return lease_key(parts[0], parts[2])
+    if len(parts) == 3 and parts[1] == "retired" and is_index and is_binlog_name(parts[2]):
+        return retired_key(parts[0], parts[2])
     if len(parts) == 4 and parts[1] == "partial" and is_binlog_name(parts[2]):
         m = _SEGMENT.match(parts[3])
         if m:

@@ -12,8 +12,10 @@ import time
 
 from mysqlbackup.archive.lease import live_leases
 from mysqlbackup.archive.listing import ArchiveListing
-from mysqlbackup.archive.names import BASE_INDEX, base_prefix, lease_prefix, parse_key
+from mysqlbackup.archive.names import (BASE_INDEX, base_prefix, format_key, lease_prefix,
+                                       parse_key, retired_key)
 from mysqlbackup.archive.retention import Facts, describe_plan, format_window, plan_retention
+from mysqlbackup.archive.window import iso
 from mysqlbackup.errors import CorruptBinlog
 
 
@@ -63,8 +65,19 @@ def object_keys(listing, source, item):
         key for member, key in members.items() if member != BASE_INDEX)
 
 
+def retire(listing, source, item, now):
+    """Mark a sealed binlog file as deleted by retention, before its index goes: the
+    daemon's archiver, which uploads again what the store lost, leaves a local file
+    with this size and sha256 alone (``Archiver._retired``)."""
+    index = listing.index(source, item.name)
+    listing.store.put_json(format_key(retired_key(source, item.name)), {
+        "kind": "retired", "source": source, "name": item.name, "size": index["size"],
+        "sha256": index["sha256"], "retired_at": iso(now), "reason": item.reason})
+
+
 def execute(listing, plan, echo=print, clock=time.time):
-    """Delete the plan's items, each index first; returns (deleted items, the lease id
+    """Delete the plan's items, each index first (a binlog file's retired mark before
+    it); returns (deleted items, the lease id
     that stopped the run or None)."""
     store, done = listing.store, []
     for item in plan.deletions:
@@ -73,6 +86,8 @@ def execute(listing, plan, echo=print, clock=time.time):
             echo(f"stopped: a restore started (lease {lease_id}); nothing more is deleted "
                  "(run retain again)")
             return done, lease_id
+        if item.kind == "binlog":
+            retire(listing, plan.source, item, clock())
         for key in object_keys(listing, plan.source, item):
             try:
                 store.remove(key)

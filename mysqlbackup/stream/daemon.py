@@ -52,6 +52,7 @@ class StreamOptions:
     archive_interval: float = 2.0
     source_name: str = None
     keep_local: object = None  # archiver.Retention
+    retain: tuple = None  # (window seconds, keep_base): archive retention in the archiver
     codec: object = None  # archive.codec.Codec of new archive objects (None: plain)
     metrics_address: str = None  # HOST:PORT of the Prometheus endpoint (None: off)
     metrics: object = NULL_METRICS  # the StreamMetrics run_stream reports to
@@ -150,7 +151,8 @@ def _archiver_thread(opts, stop):
         log.warning("archive %s not reachable now (%s): streaming goes on, uploads retry",
                     mask_url(opts.archive_url), mask_url(problem))
     archiver = Archiver(opts.directory, store, opts.source_name, opts.archive_interval,
-                        opts.keep_local, metrics=opts.metrics, codec=opts.codec)
+                        opts.keep_local, metrics=opts.metrics, codec=opts.codec,
+                        retain=opts.retain)
     done = threading.Event()
     thread = threading.Thread(target=archiver.run, args=(lambda: done.is_set() or stop(),),
                               name="archiver", daemon=True)
