@@ -32,8 +32,7 @@ from mysqlbackup.archive.codec import (CHUNK, PLAIN, Digest, encode, plain_field
                                        stored_of)
 from mysqlbackup.archive.index import build_index, parse_index
 from mysqlbackup.archive.names import (binlog_key, binlog_prefix, format_key, parse_key,
-                                       partial_prefix, retired_key, retired_prefix,
-                                       segment_key)
+                                       partial_prefix, retired_key, retired_prefix, segment_key)
 from mysqlbackup.binlog.names import binlog_sort_key
 from mysqlbackup.binlog.transactions import TrxTracker
 from mysqlbackup.durable import fsync_dir, write_bytes
