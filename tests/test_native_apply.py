@@ -198,6 +198,21 @@ def test_expected_end_of_each_kind_of_stop_point(primary):
         assert (str(end.gtid_pos), end.last_gtid, end.stop_reason) == (pos, pos, reason), stop
 
 
+def test_idle_is_the_same_idle_state_for_idle_for_seconds():
+    idle = native_module.Idle()
+    waiting = {"Slave_IO_State": "Waiting for master to send event", "Master_Log_File": "b.1",
+               "Read_Master_Log_Pos": 9, "Slave_SQL_Running_State": "Slave has read all relay "
+               "log; waiting for more updates"}
+    busy = dict(waiting, Slave_IO_State="Queueing master event to the relay log")
+    pos, later = MariaGtidPos.parse("0-1-5"), MariaGtidPos.parse("0-1-6")
+    limit = native_module.IDLE_FOR
+    assert [idle.seen(*seen) for seen in [
+        (busy, pos, 0), (waiting, pos, 1), (waiting, pos, 1 + limit - 0.1),
+        (waiting, later, 1 + limit), (waiting, later, 1 + 2 * limit - 0.1),
+        (busy, later, 1 + 2 * limit), (waiting, later, 2 + 2 * limit),
+        (waiting, later, 2 + 3 * limit)]] == [False] * 7 + [True]
+
+
 # -- restore --apply native: the target replicates from replay.serve (the archive) ----------
 
 def restore(primary, target, **stop):

@@ -334,8 +334,11 @@ class Idle:
                 and (status.get("Slave_SQL_Running_State") or "").startswith(
                     "Slave has read all relay log"))
         at = (pos, status.get("Master_Log_File"), status.get("Read_Master_Log_Pos"))
-        if not idle or at != self.at:
-            self.since, self.at = (now if idle else None), at
+        if not idle:
+            self.since = None
+            return False
+        if self.since is None or at != self.at:
+            self.since, self.at = now, at
             return False
         return now - self.since >= IDLE_FOR
 
