@@ -379,7 +379,7 @@ def test_the_dump_is_byte_for_byte_the_primarys(primary, archive, binlog_dir):
                          80, semi_sync=True) == served[0]
 
 
-def test_an_incomplete_tail_is_never_sent(primary, binlog_dir):
+def test_an_incomplete_tail_is_never_sent(primary, binlog_dir, monkeypatch):
     """The newest file cut inside a transaction (and inside an event): what goes out
     ends with the last whole transaction; the heartbeats name where it ends."""
     from mysqlbackup.binlog import events as ev
@@ -388,6 +388,7 @@ def test_an_incomplete_tail_is_never_sent(primary, binlog_dir):
     from replay.serve.feed import DumpContext, DumpStart, dump_events
     data = (binlog_dir / "binlog.000003").read_bytes()
     ends = [off + len(e) for off, e in iter_events(data, 4, None) if e[4] == ev.XID]
+    monkeypatch.setattr("replay.serve.feed.SPOOL_LIMIT", 60)  # transactions spooled to disk
     for cut in (ends[1] + 60, ends[1] + 5):  # inside the next transaction / its GTID event
         unit = {"name": "binlog.000003", "partial": True,
                 "index": {"gtid_before": "", "gtid_after": "0-1-99", "end": cut}}

@@ -207,3 +207,19 @@ def test_start_server_refuses_filters():
         assert "serve sends whole transactions" in str(e.value)
     with pytest.raises(UsageError):
         start_server(ServeOptions("file:///nowhere"))
+
+
+def test_spool_keeps_a_big_transaction_on_disk():
+    from replay.serve.feed import Spool
+    spool = Spool(limit=10)
+    events = [bytes([i]) * 6 for i in range(5)]
+    for e in events:
+        spool.append(e)
+    assert spool.head == events[:1] and spool.file is not None
+    assert list(spool) == events and list(spool) == events  # read again and again
+    assert (spool[0], spool[-1], len(spool)) == (events[0], events[-1], 5)
+    assert list(reversed(spool)) == events[::-1]
+    with pytest.raises(IndexError):
+        spool[2]
+    spool.close()
+    assert spool.file is None

@@ -20,6 +20,8 @@ message, never a silent jump.
 """
 
 import queue
+import struct
+import tempfile
 import threading
 from dataclasses import dataclass
 
@@ -212,6 +214,59 @@ def walk_events(chunks, name, newest):
     yield from found
 
 
+SPOOL_LIMIT = 64 << 20   # bytes of one transaction's events held in memory
+
+
+class Spool:
+    """The events of one transaction: the first ones in memory up to ``SPOOL_LIMIT``
+    bytes, the rest in a temporary file (a huge transaction is never held whole in
+    memory until its end decides what to do with it). Iterable again and again;
+    ``[0]`` and ``[-1]`` are always at hand; ``close`` drops the file."""
+
+    def __init__(self, limit=None):
+        self.limit = SPOOL_LIMIT if limit is None else limit
+        self.head, self.size, self.count, self.last, self.file = [], 0, 0, None, None
+
+    def append(self, event):
+        self.count, self.last = self.count + 1, event
+        if self.file is None and (not self.head or self.size + len(event) <= self.limit):
+            self.head.append(event)
+            self.size += len(event)
+            return
+        if self.file is None:
+            self.file = tempfile.TemporaryFile(prefix="mysqlbackup-serve-")
+        self.file.write(struct.pack("<I", len(event)) + event)
+
+    def __len__(self):
+        return self.count
+
+    def __getitem__(self, i):
+        if i == 0 and self.head:
+            return self.head[0]
+        if i == -1 and self.last is not None:
+            return self.last
+        raise IndexError("a spooled transaction gives its first and last event only")
+
+    def __iter__(self):
+        yield from self.head
+        if self.file is None:
+            return
+        self.file.flush()
+        self.file.seek(0)
+        for _ in range(self.count - len(self.head)):
+            size = struct.unpack("<I", self.file.read(4))[0]
+            yield self.file.read(size)
+        self.file.seek(0, 2)
+
+    def __reversed__(self):
+        return reversed(list(self))
+
+    def close(self):
+        if self.file is not None:
+            self.file.close()
+            self.file = None
+
+
 class Grouper:
     """Events in, ('header', offset, event) or ('trx', Transaction) out: a transaction
     comes out once whole (``TrxTracker``'s boundaries), events outside one at once."""
@@ -227,7 +282,7 @@ class Grouper:
         if self.current is None:
             if tracker.state == OUTSIDE and tracker.transactions == count:
                 return "header", off, event
-            self.current = {"start": off, "events": [], "tables": set()}
+            self.current = {"start": off, "events": Spool(), "tables": set()}
         current = self.current
         current["events"].append(event)
         if event[4] == ev.TABLE_MAP:
@@ -340,7 +395,10 @@ class _Walk:
                     checksum = self.checksum = fde.checksum_alg == ev.CHECKSUM_CRC32
                 yield from self._header(off, event, offset, first)
                 continue
-            yield from self._transaction(item[1], offset, checksum, fde)
+            try:
+                yield from self._transaction(item[1], offset, checksum, fde)
+            finally:
+                item[1].events.close()
             if self.end is not None:
                 return
 
@@ -385,7 +443,7 @@ class _Walk:
             return
         events = trx.events if decision == "apply" else emptied(trx, checksum, fde)
         if not self.ctx.annotate:  # as a server does for a replica that did not ask
-            events = [e for e in events if e[4] != ev.MARIA_ANNOTATE_ROWS]
+            events = (e for e in events if e[4] != ev.MARIA_ANNOTATE_ROWS)
         for event in events:
             yield "event", event
         self.pos, self.last_gtid = trx.end, trx.gtid or self.last_gtid
