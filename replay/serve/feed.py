@@ -11,12 +11,15 @@ newest file's segments, through the archive's codec) from where the replica asks
   header events, the transactions the replica holds skipped, then the fake GTID_LIST
   a server sends once the state is reached, then the rest.
 
-Only whole transactions go out (an incomplete tail of the newest file never does).
+Only whole transactions go out (an incomplete tail of the newest file never does;
+a transaction waits whole, its events past ``SPOOL_LIMIT`` in a temporary file).
 The replay's ``Selection`` decides each one: a stop point ends the stream (what
-follows is heartbeats), an excluded or filtered one goes out empty (its GTID event
-and its commit event), so that the replica's GTID position stays gap-free. A
-position or state the archive lacks is a ``DumpError``: the server's own ER 1236
-message, never a silent jump.
+follows is heartbeats), an excluded one (or one of a replay's own bookkeeping)
+goes out empty (its GTID event and its commit event), so that the replica's GTID
+position stays gap-free. A position or state the archive lacks is a ``DumpError``:
+the server's own ER 1236 message, never a silent jump. Every event's CRC32 is
+checked as it is read, each object's size and sha256 against its index once it is
+read whole (a mismatch then ends the dump with ER 1236).
 """
 
 import queue
@@ -365,15 +368,12 @@ class _Walk:
 
     def __init__(self, start, ctx):
         self.ctx, self.start, self.state = ctx, start, start.gtids
-        self.reached = self._reached_at_start() if self.state is not None else {}
+        self.reached = {d: False for d in self.state.domains} if self.state is not None else {}
         self.list_sent = self.state is None
         self.file, self.pos, self.end, self.last_gtid = None, 4, None, None
         self.checksum = False
         if self.state is not None and self.state.domains:
             self.last_gtid = str(self.state)
-
-    def _reached_at_start(self):
-        return {d: False for d in self.state.domains}
 
     def unit(self, unit, offset, first, resumed=False):
         """The events of one unit from ``offset`` on (``resumed``: the replica has its
