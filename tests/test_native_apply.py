@@ -314,6 +314,17 @@ def test_cli_dry_run_names_the_apply_and_what_native_refuses(primary):
            "not with --database, --start-position (use --apply statements)\n")
 
 
+def test_restore_to_a_datetime_and_to_a_position(primary, make_server):
+    before_stop = f"0-1-{seq(primary.stop_gtid) - 1}"
+    for stop, reason in [({"stop_datetime": primary.stop_datetime}, "stop datetime reached"),
+                         ({"stop_position": primary.stop_position}, "stop position reached")]:
+        target = make_server(server_id=2, log_bin=False, semi_sync=False)
+        report, lines = restore(primary, target, **stop)
+        assert sums(target) == primary.stop_sums, stop
+        assert target.execute("SELECT @@gtid_slave_pos") == ((before_stop,),)
+        assert report["summary"]["stop_reason"] == reason
+
+
 def test_restore_killed_while_the_target_replicates_then_run_again(primary, make_server):
     target = make_server(server_id=2, log_bin=False, semi_sync=False)
     args = [sys.executable, "-m", "mysqlbackup", "restore", "--archive", primary.url_archive,
