@@ -157,6 +157,9 @@ def test_refuses_a_target_that_replicates_or_has_the_sources_server_id(primary, 
     with pytest.raises(UsageError, match="has server_id 1, the source's"):
         native(same, primary, primary.end)
     assert same.execute("SHOW ALL SLAVES STATUS") == ()
+    with pytest.raises(UsageError, match="has server_id 1, the source's"):
+        restore(primary, same)  # before the base is loaded
+    assert same.execute("SHOW DATABASES LIKE 'n'") == ()
     # a killed run's connection goes and its slave_parallel_threads comes back
     killed = NativeApply(spec_of(target))
     killed.parallel(6)

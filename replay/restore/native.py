@@ -137,6 +137,16 @@ def applied_count(before, after):
                for d, (_, seq) in after.domains.items())
 
 
+def preflight(spec, base_gtid, progress=None):
+    """``NativeApply.check`` of the target ``spec`` before a restore loads anything into
+    it (the source's server_id from the base's GTID position)."""
+    target = NativeApply(spec, progress)
+    try:
+        target.check(MariaGtidPos.parse(base_gtid or ""))
+    finally:
+        target.close()
+
+
 def check_resume(conn, source, base_gtid, apply):
     """UsageError when a restore resumed with ``apply`` was begun with the other one:
     each has its own exactly-once record (statements: the checkpoint rows of

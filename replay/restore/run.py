@@ -186,6 +186,9 @@ def _manifests(listing, source, base_id):
 def _restore(opts, plan, replay_opts, phases, progress, spark):
     if plan.manifest["method"] == "physical":
         return _restore_physical(opts, plan, replay_opts, phases, progress, spark)
+    if opts.apply == "native":  # refused before anything is loaded
+        from replay.restore.native import preflight
+        phases.run("check", preflight, opts.target, plan.manifest["gtid"], progress)
     from replay.restore.target import RestoreTarget
     target = phases.run("check", RestoreTarget, opts.target)
     try:
