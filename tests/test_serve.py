@@ -253,10 +253,12 @@ def test_s3_archive_compressed_and_encrypted(primary, binlog_dir, replica, s3, t
         assert checksums(replica) == checksums(server)
 
 
-def test_follows_the_archive_as_it_grows(primary, binlog_dir, replica, tmp_path):
+def test_follows_the_archive_as_it_grows(primary, binlog_dir, replica, tmp_path, caplog):
     """Files 1-2 and the first transaction of file 3 archived; the replica gets them and
-    waits; then the rest of file 3 is archived (a second segment of the newest file):
-    the dump goes on from where it stood, without a reconnect."""
+    waits; then the rest of file 3 is archived (a second segment of the newest file)
+    while a next file's upload is in flight (its object, no index): nothing is sent
+    until the archive is whole again, then the dump goes on from where it stood,
+    without a reconnect or an error."""
     from mysqlbackup.binlog import events as ev
     from mysqlbackup.binlog.scan import iter_events
     server, gtids = primary
@@ -276,8 +278,13 @@ def test_follows_the_archive_as_it_grows(primary, binlog_dir, replica, tmp_path)
         caught_up(replica, f"{domain}-{server_id}-{int(seq) + 1}")
         assert handle.dumps == 1
         shutil.copyfile(binlog_dir / "binlog.000003", part / "binlog.000003")
-        import_directory(ArchiveStore(url), str(part), "db1", echo=lambda line: None,
-                         codec=PLAIN)
+        store = ArchiveStore(url)
+        store.put_bytes("db1/binlog/binlog.000004", b"\xfebin")  # its index not written yet
+        import_directory(store, str(part), "db1", echo=lambda line: None, codec=PLAIN)
+        time.sleep(0.5)  # polls meanwhile: the archive cannot be planned, nothing is sent
+        assert replica.execute("SELECT @@gtid_slave_pos")[0][0] != gtids[-1]
+        assert any("cannot be planned yet" in r.getMessage() for r in caplog.records)
+        store.remove("db1/binlog/binlog.000004")
         caught_up(replica, gtids[-1])
         assert checksums(replica) == checksums(server)
         assert (handle.dumps, handle.errors) == (1, [])  # the same dump went on

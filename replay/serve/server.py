@@ -18,12 +18,13 @@ import time
 from dataclasses import dataclass, field, replace
 
 from mysqlbackup.binlog import events as ev
+from mysqlbackup.binlog.names import binlog_sort_key
 from mysqlbackup.errors import MysqlBackupError, UsageError, mask_url
 from mysqlbackup.source.protocol import BINLOG_DUMP_NON_BLOCK, BINLOG_SEND_ANNOTATE_ROWS_EVENT
 from replay.planning.selection import Selection
 from replay.serve import packets as pk
 from replay.serve.feed import (NO_CHECKSUM, DumpContext, DumpError, DumpStart, dump_events,
-                               file_end, gtid_state_at)
+                               gtid_state_at)
 from replay.serve.queries import ServerFacts, Session, answer
 
 log = logging.getLogger(__name__)
@@ -133,20 +134,23 @@ class _Server:
         return plan(opts)
 
     def more_than(self, end):
-        """True when the archive now holds a transaction past ``end`` (judged from the
-        indexes: a later file, or the file grown with another last GTID)."""
+        """True when the archive now holds a transaction past ``end``: one listing and
+        at most one index read (a poll must stay cheap on a big archive), never a
+        file whose index is not written yet. A store error: False (looked at again)."""
+        from mysqlbackup.archive.listing import ArchiveListing
+        from mysqlbackup.archive.store import ArchiveStore
         try:
-            _, units, _ = self.plan()
+            listing = ArchiveListing(ArchiveStore(self.options.archive_url,
+                                                  self.options.storage_options))
+            index = _newest_index(listing, self.source, end.file)
         except Exception as e:  # noqa: BLE001 - the archive may be back at the next look
             log.warning("looking for newly archived transactions failed: %s", mask_url(e))
             return False
-        names = [u["name"] for u in units]
-        if end.file not in names:
+        if index is None:
             return False
-        at = names.index(end.file)
-        index = units[at]["index"]
-        return at + 1 < len(units) or (file_end(units[at]) > end.pos and index.get(
-            "last_gtid") not in (None, end.last_gtid))
+        if binlog_sort_key(index["name"]) > binlog_sort_key(end.file):
+            return True
+        return index["end"] > end.pos and index.get("last_gtid") not in (None, end.last_gtid)
 
     def chunks(self, unit):
         from replay.serve.feed import unit_chunks
@@ -251,6 +255,23 @@ class _Server:
             for server_id, held in list(self.dumps.items()):
                 if held is conn:
                     del self.dumps[server_id]
+
+
+def _newest_index(listing, source, file):
+    """The index of ``file`` (sealed, or its newest indexed segment), or of a file after
+    it when the archive holds one with its index; None when neither."""
+    key = binlog_sort_key(file)
+    sealed = {n: slots for n, slots in listing.sealed[source].items() if "index" in slots}
+    later = [n for n in sealed if binlog_sort_key(n) > key]
+    later += [n for n, segs in listing.segments[source].items()
+              if binlog_sort_key(n) > key and any("index" in sl for sl in segs.values())]
+    if later:
+        return {"name": min(later, key=binlog_sort_key)}
+    if file in sealed:
+        return listing.read_index(sealed[file]["index"])
+    done = [r for r, slots in listing.segments[source].get(file, {}).items() if "index" in slots]
+    return listing.read_index(listing.segments[source][file][max(done)]["index"]) if done \
+        else None
 
 
 def _listen(address):
@@ -415,7 +436,14 @@ class _Connection:
         (EndInfo, True when the archive may still grow past it: no stop point met).
         ``previous``: the end of what was sent before (the dump resumes at it)."""
         server = self.server
-        _, units, cut = server.plan()
+        try:
+            _, units, cut = server.plan()
+        except MysqlBackupError as e:
+            if previous is None:
+                raise
+            # an upload in flight (a data object before its index): nothing sent yet
+            log.warning("the archive grew but cannot be planned yet: %s", mask_url(e))
+            return previous, True
         ctx = DumpContext(server.chunks, server.options.selection, server.facts.server_id,
                           server.facts.checksum == "CRC32",
                           "stop datetime reached" if cut else None,
