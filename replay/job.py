@@ -22,7 +22,7 @@ from dataclasses import dataclass, field
 
 from mysqlbackup.binlog import events as ev
 from mysqlbackup.binlog.names import binlog_sort_key
-from mysqlbackup.errors import CorruptBinlog, MysqlBackupError, mask_url
+from mysqlbackup.errors import CorruptBinlog, MysqlBackupError, UsageError, mask_url
 from replay.decoding.rewrite import rewrite_transaction
 from replay.planning.selection import Selection
 from replay.planning.units import (check_decoded, check_digests, check_link, check_listed_sizes,
@@ -403,6 +403,10 @@ def _choose(transactions, selection, sink, summary, checksum, fde):
     for trx in transactions:
         decision, reason = selection.decide(trx)
         if decision == "stop":
+            if sink.is_applied(trx):
+                raise UsageError(
+                    f"the target already has {_named(trx)}, past the stop point ({reason}): "
+                    "a replay cannot go back; restore into a new server")
             summary["stop_reason"] = reason
             return chosen, True
         if decision == "skip" or sink.is_applied(trx):
@@ -414,6 +418,11 @@ def _choose(transactions, selection, sink, summary, checksum, fde):
         kept = selection.filter_events(trx, fde, checksum)
         chosen.append(rewrite_transaction(kept, selection.rewrite, checksum))
     return chosen, False
+
+
+def _named(trx):
+    """A transaction as an error names it: its GTID and where it ends."""
+    return f"transaction {trx.gtid or '(no GTID)'} ending at {trx.end_position}"
 
 
 def _report(progress, summary, units, done, started, final=False):

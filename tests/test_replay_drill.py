@@ -9,6 +9,7 @@ import time
 import pytest
 
 from mysqlbackup.archive.store import ArchiveStore, parse_options
+from mysqlbackup.errors import UsageError
 from mysqlbackup.source.spec import SourceSpec
 from replay.job import ReplayOptions, run_replay
 from replay.planning.options import build_selection
@@ -162,6 +163,17 @@ def test_replay_excluding_the_drop_and_going_on(drill, make_server, spark):
     assert summary["stop_reason"] == "end of the archive"
     assert summary["spark_tasks"] == summary["tasks"] == summary["files"]  # one task a file
     expected = dict(drill["final"], **{"shop.ledger": drill["before_drop"]["shop.ledger"]})
+    assert checksums(target) == expected
+    # the target is past the DROP now: a replay to just before it cannot go back
+    sel = build_selection(start_gtid=drill["g0"], stop_before_gtid=drill["drop_gtid"])
+    spec = SourceSpec("127.0.0.1", target.port, "root", "")
+    with pytest.raises(UsageError, match=re.escape(
+            f"the target already has transaction {drill['drop_gtid']} ending at ")) as error:
+        run_replay(ReplayOptions(drill["url"], drill["options"], selection=sel),
+                   TargetApplier(spec), spark=spark)
+    assert str(error.value).endswith(f", past the stop point (stop before GTID "
+                                     f"{drill['drop_gtid']}): a replay cannot go back; restore "
+                                     "into a new server")
     assert checksums(target) == expected
 
 
