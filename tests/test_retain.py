@@ -252,3 +252,21 @@ def test_the_daemons_archiver_retains_and_never_uploads_again_what_retain_delete
     assert first in archiver.report["removed_local"]
     out = run_cli("verify", "--archive", url)
     assert out.returncode == 0, out.stdout + out.stderr
+
+
+def test_a_restore_plans_again_under_its_lease_and_stops_if_its_base_went(world):
+    """What a retain deletes between a restore's first plan and its lease is seen by the
+    plan made again under the lease: another base would be used, so the restore stops."""
+    from mysqlbackup.errors import MysqlBackupError
+    from replay.restore.run import plan_restore, replan
+    url, w = copy_archive(world, "replan"), world
+    store = ArchiveStore(url)
+    opts = RestoreOptions(url, SourceSpec("127.0.0.1", 1, "root", ""),
+                          selection=build_selection(stop_datetime=iso_z(w["T"])))
+    plan, _ = plan_restore(store, opts)
+    assert plan.manifest["id"] == w["B"]
+    assert replan(store, opts, plan)[0].manifest["id"] == w["B"]
+    store.remove(f"db1/base/{w['B']}/index.json")
+    with pytest.raises(MysqlBackupError, match=f"the archive changed while the restore was "
+                       f"planned \\(base {w['B']}, planned first, is no longer the one to use"):
+        replan(store, opts, plan)

@@ -23,7 +23,7 @@ from mysqlbackup.archive.lease import Lease
 from mysqlbackup.archive.listing import ArchiveListing
 from mysqlbackup.archive.store import ArchiveStore
 from mysqlbackup.archive.window import iso
-from mysqlbackup.errors import CorruptBinlog, UsageError
+from mysqlbackup.errors import CorruptBinlog, MysqlBackupError, UsageError
 from replay.planning.selection import Selection
 from replay.planning.units import pick_source
 from replay.restore.plan import describe, make_plan, stop_of
@@ -92,11 +92,24 @@ def run_restore(opts, echo=print, progress=None, spark=None):
         progress(line)
     with Lease(store, plan.source, base=plan.manifest["id"], stop=opts.stop_text) as lease:
         progress(f"restore: lease {lease.key} held")
+        plan, replay_opts = phases.run("plan", replan, store, opts, plan)
         report = _restore(opts, plan, replay_opts, phases, progress, spark)
     report["elapsed"] = dict(phases.elapsed, total=phases.total)
     for line in report_lines(report):
         echo(line)
     return report
+
+
+def replan(store, opts, plan):
+    """The plan made again under the lease: a ``retain`` that ran between the first
+    plan and the lease may have deleted what it named (from the lease on, retain
+    deletes nothing the restore reads). A plan that now takes another base stops."""
+    again, replay_opts = plan_restore(store, opts)
+    if again.manifest["id"] != plan.manifest["id"]:
+        raise MysqlBackupError(f"the archive changed while the restore was planned (base "
+                               f"{plan.manifest['id']}, planned first, is no longer the "
+                               "one to use): run the restore again")
+    return again, replay_opts
 
 
 def apply_lines(opts):
