@@ -110,7 +110,8 @@ def test_runbook_end_to_end(tmp_path):
     primary = MariaDBSandbox(str(tmp_path / "primary")).start()
     target = MariaDBSandbox(str(tmp_path / "target"), server_id=2).start()
     fresh = MariaDBSandbox(str(tmp_path / "new-primary"), server_id=3).start()
-    for server in (primary, target, fresh):
+    replica = MariaDBSandbox(str(tmp_path / "replica"), server_id=4, semi_sync=False).start()
+    for server in (primary, target, fresh, replica):
         add_user(server, "restore", RESTORE_PASSWORD)
     env = dict(os.environ, SOURCE_NAME="db1", PRIMARY_HOST="127.0.0.1",
                PRIMARY_PORT=str(primary.port),
@@ -122,6 +123,10 @@ def test_runbook_end_to_end(tmp_path):
                NEW_PRIMARY_URL=f"mysql://restore@127.0.0.1:{fresh.port}",
                MYSQLBACKUP_TARGET_PASSWORD=RESTORE_PASSWORD, WORK_DIR=str(tmp_path / "work"),
                METRICS_ADDRESS=f"127.0.0.1:{free_port()}",
+               NEW_PRIMARY_HOST="127.0.0.1", NEW_PRIMARY_PORT=str(fresh.port),
+               REPLICA_URL=f"mysql://restore@127.0.0.1:{replica.port}",
+               REPLICA_HOST="127.0.0.1", REPLICA_PORT=str(replica.port),
+               REPL_USER="restore", REPL_PASSWORD=RESTORE_PASSWORD,
                PATH=os.path.dirname(sys.executable) + os.pathsep + os.environ["PATH"])
     os.makedirs(env["WORK_DIR"])
     book = Runbook(env)
@@ -169,9 +174,16 @@ def test_runbook_end_to_end(tmp_path):
         assert kept.count("nothing to delete") == 2, kept
         drill = book.run_section("7. Monthly restore drill").splitlines()
         assert "drill passed" in drill and any(line.startswith("RTO: ") for line in drill)
+
+        book.run_section("8. A new replica from the archive")
+        assert checksums(replica, "shop") == latest
+        fresh.execute(*[f"UPDATE shop.customers SET visits = visits + 1000 WHERE id = {i}"
+                        for i in range(3)])  # the new primary's own writes reach it
+        wait_for(lambda: checksums(replica, "shop") == checksums(fresh, "shop"), timeout=30,
+                 what="the replica to follow the new primary")
     finally:
         book.kill_background()
-        for server in (primary, target, fresh):
+        for server in (primary, target, fresh, replica):
             server.stop(remove=False)
 
 
