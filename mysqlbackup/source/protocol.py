@@ -23,6 +23,7 @@ BINLOG_THROUGH_GTID = 0x04
 SEMI_SYNC_INDICATOR = 0xEF
 SEMI_SYNC_NEED_ACK = 0x01
 MAX_PAYLOAD = 0xFFFFFF
+_PACKET_HEADER = struct.Struct("<I")  # payload length (3 bytes) | sequence id << 24
 
 ER_MASTER_FATAL_ERROR_READING_BINLOG = 1236
 
@@ -153,18 +154,36 @@ class StreamDecoder:
         until the events are written.
         """
         out = []
+        append, plain, unpack = out.append, not self.semi_sync, _PACKET_HEADER.unpack_from
         while end - off >= 4:
-            stop = off + 4 + (view[off] | view[off + 1] << 8 | view[off + 2] << 16)
+            head = unpack(view, off)[0]
+            size = head & MAX_PAYLOAD
+            stop = off + 4 + size
             if stop > end:
                 break
-            self._check_seq(view[off + 3])
-            if stop - off - 4 == MAX_PAYLOAD:
+            if head >> 24 != self.expected_seq:
+                self._check_seq(head >> 24)
+            self.expected_seq = (self.expected_seq + 1) & 0xFF
+            if not size:
+                raise ProtocolError("empty packet in the binlog stream")
+            if view[off + 4] or size == MAX_PAYLOAD or self.parts:
+                pass  # not an event packet, or part of a split one: below
+            elif plain:  # the common cases: one slice of the received bytes, no copy
+                append((view[off + 5:stop], False))
+                off = stop
+                continue
+            elif size >= 3 and view[off + 5] == SEMI_SYNC_INDICATOR \
+                    and not view[off + 6] & SEMI_SYNC_NEED_ACK:
+                append((view[off + 7:stop], False))
+                off = stop
+                continue
+            if size == MAX_PAYLOAD:
                 self.parts.append(bytes(view[off + 4:stop]))
             elif self.parts:
-                out.append(self._decode(memoryview(b"".join(self.parts) + view[off + 4:stop])))
+                append(self._decode(memoryview(b"".join(self.parts) + view[off + 4:stop])))
                 self.parts = []
             else:
-                out.append(self._decode(view[off + 4:stop]))
+                append(self._decode(view[off + 4:stop]))
             off = stop
         return out, off
 

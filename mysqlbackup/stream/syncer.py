@@ -10,12 +10,11 @@ only then is the newest position that asked for an ACK acknowledged.
 import logging
 import struct
 import time
-import zlib
 
 from mysqlbackup.binlog import events as ev
 from mysqlbackup.binlog.names import is_binlog_name
 from mysqlbackup.binlog.position import Position
-from mysqlbackup.binlog.transactions import OUTSIDE, TrxTracker
+from mysqlbackup.binlog.transactions import IN_TRX, INERT_IN_TRX, OUTSIDE, TrxTracker
 from mysqlbackup.errors import ProtocolError, ResyncRequired
 from mysqlbackup.stream.metrics import NULL_METRICS
 from mysqlbackup.stream.state import State, save_state
@@ -59,6 +58,7 @@ class Syncer:
         self.metrics = metrics          # stream.metrics hooks, called once per batch at most
         self.heartbeat_after = None     # ``events`` when the newest heartbeat came
         self.durable_trx = self.tracker.transactions  # transactions counted durable so far
+        self.busy = False               # the newest batch left more bytes waiting
 
     def run(self, stop=lambda: False):
         """Process batches until ``stop()`` is true; always leaves a final checkpoint."""
@@ -69,16 +69,37 @@ class Syncer:
             self.finish()
 
     def process(self, batch):
-        """Route every event of one batch, then write, fsync and ACK once."""
+        """Route every event of one batch, then write, fsync and ACK once.
+
+        The common event (a real one of a checksummed binlog, not in ``_SPECIAL``, whose
+        CRC and position are right) is handled inline, as ``_write`` would: appended, and
+        fed to the tracker unless it is a row event (or its TABLE_MAP / ANNOTATE_ROWS)
+        inside an open transaction, which the tracker does nothing with
+        (``INERT_IN_TRX``). Every other event, and any that fails a check, takes
+        ``_route``, which raises the error naming file and position.
+        """
         ack = None
+        writer, tracker, unpack, crc32 = self.writer, self.tracker, _HEADER.unpack_from, ev.crc32
         try:
             for event, needs_ack in batch:
-                name = self.writer.name  # the file this event goes to: a ROTATE moves on
-                self._route(event)
+                name = writer.name  # the file this event goes to: a ROTATE moves on
+                when, etype, _, size, end, flags = unpack(event)
+                if etype in _SPECIAL or flags & ev.LOG_EVENT_ARTIFICIAL_F or not tracker.checksum \
+                        or end != writer.pos + size or crc32(event) != ev.CRC_RESIDUE:
+                    self._route(event)  # also every event whose checks fail: it raises
+                else:
+                    writer.append(event)
+                    self.events += 1
+                    self.bytes_written += size
+                    self.last_event_time = when
+                    if etype not in INERT_IN_TRX or tracker.state != IN_TRX:
+                        tracker.feed(event)
+                        if tracker.state == OUTSIDE:
+                            self.boundary = Position(name, writer.pos)
                 if needs_ack:
-                    ack = Position(name, int.from_bytes(event[13:17], "little"))
+                    ack = Position(name, end)
         finally:
-            if not self.writer.failed:
+            if not writer.failed:
                 self._commit(ack)
 
     def _route(self, event):
@@ -121,7 +142,7 @@ class Syncer:
         checksum = self.tracker.checksum
         if etype == ev.FORMAT_DESCRIPTION:
             checksum = ev.parse_format_description(event).checksum_alg == ev.CHECKSUM_CRC32
-        if checksum and zlib.crc32(event[:-4]) != int.from_bytes(event[-4:], "little") \
+        if checksum and ev.crc32(event) != ev.CRC_RESIDUE \
                 and not ev.crc_ok(event):  # crc_ok knows the FDE in-use flag exception
             raise ResyncRequired(f"CRC32 mismatch in the {ev.event_name(etype)} event the "
                                  f"source sent (its binlog may be corrupt)", self.writer.name,
@@ -183,7 +204,7 @@ class Syncer:
             if self.metrics.enabled:
                 self.metrics.acked(time.perf_counter() - self.client.received_at)
         self.metrics.source(self.last_event_time, self.heartbeat_after == self.events)
-        self._maybe_checkpoint(now)
+        self._maybe_checkpoint(now, acked=ack is not None)
         if now - self.last_progress >= self.progress_interval:
             self._progress(now)
 
@@ -205,13 +226,22 @@ class Syncer:
                      "durable": str(self.durable), "gtid": self.durable_gtid})
         self.last_progress, self.bytes_written = now, 0
 
-    def _maybe_checkpoint(self, now):
-        """Checkpoint when the durable point moved (at most every checkpoint_interval),
-        and every idle_checkpoint seconds anyway so that status can see the daemon lives."""
+    def _maybe_checkpoint(self, now, acked=False):
+        """Checkpoint when the durable point moved (at most every checkpoint_interval,
+        but at once when a busy stream that asks for no ACK has just drained: the end of
+        a catch-up is recorded without waiting, while a semi-sync commit load keeps the
+        limit), and every idle_checkpoint seconds anyway so that status sees it lives."""
         since = now - self.last_checkpoint
         moved = self.recorded != self._recordable()
-        if (moved and since >= self.checkpoint_interval) or since >= self.idle_checkpoint:
+        was_busy, self.busy = self.busy, not self._drained()
+        drained = was_busy and not self.busy and not acked
+        if (moved and (since >= self.checkpoint_interval or drained)) \
+                or since >= self.idle_checkpoint:
             self.checkpoint()
+
+    def _drained(self):
+        """Nothing more from the source is waiting to be read."""
+        return getattr(self.client, "idle", lambda: True)()
 
     def _wake_in(self, now):
         """Seconds until a pending fsync or checkpoint is due (None: nothing pending)."""

@@ -1,0 +1,182 @@
+"""The Syncer's inline path for common events against its general path (``_route`` for
+every event), event for event, on real binlogs: same bytes, same boundaries, GTIDs,
+ACKs and the same error (file and position) for a corrupt, torn or misplaced event."""
+
+import json
+import os
+
+import pytest
+
+from mysqlbackup.binlog import events as ev
+from mysqlbackup.binlog.position import Position
+from mysqlbackup.errors import MysqlBackupError
+from mysqlbackup.source.protocol import StreamDecoder
+from mysqlbackup.stream.state import STATE_FILE
+from mysqlbackup.stream.syncer import Syncer
+from mysqlbackup.stream.writer import BinlogWriter
+from tests.helpers import file_events, packets, read
+
+FILES = [
+    "rust_mysql_common/mariadb-bin.000001",                  # MariaDB GTID, ANNOTATE_ROWS
+    "gh-ost/mysql-bin.000066",                               # BEGIN..XID, ends with ROTATE
+    "mysql-binlog-connector-rust/mysql-bin.000080",          # MySQL GTID
+    "mysql-binlog-connector-rust/mysql-bin.000057",          # TRANSACTION_PAYLOAD
+    "rust_mysql_common/json.binlog.000001",                  # anonymous GTID, partial JSON
+    "rust_mysql_common/binlog_56_gtid_reserved_word.000001",  # rows outside BEGIN
+    "rust_mysql_common/bug11747887-bin.000003",              # checksum OFF
+]
+
+
+class StubClient:
+    """The network side: records ACKs only."""
+
+    stream_checksum = None
+    received_at = 0.0
+
+    def __init__(self):
+        self.acks = []
+
+    def send_ack(self, file, pos):
+        self.acks.append((file, pos))
+
+
+class GeneralSyncer(Syncer):
+    """Every event through ``_route`` (the path of unusual events), as before the
+    inline path existed: the reference."""
+
+    def process(self, batch):
+        ack = None
+        try:
+            for event, needs_ack in batch:
+                name = self.writer.name
+                self._route(event)
+                if needs_ack:
+                    ack = Position(name, int.from_bytes(event[13:17], "little"))
+        finally:
+            if not self.writer.failed:
+                self._commit(ack)
+
+
+def make(cls, directory, name):
+    os.makedirs(directory)
+    writer = BinlogWriter(str(directory), fsync=lambda fd: None)
+    writer.open(name, 4)
+    return cls(StubClient(), writer, sync_interval=3600, checkpoint_interval=3600)
+
+
+def snapshot(s):
+    t = s.tracker
+    return (s.writer.name, s.writer.pos, s.boundary, s.durable, t.state, str(t.gtids),
+            t.transactions, t.last_gtid, t.checksum, s.events, s.last_event_time)
+
+
+def outcome(syncer, batches):
+    """Process ``batches``; the snapshot after each, and the error that stopped it."""
+    states = []
+    try:
+        for batch in batches:
+            syncer.process(batch)
+            states.append(snapshot(syncer))
+    except MysqlBackupError as e:
+        return states, (type(e), str(e))
+    return states, None
+
+
+def both(tmp_path, name, events, acks=None, one_by_one=True):
+    """Run the same stream (decoded from its wire bytes) through both syncers."""
+    results = []
+    for cls in (GeneralSyncer, Syncer):
+        batch = StreamDecoder(True).feed(packets(events, semi_sync=True, ack_flags=acks))
+        batches = [[b] for b in batch] if one_by_one else [batch]
+        syncer = make(cls, tmp_path / cls.__name__, name)
+        states, error = outcome(syncer, batches)
+        files = {f: read(tmp_path / cls.__name__ / f)
+                 for f in sorted(os.listdir(tmp_path / cls.__name__)) if f != STATE_FILE}
+        if os.path.exists(tmp_path / cls.__name__ / STATE_FILE):  # checkpoint at a ROTATE
+            state = json.loads(read(tmp_path / cls.__name__ / STATE_FILE))
+            files[STATE_FILE] = {k: v for k, v in state.items() if k != "updated"}
+        results.append((states, error, syncer.client.acks, files))
+    return results
+
+
+@pytest.mark.parametrize("relative", FILES)
+def test_inline_path_matches_the_general_path_event_for_event(tmp_path, shared_binlog,
+                                                              relative):
+    events = file_events(shared_binlog(relative))
+    name = os.path.basename(relative)
+    general, inline = both(tmp_path, name, events)
+    assert inline == general
+    assert general[1] is None and len(general[0]) == len(events)
+    whole = both(tmp_path / "whole", name, events, acks=[e[4] == ev.XID for e in events],
+                 one_by_one=False)
+    assert whole[1] == whole[0]
+    assert whole[1][3][name][:4 + sum(map(len, events))] == read(shared_binlog(relative)) \
+        or ev.ROTATE in [e[4] for e in events]
+
+
+def corrupt(events, index, at):
+    bad = bytearray(events[index])
+    bad[at] ^= 0x01
+    return events[:index] + [bytes(bad)] + events[index + 1:]
+
+
+MARIA = "rust_mysql_common/mariadb-bin.000001"
+
+
+@pytest.mark.parametrize("case", ["crc_row", "crc_gtid", "crc_xid", "torn_row", "missing_row",
+                                  "wrong_end"])
+def test_a_bad_event_stops_both_paths_with_the_same_error(tmp_path, shared_binlog, case):
+    events = file_events(shared_binlog(MARIA))
+    rows = [i for i, e in enumerate(events) if e[4] in ev.ROWS_EVENTS]
+    gtid = [i for i, e in enumerate(events) if e[4] == ev.MARIA_GTID][1]
+    xid = [i for i, e in enumerate(events) if e[4] == ev.XID][0]
+    if case == "crc_row":
+        events = corrupt(events, rows[0], 25)
+    elif case == "crc_gtid":
+        events = corrupt(events, gtid, 20)
+    elif case == "crc_xid":
+        events = corrupt(events, xid, len(events[xid]) - 1)
+    elif case == "torn_row":  # its header promises more bytes than came
+        events = events[:rows[0]] + [events[rows[0]][:-7]] + events[rows[0] + 1:]
+    elif case == "missing_row":
+        events = events[:rows[0]] + events[rows[0] + 1:]
+    else:  # right CRC, wrong end position in the header
+        bad = bytearray(events[rows[0]])
+        bad[13] ^= 0x10
+        bad[-4:] = ev.crc32(bytes(bad[:-4])).to_bytes(4, "little")
+        events = events[:rows[0]] + [bytes(bad)] + events[rows[0] + 1:]
+    for one_by_one in (True, False):
+        general, inline = both(tmp_path / str(one_by_one), "mariadb-bin.000001", events,
+                               acks=[e[4] == ev.XID for e in events], one_by_one=one_by_one)
+        assert inline == general
+        assert general[1] is not None
+    message = general[1][1]
+    assert "mariadb-bin.000001:" in message or "mariadb-bin.000001 is at" in message
+
+
+class DrainingClient(StubClient):
+    """Says whether more bytes wait after each batch (``idle``), as the network would."""
+
+    def __init__(self, idle):
+        super().__init__()
+        self.answers = list(idle)
+
+    def idle(self):
+        return self.answers.pop(0)
+
+
+@pytest.mark.parametrize("ack", [False, True])
+def test_a_drained_catch_up_is_checkpointed_at_once_a_commit_load_keeps_the_limit(
+        tmp_path, shared_binlog, ack):
+    events = file_events(shared_binlog(MARIA))
+    batch = StreamDecoder(True).feed(packets(events, semi_sync=True, ack_flags=[
+        ack and e[4] == ev.XID for e in events]))
+    syncer = make(Syncer, tmp_path / "d", "mariadb-bin.000001")
+    syncer.client = DrainingClient([False] * 2 + [True] * 3)  # busy, then drained
+    syncer.checkpoint()
+    syncer.process(batch[:5])   # more waits: no checkpoint within the interval
+    assert syncer.recorded[0].offset == 4
+    syncer.process(batch[5:])   # the stream drained with everything durable
+    state = json.loads(read(tmp_path / "d" / STATE_FILE))
+    end = 4 + sum(map(len, events))
+    assert (state["pos"], syncer.durable.offset) == ((4, end) if ack else (end, end))
