@@ -8,13 +8,11 @@ import sys
 import click
 
 from mysqlbackup import config, logs
-from mysqlbackup.archive.archiver import Retention
 from mysqlbackup.archive.names import check_source_name
 from mysqlbackup.binlog.gtid import guess_flavor, parse_gtid_set
 from mysqlbackup.errors import MysqlBackupError, mask_url
 from mysqlbackup.source.spec import PASSWORD_ENV, source_from_options
 from mysqlbackup.source.tls import DEFAULT_MODE, MODES, TlsSettings
-from mysqlbackup.stream.daemon import StopRequest, StreamOptions, run_stream
 from mysqlbackup.stream import health
 
 
@@ -240,19 +238,23 @@ def stream(source, password_file, tls, server_id, directory, start_file, start_g
     if retain_window:
         from mysqlbackup.archive.retention import parse_duration
         retain = (parse_duration(retain_window), retain_keep_base)
-    storage_options = codec = None
+    storage_options = codec = keep = None
+    if keep_local:
+        from mysqlbackup.archive.archiver import Retention
+        keep = Retention.parse(keep_local)
     if archive_url:
         from mysqlbackup.archive.codec import make_codec
         codec = make_codec(compress, encrypt_to)
         from mysqlbackup.archive.store import \
             parse_options  # fsspec loads only when an archive is asked for
         storage_options = parse_options(archive_option)
+    from mysqlbackup.stream.daemon import StopRequest, StreamOptions, run_stream
     opts = StreamOptions(source_from_options(source, password_file, tls=tls), server_id, directory,
                          start_file, start_gtid, not no_semi_sync, heartbeat, follow_by_gtid,
                          archive_url=archive_url, archive_options=storage_options,
                          archive_interval=archive_interval,
                          source_name=source_name and check_source_name(source_name),
-                         keep_local=Retention.parse(keep_local),
+                         keep_local=keep,
                          metrics_address=metrics_address, codec=codec, retain=retain)
     stop = StopRequest()
     for sig in (signal.SIGTERM, signal.SIGINT):

@@ -5,7 +5,8 @@ Every PyMySQL connection of the tool (replication, base control, replay and rest
 target) is made here. PyMySQL 1.2.4 (pinned) does the TLS handshake inside
 ``connect``: ``ssl_disabled=True`` never starts TLS; without ``ssl`` options it is in
 "preferred" mode (TLS when the server offers it) with a context of its own, which
-we replace (``Connection.ctx``) to send the client certificate; ``ssl=`` a context
+we set up ourselves (``Connection.ssl``, ``_ssl_required``, ``ctx``: our context sends
+the client certificate, and PyMySQL's would load the CA store for nothing); ``ssl=`` a context
 makes TLS required (error 2026 when the server offers none). A certificate the
 context refuses comes back as error 2003 with the ``ssl.SSLCertVerificationError``
 as its ``__context__``.
@@ -46,14 +47,15 @@ def new_connection(spec, **kwargs):
     """A PyMySQL Connection to ``spec`` (not connected yet: call ``connect()``), with
     its TLS settings; ``kwargs`` go to PyMySQL (timeouts, autocommit, flags)."""
     mode = pymysql_mode(spec.tls)
-    tls_args = {"ssl_disabled": True} if mode == "disabled" else {}
-    if mode == "required":
-        tls_args = {"ssl": ssl_context(spec.tls)}
+    # "preferred" is built as "disabled" and then switched on: PyMySQL's own preferred
+    # mode makes a default context that loads the system's CA certificates (~40 ms a
+    # connection) only for us to replace it
+    tls_args = {"ssl_disabled": True} if mode != "required" else {"ssl": ssl_context(spec.tls)}
     conn = pymysql.connections.Connection(
         host=spec.host, port=spec.port, user=spec.user, password=spec.password,
         defer_connect=True, **tls_args, **kwargs)
-    if mode == "preferred":
-        conn.ctx = ssl_context(spec.tls)  # PyMySQL's preferred mode, our certificate
+    if mode == "preferred":  # PyMySQL's preferred mode (TLS when offered), our context
+        conn.ssl, conn._ssl_required, conn.ctx = True, False, ssl_context(spec.tls)
     return conn
 
 
