@@ -180,3 +180,16 @@ def test_a_drained_catch_up_is_checkpointed_at_once_a_commit_load_keeps_the_limi
     state = json.loads(read(tmp_path / "d" / STATE_FILE))
     end = 4 + sum(map(len, events))
     assert (state["pos"], syncer.durable.offset) == ((4, end) if ack else (end, end))
+
+
+@pytest.mark.parametrize("semi_sync", [False, True])
+def test_the_decoders_runs_give_every_event_and_ack_request_whatever_the_chunks(
+        shared_binlog, semi_sync):
+    events = file_events(shared_binlog(MARIA)) * 3
+    acks = [semi_sync and e[4] == ev.XID for e in events]
+    wire = packets(events, semi_sync=semi_sync, ack_flags=acks)
+    for chunk in (1, 5, 7, 64, len(wire)):
+        decoder, got = StreamDecoder(semi_sync), []
+        for at in range(0, len(wire), chunk):
+            got += [(bytes(e), flag) for e, flag in decoder.feed(wire[at:at + chunk])]
+        assert got == list(zip(events, acks)) and not decoder.partial

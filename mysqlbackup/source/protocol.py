@@ -24,6 +24,9 @@ SEMI_SYNC_INDICATOR = 0xEF
 SEMI_SYNC_NEED_ACK = 0x01
 MAX_PAYLOAD = 0xFFFFFF
 _PACKET_HEADER = struct.Struct("<I")  # payload length (3 bytes) | sequence id << 24
+_PLAIN_HEADER = struct.Struct("<IB")   # ... and the OK byte
+_SEMI_HEADER = struct.Struct("<IBBB")  # ... the OK byte, 0xEF and the semi-sync flag
+_SPLIT = 4 + MAX_PAYLOAD  # a packet this long (header included) continues in the next
 
 ER_MASTER_FATAL_ERROR_READING_BINLOG = 1236
 
@@ -151,41 +154,67 @@ class StreamDecoder:
         """Decode the whole packets in ``view[off:end]``: (events, offset after the last).
 
         Events are memoryviews of ``view``: the caller keeps those bytes unchanged
-        until the events are written.
+        until the events are written. Runs of plain event packets take ``_run``; any
+        other packet (error, end of stream, ACK request, 16 MiB split, bad sequence
+        id) is handled alone, then the run goes on.
         """
         out = []
-        append, plain, unpack = out.append, not self.semi_sync, _PACKET_HEADER.unpack_from
-        while end - off >= 4:
-            head = unpack(view, off)[0]
-            size = head & MAX_PAYLOAD
-            stop = off + 4 + size
+        while True:
+            if not self.parts:
+                off = self._run(view, off, end, out)
+            if end - off < 4:
+                return out, off
+            head = _PACKET_HEADER.unpack_from(view, off)[0]
+            stop = off + 4 + (head & MAX_PAYLOAD)
             if stop > end:
-                break
-            if head >> 24 != self.expected_seq:
-                self._check_seq(head >> 24)
-            self.expected_seq = (self.expected_seq + 1) & 0xFF
-            if not size:
-                raise ProtocolError("empty packet in the binlog stream")
-            if view[off + 4] or size == MAX_PAYLOAD or self.parts:
-                pass  # not an event packet, or part of a split one: below
-            elif plain:  # the common cases: one slice of the received bytes, no copy
-                append((view[off + 5:stop], False))
-                off = stop
-                continue
-            elif size >= 3 and view[off + 5] == SEMI_SYNC_INDICATOR \
-                    and not view[off + 6] & SEMI_SYNC_NEED_ACK:
-                append((view[off + 7:stop], False))
-                off = stop
-                continue
-            if size == MAX_PAYLOAD:
-                self.parts.append(bytes(view[off + 4:stop]))
-            elif self.parts:
-                append(self._decode(memoryview(b"".join(self.parts) + view[off + 4:stop])))
-                self.parts = []
-            else:
-                append(self._decode(view[off + 4:stop]))
+                return out, off
+            self._check_seq(head >> 24)
+            self._packet(view[off + 4:stop], out)
             off = stop
-        return out, off
+
+    def _run(self, view, off, end, out):
+        """Append the events of the packets from ``off`` that are whole, in sequence and
+        plain events (no ACK asked); return the offset of the first other one."""
+        if self.semi_sync:
+            return self._semi_sync_run(view, off, end, out)
+        append, seq, unpack = out.append, self.expected_seq, _PLAIN_HEADER.unpack_from
+        while end - off >= 5:
+            head, ok_byte = unpack(view, off)
+            stop = off + 4 + (head & MAX_PAYLOAD)
+            if ok_byte or head >> 24 != seq or stop > end or not 4 < stop - off < _SPLIT:
+                break
+            append((view[off + 5:stop], False))
+            seq = (seq + 1) & 0xFF
+            off = stop
+        self.expected_seq = seq
+        return off
+
+    def _semi_sync_run(self, view, off, end, out):
+        """``_run`` for a semi-sync connection: a packet that asks for an ACK ends it."""
+        append, seq, unpack = out.append, self.expected_seq, _SEMI_HEADER.unpack_from
+        while end - off >= 7:
+            head, ok_byte, indicator, flag = unpack(view, off)
+            stop = off + 4 + (head & MAX_PAYLOAD)
+            if ok_byte or indicator != SEMI_SYNC_INDICATOR or flag & SEMI_SYNC_NEED_ACK \
+                    or head >> 24 != seq or stop > end or not 6 < stop - off < _SPLIT:
+                break
+            append((view[off + 7:stop], False))
+            seq = (seq + 1) & 0xFF
+            off = stop
+        self.expected_seq = seq
+        return off
+
+    def _packet(self, payload, out):
+        """One packet the run left: a part of a split payload, or one ``_decode`` takes."""
+        if len(payload) == MAX_PAYLOAD:
+            self.parts.append(bytes(payload))
+        elif self.parts:
+            out.append(self._decode(memoryview(b"".join(self.parts) + payload)))
+            self.parts = []
+        elif not payload:
+            raise ProtocolError("empty packet in the binlog stream")
+        else:
+            out.append(self._decode(payload))
 
     @property
     def partial(self):
