@@ -1,8 +1,9 @@
 """``mysqlbackup serve``: a real MariaDB replica fed from the archive (file:// and S3
 through moto, plain and zstd), by GTID and by file:position, with stop points,
-exclusions, a restart of serve mid-stream, a wrong password and a position the
-archive lacks. One primary writes three binlog files (the last one active, archived
-as a partial file); one replica is reset between tests."""
+exclusions, a restart of serve at a stop point and mid-stream (killed, stopped), TLS,
+a wrong password and a position the archive lacks. One primary writes three binlog
+files (the last one active, archived as a partial file); a second one the big
+stream of the mid-stream restart; one replica is reset between tests."""
 
 import logging
 import os
@@ -71,8 +72,12 @@ def archive(binlog_dir, tmp_path_factory):
 
 @pytest.fixture(scope="module")
 def replica_server(tmp_path_factory):
+    # a small relay log space: what the replica receives stays a little ahead of what it
+    # applies (a big stream is provably mid-way while it is received)
     server = MariaDBSandbox(str(tmp_path_factory.mktemp("serve-replica")), server_id=2,
-                            log_bin=False, semi_sync=False).start()
+                            log_bin=False, semi_sync=False, extra_args=[
+                                "--relay-log-space-limit=65536", "--max-relay-log-size=16384",
+                                "--innodb-flush-log-at-trx-commit=2"]).start()
     yield server
     server.stop(remove=True)
 
@@ -80,21 +85,24 @@ def replica_server(tmp_path_factory):
 @pytest.fixture
 def replica(replica_server):
     """The module's replica, empty and without a primary."""
-    replica_server.execute("STOP SLAVE", "RESET SLAVE ALL", "DROP DATABASE IF EXISTS d",
-                           "SET GLOBAL gtid_slave_pos = ''")
+    replica_server.execute("STOP SLAVE", "RESET SLAVE ALL", *[
+        f"DROP DATABASE IF EXISTS {d}" for d in ("d", "big", "gate")],
+        "SET GLOBAL gtid_slave_pos = ''")
     yield replica_server
     replica_server.execute("STOP SLAVE")
 
 
-def serve(url, listen=("127.0.0.1", 0), storage_options=None, **selection):
+def serve(url, listen=("127.0.0.1", 0), storage_options=None, tls=None, **selection):
     return start_server(ServeOptions(url, "db1", listen, "mysqlbackup_serve", PASSWORD,
                                      build_selection(**selection),
-                                     storage_options=storage_options or {}))
+                                     storage_options=storage_options or {}, **(tls or {})))
 
 
-def attach(replica, handle, gtid=True, log_file=None, log_pos=None, password=PASSWORD):
+def attach(replica, handle, gtid=True, log_file=None, log_pos=None, password=PASSWORD,
+           extra=""):
     where = "MASTER_USE_GTID=slave_pos" if gtid else (
         f"MASTER_USE_GTID=no, MASTER_LOG_FILE='{log_file}', MASTER_LOG_POS={log_pos}")
+    where += extra
     replica.execute(f"CHANGE MASTER TO MASTER_HOST='{handle.host}', MASTER_PORT={handle.port}, "
                     f"MASTER_USER='mysqlbackup_serve', MASTER_PASSWORD='{password}', "
                     f"MASTER_CONNECT_RETRY=1, MASTER_HEARTBEAT_PERIOD=0.5, {where}",
@@ -304,6 +312,13 @@ def test_cli_bad_input_and_a_real_run(archive, tmp_path):
     done = cli("--archive", archive, "--listen", "localhost")
     assert done.stderr == ("mysqlbackup: error: bad --listen 'localhost': expected HOST:PORT, "
                            "e.g. 127.0.0.1:3307\n")
+    done = cli("--archive", archive, "--require-tls")
+    assert (done.returncode, done.stderr) == (2, "mysqlbackup: error: --require-tls needs "
+                                              "--tls-cert (and --tls-key)\n")
+    done = cli("--archive", archive, "--tls-cert", str(tmp_path / "none.pem"))
+    assert (done.returncode, done.stderr) == (2, f"mysqlbackup: error: cannot load the TLS "
+                                              f"certificate {tmp_path / 'none.pem'}: No such "
+                                              f"file or directory\n")
     with socket.socket() as taken:
         taken.bind(("127.0.0.1", 0))
         taken.listen()
@@ -405,3 +420,169 @@ def test_an_incomplete_tail_is_never_sent(primary, binlog_dir, monkeypatch):
         assert sent[-1][4] == ev.XID and ev.parse_header(sent[-1]).log_pos == ends[1]
         assert b"".join(sent[1:]) == data[4:ends[1]]  # after the fake ROTATE: the file's bytes
         assert (out[-1][1].file, out[-1][1].pos) == ("binlog.000003", ends[1])
+
+
+# -- TLS ----------------------------------------------------------------------------------
+
+@pytest.fixture(scope="module")
+def pki(tmp_path_factory):
+    """A CA and serve's certificate for 127.0.0.1 (made as tests/test_tls.py makes its own)."""
+    import ipaddress
+
+    from cryptography import x509
+
+    from tests.test_tls import _issue
+    d = tmp_path_factory.mktemp("serve-pki")
+    ca = _issue(d, "ca", "serve test CA", ca=True)
+    _issue(d, "serve", "serve", ca, sans=[x509.IPAddress(ipaddress.ip_address("127.0.0.1"))])
+    return d
+
+
+def test_tls_replica_gets_it_all_and_clear_text_is_denied(primary, archive, replica, pki,
+                                                          caplog):
+    """--tls-cert with --require-tls: a replica with MASTER_SSL=1 that checks serve's
+    certificate against the CA gets everything over TLS; the same replica without
+    MASTER_SSL is denied (1045, as a user REQUIRE SSL is) and no dump starts."""
+    server, gtids = primary
+    caplog.set_level(logging.INFO, logger="replay.serve")
+    tls = {"tls_cert": str(pki / "serve.pem"), "tls_key": str(pki / "serve.key"),
+           "require_tls": True}
+    with serve(archive, tls=tls) as handle:
+        attach(replica, handle, extra=f", MASTER_SSL=1, MASTER_SSL_CA='{pki / 'ca.pem'}', "
+                                      f"MASTER_SSL_VERIFY_SERVER_CERT=1")
+        caught_up(replica, gtids[-1])
+        assert checksums(replica) == checksums(server)
+        assert handle.dump_tls in (["TLSv1.3"], ["TLSv1.2"])
+        assert status(replica)["Master_SSL_Verify_Server_Cert"] == "Yes"
+        replica.execute("STOP SLAVE", "CHANGE MASTER TO MASTER_SSL=0", "START SLAVE")
+        wait_for(lambda: status(replica)["Last_IO_Errno"] == 1045, timeout=10,
+                 what="error 1045")
+        assert ("Access denied for user 'mysqlbackup_serve'@'127.0.0.1' (using password: YES)"
+                in status(replica)["Last_IO_Error"])
+        assert handle.dumps == 1
+        assert any("clear text refused (--require-tls)" in r.getMessage()
+                   for r in caplog.records)
+
+
+# -- a restart of serve in the middle of a big stream ------------------------------------
+
+BIG = 2000  # transactions of the big stream, 4 rows of 2 KB each: 16 MB, more than
+# the TCP buffers between serve and the replica hold
+
+
+@pytest.fixture(scope="module")
+def big_archive(tmp_path_factory):
+    """A primary of its own writes BIG transactions into a table without a primary key
+    (a transaction applied twice shows as rows twice), over two binlog files, archived.
+    At a fifth and at four fifths, an insert into gate.a and gate.b: tables the primary
+    made without binlogging them (a replica that has them locked stops applying there;
+    between them more than the replica's relay log space and socket buffers hold).
+    Returns (archive URL, CHECKSUM TABLE on the primary, first, gate a's, gate b's and
+    the last GTID's sequence numbers)."""
+    server = module_primary(tmp_path_factory, "serve-big")
+    try:
+        server.execute("SET SESSION sql_log_bin = 0", "CREATE DATABASE gate",
+                       "CREATE TABLE gate.a (id INT)", "CREATE TABLE gate.b (id INT)")
+        server.execute("CREATE DATABASE big", "CREATE TABLE big.l (k INT, n INT, pad TEXT)")
+        seqs = [_binlog_seq(server)]
+        inserts = ["INSERT INTO big.l VALUES " + ",".join(
+            f"({i}, {n}, REPEAT('{i}.{n}', 300))" for n in range(4)) for i in range(BIG)]
+        fifth = BIG // 5
+        for part, gate in ((inserts[:fifth], "a"), (inserts[fifth:4 * fifth], "b")):
+            server.execute(*part, f"INSERT INTO gate.{gate} VALUES (1)")
+            seqs.append(_binlog_seq(server))
+            if gate == "a":
+                server.execute("FLUSH BINARY LOGS")
+        server.execute(*inserts[4 * fifth:])
+        seqs.append(_binlog_seq(server))
+        checksum = server.execute("CHECKSUM TABLE big.l")[0][1]
+        files = tmp_path_factory.mktemp("serve-big-files")
+        for name in server.binlog_files():
+            shutil.copyfile(server.binlog_path(name), files / name)
+    finally:
+        server.stop(remove=True)
+    url = f"file://{tmp_path_factory.mktemp('serve-big-archive')}"
+    import_directory(ArchiveStore(url), str(files), "db1", echo=lambda line: None, codec=PLAIN)
+    return (url, checksum, *seqs)
+
+
+def _binlog_seq(server):
+    return seq_no(server.execute("SELECT @@gtid_binlog_pos")[0][0])
+
+
+def seq_no(gtid):
+    return int(gtid.rpartition("-")[2] or 0)
+
+
+def received_and_applied(replica):
+    """(sequence number the replica received up to, the one it applied up to)."""
+    return (seq_no(status(replica)["Gtid_IO_Pos"]),
+            seq_no(replica.execute("SELECT @@gtid_slave_pos")[0][0]))
+
+
+def held_lock(replica, table):
+    """A connection to the replica that holds ``table`` locked (its SQL thread waits
+    there; what it receives stops at its small relay log space)."""
+    conn = replica.root()
+    with conn.cursor() as cur:
+        cur.execute(f"LOCK TABLES {table} WRITE")
+    return conn
+
+
+def mid_way(replica, gate, last):
+    """Wait until the replica applied all before ``gate`` (and waits at it); True when
+    it neither received nor applied the stream's end (checked once serve is gone)."""
+    wait_for(lambda: received_and_applied(replica)[1] == gate - 1, timeout=30,
+             what=f"the replica at transaction {gate - 1}")
+
+
+def test_restart_of_serve_mid_stream(big_archive, replica, tmp_path):
+    """serve killed (kill -9 of `mysqlbackup serve`), then stopped (ServeHandle.stop)
+    while the replica is mid-way through a big stream (when serve is gone, it has
+    neither received nor applied the end); serve started again on the same port each
+    time: the replica reconnects by GTID by itself and ends with the primary's table,
+    every transaction applied once."""
+    url, checksum, first, gate_a, gate_b, last = big_archive
+    replica.execute("CREATE DATABASE gate", "CREATE TABLE gate.a (id INT)",
+                    "CREATE TABLE gate.b (id INT)")
+    locks = [held_lock(replica, "gate.a"), held_lock(replica, "gate.b")]
+    try:
+        _kill_stop_and_restart(replica, big_archive, locks, tmp_path)
+    finally:
+        for conn in locks:
+            if conn.open:
+                conn.close()
+
+
+def _kill_stop_and_restart(replica, big_archive, locks, tmp_path):
+    url, checksum, first, gate_a, gate_b, last = big_archive
+    port = free_port()
+    (tmp_path / "pw").write_text(PASSWORD + "\n")
+    proc = subprocess.Popen([sys.executable, "-m", "mysqlbackup", "serve", "--archive", url,
+                             "--listen", f"127.0.0.1:{port}", "--password-file",
+                             str(tmp_path / "pw"), "--poll-interval", "0"],
+                            env=dict(os.environ, PYTHONPATH=REPO), stderr=subprocess.PIPE,
+                            text=True)
+    try:
+        assert proc.stderr.readline().startswith("serving db1")
+        attach(replica, SimpleNamespace(host="127.0.0.1", port=port))
+        mid_way(replica, gate_a, last)
+    finally:
+        proc.kill()  # SIGKILL: its listener and the dump's socket go with it
+        proc.wait(timeout=10)
+        proc.stderr.close()
+    received, applied = killed = received_and_applied(replica)
+    assert first < applied == gate_a - 1 < received < last, killed
+    with serve(url, ("127.0.0.1", port)) as handle:
+        locks[0].close()  # the replica goes on, and reconnects by itself
+        mid_way(replica, gate_b, last)
+    received, applied = received_and_applied(replica)
+    assert applied == gate_b - 1 < received < last and handle.dumps >= 1, (received, applied)
+    with serve(url, ("127.0.0.1", port)) as handle:
+        locks[1].close()
+        caught_up(replica, f"0-1-{last}")
+        assert replica.execute("CHECKSUM TABLE big.l")[0][1] == checksum
+        assert replica.execute("SELECT COUNT(*), COUNT(DISTINCT k, n), SUM(n) FROM big.l") \
+            == ((4 * BIG, 4 * BIG, 6 * BIG),)
+        row = status(replica)
+        assert (row["Last_IO_Errno"], row["Last_SQL_Errno"], handle.dumps) == (0, 0, 1)

@@ -47,6 +47,24 @@ def test_handshake_and_its_response():
         pk.parse_handshake_response(struct.pack("<I", 0) + bytes(40))
 
 
+def test_ssl_offered_only_with_a_certificate_and_the_ssl_request():
+    """CLIENT_SSL (0x800) in the capabilities' low half when offered; the client's SSL
+    request is the 32-byte start of its response, with CLIENT_SSL."""
+    def caps(hello):
+        at = hello.index(b"\0") + 1 + 4 + 9
+        return struct.unpack_from("<H", hello, at)[0] | struct.unpack_from(
+            "<H", hello, at + 5)[0] << 16
+    plain = pk.handshake_v10(9, "5.5.5-10.11.19-MariaDB-log", SCRAMBLE)
+    offered = pk.handshake_v10(9, "5.5.5-10.11.19-MariaDB-log", SCRAMBLE, ssl=True)
+    assert caps(plain) == pk.SERVER_CAPABILITIES and not caps(plain) & pk.CLIENT_SSL
+    assert caps(offered) == pk.SERVER_CAPABILITIES | pk.CLIENT_SSL
+    request = struct.pack("<IIB", pk.CLIENT_PROTOCOL_41 | pk.CLIENT_SSL, 1 << 24, 8) + bytes(23)
+    assert pk.is_ssl_request(request)
+    assert not pk.is_ssl_request(request + b"repl\0\0")
+    assert not pk.is_ssl_request(struct.pack("<IIB", pk.CLIENT_PROTOCOL_41, 1 << 24, 8)
+                                 + bytes(23))
+
+
 def test_generic_packets_are_the_servers():
     assert pk.ok_packet() == b"\x00\x00\x00\x02\x00\x00\x00"
     assert pk.eof_packet() == b"\xfe\x00\x00\x02\x00"

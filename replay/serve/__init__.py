@@ -28,6 +28,11 @@ Programmatic API (what ``restore --apply native`` calls)::
   nothing more to send: the replica stays connected and idle. Without a stop point
   met, the server looks for newly archived transactions every
   ``options.poll_interval`` seconds (None: never) and sends them.
+* TLS: with ``options.tls_cert`` (and ``tls_key``) the handshake offers CLIENT_SSL;
+  a replica's SSL request (MASTER_SSL=1) is answered with a TLS handshake
+  (``ssl.PROTOCOL_TLS_SERVER``, TLS 1.2 or later) and the login goes on over it;
+  ``options.require_tls``: a clear-text login is denied with 1045, as for a user
+  REQUIRE SSL. ``handle.dump_tls``: the TLS version of each dump's connection.
 * ``handle.wait_end(timeout)``: the ``EndInfo`` of the newest dump that reached its
   end, or None; ``handle.errors``: the (code, message) of each dump refused (ER 1236
   when the archive lacks what the replica asks for).

@@ -45,11 +45,18 @@ def parse_listen(text):
               metavar="SECONDS", help="Once a replica has all the archive holds (and no stop "
               "point was met), look for newly archived transactions this often and send "
               "them (0: never).")
+@click.option("--tls-cert", type=click.Path(dir_okay=False), metavar="FILE",
+              help="PEM certificate (chain) of this server: TLS is offered to replicas "
+                   "(CHANGE MASTER TO MASTER_SSL=1, MASTER_SSL_CA=...).")
+@click.option("--tls-key", type=click.Path(dir_okay=False), metavar="FILE",
+              help="Its private key (PEM), unless it is in --tls-cert.")
+@click.option("--require-tls", is_flag=True, help="Deny a replica that does not ask for "
+              "TLS (error 1045, as for a user REQUIRE SSL). Needs --tls-cert.")
 @identity_option
 @handle_errors
 def serve(archive_url, archive_option, source_name, listen, user, password_file,
           stop_datetime, stop_before_gtid, stop_position, exclude_gtids, poll_interval,
-          identity):
+          tls_cert, tls_key, require_tls, identity):
     """Serve the archive's binlogs to MariaDB replicas as their primary would.
 
     A replica (CHANGE MASTER TO MASTER_HOST, MASTER_PORT, MASTER_USER,
@@ -57,7 +64,8 @@ def serve(archive_url, archive_option, source_name, listen, user, password_file,
     whole transactions, read from the archive's sealed and newest objects
     (compressed or encrypted alike), up to the stop point; then the connection
     stays open with heartbeats. A position or GTID state the archive lacks gets the
-    server's error 1236. Runs until SIGTERM or SIGINT.
+    server's error 1236. With --tls-cert a replica may connect over TLS
+    (MASTER_SSL=1); --require-tls refuses clear text. Runs until SIGTERM or SIGINT.
     """
     from mysqlbackup.archive.store import parse_options
     from mysqlbackup.source.spec import read_password
@@ -72,13 +80,16 @@ def serve(archive_url, archive_option, source_name, listen, user, password_file,
                                 stop_position=stop_position, exclude_gtids=exclude_gtids)
     options = ServeOptions(archive_url, source_name, parse_listen(listen), user, password,
                            selection, identity, storage_options=parse_options(archive_option),
-                           poll_interval=poll_interval or None)
+                           poll_interval=poll_interval or None, tls_cert=tls_cert,
+                           tls_key=tls_key, require_tls=require_tls)
     stop = threading.Event()
     for sig in (signal.SIGTERM, signal.SIGINT):
         signal.signal(sig, lambda *_: stop.set())
     with start_server(options) as handle:
         click.echo(f"serving {handle.source} from {mask_url(archive_url)} on "
-                   f"{handle.host}:{handle.port} (user {user})", err=True)
+                   f"{handle.host}:{handle.port} (user {user}"
+                   f"{', TLS required' if require_tls else ', TLS' if tls_cert else ''})",
+                   err=True)
         while not stop.wait(1.0):
             pass
     click.echo("serve: stopped", err=True)

@@ -18,15 +18,18 @@ from mysqlbackup.source.protocol import MAX_PAYLOAD, frame, lenenc_int
 
 NATIVE_PASSWORD = "mysql_native_password"
 SCRAMBLE_LEN = 20
+SSL_REQUEST_LEN = 32
 CHARSET_LATIN1 = 8
 CHARSET_BINARY = 63
 SERVER_STATUS_AUTOCOMMIT = 0x0002
 
 # capabilities: protocol 4.1, secure connection, plugin auth (lenenc data), connect
-# attributes, transactions, multi results; no SSL, no compression, no DEPRECATE_EOF.
+# attributes, transactions, multi results; SSL only with a certificate (``ssl=True``);
+# no compression, no DEPRECATE_EOF.
 # Bit 0 (CLIENT_MYSQL / LONG_PASSWORD) is clear, as a MariaDB server leaves it.
 CLIENT_CONNECT_WITH_DB = 0x00000008
 CLIENT_PROTOCOL_41 = 0x00000200
+CLIENT_SSL = 0x00000800
 CLIENT_SECURE_CONNECTION = 0x00008000
 CLIENT_PLUGIN_AUTH = 0x00080000
 CLIENT_CONNECT_ATTRS = 0x00100000
@@ -68,11 +71,12 @@ def frames(payload, seq):
 
 # --- handshake and authentication -------------------------------------------------
 
-def handshake_v10(connection_id, version, scramble):
-    """The server's first packet: protocol 10, version, the 20-byte scramble, plugin."""
+def handshake_v10(connection_id, version, scramble, ssl=False):
+    """The server's first packet: protocol 10, version, the 20-byte scramble, plugin;
+    ``ssl``: CLIENT_SSL offered (the server has a certificate)."""
     if len(scramble) != SCRAMBLE_LEN:
         raise ValueError("the scramble is 20 bytes")
-    caps = SERVER_CAPABILITIES
+    caps = SERVER_CAPABILITIES | (CLIENT_SSL if ssl else 0)
     return (b"\x0a" + version.encode("ascii") + b"\0" + struct.pack("<I", connection_id)
             + scramble[:8] + b"\0" + struct.pack("<H", caps & 0xFFFF)
             + bytes([CHARSET_LATIN1]) + struct.pack("<H", SERVER_STATUS_AUTOCOMMIT)
@@ -92,6 +96,14 @@ def _lenenc(buf, pos):
         return first, pos + 1
     size = {0xFC: 2, 0xFD: 3, 0xFE: 8}[first]
     return int.from_bytes(buf[pos + 1:pos + 1 + size], "little"), pos + 1 + size
+
+
+def is_ssl_request(payload):
+    """True for the client's SSL request: the 32 bytes a HandshakeResponse41 starts
+    with (capabilities with CLIENT_SSL, max packet, charset, filler), nothing more;
+    the real response follows over TLS."""
+    return len(payload) == SSL_REQUEST_LEN and bool(
+        struct.unpack_from("<I", payload, 0)[0] & CLIENT_SSL)
 
 
 def parse_handshake_response(payload):

@@ -13,6 +13,7 @@ import logging
 import random
 import select
 import socket
+import ssl
 import threading
 import time
 from dataclasses import dataclass, field, replace
@@ -51,6 +52,9 @@ class ServeOptions:
     keyring: object = None          # an archive.codec Keyring (instead of ``identity``)
     storage_options: dict = field(default_factory=dict)
     poll_interval: float = 2.0      # after the archive's end, look for more (None: never)
+    tls_cert: str = None            # PEM certificate (chain) offered to replicas: TLS on
+    tls_key: str = None             # its private key (PEM; may be inside ``tls_cert``)
+    require_tls: bool = False       # a replica that does not ask for TLS is denied (1045)
 
 
 class ServeHandle:
@@ -78,6 +82,12 @@ class ServeHandle:
         return self._server.dumps_started
 
     @property
+    def dump_tls(self):
+        """The TLS version of each dump's connection ('TLSv1.3'; None: clear text),
+        oldest first."""
+        return list(self._server.dump_tls)
+
+    @property
     def errors(self):
         """The (code, message) of every error sent to a replica's dump, oldest first."""
         return list(self._server.errors)
@@ -93,6 +103,8 @@ def start_server(options):
     """Check the archive (its source, its files, what opens them), listen, and serve
     in background threads; returns the ServeHandle. UsageError / MysqlBackupError
     when the archive, the source or the address cannot be used."""
+    if options.require_tls and not options.tls_cert:
+        raise UsageError("--require-tls needs --tls-cert (and --tls-key)")
     if not options.password:
         raise UsageError("serve needs a password for its user ($MYSQLBACKUP_SERVE_PASSWORD "
                          "or --password-file)")
@@ -114,13 +126,14 @@ class _Server:
         self.options = options
         self.keyring = options.keyring or keyring_from(options.identity)
         self.stored_hash = pk.password_hash(options.password)
+        self.tls_context = _tls_context(options.tls_cert, options.tls_key)
         self.source, units, _ = self.plan()
         self.facts = self._facts(units)
         self.listener = _listen(options.listen)
         self.lock, self.ended = threading.Condition(), None
         self.connections, self.dumps, self.errors = {}, {}, []
         self.stopping, self.next_id, self.thread = False, 1, None
-        self.dumps_started = 0
+        self.dumps_started, self.dump_tls = 0, []
 
     # -- archive ---------------------------------------------------------------------
 
@@ -233,6 +246,7 @@ class _Server:
         """Register ``conn`` as the dump of ``server_id``; end an older one."""
         with self.lock:
             self.dumps_started += 1
+            self.dump_tls.append(conn.tls)
             older = self.dumps.get(server_id)
             self.dumps[server_id] = conn
         if older is not None and older is not conn:
@@ -274,6 +288,23 @@ def _newest_index(listing, source, file):
         else None
 
 
+def _tls_context(cert, key):
+    """The server-side SSLContext of ``cert``/``key`` (None without a certificate);
+    UsageError when they cannot be loaded."""
+    if not cert:
+        if key:
+            raise UsageError("--tls-key needs --tls-cert")
+        return None
+    context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+    context.minimum_version = ssl.TLSVersion.TLSv1_2
+    try:
+        context.load_cert_chain(cert, key)
+    except (OSError, ssl.SSLError) as e:
+        raise UsageError(f"cannot load the TLS certificate {cert}"
+                         f"{f' and key {key}' if key else ''}: {e.strerror or e}") from None
+    return context
+
+
 def _listen(address):
     host, port = address
     sock = socket.socket(socket.AF_INET6 if ":" in host else socket.AF_INET)
@@ -297,14 +328,14 @@ class _Connection:
     def __init__(self, server, sock, peer, conn_id):
         self.server, self.sock, self.peer, self.id = server, sock, peer, conn_id
         self.session, self.buffer, self.closed = Session(), b"", False
-        self.replica_id = None
+        self.replica_id, self.tls = None, None
         self.thread = threading.Thread(target=self.run, name=f"serve-conn-{conn_id}",
                                        daemon=True)
 
     def close(self):
         self.closed = True
-        try:
-            self.sock.shutdown(socket.SHUT_RDWR)
+        try:  # the socket's own shutdown, also under TLS (from another thread)
+            socket.socket.shutdown(self.sock, socket.SHUT_RDWR)
         except OSError:
             pass
 
@@ -358,8 +389,12 @@ class _Connection:
 
     def _authenticate(self):
         scramble = bytes(random.SystemRandom().randrange(0x21, 0x7F) for _ in range(20))
-        self.send([pk.handshake_v10(self.id, self.server.facts.version, scramble)], 0)
+        context = self.server.tls_context
+        self.send([pk.handshake_v10(self.id, self.server.facts.version, scramble,
+                                    ssl=context is not None)], 0)
         payload, seq = self.read_packet()
+        if context is not None and pk.is_ssl_request(payload):
+            payload, seq = self._start_tls(context)
         try:
             response = pk.parse_handshake_response(payload)
         except (ValueError, IndexError) as e:
@@ -373,14 +408,32 @@ class _Connection:
         options = self.server.options
         if response.user == options.user and pk.native_password_ok(
                 self.server.stored_hash, scramble, token):
-            self.send([pk.ok_packet()], seq)
-            return True
-        log.warning("connection %d from %s: access denied for user %r", self.id,
-                    self.peer[0], response.user)
+            if self.tls or not options.require_tls:
+                self.send([pk.ok_packet()], seq)
+                return True
+            why = "clear text refused (--require-tls), as for a user REQUIRE SSL"
+        else:
+            why = "wrong user or password"
+        log.warning("connection %d from %s: access denied for user %r: %s", self.id,
+                    self.peer[0], response.user, why)
         self.send([pk.err_packet(pk.ER_ACCESS_DENIED, f"Access denied for user "
                                  f"'{response.user}'@'{self.peer[0]}' (using password: "
                                  f"{'YES' if token else 'NO'})")], seq)
         return False
+
+    def _start_tls(self, context):
+        """After the client's SSL request: the TLS handshake on this socket, then the
+        real HandshakeResponse read over TLS, with its sequence id (the ids go on from
+        the SSL request's, as with mariadbd: request 1, response 2, OK 3)."""
+        if self.buffer:  # bytes after an SSL request, before TLS: not a real client
+            raise Disconnected()
+        self.sock = context.wrap_socket(self.sock, server_side=True)
+        if self.closed:  # close() ran on the socket before it was wrapped
+            raise Disconnected()
+        self.tls = self.sock.version()
+        log.info("connection %d from %s: %s, cipher %s", self.id, self.peer[0], self.tls,
+                 self.sock.cipher()[0])
+        return self.read_packet()
 
     # -- commands ----------------------------------------------------------------------
 
