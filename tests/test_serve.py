@@ -462,6 +462,15 @@ def test_tls_replica_gets_it_all_and_clear_text_is_denied(primary, archive, repl
         assert handle.dumps == 1
         assert any("clear text refused (--require-tls)" in r.getMessage()
                    for r in caplog.records)
+        client = pymysql.connect(host=handle.host, port=handle.port, user="mysqlbackup_serve",
+                                 password=PASSWORD, ssl={"ca": str(pki / "ca.pem")},
+                                 connect_timeout=5)
+        with client.cursor() as cur:
+            cur.execute("SELECT @@GLOBAL.gtid_binlog_pos")
+            assert cur.fetchone()[0] == gtids[-1]
+        started = time.monotonic()
+    assert time.monotonic() - started < 2  # stop() ends a TLS connection too, at once
+    client.close()
 
 
 # -- a restart of serve in the middle of a big stream ------------------------------------
