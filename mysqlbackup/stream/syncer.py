@@ -233,10 +233,11 @@ class Syncer:
         limit), and every idle_checkpoint seconds anyway so that status sees it lives."""
         since = now - self.last_checkpoint
         moved = self.recorded != self._recordable()
-        was_busy, self.busy = self.busy, not self._drained()
-        drained = was_busy and not self.busy and not acked
-        if (moved and (since >= self.checkpoint_interval or drained)) \
-                or since >= self.idle_checkpoint:
+        due = moved and since >= self.checkpoint_interval
+        if not acked:  # (a batch with an ACK costs no look at the socket)
+            was_busy, self.busy = self.busy, not self._drained()
+            due = due or (moved and was_busy and not self.busy)  # a catch-up has drained
+        if due or since >= self.idle_checkpoint:
             self.checkpoint()
 
     def _drained(self):
