@@ -1,14 +1,21 @@
 #!/usr/bin/env python3
 """Benchmark ``mysqlbackup stream`` against MariaDB's own tools on throwaway servers.
 
-Part A, streaming: a sandbox primary gets >= --mb MB of ROW binlog (4 MB INSERT..SELECT
-transactions plus ~10% single-row ones, 64 MB files), all closed by FLUSH BINARY LOGS.
+Part A, streaming, per workload (each on its own sandbox primary, >= --mb MB of ROW
+binlog in 64 MB files, all closed by FLUSH BINARY LOGS):
+  small   single-row transactions of one INT (57-byte row events: the per-event cost)
+  mixed   4 MB INSERT..SELECT transactions plus ~10% single-row ones (~1 KB rows)
+  large   one 200 KB row per transaction (200 KB row events: the per-byte cost)
 Each run copies every file into an empty directory with ``mariadb-binlog
---read-from-remote-server --raw --to-last-log`` (the anchor), ``mysqlbackup stream
---no-semi-sync`` and ``mysqlbackup stream`` (semi-sync), and compares the copies byte
-for byte. A daemon run ends when its checkpoint (what ``status --json`` shows) has the
-durable position at the end of the last file; the time at which all bytes were written
-and the daemon's start-up time (to its "streaming from" log line) are shown too.
+--read-from-remote-server --raw --to-last-log`` (the anchor) and ``mysqlbackup stream
+--no-semi-sync`` from the same server, interleaved (anchor, ours, anchor, ours...), and
+compares the copies byte for byte. A daemon run ends when its checkpoint (what ``status
+--json`` shows) has the durable position at the end of the last file; its start-up (to
+its "streaming from" log line) is measured too. Printed: the median and the spread
+(min-max) of each, and the ratio anchor/ours end to end and without our start-up. A
+semi-sync connection streaming closed binlogs gets no ACK request (the primary asks
+only for live commits), so it is measured only with --stream-semi-sync; part B is the
+semi-sync measurement.
 
 Part B, commit rate: on a fresh primary (semi-sync timeout 10 s), --threads client
 processes run single-row autocommit INSERTs for --seconds, with exactly one semi-sync
@@ -16,8 +23,8 @@ replica connected: our daemon, or a real MariaDB replica (a second sandbox). An 
 line (semi-sync off, no replica) is a reference. A run whose Rpl_semi_sync_master_no_tx
 grew fell back to async: it is marked INVALID. Figures are medians over --runs.
 
-Run:    PYTHONPATH=/work/main python3 scripts/bench_stream.py
-Quick:  PYTHONPATH=/work/main python3 scripts/bench_stream.py --mb 50 --runs 1 --seconds 5
+Run:    PYTHONPATH=/work/main python3 scripts/bench_stream.py          (2 GB a workload)
+Quick:  PYTHONPATH=/work/main python3 scripts/bench_stream.py --mb 100 --runs 3 --seconds 5
 """
 
 import argparse
@@ -64,15 +71,16 @@ def wait_for(predicate, timeout, what, interval=0.05):
 
 # -- the daemon -----------------------------------------------------------------------
 
-def start_daemon(server, directory, log_path, semi_sync=True):
-    """Start ``mysqlbackup stream`` into ``directory``; its output goes to ``log_path``."""
+def start_daemon(server, directory, log_path, semi_sync=True, repo=REPO):
+    """Start ``mysqlbackup stream`` (the code in ``repo``) into ``directory``; its output
+    goes to ``log_path``."""
     cmd = [sys.executable, "-m", "mysqlbackup", "stream", "--source", server.url,
            "--server-id", str(DAEMON_SERVER_ID), "--dir", directory]
     cmd += [] if semi_sync else ["--no-semi-sync"]
     DAEMON_LOGS.append(log_path)
     with open(log_path, "ab") as log:
-        proc = subprocess.Popen(cmd, env=DAEMON_ENV, stdout=log, stderr=subprocess.STDOUT,
-                                start_new_session=True)
+        proc = subprocess.Popen(cmd, env=dict(DAEMON_ENV, PYTHONPATH=repo), stdout=log,
+                                stderr=subprocess.STDOUT, start_new_session=True, cwd=repo)
     DAEMONS.append(proc)
     return proc
 
@@ -106,28 +114,46 @@ def durable_at(directory, name, pos):
 
 # -- part A: streaming ----------------------------------------------------------------
 
-def generate_binlog(server, mb):
-    """Write >= ``mb`` MB of binlog, then FLUSH BINARY LOGS so that it is all closed."""
-    server.execute(
-        "SET GLOBAL innodb_flush_log_at_trx_commit = 2",
-        "CREATE DATABASE gen",
-        "CREATE TABLE gen.seed (id INT PRIMARY KEY, p VARCHAR(1024))",
-        "INSERT INTO gen.seed SELECT seq, REPEAT(MD5(seq), 31) FROM gen.seq_1_to_4000",
-        "CREATE TABLE gen.big (id INT AUTO_INCREMENT PRIMARY KEY, p VARCHAR(1024))",
-        "CREATE TABLE gen.small (id INT AUTO_INCREMENT PRIMARY KEY, p VARCHAR(1024))",
-        "CREATE PROCEDURE gen.small_tx(n INT) BEGIN DECLARE i INT DEFAULT 0; "
-        "WHILE i < n DO INSERT INTO gen.small (p) VALUES (REPEAT(MD5(i), 31)); "
-        "SET i = i + 1; END WHILE; END")
+SETUP = [
+    "SET GLOBAL innodb_flush_log_at_trx_commit = 2",
+    "CREATE DATABASE gen",
+    "CREATE TABLE gen.seed (id INT PRIMARY KEY, p VARCHAR(1024))",
+    "INSERT INTO gen.seed SELECT seq, REPEAT(MD5(seq), 31) FROM gen.seq_1_to_4000",
+    "CREATE TABLE gen.big (id INT AUTO_INCREMENT PRIMARY KEY, p VARCHAR(1024))",
+    "CREATE TABLE gen.small (id INT AUTO_INCREMENT PRIMARY KEY, p VARCHAR(1024))",
+    "CREATE TABLE gen.tiny (v INT)",
+    "CREATE TABLE gen.large (id INT AUTO_INCREMENT PRIMARY KEY, p LONGBLOB)",
+    "CREATE PROCEDURE gen.small_tx(n INT) BEGIN DECLARE i INT DEFAULT 0; "
+    "WHILE i < n DO INSERT INTO gen.small (p) VALUES (REPEAT(MD5(i), 31)); "
+    "SET i = i + 1; END WHILE; END",
+    "CREATE PROCEDURE gen.tiny_tx(n INT) BEGIN DECLARE i INT DEFAULT 0; "
+    "WHILE i < n DO INSERT INTO gen.tiny VALUES (i); SET i = i + 1; END WHILE; END",
+    "CREATE PROCEDURE gen.large_tx(n INT) BEGIN DECLARE i INT DEFAULT 0; "
+    "WHILE i < n DO INSERT INTO gen.large (p) VALUES (REPEAT(MD5(i), 6400)); "
+    "SET i = i + 1; END WHILE; END",
+]
+# one round of each workload (rounds run until the binlog is big enough)
+WORKLOADS = {
+    "small": ["CALL gen.tiny_tx(20000)", "TRUNCATE gen.tiny"],
+    "mixed": ["INSERT INTO gen.big (p) SELECT p FROM gen.seed",  # one 4 MB transaction
+              "CALL gen.small_tx(300)"],                        # 300 single-row ones
+    "large": ["CALL gen.large_tx(100)", "TRUNCATE gen.large"],
+}
+
+
+def generate_binlog(server, mb, workload):
+    """Write >= ``mb`` MB of ``workload`` binlog, then FLUSH BINARY LOGS (all closed)."""
+    server.execute(*SETUP)
     conn = server.root()
     try:
         with conn.cursor() as cur:
-            for i in range(100000):
+            for i in range(10 ** 6):
                 cur.execute("SHOW BINARY LOGS")
                 if sum(row[1] for row in cur.fetchall()) >= mb * MB:
                     break
-                cur.execute("INSERT INTO gen.big (p) SELECT p FROM gen.seed")  # one 4 MB trx
-                cur.execute("CALL gen.small_tx(300)")  # 300 single-row transactions
-                if i % 8 == 7:
+                for sql in WORKLOADS[workload]:
+                    cur.execute(sql)
+                if workload == "mixed" and i % 8 == 7:
                     cur.execute("TRUNCATE gen.big")
             cur.execute("FLUSH BINARY LOGS")
     finally:
@@ -174,7 +200,7 @@ def copy_mariadb_binlog(server, files, outdir, log_path, timeout):
     return elapsed, elapsed, 0.0
 
 
-def copy_daemon(server, files, outdir, log_path, semi_sync, timeout):
+def copy_daemon(server, files, outdir, log_path, semi_sync, timeout, repo=REPO):
     """(written, durable, start-up) seconds for a new ``mysqlbackup stream`` to copy all."""
     last_name, _, last_size = files[-1]
 
@@ -183,7 +209,7 @@ def copy_daemon(server, files, outdir, log_path, semi_sync, timeout):
                    and os.path.getsize(os.path.join(outdir, n)) == size for n, _, size in files)
 
     start, wall = time.perf_counter(), time.time()
-    proc = start_daemon(server, outdir, log_path, semi_sync)
+    proc = start_daemon(server, outdir, log_path, semi_sync, repo)
     try:
         wait_daemon(proc, log_path, written, timeout, "the copy", 0.01)
         t_written = time.perf_counter() - start
@@ -214,30 +240,46 @@ def same_bytes(files, outdir):
     return ""
 
 
-def bench_streaming(args, tmp):
-    """Part A; returns {label: median seconds (written, durable, start-up)} and the data."""
-    server = MariaDBSandbox(os.path.join(tmp, "stream-primary"), semi_sync=False,
-                            extra_args=["--max-binlog-size=64M", SEMI_SYNC_TIMEOUT])
+def bench_streaming(args, tmp, workload):
+    """Part A for one workload: ({label: [(written, durable, start-up)] per run}, data)."""
+    server = MariaDBSandbox(os.path.join(tmp, f"stream-{workload}"), semi_sync=False,
+                            extra_args=["--max-binlog-size=64M", SEMI_SYNC_TIMEOUT,
+                                        "--max-allowed-packet=64M"])
     SERVERS.append(server)
     server.start()
+    try:
+        return _stream_runs(args, tmp, workload, server)
+    finally:
+        server.stop()
+        SERVERS.remove(server)
+
+
+def _stream_runs(args, tmp, workload, server):
     start = time.perf_counter()
-    generate_binlog(server, args.mb)
+    generate_binlog(server, args.mb, workload)
     files = server_files(server)
     data = {"mb": sum(f[2] for f in files) / MB, "events": count_events(files)}
-    print(f"generated {data['mb']:.1f} MB, {data['events']} events in {len(files)} files "
+    print(f"{workload}: generated {data['mb']:.1f} MB, {data['events']} events "
+          f"({data['mb'] * MB / data['events']:.0f} B/event) in {len(files)} files "
           f"in {time.perf_counter() - start:.1f} s")
     timeout = 120 + data["mb"]
     tools = {"mariadb-binlog": lambda d, log: copy_mariadb_binlog(server, files, d, log, timeout),
              "mysqlbackup (async)": lambda d, log: copy_daemon(server, files, d, log, False,
-                                                               timeout),
-             "mysqlbackup (semi-sync)": lambda d, log: copy_daemon(server, files, d, log, True,
-                                                                   timeout)}
+                                                               timeout)}
+    for repo in args.compare or []:  # e.g. an older checkout: before/after on the same data
+        tools[f"mysqlbackup @{repo}"] = lambda d, log, repo=repo: copy_daemon(
+            server, files, d, log, False, timeout, os.path.abspath(repo))
+    if args.stream_semi_sync:
+        tools["mysqlbackup (semi-sync conn.)"] = lambda d, log: copy_daemon(
+            server, files, d, log, True, timeout)
     times, data["verdicts"] = {label: [] for label in tools}, {label: "" for label in tools}
     for run in range(args.runs):
-        for i, (label, copy) in enumerate(tools.items()):
-            outdir = os.path.join(tmp, f"copy-{run}-{i}")
+        order = list(tools) if run % 2 == 0 else list(tools)[::-1]  # alternate who goes first
+        for label in order:
+            i = list(tools).index(label)
+            outdir = os.path.join(tmp, f"copy-{workload}-{run}-{i}")
             os.sync()  # no write-back of earlier copies during the timing
-            times[label].append(copy(outdir, os.path.join(tmp, f"log-stream-{i}.txt")))
+            times[label].append(tools[label](outdir, os.path.join(tmp, f"log-{workload}-{i}.txt")))
             diff = same_bytes(files, outdir)
             data["verdicts"][label] = data["verdicts"][label] or diff
             written, durable, startup = times[label][-1]
@@ -246,9 +288,7 @@ def bench_streaming(args, tmp):
                   f"{'COPY DIFFERS: ' + diff if diff else 'copy identical'}")
             if not args.keep:
                 shutil.rmtree(outdir)
-    medians = {label: [statistics.median(t[k] for t in ts) for k in range(3)]
-               for label, ts in times.items()}
-    return medians, data
+    return times, data
 
 
 # -- part B: commit rate --------------------------------------------------------------
@@ -257,18 +297,20 @@ def commit_worker(port, start_at, seconds, results):
     """One client: single-row autocommit INSERTs from ``start_at`` for ``seconds``."""
     conn = pymysql.connect(host="127.0.0.1", port=port, user="root", database="bench",
                            autocommit=True, connect_timeout=10, read_timeout=60)
-    count = 0
+    latencies = []
     with conn.cursor() as cur:
         time.sleep(max(0.0, start_at - time.time()))
         while time.time() < start_at + seconds:
-            cur.execute("INSERT INTO c (v) VALUES (%s)", (count,))
-            count += 1
+            began = time.perf_counter()
+            cur.execute("INSERT INTO c (v) VALUES (%s)", (len(latencies),))
+            latencies.append(time.perf_counter() - began)
     conn.close()
-    results.put(count)
+    results.put(latencies)
 
 
 def commit_load(primary, threads, seconds):
-    """{tps, yes, no} for ``threads`` client processes running for ``seconds``."""
+    """{tps, yes, no, p50, p99 (commit latency, seconds)} for ``threads`` client
+    processes running for ``seconds``."""
     def counters():
         return [int(primary.status(f"Rpl_semi_sync_master_{k}_tx")) for k in ("yes", "no")]
     ctx = multiprocessing.get_context("fork")
@@ -278,14 +320,16 @@ def commit_load(primary, threads, seconds):
     for p in procs:
         p.start()
     try:
-        counts = [results.get(timeout=seconds + 90) for _ in procs]
+        latencies = sorted(t for _ in procs for t in results.get(timeout=seconds + 90))
     finally:
         for p in procs:
             p.join(10)
             if p.is_alive():
                 p.kill()
     after = counters()
-    return {"tps": sum(counts) / seconds, "yes": after[0] - before[0], "no": after[1] - before[1]}
+    return {"tps": len(latencies) / seconds, "yes": after[0] - before[0],
+            "no": after[1] - before[1], "p50": latencies[len(latencies) // 2],
+            "p99": latencies[len(latencies) * 99 // 100]}
 
 
 def wait_semi_sync_clients(primary, clients, timeout=60):
@@ -296,10 +340,13 @@ def wait_semi_sync_clients(primary, clients, timeout=60):
     wait_for(ready, timeout, f"Rpl_semi_sync_master_clients={clients}", 0.1)
 
 
-def load_with_daemon(primary, args, tmp):
-    """Load with our daemon as the only semi-sync replica (caught up before the load)."""
-    directory, log_path = os.path.join(tmp, "commit-daemon"), os.path.join(tmp, "log-commit.txt")
-    proc = start_daemon(primary, directory, log_path, semi_sync=True)
+def load_with_daemon(primary, args, tmp, repo=REPO):
+    """Load with our daemon (the code in ``repo``) as the only semi-sync replica (caught
+    up before the load)."""
+    tag = str(abs(hash(repo)))
+    directory = os.path.join(tmp, f"commit-daemon-{tag}")
+    log_path = os.path.join(tmp, f"log-commit-{tag}.txt")
+    proc = start_daemon(primary, directory, log_path, semi_sync=True, repo=repo)
     try:
         wait_semi_sync_clients(primary, 1)
         file, pos = primary.execute("SHOW MASTER STATUS")[0][:2]
@@ -373,18 +420,24 @@ def bench_commits(args, tmp):
     loads = {"async (no replica)": lambda: load_async(primary, args),
              "mysqlbackup": lambda: load_with_daemon(primary, args, tmp),
              "real replica": lambda: load_with_replica(primary, replica, args)}
+    for repo in args.compare or []:
+        loads[f"mysqlbackup @{repo}"] = lambda repo=repo: load_with_daemon(
+            primary, args, tmp, os.path.abspath(repo))
     runs = {label: [] for label in loads}
     for run in range(args.runs):
-        order = ["async (no replica)", "mysqlbackup", "real replica"]
+        order = list(loads)
         if run % 2:
-            order[1:] = order[:0:-1]  # alternate ours/real to spread drift
+            order[1:] = order[:0:-1]  # alternate the replicas' order to spread drift
         for label in order:
             r = loads[label]()
             runs[label].append(r)
             flag = "" if label.startswith("async") or r["no"] == 0 else "  INVALID: fell back"
-            print(f"  run {run + 1} {label:20s} {r['tps']:8.0f} tx/s  semi-sync yes_tx "
+            print(f"  run {run + 1} {label:28s} {r['tps']:8.0f} tx/s  commit p50 "
+                  f"{r['p50'] * 1e6:5.0f} us p99 {r['p99'] * 1e6:6.0f} us  semi-sync yes_tx "
                   f"+{r['yes']} no_tx +{r['no']}{flag}")
     result = {label: {"tps": statistics.median(r["tps"] for r in rs),
+                      "p50": statistics.median(r["p50"] for r in rs),
+                      "p99": statistics.median(r["p99"] for r in rs),
                       "yes": sum(r["yes"] for r in rs), "no": sum(r["no"] for r in rs)}
               for label, rs in runs.items()}
     result["fsync"] = fdatasync_p50(tmp)
@@ -403,27 +456,48 @@ def daemon_complaints():
     return list(dict.fromkeys(lines))
 
 
+def spread(values):
+    """'median (min-max)' of seconds."""
+    return f"{statistics.median(values):.2f} s ({min(values):.2f}-{max(values):.2f})"
+
+
+def print_stream_summary(workload, times, data):
+    """Medians and spreads of one workload, and the ratios anchor/ours (above 1: faster)."""
+    print(f"streaming {workload}: {data['mb']:.0f} MB, {data['events']} events, "
+          f"{len(times['mariadb-binlog'])} interleaved run(s)")
+    for label, runs in times.items():
+        ok = "MISMATCH " + data["verdicts"][label] if data["verdicts"][label] else "identical"
+        durable = statistics.median(r[1] for r in runs)
+        print(f"  {label:30s} durable {spread([r[1] for r in runs])}  start-up "
+              f"{spread([r[2] for r in runs])}  {data['mb'] / durable:.1f} MB/s "
+              f"{data['events'] / durable:.0f} ev/s [{ok}]")
+    anchor = statistics.median(r[1] for r in times["mariadb-binlog"])
+    for label, runs in times.items():
+        if label == "mariadb-binlog":
+            continue
+        durable = statistics.median(r[1] for r in runs)
+        net = statistics.median(r[1] - r[2] for r in runs)
+        print(f"  ratio anchor/ours, {label}: {anchor / durable:.2f} end to end (durable in "
+              f"the checkpoint), {anchor / net:.2f} without our start-up")
+
+
 def print_summary(stream, commits, args):
     print("\n=== summary (medians) ===")
-    if stream:
-        (times, data), parts = stream, []
-        for label, (written, durable, startup) in times.items():
-            ok = "MISMATCH " + data["verdicts"][label] if data["verdicts"][label] else "identical"
-            parts.append(f"{label}: {data['mb'] / durable:.1f} MB/s {data['events'] / durable:.0f}"
-                         f" ev/s [{ok}]")
-        print("streaming  " + " | ".join(parts))
-        anchor = times["mariadb-binlog"][1]
-        for label in ("mysqlbackup (async)", "mysqlbackup (semi-sync)"):
-            written, durable, startup = times[label]
-            print(f"  ratio ours/anchor, {label}: {anchor / durable:.2f} (durable in checkpoint)"
-                  f", {anchor / written:.2f} (all bytes written), "
-                  f"{anchor / (written - startup):.2f} (written, start-up excluded)")
+    for workload, (times, data) in (stream or {}).items():
+        print_stream_summary(workload, times, data)
     if commits:
         real, ours = commits["real replica"], commits["mysqlbackup"]
         bad = "" if real["no"] == 0 == ours["no"] else "  [INVALID: semi-sync fell back]"
         print(f"commit rate  real replica: {real['tps']:.0f} tx/s | mysqlbackup: {ours['tps']:.0f}"
               f" tx/s | ratio: {ours['tps'] / real['tps']:.2f}{bad}   (async, no replica: "
               f"{commits['async (no replica)']['tps']:.0f} tx/s)")
+        print(f"  commit latency p50/p99: real replica {real['p50'] * 1e6:.0f}/"
+              f"{real['p99'] * 1e6:.0f} us | mysqlbackup {ours['p50'] * 1e6:.0f}/"
+              f"{ours['p99'] * 1e6:.0f} us (the ACK wait is part of each commit)")
+        for label in (k for k in commits if k.startswith("mysqlbackup @")):
+            other = commits[label]
+            print(f"  {label}: {other['tps']:.0f} tx/s, ratio {other['tps'] / real['tps']:.2f},"
+                  f" commit p50/p99 {other['p50'] * 1e6:.0f}/{other['p99'] * 1e6:.0f} us")
         # Little's law: each client's commit takes threads / tps with the real replica;
         # ours adds at least one fdatasync (begun after the bytes were written) per ACK
         latency = args.threads / real["tps"]
@@ -438,7 +512,15 @@ def print_summary(stream, commits, args):
 
 def main():
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument("--mb", type=int, default=200, help="MB of binlog to stream (200)")
+    parser.add_argument("--mb", type=int, default=2048,
+                        help="MB of binlog to stream, per workload (2048)")
+    parser.add_argument("--workload", action="append", choices=list(WORKLOADS),
+                        help="streaming workload (repeatable; default: all three)")
+    parser.add_argument("--compare", action="append", metavar="DIR",
+                        help="also stream with the mysqlbackup code in DIR (e.g. an older "
+                             "checkout), interleaved on the same data (repeatable)")
+    parser.add_argument("--stream-semi-sync", action="store_true",
+                        help="part A also streams over a semi-sync connection (no ACKs asked)")
     parser.add_argument("--runs", type=int, default=3, help="repeats of each measurement (3)")
     parser.add_argument("--seconds", type=float, default=10, help="commit load duration (10)")
     parser.add_argument("--threads", type=int, default=4, help="commit load clients (4)")
@@ -450,8 +532,10 @@ def main():
     stream = commits = None
     try:
         if args.skip != "stream":
-            print(f"== part A: streaming {args.mb} MB, {args.runs} run(s) ==")
-            stream = bench_streaming(args, tmp)
+            stream = {}
+            for workload in args.workload or list(WORKLOADS):
+                print(f"== part A: streaming {args.mb} MB of {workload}, {args.runs} run(s) ==")
+                stream[workload] = bench_streaming(args, tmp, workload)
         if args.skip != "commit":
             print(f"== part B: commit rate, {args.threads} clients x {args.seconds:g} s, "
                   f"{args.runs} run(s) ==")
