@@ -473,6 +473,50 @@ def test_tls_replica_gets_it_all_and_clear_text_is_denied(primary, archive, repl
     client.close()
 
 
+def test_tls_client_hello_in_the_ssl_requests_segment(archive, pki):
+    """A client may send its TLS ClientHello right behind its SSL request (one TCP
+    segment here): serve leaves it to TLS, and the login over TLS gets its OK with
+    sequence id 3 (request 1, response 2), as from mariadbd."""
+    import ssl
+    import struct
+
+    from mysqlbackup.source.protocol import frame
+    from replay.serve import packets as pk
+    tls = {"tls_cert": str(pki / "serve.pem"), "tls_key": str(pki / "serve.key")}
+    context = ssl.create_default_context(cafile=str(pki / "ca.pem"))
+    with serve(archive, tls=tls) as handle, socket.create_connection(
+            (handle.host, handle.port), timeout=5) as sock:
+        raw = b""
+        while len(raw) < 4 or len(raw) < 4 + int.from_bytes(raw[:3], "little"):
+            raw += sock.recv(4096)
+        scramble = raw[4:][raw[4:].index(b"\0") + 5:][:8] + raw[-35:-23]
+        incoming, outgoing = ssl.MemoryBIO(), ssl.MemoryBIO()
+        client = context.wrap_bio(incoming, outgoing, server_hostname="127.0.0.1")
+        caps = pk.CLIENT_PROTOCOL_41 | pk.CLIENT_SECURE_CONNECTION | pk.CLIENT_SSL
+        start = struct.pack("<IIB", caps, 1 << 24, 8) + bytes(23)
+        pending = frame(start, 1)
+        while True:
+            try:
+                client.do_handshake()
+                break
+            except ssl.SSLWantReadError:
+                sock.sendall(pending + outgoing.read())
+                pending = b""
+                incoming.write(sock.recv(65536))
+        token = pk.native_token(PASSWORD, scramble)
+        client.write(frame(start + b"mysqlbackup_serve\0" + bytes([len(token)]) + token, 2))
+        sock.sendall(outgoing.read())
+        reply = b""
+        while len(reply) < 11:
+            incoming.write(sock.recv(65536))
+            try:
+                reply += client.read(4096)
+            except ssl.SSLWantReadError:
+                pass
+        assert (reply[3], reply[4:]) == (3, pk.ok_packet())
+        assert client.version() in ("TLSv1.3", "TLSv1.2")
+
+
 # -- a restart of serve in the middle of a big stream ------------------------------------
 
 BIG = 2000  # transactions of the big stream, 4 rows of 2 KB each: 16 MB, more than

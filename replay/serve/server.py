@@ -358,8 +358,10 @@ class _Connection:
     # -- packets -----------------------------------------------------------------------
 
     def _recv(self, n):
+        """``n`` bytes, never more taken from the socket: a client's TLS ClientHello
+        may follow its SSL request at once, and is the TLS layer's to read."""
         while len(self.buffer) < n:
-            data = self.sock.recv(65536)
+            data = self.sock.recv(n - len(self.buffer))
             if not data:
                 raise Disconnected()
             self.buffer += data
@@ -425,8 +427,6 @@ class _Connection:
         """After the client's SSL request: the TLS handshake on this socket, then the
         real HandshakeResponse read over TLS, with its sequence id (the ids go on from
         the SSL request's, as with mariadbd: request 1, response 2, OK 3)."""
-        if self.buffer:  # bytes after an SSL request, before TLS: not a real client
-            raise Disconnected()
         self.sock = context.wrap_socket(self.sock, server_side=True)
         if self.closed:  # close() ran on the socket before it was wrapped
             raise Disconnected()
