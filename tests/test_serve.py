@@ -125,7 +125,8 @@ def caught_up(replica, gtid):
         row = status(replica)
         return (replica.execute("SELECT @@gtid_slave_pos")[0][0] == gtid
                 and row["Slave_IO_Running"] == "Yes"
-                and row["Slave_SQL_Running_State"].startswith("Slave has read all relay log"))
+                and (row["Slave_SQL_Running_State"] or "").startswith(
+                    "Slave has read all relay log"))
     wait_for(done, timeout=20, what=f"the replica at {gtid}")
 
 
