@@ -9,7 +9,6 @@ first violation raises CorruptBinlog with the offset of the bad event.
 """
 
 import struct
-from zlib import crc32
 
 from mysqlbackup.binlog import events as ev
 from mysqlbackup.errors import CorruptBinlog
@@ -55,7 +54,7 @@ def iter_events(buf, start, checksum, file=None, limit=None, check_log_pos=True,
             checksum = ev.parse_format_description(event).checksum_alg == ev.CHECKSUM_CRC32
             if checksum and not ev.crc_ok(event):
                 _crc_mismatch(event, file, base + off)
-        elif checksum and crc32(event) != ev.CRC_RESIDUE:
+        elif checksum and ev.crc32(event) != ev.CRC_RESIDUE:
             _crc_mismatch(event, file, base + off)
         yield base + off, event
         off += size

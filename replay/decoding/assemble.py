@@ -9,7 +9,6 @@ group still open at the end of the bytes is incomplete: it is returned apart,
 never as a transaction.
 """
 
-import zlib
 
 from mysqlbackup.binlog import events as ev
 from mysqlbackup.binlog.gtid import gtid_text
@@ -111,7 +110,7 @@ class StreamAssembly:
     def feed(self, data):
         """The next bytes of the file."""
         self.size += len(data)
-        self.crc = zlib.crc32(data, self.crc)
+        self.crc = ev.crc32(data, self.crc)
         if self.error is None:
             try:
                 self.events.feed(data)
@@ -210,13 +209,13 @@ def detach_events(transactions, data):
     so that whoever attaches the bytes again can prove they are the ones decoded."""
     for trx in transactions:
         trx.event_lengths, trx.events = [len(e) for e in trx.events], None
-    return len(data), zlib.crc32(data)
+    return len(data), ev.crc32(data)
 
 
 def attach_events(transactions, data, name, fingerprint):
     """Give transactions detached by ``detach_events`` their events back from ``data``
     (the same object, read again); refuses bytes that are not the decoded ones."""
-    _check_fingerprint(len(data), zlib.crc32(data), name, fingerprint)
+    _check_fingerprint(len(data), ev.crc32(data), name, fingerprint)
     view = memoryview(data)
     for trx in transactions:
         pos, events = trx.start, []
@@ -248,7 +247,7 @@ class StreamAttach:
     def feed(self, data):
         """The next bytes of the file (from its offset 0 on)."""
         at, self.size = self.size, self.size + len(data)
-        self.crc = zlib.crc32(data, self.crc)
+        self.crc = ev.crc32(data, self.crc)
         view = memoryview(data)
         while self._next < len(self._todo):
             trx = self._todo[self._next]

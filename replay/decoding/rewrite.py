@@ -7,7 +7,6 @@ they are. Filters (--database, --table) see the original names.
 """
 
 import struct
-import zlib
 from dataclasses import replace
 
 from mysqlbackup.binlog import events as ev
@@ -41,7 +40,7 @@ def rewrite_table_map(event, mapping, checksum):
     size = ev.HEADER_LEN + len(body) + (ev.CRC_LEN if checksum else 0)
     header = bytes(event[:9]) + struct.pack("<I", size) + bytes(event[13:ev.HEADER_LEN])
     out = header + body
-    return out + struct.pack("<I", zlib.crc32(out)) if checksum else out
+    return out + struct.pack("<I", ev.crc32(out)) if checksum else out
 
 
 def rewrite_transaction(trx, mapping, checksum):
