@@ -200,10 +200,13 @@ def _verify_sealed(run, source, name, newest):
 
 
 def _before_every_indexed(listing, source, name):
-    """True when the sealed file ``name`` sorts before every sealed file with an index
-    (retention deletes a file's index, then its object: a run cut short leaves this)."""
+    """True when the sealed file ``name`` is one retention was deleting: it has a retired
+    mark (written before its index goes, then its object: a run cut short leaves this)
+    and sorts before every sealed file with an index. An index lost otherwise stays a
+    problem."""
     indexed = [n for n, slots in listing.sealed[source].items() if slots.get("index")]
-    return bool(indexed) and binlog_sort_key(name) < min(map(binlog_sort_key, indexed))
+    return (name in listing.retired[source] and bool(indexed)
+            and binlog_sort_key(name) < min(map(binlog_sort_key, indexed)))
 
 
 def _open(run, where, stored, index):
