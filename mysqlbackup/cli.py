@@ -236,7 +236,7 @@ def stream(source, password_file, tls, server_id, directory, start_file, start_g
         raise click.UsageError("--retain-window needs --archive")
     retain = None
     if retain_window:
-        from mysqlbackup.archive.retention import parse_duration
+        from mysqlbackup.retention.policy import parse_duration
         retain = (parse_duration(retain_window), retain_keep_base)
     storage_options = codec = keep = None
     if keep_local:
@@ -442,8 +442,8 @@ def retain(archive_url, archive_option, source_name, window, keep_base, dry_run)
     starts from, older bases beyond --keep-base, and objects left without their index
     by a run cut short. Prints the recovery window before and after. Never deletes
     what a running restore's lease names; each index goes before its object."""
-    from mysqlbackup.archive.prune import retain as run_retain
-    from mysqlbackup.archive.retention import parse_duration
+    from mysqlbackup.retention.prune import retain as run_retain
+    from mysqlbackup.retention.policy import parse_duration
     seconds = parse_duration(window)
     store = open_store(archive_url, archive_option)
     run_retain(store, seconds, keep_base, dry_run, source_name and

@@ -16,8 +16,8 @@ import pytest
 
 from mysqlbackup.archive.lease import Lease
 from mysqlbackup.archive.listing import ArchiveListing
-from mysqlbackup.archive.prune import retain
 from mysqlbackup.archive.store import ArchiveStore
+from mysqlbackup.retention.prune import retain
 from mysqlbackup.source.spec import SourceSpec
 from replay.planning.options import build_selection
 from replay.restore.run import RestoreOptions, run_restore
@@ -157,8 +157,8 @@ def test_a_cut_run_leaves_an_archive_verify_accepts_and_the_next_run_finishes(wo
 
 
 def test_a_lease_that_appears_after_the_plan_stops_the_deletions(world):
-    from mysqlbackup.archive.prune import execute, read_facts
-    from mysqlbackup.archive.retention import plan_retention
+    from mysqlbackup.retention.policy import plan_retention
+    from mysqlbackup.retention.prune import execute, read_facts
     url = copy_archive(world, "late-lease")
     store, now = ArchiveStore(url), time.time()
     listing = ArchiveListing(store)

@@ -297,7 +297,7 @@ class Archiver:
     def _retain_archive(self, source):
         """``retain`` over this source (stream --retain-window), its lines logged; the
         archive is listed again on the next pass."""
-        from mysqlbackup.archive.prune import retain
+        from mysqlbackup.retention.prune import retain
         window, keep_base = self.retain
         self._uploading(f"{source}/ (retention)", source)
         retain(self.store, window, keep_base, source=source, now=self.clock(),

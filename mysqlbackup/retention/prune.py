@@ -14,9 +14,9 @@ from mysqlbackup.archive.lease import live_leases
 from mysqlbackup.archive.listing import ArchiveListing
 from mysqlbackup.archive.names import (BASE_INDEX, base_prefix, format_key, lease_prefix, parse_key,
                                        retired_key)
-from mysqlbackup.archive.retention import Facts, describe_plan, format_window, plan_retention
 from mysqlbackup.archive.window import iso
 from mysqlbackup.errors import CorruptBinlog
+from mysqlbackup.retention.policy import Facts, describe_plan, format_window, plan_retention
 
 
 def read_facts(listing, source, now):
