@@ -1,0 +1,107 @@
+"""`mysqlbackup serve` with TLS: a real replica with MASTER_SSL=1 that checks serve's
+certificate gets everything over TLS, clear text is denied under --require-tls, and a
+ClientHello sent in the SSL request's own TCP segment is not lost."""
+
+import logging
+import socket
+import time
+
+import pymysql
+import pytest
+
+from tests.helpers import wait_for
+from tests.serve.world import PASSWORD, attach, caught_up, checksums, serve, status
+
+# -- TLS ----------------------------------------------------------------------------------
+
+@pytest.fixture(scope="module")
+def pki(tmp_path_factory):
+    """A CA and serve's certificate for 127.0.0.1 (made as tests/test_tls.py makes its own)."""
+    import ipaddress
+
+    from cryptography import x509
+
+    from tests.test_tls import _issue
+    d = tmp_path_factory.mktemp("serve-pki")
+    ca = _issue(d, "ca", "serve test CA", ca=True)
+    _issue(d, "serve", "serve", ca, sans=[x509.IPAddress(ipaddress.ip_address("127.0.0.1"))])
+    return d
+
+
+def test_tls_replica_gets_it_all_and_clear_text_is_denied(primary, archive, replica, pki,
+                                                          caplog):
+    """--tls-cert with --require-tls: a replica with MASTER_SSL=1 that checks serve's
+    certificate against the CA gets everything over TLS; the same replica without
+    MASTER_SSL is denied (1045, as a user REQUIRE SSL is) and no dump starts."""
+    server, gtids = primary
+    caplog.set_level(logging.INFO, logger="replay.serve")
+    tls = {"tls_cert": str(pki / "serve.pem"), "tls_key": str(pki / "serve.key"),
+           "require_tls": True}
+    with serve(archive, tls=tls) as handle:
+        attach(replica, handle, extra=f", MASTER_SSL=1, MASTER_SSL_CA='{pki / 'ca.pem'}', "
+                                      f"MASTER_SSL_VERIFY_SERVER_CERT=1")
+        caught_up(replica, gtids[-1])
+        assert checksums(replica) == checksums(server)
+        assert handle.dump_tls in (["TLSv1.3"], ["TLSv1.2"])
+        assert status(replica)["Master_SSL_Verify_Server_Cert"] == "Yes"
+        replica.execute("STOP SLAVE", "CHANGE MASTER TO MASTER_SSL=0", "START SLAVE")
+        wait_for(lambda: status(replica)["Last_IO_Errno"] == 1045, timeout=10,
+                 what="error 1045")
+        assert ("Access denied for user 'mysqlbackup_serve'@'127.0.0.1' (using password: YES)"
+                in status(replica)["Last_IO_Error"])
+        assert handle.dumps == 1
+        assert any("clear text refused (--require-tls)" in r.getMessage()
+                   for r in caplog.records)
+        client = pymysql.connect(host=handle.host, port=handle.port, user="mysqlbackup_serve",
+                                 password=PASSWORD, ssl={"ca": str(pki / "ca.pem")},
+                                 connect_timeout=5)
+        with client.cursor() as cur:
+            cur.execute("SELECT @@GLOBAL.gtid_binlog_pos")
+            assert cur.fetchone()[0] == gtids[-1]
+        started = time.monotonic()
+    assert time.monotonic() - started < 2  # stop() ends a TLS connection too, at once
+    client.close()
+
+
+def test_tls_client_hello_in_the_ssl_requests_segment(archive, pki):
+    """A client may send its TLS ClientHello right behind its SSL request (one TCP
+    segment here): serve leaves it to TLS, and the login over TLS gets its OK with
+    sequence id 3 (request 1, response 2), as from mariadbd."""
+    import ssl
+    import struct
+
+    from mysqlbackup.source.protocol import frame
+    from replay.serve import packets as pk
+    tls = {"tls_cert": str(pki / "serve.pem"), "tls_key": str(pki / "serve.key")}
+    context = ssl.create_default_context(cafile=str(pki / "ca.pem"))
+    with serve(archive, tls=tls) as handle, socket.create_connection(
+            (handle.host, handle.port), timeout=5) as sock:
+        raw = b""
+        while len(raw) < 4 or len(raw) < 4 + int.from_bytes(raw[:3], "little"):
+            raw += sock.recv(4096)
+        scramble = raw[4:][raw[4:].index(b"\0") + 5:][:8] + raw[-35:-23]
+        incoming, outgoing = ssl.MemoryBIO(), ssl.MemoryBIO()
+        client = context.wrap_bio(incoming, outgoing, server_hostname="127.0.0.1")
+        caps = pk.CLIENT_PROTOCOL_41 | pk.CLIENT_SECURE_CONNECTION | pk.CLIENT_SSL
+        start = struct.pack("<IIB", caps, 1 << 24, 8) + bytes(23)
+        pending = frame(start, 1)
+        while True:
+            try:
+                client.do_handshake()
+                break
+            except ssl.SSLWantReadError:
+                sock.sendall(pending + outgoing.read())
+                pending = b""
+                incoming.write(sock.recv(65536))
+        token = pk.native_token(PASSWORD, scramble)
+        client.write(frame(start + b"mysqlbackup_serve\0" + bytes([len(token)]) + token, 2))
+        sock.sendall(outgoing.read())
+        reply = b""
+        while len(reply) < 11:
+            incoming.write(sock.recv(65536))
+            try:
+                reply += client.read(4096)
+            except ssl.SSLWantReadError:
+                pass
+        assert (reply[3], reply[4:]) == (3, pk.ok_packet())
+        assert client.version() in ("TLSv1.3", "TLSv1.2")
