@@ -8,6 +8,7 @@ from mysqlbackup.archive.index import parse_index
 from mysqlbackup.archive.manifest import parse_manifest
 from mysqlbackup.archive.names import BASE_INDEX, parse_key
 from mysqlbackup.binlog.names import binlog_sort_key
+from mysqlbackup.errors import CorruptBinlog
 
 
 class ArchiveListing:
@@ -51,6 +52,18 @@ class ArchiveListing:
         """The validated manifest of a base backup (CorruptBinlog when it is damaged)."""
         key = self.bases[source][base_id][BASE_INDEX]
         return parse_manifest(self.store.read(key), key, source, base_id)
+
+    def sound_manifests(self, source, problems=None):
+        """The manifests of the source's bases that read and validate; a damaged or
+        vanished one is left out, its error appended to ``problems`` when given."""
+        manifests = []
+        for base_id in self.base_ids(source):
+            try:
+                manifests.append(self.base_manifest(source, base_id))
+            except (CorruptBinlog, FileNotFoundError) as e:
+                if problems is not None:
+                    problems.append(str(e))
+        return manifests
 
     def sealed_names(self, source):
         return sorted(self.sealed[source], key=binlog_sort_key)

@@ -360,12 +360,7 @@ def recovery_summary(listing, source=None):
     which any moment can be restored, the holes that split them, and damaged manifests."""
     out = {"bases": [], "windows": [], "holes": [], "unusable": [], "problems": []}
     for src in ([source] if source else listing.sources()):
-        manifests = []
-        for base_id in listing.base_ids(src):
-            try:
-                manifests.append(listing.base_manifest(src, base_id))
-            except (CorruptBinlog, FileNotFoundError) as e:
-                out["problems"].append(str(e))
+        manifests = listing.sound_manifests(src, out["problems"])
         try:
             runs, holes = listing.chain(src)
         except (CorruptBinlog, FileNotFoundError) as e:

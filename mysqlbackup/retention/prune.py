@@ -14,8 +14,7 @@ from mysqlbackup.archive.lease import live_leases
 from mysqlbackup.archive.listing import ArchiveListing
 from mysqlbackup.archive.names import (BASE_INDEX, base_prefix, format_key, lease_prefix, parse_key,
                                        retired_key)
-from mysqlbackup.archive.window import iso
-from mysqlbackup.errors import CorruptBinlog
+from mysqlbackup.archive.window import iso, recovery_windows
 from mysqlbackup.retention.policy import Facts, describe_plan, format_window, plan_retention
 
 
@@ -127,16 +126,9 @@ def retain(store, window, keep_base=0, dry_run=False, source=None, echo=print, n
 
 def windows_now(store, source):
     """The recovery windows of ``source`` as the archive holds them now."""
-    from mysqlbackup.archive.window import recovery_windows
     listing = ArchiveListing(store)
-    manifests = []
-    for base_id in listing.base_ids(source):
-        try:
-            manifests.append(listing.base_manifest(source, base_id))
-        except (CorruptBinlog, FileNotFoundError):
-            continue
     runs, _ = listing.chain(source)
-    return recovery_windows(source, runs, manifests)
+    return recovery_windows(source, runs, listing.sound_manifests(source))
 
 
 def _echo_windows(label, windows, echo):
