@@ -315,7 +315,10 @@ def emptied(trx, checksum, fde):
     if last[4] == ev.XID or (last[4] == ev.QUERY and classify_sql(
             ev.parse_query(last, checksum, fde, max_sql=16).sql) == "commit"):
         return [first, last]
-    statement = next((e for e in reversed(trx.events) if e[4] == ev.QUERY), None)
+    statement = None
+    for event in trx.events:  # forward: a spooled transaction is read back one event a time
+        if event[4] == ev.QUERY:
+            statement = event
     if statement is None:
         raise DumpError(f"cannot skip the transaction at {trx.file}:{trx.start}: no "
                         "statement event to empty")

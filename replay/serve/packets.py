@@ -10,7 +10,6 @@ replica-side payloads are ``mysqlbackup.source.protocol``'s.
 import hashlib
 import hmac
 import struct
-import zlib
 from collections import namedtuple
 
 from mysqlbackup.binlog import events as ev
@@ -225,9 +224,9 @@ def parse_register_slave(payload):
 def make_event(etype, body, server_id, log_pos, checksum, flags=0, timestamp=0):
     """One event from its parts, with its CRC32 when ``checksum``."""
     size = ev.HEADER_LEN + len(body) + (ev.CRC_LEN if checksum else 0)
-    raw = struct.pack("<IBIIIH", timestamp, etype, server_id, size, log_pos, flags) + body
+    raw = ev._HEADER.pack(timestamp, etype, server_id, size, log_pos, flags) + body
     if checksum:
-        raw += struct.pack("<I", zlib.crc32(raw))
+        raw += struct.pack("<I", ev.crc32(raw))
     return raw
 
 
@@ -270,7 +269,7 @@ def resent_fde(event, clear_log_pos=True):
     if ev.parse_format_description(bytes(event)).checksum_alg == ev.CHECKSUM_CRC32:
         summed = bytearray(out[:-ev.CRC_LEN])
         summed[17] &= ~ev.LOG_EVENT_BINLOG_IN_USE_F & 0xFF  # as the server sums it
-        struct.pack_into("<I", out, len(out) - ev.CRC_LEN, zlib.crc32(bytes(summed)))
+        struct.pack_into("<I", out, len(out) - ev.CRC_LEN, ev.crc32(bytes(summed)))
     return bytes(out)
 
 

@@ -19,6 +19,7 @@ import time
 from dataclasses import dataclass, field, replace
 
 from mysqlbackup.binlog import events as ev
+from mysqlbackup.binlog.gtid import MariaGtidPos
 from mysqlbackup.binlog.names import binlog_sort_key
 from mysqlbackup.errors import MysqlBackupError, UsageError, mask_url
 from mysqlbackup.source.protocol import BINLOG_DUMP_NON_BLOCK, BINLOG_SEND_ANNOTATE_ROWS_EVENT
@@ -184,7 +185,7 @@ class _Server:
             server_id=last["index"].get("server_id") or 1,
             version="5.5.5-" + fde.server_version,
             checksum="CRC32" if fde.checksum_alg == ev.CHECKSUM_CRC32 else "NONE",
-            domain_id=int(gtid.split("-")[0]) if "-" in gtid else 0,
+            domain_id=next(iter(MariaGtidPos.parse(gtid).domains), 0),
             gtid_binlog_pos=last["index"].get("gtid_after") or "",
             gtid_pos_at=lambda file, pos: gtid_state_at(units, file, pos))
 
