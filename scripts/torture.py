@@ -475,6 +475,9 @@ def main(argv=None):
                 result = new_result(name)
                 result["messages"].append(f"scenario raised {type(e).__name__}: {e}")
                 result["traceback"] = traceback.format_exc()[-2000:]
+            finally:  # a load left committing would change the next scenarios' files
+                for load in list(Load.running):
+                    load.stop()
             result["seconds"] = round(time.monotonic() - t0, 1)
             print(mask_url(json.dumps(result)), flush=True)
             ok = ok and result["ok"]

@@ -23,6 +23,8 @@ class Load:
     """Client threads committing until stopped; ``acked`` holds each id whose COMMIT
     returned. Thread 0 commits 20-row transactions, the others single rows."""
 
+    running = set()  # started and not stopped: a scenario that raised leaves them here
+
     def __init__(self, server, db, threads=3):
         self.server, self.db, self.acked = server, db, []
         self.stopped, self.errors = threading.Event(), 0
@@ -36,6 +38,7 @@ class Load:
         for t in self.threads:
             t.start()
         threading.Thread(target=self._watch, daemon=True).start()
+        Load.running.add(self)
         return self
 
     def _watch(self):
@@ -75,6 +78,7 @@ class Load:
         self.stopped.set()
         for t in self.threads:
             t.join(90)
+        Load.running.discard(self)
 
 
 def binlog_ids(paths, db):
@@ -121,6 +125,15 @@ def lost_at_kills(kills, acked, where, names):
     return lost
 
 
+def first_difference(local, primary):
+    """Where the local copy first differs from the primary's file (sizes and offset)."""
+    a, b = read(local), read(primary)
+    at = next((i for i, (x, y) in enumerate(zip(a, b)) if x != y and i != 21),
+              min(len(a), len(b)))
+    return (f"{os.path.basename(local)}: local {len(a)} bytes, primary {len(b)}, first "
+            f"difference at {at}: local {a[at:at + 24].hex()} primary {b[at:at + 24].hex()}")
+
+
 def check_copy(server, directory, start, acked, db, result):
     """Fill lost / duplicates / files_identical of ``result`` for the local copy."""
     files = server.binlog_files()
@@ -135,6 +148,8 @@ def check_copy(server, directory, start, acked, db, result):
     result["files_identical"] = not missing and not different
     if missing or different:
         result["messages"].append(f"files missing {missing}, different {different}")
+        result["messages"].extend(first_difference(os.path.join(directory, n),
+                                                   server.binlog_path(n)) for n in different)
     counts, where, error = binlog_ids([p for p in local if os.path.exists(p)], db)
     if error:
         result["files_identical"] = False

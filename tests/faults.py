@@ -10,6 +10,7 @@
   (relative to the archive root) it damaged, which a refusal must name.
 """
 
+import errno
 import json
 import os
 import select
@@ -310,14 +311,25 @@ class Tmpfs:
         """Write a filler file until the file system is full (leaving ``leave`` bytes)."""
         st = os.statvfs(self.path)
         free = st.f_bavail * st.f_frsize - leave
-        with open(self.filler, "ab") as f:
-            chunk = b"\0" * (1 << 20)
-            try:
-                while free > 0:
-                    free -= f.write(chunk[:min(len(chunk), free)])
-                    f.flush()
-            except OSError:
-                pass
+        chunk = b"\0" * (1 << 20)
+        # unbuffered: a writer beside it (the daemon) may fill it first, and a buffered
+        # file would raise ENOSPC again when it is closed
+        try:
+            fd = os.open(self.filler, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
+        except OSError as e:
+            if e.errno != errno.ENOSPC:
+                raise
+            return  # full already
+        try:
+            while free > 0:
+                written = os.write(fd, chunk[:min(len(chunk), free)])
+                if not written:
+                    break
+                free -= written
+        except OSError:
+            pass  # full
+        finally:
+            os.close(fd)
 
     def free(self):
         """Remove the filler file."""

@@ -6,6 +6,8 @@ import subprocess
 import sys
 import time
 
+from mysqlbackup.archive.archiver import chain_end
+from mysqlbackup.archive.names import parse_key, partial_prefix
 from mysqlbackup.archive.store import ArchiveStore, parse_options
 from mysqlbackup.archive.verify import verify_archive
 from tests.conftest import S3Endpoint
@@ -19,6 +21,14 @@ def insert(server, n, size=200, table="z.t"):
 
 def archived_index(store, source, name):
     return store.exists(f"{source}/binlog/{name}.json")
+
+
+def segments_data(store, source, name):
+    """The bytes of an active file's segments in the store, joined in order."""
+    keys = sorted((k.start, k.end) for k in map(parse_key, store.list(partial_prefix(
+        source, name))) if k is not None and k.is_index)
+    assert [s for s, _ in keys] == [0] + [e for _, e in keys[:-1]], keys  # one chain
+    return b"".join(store.read(f"{source}/partial/{name}/{s:012d}-{e:012d}") for s, e in keys)
 
 
 def test_daemon_archives_byte_identical_files(archive, make_server, tmp_path):
@@ -38,12 +48,13 @@ def test_daemon_archives_byte_identical_files(archive, make_server, tmp_path):
         wait_for(lambda: archived_index(store, "db1", first), what="the sealed upload")
         active = current_binlog(server)
         size = os.path.getsize(server.binlog_path(active))
-        segment = f"db1/partial/{active}/{0:012d}-{size:012d}"
-        wait_for(lambda: store.exists(segment + ".json"), what="the active file's segment")
+        # one segment per durable checkpoint the archiver saw: a chain from 0 to the end
+        wait_for(lambda: chain_end(store.list(partial_prefix("db1", active)))[0] == size,
+                 what="the active file's segments")
     finally:
         assert daemon.stop() == 0, daemon.output()
     assert store.read(f"db1/binlog/{first}") == read(server.binlog_path(first))
-    data = bytearray(store.read(segment))
+    data = bytearray(segments_data(store, "db1", active))
     original = bytearray(read(server.binlog_path(active)))
     data[21] = original[21] = 0  # the in-use flag of the file the server still writes
     assert data == original

@@ -36,6 +36,7 @@ def quick_run(tmp_path_factory):
 def summary(quick_run, name):
     assert name in quick_run, f"scenario {name} did not report: {sorted(quick_run)}"
     result = quick_run[name]
+    assert "traceback" not in result, "\n".join(result["messages"] + [result["traceback"]])
     if result.get("skipped"):
         pytest.skip(f"{name}: {result['skipped']}")
     return result
