@@ -162,6 +162,15 @@ def _read_config(ctx, param, path):
     return path
 
 
+def _print_version(ctx, param, value):
+    """--version: the version, and which stream path runs (compiled or pure Python)."""
+    if not value or ctx.resilient_parsing:
+        return
+    from mysqlbackup import __version__, speedups
+    click.echo(f"mysqlbackup {__version__}\n{speedups.describe()}")
+    ctx.exit()
+
+
 @click.group(cls=CommandGroup, context_settings={"help_option_names": ["-h", "--help"],
                                                  "auto_envvar_prefix": config.ENV_PREFIX})
 @click.option("--config", "config_path", metavar="FILE", is_eager=True, callback=_read_config,
@@ -175,6 +184,9 @@ def _read_config(ctx, param, path):
 @click.option("--log-format", default="text", show_default=True,
               type=click.Choice(logs.FORMATS), help="json: one JSON object per line (time, "
               "level, logger, event, and fields such as file, position, gtid).")
+@click.option("--version", is_flag=True, is_eager=True, expose_value=False,
+              callback=_print_version, help="Print the version and which stream path runs "
+              "(the compiled one, or pure Python and why), then exit.")
 def main(log_level, log_format):
     """Back up MySQL/MariaDB binary logs as a semi-synchronous replica."""
     logs.configure(log_level, log_format)

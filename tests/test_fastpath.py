@@ -1,16 +1,23 @@
-"""The Syncer's inline path for common events against its general path (``_route`` for
-every event), event for event, on real binlogs: same bytes, same boundaries, GTIDs,
-ACKs and the same error (file and position) for a corrupt, torn or misplaced event."""
+"""The Syncer's inline path for common events, and the compiled path, against its
+general path (``_route`` for every event), on real binlogs: same bytes, same boundaries,
+GTIDs, ACKs and the same error (file and position) for a corrupt, torn or misplaced
+event."""
 
 import json
 import os
+import shutil
+from types import SimpleNamespace
 
 import pytest
+from click.testing import CliRunner
 
+from mysqlbackup import __version__, speedups
 from mysqlbackup.binlog import events as ev
+from mysqlbackup.cli import main
 from mysqlbackup.binlog.position import Position
+from mysqlbackup.binlog.transactions import INERT_IN_TRX
 from mysqlbackup.errors import MysqlBackupError
-from mysqlbackup.source.protocol import StreamDecoder
+from mysqlbackup.source.protocol import StreamDecoder, split_batch
 from mysqlbackup.stream.state import STATE_FILE
 from mysqlbackup.stream.syncer import Syncer
 from mysqlbackup.stream.writer import BinlogWriter
@@ -123,10 +130,11 @@ def corrupt(events, index, at):
 MARIA = "rust_mysql_common/mariadb-bin.000001"
 
 
-@pytest.mark.parametrize("case", ["crc_row", "crc_gtid", "crc_xid", "torn_row", "missing_row",
-                                  "wrong_end"])
-def test_a_bad_event_stops_both_paths_with_the_same_error(tmp_path, shared_binlog, case):
-    events = file_events(shared_binlog(MARIA))
+BAD_CASES = ["crc_row", "crc_gtid", "crc_xid", "torn_row", "missing_row", "wrong_end"]
+
+
+def bad_events(events, case):
+    """``events`` with one made bad as ``case`` says."""
     rows = [i for i, e in enumerate(events) if e[4] in ev.ROWS_EVENTS]
     gtid = [i for i, e in enumerate(events) if e[4] == ev.MARIA_GTID][1]
     xid = [i for i, e in enumerate(events) if e[4] == ev.XID][0]
@@ -145,6 +153,12 @@ def test_a_bad_event_stops_both_paths_with_the_same_error(tmp_path, shared_binlo
         bad[13] ^= 0x10
         bad[-4:] = ev.crc32(bytes(bad[:-4])).to_bytes(4, "little")
         events = events[:rows[0]] + [bytes(bad)] + events[rows[0] + 1:]
+    return events
+
+
+@pytest.mark.parametrize("case", BAD_CASES)
+def test_a_bad_event_stops_both_paths_with_the_same_error(tmp_path, shared_binlog, case):
+    events = bad_events(file_events(shared_binlog(MARIA)), case)
     for one_by_one in (True, False):
         general, inline = both(tmp_path / str(one_by_one), "mariadb-bin.000001", events,
                                acks=[e[4] == ev.XID for e in events], one_by_one=one_by_one)
@@ -182,6 +196,16 @@ def test_a_drained_catch_up_is_checkpointed_at_once_a_commit_load_keeps_the_limi
     assert (state["pos"], syncer.durable.offset) == ((4, end) if ack else (end, end))
 
 
+def test_the_drain_after_a_rotate_is_checkpointed_at_once(tmp_path, shared_binlog):
+    events = file_events(shared_binlog("gh-ost/mysql-bin.000066"))
+    assert events[-1][4] == ev.ROTATE
+    stream = events + events[:2]  # the next file starts as this one did (FDE at 4)
+    syncer = make(Syncer, tmp_path / "d", "mysql-bin.000066")  # a checkpoint an hour
+    syncer.process(StreamDecoder(False).feed(packets(stream)))  # one batch, then drained
+    state = json.loads(read(tmp_path / "d" / STATE_FILE))
+    assert (state["file"], state["pos"]) == ("mysql-bin.000067", 4 + len(stream[-2] + stream[-1]))
+
+
 @pytest.mark.parametrize("semi_sync", [False, True])
 def test_the_decoders_runs_give_every_event_and_ack_request_whatever_the_chunks(
         shared_binlog, semi_sync):
@@ -193,3 +217,93 @@ def test_the_decoders_runs_give_every_event_and_ack_request_whatever_the_chunks(
         for at in range(0, len(wire), chunk):
             got += [(bytes(e), flag) for e, flag in decoder.feed(wire[at:at + chunk])]
         assert got == list(zip(events, acks)) and not decoder.partial
+        assert decoder.events == len(events)
+
+
+# -- the compiled path (mysqlbackup._speedups) -------------------------------------------
+
+needs_compiled = pytest.mark.skipif(speedups.compiled is None, reason=speedups.describe())
+
+
+def squeezed(directory, name, events, acks, semi_sync, chunk, monkeypatch):
+    """The stream through the compiled decoder (fed ``chunk`` bytes at a time, one batch
+    per chunk) and the Syncer: (final snapshot, error, last ACK, files, events the
+    compiled walk took)."""
+    compiled, taken = speedups.compiled, []
+
+    def walk(*args):
+        result = compiled.walk_events(*args)
+        taken.append(result[1])
+        return result
+    monkeypatch.setattr(speedups, "compiled", SimpleNamespace(walk_events=walk))
+    wire = packets(events, semi_sync=semi_sync, ack_flags=acks)
+    decoder = StreamDecoder(semi_sync, compiled.squeeze_packets)
+    batches = [decoder.feed(wire[at:at + chunk]) for at in range(0, len(wire), chunk)]
+    syncer = make(Syncer, directory, name)
+    states, error = outcome(syncer, batches)
+    monkeypatch.undo()
+    files = {f: read(directory / f) for f in sorted(os.listdir(directory)) if f != STATE_FILE}
+    return states[-1] if states else None, error, syncer.client.acks[-1:], files, sum(taken)
+
+
+def reference(directory, name, events, acks, semi_sync):
+    """The same as ``squeezed`` by the general path, the whole stream as one batch."""
+    batch = StreamDecoder(semi_sync).feed(packets(events, semi_sync=semi_sync, ack_flags=acks))
+    syncer = make(GeneralSyncer, directory, name)
+    states, error = outcome(syncer, [batch])
+    files = {f: read(directory / f) for f in sorted(os.listdir(directory)) if f != STATE_FILE}
+    return states[-1] if states else None, error, syncer.client.acks[-1:], files
+
+
+@needs_compiled
+@pytest.mark.parametrize("semi_sync", [False, True])
+@pytest.mark.parametrize("relative", FILES)
+def test_the_compiled_path_matches_the_general_path(tmp_path, shared_binlog, relative,
+                                                    semi_sync, monkeypatch):
+    events = file_events(shared_binlog(relative))
+    name, acks = os.path.basename(relative), [semi_sync and e[4] == ev.XID for e in events]
+    want = reference(tmp_path / "general", name, events, acks, semi_sync)
+    assert want[1] is None
+    # what the walk may take: events of a checksummed file inside BEGIN/GTID..XID
+    common = sum(e[4] in INERT_IN_TRX | {ev.XID, ev.MARIA_GTID} for e in events)
+    for chunk in (7, 300, 1 << 30):
+        got = squeezed(tmp_path / str(chunk), name, events, acks, semi_sync, chunk,
+                       monkeypatch)
+        assert got[:4] == want
+        assert got[4] >= common // 2 if want[0][8] else got[4] == 0
+
+
+@needs_compiled
+@pytest.mark.parametrize("case", BAD_CASES)
+def test_a_bad_event_stops_the_compiled_path_with_the_general_paths_error(
+        tmp_path, shared_binlog, case, monkeypatch):
+    events = bad_events(file_events(shared_binlog(MARIA)), case)
+    want = reference(tmp_path / "general", "mariadb-bin.000001", events, None, False)
+    assert want[1] is not None and "mariadb-bin.000001" in want[1][1]
+    for chunk in (300, 1 << 30):
+        got = squeezed(tmp_path / str(chunk), "mariadb-bin.000001", events, None, False, chunk,
+                       monkeypatch)
+        assert got[1:4] == want[1:] and got[4] > 0
+
+
+@needs_compiled
+def test_the_squeezed_runs_split_back_into_every_event(shared_binlog):
+    events = file_events(shared_binlog(MARIA)) * 3
+    acks = [e[4] == ev.XID for e in events]
+    wire = packets(events, semi_sync=True, ack_flags=acks)
+    for chunk in (1, 64, len(wire)):
+        decoder, got = StreamDecoder(True, speedups.compiled.squeeze_packets), []
+        for at in range(0, len(wire), chunk):
+            got += [(bytes(e), flag) for e, flag in split_batch(decoder.feed(wire[at:at + chunk]))]
+        assert got == list(zip(events, acks)) and not decoder.partial
+        assert decoder.events == len(events)  # the metrics' count of received events
+
+
+def test_the_compiled_path_is_built_where_a_compiler_is(monkeypatch):
+    """Where a C compiler is there at install time the extension is built (CI has one):
+    a silently missing build would make every test above a skip."""
+    if speedups.compiled is None and os.environ.get(speedups.PURE_ENV, "") in ("", "0"):
+        assert shutil.which("cc") is None, speedups.describe()
+    result = CliRunner().invoke(main, ["--version"])
+    assert result.exit_code == 0
+    assert result.output.split("\n")[:2] == [f"mysqlbackup {__version__}", speedups.describe()]

@@ -6,6 +6,7 @@ import json
 import logging
 from datetime import datetime, timedelta, timezone
 
+from mysqlbackup import speedups
 from mysqlbackup.logs import JsonFormatter, MaskingFormatter, TEXT_FORMAT
 from tests.helpers import Daemon, caught_up, run_cli, wait_for
 
@@ -65,7 +66,8 @@ def test_daemon_logs_json_lines_with_positions(primary, tmp_path, monkeypatch):
     assert records and all({"time", "level", "logger", "event"} <= set(r) for r in records)
     started = next(r for r in records if r["event"].startswith("streaming from "))
     assert started["event"] == f"streaming from {started['file']}:{started['position']} " \
-                               f"(semi-sync {'on' if started['semi_sync'] else 'off'})"
+                               f"(semi-sync {'on' if started['semi_sync'] else 'off'}; " \
+                               f"{speedups.describe()})"
     assert started["logger"] == "mysqlbackup.stream.daemon" and started["level"] == "info"
     rotated = next(r for r in records if r["event"].startswith("rotating "))
     assert rotated["event"] == f"rotating {rotated['file']} -> {rotated['next_file']}"

@@ -3,6 +3,9 @@
 import os
 import threading
 
+import pytest
+
+from mysqlbackup import speedups
 from mysqlbackup.sandbox import REPL_PASSWORD
 from mysqlbackup.source.spec import SourceSpec
 from mysqlbackup.stream.daemon import StreamOptions, run_stream
@@ -10,9 +13,15 @@ from tests.helpers import (Daemon, current_binlog, read, same_except_in_use_flag
                            wait_semi_sync_client)
 
 
-def test_500_semi_sync_transactions_and_identical_files(primary, tmp_path):
+@pytest.mark.parametrize("path", ["compiled", "pure Python"])
+def test_500_semi_sync_transactions_and_identical_files(primary, tmp_path, monkeypatch, path):
+    if path == "pure Python":
+        monkeypatch.setenv(speedups.PURE_ENV, "1")  # the daemon's environment
+    elif speedups.compiled is None:
+        pytest.skip(speedups.describe())
     primary.execute("CREATE DATABASE IF NOT EXISTS t500",
-                    "CREATE TABLE t500.t (id INT PRIMARY KEY AUTO_INCREMENT, v VARCHAR(40))")
+                    "CREATE TABLE IF NOT EXISTS t500.t (id INT PRIMARY KEY AUTO_INCREMENT, "
+                    "v VARCHAR(40))")
     start = current_binlog(primary)
     daemon = Daemon(primary, tmp_path / "dir", "--start-file", start).start()
     try:
@@ -35,6 +44,7 @@ def test_500_semi_sync_transactions_and_identical_files(primary, tmp_path):
                  what="the rotated file, byte for byte")
     finally:
         assert daemon.stop() == 0, daemon.output()
+    assert f"stream path: {path}" in daemon.output()
     closed = files[files.index(start):-1]
     assert closed and primary.binlog_files() == files
     for name in closed:

@@ -81,6 +81,28 @@ class TrxTracker:
         elif etype not in _NEUTRAL and self.state == OUTSIDE:
             self.state = IN_STATEMENT
 
+    def walked(self, opened, closed, in_trx):
+        """Account for a run of events taken without ``feed`` (the compiled stream
+        path): MariaDB GTIDs that each opened a transaction (``opened``: (domain,
+        server_id, seq_no) in order) and ``closed`` XIDs, alternating, the first XID
+        closing the group open before when there is one more XID than GTIDs that
+        closed; rows in between. ``in_trx``: the last GTID's group is still open."""
+        ended = opened[:-1] if in_trx and opened else opened
+        if closed > len(ended):  # the first XID ended the group open before the run
+            self._end_group()
+        if ended:  # as ``_end_group`` does for each
+            if not isinstance(self.gtids, MariaGtidPos):
+                self.gtids = MariaGtidPos()
+            add = self.gtids.add
+            for domain, server_id, seq in ended:
+                add(domain, server_id, seq)
+            self.last_gtid = ("mariadb",) + ended[-1]
+            self.pending_gtid, self.state = None, OUTSIDE
+            self.transactions += len(ended)
+        if in_trx and opened:
+            self.pending_gtid = ("mariadb",) + opened[-1]
+            self.state = IN_TRX
+
     def _on_fde(self, event):
         self.fde = ev.parse_format_description(event)
         self.checksum = self.fde.checksum_alg == ev.CHECKSUM_CRC32

@@ -22,6 +22,7 @@ import time
 
 import pymysql
 
+from mysqlbackup import speedups
 from mysqlbackup.binlog import events as ev
 from mysqlbackup.binlog.gtid import MariaGtidPos
 from mysqlbackup.errors import ConnectionLost, ResyncRequired, SourceError
@@ -32,6 +33,10 @@ from mysqlbackup.stream.metrics import NULL_METRICS
 log = logging.getLogger(__name__)
 
 BUFFER_SIZE = 8 << 20
+# A batch takes what is waiting up to about this many bytes: then it is written (and
+# fsynced when due) while the source goes on filling the socket; with larger batches the
+# source waits on a full socket buffer during each write (measured in bench_stream.py).
+BATCH_BYTES = 1 << 20
 NUDGE_SERVER_ID = 4294967295  # the helper of nudge_ack_receiver uses this minus ours
 SETUP_TIMEOUT = 15.0          # seconds a handshake or setup query may stay unanswered
 POLL_SLICE = 0.5              # longest single wait, so that a stop request is seen
@@ -242,13 +247,15 @@ class ReplicaClient:
         batch = []
         while not batch:  # [] only when nothing came yet (read_batch bounds the silence)
             batch = self.read_batch()
-        for event, _ in batch:
+        for event, _ in protocol.split_batch(batch):
             if event[4] == ev.ROTATE:
                 return ev.parse_rotate(event, self.stream_checksum)[1]
         raise SourceError("the source did not name a binlog file for that GTID position")
 
     def _new_decoder(self):
-        self.decoder = protocol.StreamDecoder(self.semi_sync)
+        compiled = speedups.compiled
+        self.decoder = protocol.StreamDecoder(
+            self.semi_sync, compiled.squeeze_packets if compiled is not None else None)
         self.buf = bytearray(BUFFER_SIZE)
         self.buf_start = self.buf_end = 0
         self.conn._sock.settimeout(self.silence_limit)
@@ -260,8 +267,9 @@ class ReplicaClient:
 
         Returns all complete (event, needs_ack) pairs, or [] when the wait ended
         first: one batch is written and fsynced once, so taking what is queued
-        groups more transactions per ACK. A source silent for ``silence_limit``
-        seconds (heartbeats included) is a dead link: ConnectionLost.
+        groups more transactions per ACK, up to about BATCH_BYTES. A source silent
+        for ``silence_limit`` seconds (heartbeats included) is a dead link:
+        ConnectionLost.
         """
         self._compact()
         wait = POLL_SLICE if timeout is None else min(timeout, POLL_SLICE)
@@ -272,12 +280,12 @@ class ReplicaClient:
                                      f"{silent:.0f}s (no event, no heartbeat): dead link")
             return []
         self.received_at = time.perf_counter()
-        batch, received = [], 0
-        while not batch or (self.buf_end < len(self.buf) // 2 and self.readable()):
+        batch, received, decoded = [], 0, self.decoder.events
+        while not batch or (self.buf_end < BATCH_BYTES and self.readable()):
             received += self._read()
             events, self.buf_start = self._decode()
             batch += events
-        self.metrics.received(received, len(batch))
+        self.metrics.received(received, self.decoder.events - decoded)
         return batch
 
     def _compact(self):

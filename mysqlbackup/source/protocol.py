@@ -27,8 +27,12 @@ _PACKET_HEADER = struct.Struct("<I")  # payload length (3 bytes) | sequence id <
 _PLAIN_HEADER = struct.Struct("<IB")   # ... and the OK byte
 _SEMI_HEADER = struct.Struct("<IBBB")  # ... the OK byte, 0xEF and the semi-sync flag
 _SPLIT = 4 + MAX_PAYLOAD  # a packet this long (header included) continues in the next
+_EVENT_SIZE = struct.Struct("<9xI")  # an event header's size field
 
 ER_MASTER_FATAL_ERROR_READING_BINLOG = 1236
+# The flag of a decoded item that is a run of whole events back to back (a squeezed run,
+# see ``StreamDecoder``), not one event (True/False: whether it asks for an ACK).
+EVENTS = "events"
 
 
 class ServerError(Exception):
@@ -127,6 +131,25 @@ def parse_error_payload(payload):
     return code, rest.decode("utf-8", "replace")
 
 
+def event_size(data, off):
+    """The size field of the event header at ``data[off:]`` (whole event, header included)."""
+    return _EVENT_SIZE.unpack_from(data, off)[0]
+
+
+def split_batch(batch):
+    """The (event, needs_ack) pairs of a decoded batch: a squeezed run (EVENTS) is split
+    into its events, each of which its squeeze found as long as its header says."""
+    for data, flag in batch:
+        if flag is not EVENTS:
+            yield data, flag
+            continue
+        off = 0
+        while off < len(data):
+            size = event_size(data, off)
+            yield data[off:off + size], False
+            off += size
+
+
 class StreamDecoder:
     """Turns the bytes of a binlog dump into (event, needs_ack) pairs.
 
@@ -134,10 +157,16 @@ class StreamDecoder:
     call, joins payloads split at 16 MiB, checks sequence ids, and strips the OK
     byte and the semi-sync header. Events are memoryviews into the received bytes
     (no copy). ``semi_sync`` is decided per connection, never sniffed.
+
+    With ``squeeze`` (the compiled ``squeeze_packets``, see ``mysqlbackup.speedups``) a
+    run of plain event packets becomes one item (events, EVENTS): their events moved
+    together in place, back to back. The buffer must then be writable.
     """
 
-    def __init__(self, semi_sync):
+    def __init__(self, semi_sync, squeeze=None):
         self.semi_sync = semi_sync
+        self.squeeze = squeeze
+        self.events = 0  # events decoded so far (a squeezed run counts its events)
         self.tail = b""
         self.expected_seq = 1  # the dump command went out with sequence id 0
         self.parts = []
@@ -146,6 +175,8 @@ class StreamDecoder:
         """Add received bytes; return the list of complete (event, needs_ack)."""
         if self.tail:
             data = self.tail + data
+        if self.squeeze is not None:
+            data = bytearray(data)  # the runs are squeezed in place
         out, off = self.decode(memoryview(data), 0, len(data))
         self.tail = bytes(data[off:]) if off < len(data) else b""
         return out
@@ -163,18 +194,22 @@ class StreamDecoder:
             if not self.parts:
                 off = self._run(view, off, end, out)
             if end - off < 4:
-                return out, off
+                break
             head = _PACKET_HEADER.unpack_from(view, off)[0]
             stop = off + 4 + (head & MAX_PAYLOAD)
             if stop > end:
-                return out, off
+                break
             self._check_seq(head >> 24)
             self._packet(view[off + 4:stop], out)
             off = stop
+        self.events += len(out)  # (``_squeezed_run`` adds a run's other events)
+        return out, off
 
     def _run(self, view, off, end, out):
         """Append the events of the packets from ``off`` that are whole, in sequence and
         plain events (no ACK asked); return the offset of the first other one."""
+        if self.squeeze is not None:
+            return self._squeezed_run(view, off, end, out)
         if self.semi_sync:
             return self._semi_sync_run(view, off, end, out)
         append, seq, unpack = out.append, self.expected_seq, _PLAIN_HEADER.unpack_from
@@ -188,6 +223,15 @@ class StreamDecoder:
             off = stop
         self.expected_seq = seq
         return off
+
+    def _squeezed_run(self, view, off, end, out):
+        """``_run`` by the compiled walk: the run's events, together, as one item."""
+        stop, self.expected_seq, size, count = self.squeeze(view, off, end, self.expected_seq,
+                                                            self.semi_sync)
+        if size:
+            out.append((view[off:off + size], EVENTS))
+            self.events += count - 1  # ``decode`` counts the item as one
+        return stop
 
     def _semi_sync_run(self, view, off, end, out):
         """``_run`` for a semi-sync connection: a packet that asks for an ACK ends it."""

@@ -15,6 +15,7 @@ import threading
 import time
 from dataclasses import dataclass, replace
 
+from mysqlbackup import speedups
 from mysqlbackup.binlog.gtid import guess_flavor, parse_gtid_set
 from mysqlbackup.binlog.transactions import TrxTracker
 from mysqlbackup.errors import ConnectionLost, LocalStateError, SourceError, UsageError, mask_url
@@ -226,8 +227,8 @@ def _stream_with(client, writer, opts, stop, on_syncer, attempt):
     _ensure_started(client, opts, stop)
     if stop():
         return
-    log.info("streaming from %s:%d (semi-sync %s)", point.file, point.pos,
-             "on" if client.semi_sync else "off",
+    log.info("streaming from %s:%d (semi-sync %s; %s)", point.file, point.pos,
+             "on" if client.semi_sync else "off", speedups.describe(),
              extra={"file": point.file, "position": point.pos, "semi_sync": client.semi_sync,
                     "gtid": None if point.gtids is None else str(point.gtids)})
     syncer = Syncer(client, writer, TrxTracker(gtids=point.gtids), state,

@@ -22,6 +22,7 @@ from mysqlbackup.archive.importer import import_directory
 from mysqlbackup.archive.store import ArchiveStore
 from mysqlbackup.cli import main
 from mysqlbackup.sandbox import free_port
+from mysqlbackup.source.protocol import split_batch
 from replay.serve.server import ServeOptions, start_server
 from tests.helpers import REPO, wait_for
 from tests.serve.world import PASSWORD, attach, caught_up, checksums, rows, serve, status
@@ -256,7 +257,7 @@ def dump_from(host, port, user, password, start, server_id, semi_sync=False):
             client.start_dump(*start)
         out = []
         while not out or out[-1][4] != ev.HEARTBEAT:
-            out += [bytearray(e) for e, _ in client.read_batch(timeout=5)]
+            out += [bytearray(e) for e, _ in split_batch(client.read_batch(timeout=5))]
         for event in out:
             if event[4] == ev.FORMAT_DESCRIPTION:
                 event[17] &= ~ev.LOG_EVENT_BINLOG_IN_USE_F
