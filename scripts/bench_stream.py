@@ -5,7 +5,7 @@ Part A, streaming, per workload (each on its own sandbox primary, >= --mb MB of 
 binlog in 64 MB files, all closed by FLUSH BINARY LOGS):
   small   single-row transactions of one INT (57-byte row events: the per-event cost)
   mixed   4 MB INSERT..SELECT transactions plus ~10% single-row ones (~1 KB rows)
-  large   one 200 KB row per transaction (200 KB row events: the per-byte cost)
+  large   one 200 KB row per transaction (the server writes ~40 KB row events: the per-byte cost)
 Each run copies every file into an empty directory with ``mariadb-binlog
 --read-from-remote-server --raw --to-last-log`` (the anchor) and ``mysqlbackup stream
 --no-semi-sync`` from the same server, interleaved (anchor, ours, anchor, ours...), and
@@ -21,13 +21,16 @@ Part B, commit rate: on a fresh primary (semi-sync timeout 10 s), --threads clie
 processes run single-row autocommit INSERTs for --seconds, with exactly one semi-sync
 replica connected: our daemon, or a real MariaDB replica (a second sandbox). An async
 line (semi-sync off, no replica) is a reference. A run whose Rpl_semi_sync_master_no_tx
-grew fell back to async: it is marked INVALID. Figures are medians over --runs.
+grew fell back to async: it is marked INVALID. Figures are medians over --runs. The daemon's
+ACK latency (received -> ACK sent) comes from its Prometheus histogram (bucket bounds), beside
+this disk's fdatasync p50/p99: the floor of an ACK that waits for an fsync.
 
 Run:    PYTHONPATH=/work/main python3 scripts/bench_stream.py          (2 GB a workload)
 Quick:  PYTHONPATH=/work/main python3 scripts/bench_stream.py --mb 100 --runs 3 --seconds 5
 """
 
 import argparse
+import collections
 import mmap
 import multiprocessing
 import os
@@ -38,6 +41,7 @@ import subprocess
 import sys
 import tempfile
 import time
+import urllib.request
 from datetime import datetime
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -46,7 +50,8 @@ sys.path.insert(0, REPO)
 import pymysql  # noqa: E402
 
 from mysqlbackup.binlog.events import MARIA_BINLOG_CHECKPOINT  # noqa: E402
-from mysqlbackup.sandbox import REPL_PASSWORD, REPL_USER, MariaDBSandbox, find_binary  # noqa: E402
+from mysqlbackup.sandbox import (REPL_PASSWORD, REPL_USER, MariaDBSandbox,  # noqa: E402
+                                 find_binary, free_port)
 from mysqlbackup.binlog.scan import iter_events  # noqa: E402
 from mysqlbackup.stream.status import collect_status  # noqa: E402
 
@@ -71,11 +76,11 @@ def wait_for(predicate, timeout, what, interval=0.05):
 
 # -- the daemon -----------------------------------------------------------------------
 
-def start_daemon(server, directory, log_path, semi_sync=True, repo=REPO):
+def start_daemon(server, directory, log_path, semi_sync=True, repo=REPO, extra=()):
     """Start ``mysqlbackup stream`` (the code in ``repo``) into ``directory``; its output
     goes to ``log_path``."""
     cmd = [sys.executable, "-m", "mysqlbackup", "stream", "--source", server.url,
-           "--server-id", str(DAEMON_SERVER_ID), "--dir", directory]
+           "--server-id", str(DAEMON_SERVER_ID), "--dir", directory, *extra]
     cmd += [] if semi_sync else ["--no-semi-sync"]
     DAEMON_LOGS.append(log_path)
     with open(log_path, "ab") as log:
@@ -346,16 +351,41 @@ def load_with_daemon(primary, args, tmp, repo=REPO):
     tag = str(abs(hash(repo)))
     directory = os.path.join(tmp, f"commit-daemon-{tag}")
     log_path = os.path.join(tmp, f"log-commit-{tag}.txt")
-    proc = start_daemon(primary, directory, log_path, semi_sync=True, repo=repo)
+    port = free_port()
+    proc = start_daemon(primary, directory, log_path, semi_sync=True, repo=repo,
+                        extra=["--metrics-address", f"127.0.0.1:{port}"])
     try:
         wait_semi_sync_clients(primary, 1)
         file, pos = primary.execute("SHOW MASTER STATUS")[0][:2]
         wait_daemon(proc, log_path, lambda: durable_at(directory, file, pos), 60,
                     "the daemon to catch up", 0.1)
-        return commit_load(primary, args.threads, args.seconds)
+        before = ack_histogram(port)
+        result = commit_load(primary, args.threads, args.seconds)
+        after = ack_histogram(port)
+        result["ack"] = {le: after[le] - before.get(le, 0) for le in after}
+        return result
     finally:
         stop_daemon(proc)
         wait_semi_sync_clients(primary, 0)
+
+
+def ack_histogram(port):
+    """{bucket upper bound (s): ACKs at or under it} of the daemon's ACK latency (from
+    the received bytes to the ACK sent: read, write, fdatasync, send)."""
+    with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=10) as r:
+        text = r.read().decode()
+    buckets = {}
+    for line in text.splitlines():
+        if line.startswith("mysqlbackup_ack_latency_seconds_bucket{"):
+            le = line.split('le="', 1)[1].split('"', 1)[0]
+            buckets[float(le)] = float(line.rsplit(" ", 1)[1])
+    return buckets
+
+
+def ack_quantile(buckets, q):
+    """The smallest bucket bound with at least ``q`` of the ACKs at or under it."""
+    total = buckets.get(float("inf"), 0)
+    return next((le for le in sorted(buckets) if total and buckets[le] >= q * total), None)
 
 
 def load_with_replica(primary, replica, args):
@@ -397,8 +427,9 @@ def start_commit_servers(tmp):
     return primary, replica
 
 
-def fdatasync_p50(directory, count=500, record=300):
-    """Median seconds of one small append + fdatasync in ``directory`` (our ACK's floor)."""
+def fdatasync_times(directory, count=500, record=300):
+    """(p50, p99) seconds of one small append + fdatasync in ``directory``: the floor of
+    an ACK that waits for an fsync (ours; a real replica ACKs before syncing)."""
     path = os.path.join(directory, "fsync-probe")
     fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
     times = []
@@ -411,7 +442,8 @@ def fdatasync_p50(directory, count=500, record=300):
     finally:
         os.close(fd)
         os.unlink(path)
-    return statistics.median(times)
+    times.sort()
+    return statistics.median(times), times[int(len(times) * 0.99)]
 
 
 def bench_commits(args, tmp):
@@ -429,18 +461,24 @@ def bench_commits(args, tmp):
         if run % 2:
             order[1:] = order[:0:-1]  # alternate the replicas' order to spread drift
         for label in order:
+            os.sync()  # no write-back of part A's files (or an earlier load) under this one
             r = loads[label]()
             runs[label].append(r)
             flag = "" if label.startswith("async") or r["no"] == 0 else "  INVALID: fell back"
             print(f"  run {run + 1} {label:28s} {r['tps']:8.0f} tx/s  commit p50 "
                   f"{r['p50'] * 1e6:5.0f} us p99 {r['p99'] * 1e6:6.0f} us  semi-sync yes_tx "
                   f"+{r['yes']} no_tx +{r['no']}{flag}")
+    acks = {label: collections.Counter() for label in runs}  # ACK histograms, all runs
+    for label, rs in runs.items():
+        for r in rs:
+            acks[label].update(r.get("ack", {}))
     result = {label: {"tps": statistics.median(r["tps"] for r in rs),
                       "p50": statistics.median(r["p50"] for r in rs),
                       "p99": statistics.median(r["p99"] for r in rs),
-                      "yes": sum(r["yes"] for r in rs), "no": sum(r["no"] for r in rs)}
+                      "yes": sum(r["yes"] for r in rs), "no": sum(r["no"] for r in rs),
+                      "ack": acks[label]}
               for label, rs in runs.items()}
-    result["fsync"] = fdatasync_p50(tmp)
+    result["fsync"], result["fsync_p99"] = fdatasync_times(tmp)
     return result
 
 
@@ -498,12 +536,20 @@ def print_summary(stream, commits, args):
             other = commits[label]
             print(f"  {label}: {other['tps']:.0f} tx/s, ratio {other['tps'] / real['tps']:.2f},"
                   f" commit p50/p99 {other['p50'] * 1e6:.0f}/{other['p99'] * 1e6:.0f} us")
+        if ours["ack"]:
+            total, under = ours["ack"][float("inf")], ours["ack"].get(0.001, 0)
+            print(f"  mysqlbackup ACK latency (bytes received -> ACK sent, its histogram): "
+                  f"p50 <= {ack_quantile(ours['ack'], 0.5) * 1e3:g} ms, p99 <= "
+                  f"{ack_quantile(ours['ack'], 0.99) * 1e3:g} ms; {under / total:.1%} of "
+                  f"{total:.0f} ACKs under 1 ms")
         # Little's law: each client's commit takes threads / tps with the real replica;
         # ours adds at least one fdatasync (begun after the bytes were written) per ACK
         latency = args.threads / real["tps"]
-        print(f"  fdatasync here p50 {commits['fsync'] * 1e6:.0f} us; real replica commit "
-              f"latency {latency * 1e6:.0f} us; ceiling for any replica that fsyncs before "
-              f"its ACK: {latency / (latency + commits['fsync']):.2f}")
+        print(f"  fdatasync here p50 {commits['fsync'] * 1e6:.0f} us p99 "
+              f"{commits['fsync_p99'] * 1e6:.0f} us (an ACK after an fdatasync has at least "
+              f"this p99); real replica commit latency {latency * 1e6:.0f} us; ceiling for "
+              f"any replica that fsyncs before its ACK: "
+              f"{latency / (latency + commits['fsync']):.2f}")
     complaints = daemon_complaints()
     print(f"daemon warnings/errors: {len(complaints) or 'none'}")
     for line in complaints[:20]:
