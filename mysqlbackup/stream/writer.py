@@ -12,6 +12,7 @@ a failed fsync the kernel may have dropped the dirty pages: only a restart,
 which rescans the file from the checkpoint, knows what is on disk.
 """
 
+import ctypes
 import os
 
 from mysqlbackup.binlog.events import MAGIC
@@ -19,6 +20,25 @@ from mysqlbackup.durable import fsync_dir
 from mysqlbackup.errors import LocalStateError
 
 IOV_MAX = 1024
+# Every this many bytes written, the kernel is asked to start writing them back (Linux's
+# sync_file_range, SYNC_FILE_RANGE_WRITE; nothing elsewhere): the next fsync then finds
+# little left to do, and the disk works while the stream goes on. It is only a hint:
+# nothing counts as durable before the fsync that follows.
+WRITEBACK_BYTES = 8 << 20
+_SYNC_FILE_RANGE_WRITE = 2
+
+
+def _writeback_function():
+    """libc's sync_file_range, or None where there is none."""
+    try:
+        function = ctypes.CDLL(None, use_errno=True).sync_file_range
+    except (OSError, AttributeError):
+        return None
+    function.argtypes = [ctypes.c_int, ctypes.c_int64, ctypes.c_int64, ctypes.c_uint]
+    return function
+
+
+_sync_file_range = _writeback_function()
 
 
 class BinlogWriter:
@@ -32,6 +52,7 @@ class BinlogWriter:
         self.fd = None
         self.pos = 0          # end of everything appended (buffered or not)
         self.synced_pos = 0   # end of what is known to be on stable storage
+        self.written_back = 0  # end of what the kernel was asked to start writing back
         self._buffer = []
         self.failed = None    # the OSError that ended this writer, if any
 
@@ -65,7 +86,7 @@ class BinlogWriter:
         self._fsync(self.fd)
         if not exists:
             fsync_dir(self.directory)
-        self.pos = self.synced_pos = pos
+        self.pos = self.synced_pos = self.written_back = pos
 
     def append(self, data):
         """Buffer one event (or any bytes) for the next flush."""
@@ -80,6 +101,16 @@ class BinlogWriter:
         except OSError as e:
             self._fail("write", e)
         self._buffer = []
+        if self.pos - self.written_back >= WRITEBACK_BYTES:
+            self._start_writeback()
+
+    def _start_writeback(self):
+        """Ask the kernel to start writing what was written since the last hint (a hint:
+        an error here shows at the next fsync, which alone makes anything durable)."""
+        if _sync_file_range is not None:
+            _sync_file_range(self.fd, self.written_back, self.pos - self.written_back,
+                             _SYNC_FILE_RANGE_WRITE)
+        self.written_back = self.pos
 
     def _write_all(self, buffers):
         for i in range(0, len(buffers), IOV_MAX):
