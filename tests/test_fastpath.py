@@ -6,6 +6,7 @@ event."""
 import json
 import os
 import shutil
+import sys
 from types import SimpleNamespace
 
 import pytest
@@ -19,7 +20,9 @@ from mysqlbackup.binlog.transactions import INERT_IN_TRX
 from mysqlbackup.errors import MysqlBackupError
 from mysqlbackup.source.protocol import StreamDecoder, split_batch
 from mysqlbackup.stream.state import STATE_FILE
+from mysqlbackup.stream import syncer as syncer_module
 from mysqlbackup.stream.syncer import Syncer
+from mysqlbackup.stream import writer as writer_module
 from mysqlbackup.stream.writer import BinlogWriter
 from tests.helpers import file_events, packets, read
 
@@ -32,6 +35,16 @@ FILES = [
     "rust_mysql_common/binlog_56_gtid_reserved_word.000001",  # rows outside BEGIN
     "rust_mysql_common/bug11747887-bin.000003",              # checksum OFF
 ]
+
+
+@pytest.fixture(autouse=True)
+def no_linger():
+    """A drained stream is fsynced at the end of the batch (the paths are compared batch by
+    batch; ``test_a_drained_stream_is_fsynced_once_silent_for_the_linger`` has the wait).
+    Not by ``monkeypatch``, which ``squeezed`` undoes."""
+    saved, syncer_module.SYNC_LINGER = syncer_module.SYNC_LINGER, 0.0
+    yield
+    syncer_module.SYNC_LINGER = saved
 
 
 class StubClient:
@@ -53,6 +66,8 @@ class GeneralSyncer(Syncer):
 
     def process(self, batch):
         ack = None
+        if batch:
+            self.last_data = self.clock()
         try:
             for event, needs_ack in batch:
                 name = self.writer.name
@@ -177,6 +192,39 @@ class DrainingClient(StubClient):
 
     def idle(self):
         return self.answers.pop(0)
+
+
+def test_a_drained_stream_is_fsynced_once_silent_for_the_linger(tmp_path, shared_binlog):
+    syncer_module.SYNC_LINGER = 0.005  # (``no_linger`` puts it back)
+    events = file_events(shared_binlog(MARIA))
+    syncer = make(Syncer, tmp_path / "d", "mariadb-bin.000001")
+    now = [1000.0]
+    syncer.clock = lambda: now[0]
+    syncer.process(StreamDecoder(False).feed(packets(events)))  # no ACK asked, drained
+    assert syncer.writer.unsynced and syncer.durable.offset == 4
+    assert syncer._wake_in(now[0]) == pytest.approx(0.005)  # the loop looks again then
+    now[0] += 0.003
+    syncer.process([])  # still within the linger: more may come
+    assert syncer.writer.unsynced and syncer._wake_in(now[0]) == pytest.approx(0.002)
+    now[0] += 0.0021
+    syncer.process([])
+    assert not syncer.writer.unsynced and syncer.durable.offset == 4 + sum(map(len, events))
+
+
+def test_written_bytes_are_handed_to_write_back_every_few_mib(tmp_path, monkeypatch):
+    if sys.platform.startswith("linux"):
+        assert writer_module._sync_file_range is not None  # libc's, found through ctypes
+    hints = []
+    monkeypatch.setattr(writer_module, "_sync_file_range",
+                        lambda fd, off, n, flags: hints.append((off, n, flags)))
+    writer = BinlogWriter(str(tmp_path), fsync=lambda fd: None)
+    writer.open("binlog.000001", 4)
+    size = writer_module.WRITEBACK_BYTES
+    for _ in range(5):
+        writer.append(b"x" * (size // 2))
+        writer.flush()
+    assert hints == [(4, size, 2), (4 + size, size, 2)]  # in order, none overlapping
+    assert os.path.getsize(tmp_path / "binlog.000001") == 4 + 5 * (size // 2)
 
 
 @pytest.mark.parametrize("ack", [False, True])

@@ -23,6 +23,9 @@ from mysqlbackup.stream.state import State, save_state
 
 log = logging.getLogger(__name__)
 
+# without an ACK to send, an fsync waits until the source has been silent this long: a
+# catch-up that drains the socket now and then is not fsynced at each pause
+SYNC_LINGER = 0.005
 SYNC_BYTES = 64 << 20  # while catching up, fsync at least every 64 MiB
 _HEADER = struct.Struct("<IBIIIH")
 # event types that need more than "check, write, follow the transaction"
@@ -61,6 +64,7 @@ class Syncer:
         self.heartbeat_after = None     # ``events`` when the newest heartbeat came
         self.durable_trx = self.tracker.transactions  # transactions counted durable so far
         self.busy = False               # the newest batch left more bytes waiting
+        self.last_data = 0.0            # when the newest batch with events came
 
     def run(self, stop=lambda: False):
         """Process batches until ``stop()`` is true; always leaves a final checkpoint."""
@@ -82,6 +86,8 @@ class Syncer:
         from the compiled decoder (flag EVENTS) takes ``_events_run``.
         """
         ack = None
+        if batch:
+            self.last_data = self.clock()
         writer, tracker, unpack, crc32 = self.writer, self.tracker, _HEADER.unpack_from, ev.crc32
         try:
             for event, needs_ack in batch:
@@ -285,16 +291,18 @@ class Syncer:
     def _wake_in(self, now):
         """Seconds until a pending fsync or checkpoint is due (None: nothing pending)."""
         waits = []
-        if self.writer.unsynced:
-            waits.append(0.0)  # look again at once: fsync as soon as the stream is drained
+        if self.writer.unsynced:  # fsync once the stream has been drained for SYNC_LINGER
+            waits.append(self.last_data + SYNC_LINGER - now)
         if self.recorded != self._recordable():
             waits.append(self.last_checkpoint + self.checkpoint_interval - now)
         return max(0.0, min(waits)) if waits else None
 
     def _sync_due(self, now):
-        """Without an ACK to send: fsync once the stream is drained, or every so often."""
+        """Without an ACK to send: fsync once the stream is drained (for SYNC_LINGER), or
+        every so often."""
         return (self.writer.unsynced >= SYNC_BYTES or now - self.last_sync >= self.sync_interval
-                or getattr(self.client, "idle", lambda: True)())
+                or (now - self.last_data >= SYNC_LINGER
+                    and getattr(self.client, "idle", lambda: True)()))
 
     def _gtid_text(self):
         return str(self.tracker.gtids) if self.tracker.gtids is not None else None
