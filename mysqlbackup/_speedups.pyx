@@ -1,6 +1,7 @@
 # cython: language_level=3, boundscheck=False, wraparound=False, initializedcheck=False
-"""The compiled fast path of the stream (optional: ``mysqlbackup.speedups`` says whether
-it is built and in use; the pure Python path does the same work).
+"""The compiled fused loop of the stream (optional: ``mysqlbackup.speedups`` says whether
+it is built and in use; its pure Python twin, ``mysqlbackup.fusedloop``, has the same
+functions with the same results, and ``tests/test_fastpath.py`` holds them to it).
 
 ``squeeze_packets`` (the decoder's side) walks a run of plain event packets and moves
 their events together in place, so that the run becomes one contiguous range of whole
@@ -29,24 +30,26 @@ KIND_OTHER, KIND_INERT_IN_TRX, KIND_XID, KIND_MARIA_GTID = 0, 1, 2, 3
 # The protocol's constants, handed over by ``configure`` from their one definition.
 cdef unsigned char _kinds[256]
 cdef uint32_t _residue, _max_payload
+cdef Py_ssize_t _squeeze_max = 0
 cdef unsigned int _artificial, _standalone, _semi_indicator, _need_ack
 cdef object _crc = None
 cdef Py_ssize_t _inline_crc_max = 0
 
 
 def configure(kinds, residue, artificial, standalone, max_payload, semi_indicator,
-              need_ack, crc, inline_crc_max):
-    """Set the constants (``kinds``: 256 bytes, a KIND_* per event type) and the CRC
-    function for events larger than ``inline_crc_max`` (zlib's runs inline below)."""
+              need_ack, crc, inline_crc_max, squeeze_max):
+    """Set the constants (``kinds``: 256 bytes, a KIND_* per event type), the CRC
+    function for events larger than ``inline_crc_max`` (zlib's runs inline below) and
+    the largest event ``squeeze_packets`` moves."""
     global _residue, _max_payload, _artificial, _standalone, _semi_indicator, _need_ack
-    global _crc, _inline_crc_max
+    global _crc, _inline_crc_max, _squeeze_max
     if len(kinds) != 256:
         raise ValueError("kinds needs one entry per event type")
     for i in range(256):
         _kinds[i] = kinds[i]
     _residue, _artificial, _standalone = residue, artificial, standalone
     _max_payload, _semi_indicator, _need_ack = max_payload, semi_indicator, need_ack
-    _crc, _inline_crc_max = crc, inline_crc_max
+    _crc, _inline_crc_max, _squeeze_max = crc, inline_crc_max, squeeze_max
 
 
 cdef inline uint32_t _u32(const unsigned char *p) noexcept nogil:
@@ -56,9 +59,10 @@ cdef inline uint32_t _u32(const unsigned char *p) noexcept nogil:
 def squeeze_packets(unsigned char[::1] buf, Py_ssize_t off, Py_ssize_t end, int seq,
                     bint semi_sync):
     """Walk the whole plain event packets of ``buf[off:end]`` (in sequence, no ACK
-    asked, one event each whose header size is the payload's) and move their events
-    together to start at ``off``. Returns (offset after the last such packet, the next
-    sequence id, bytes of events now at ``buf[off:]``, their number)."""
+    asked, one event each whose header size is the payload's, at most the configured
+    squeeze_max bytes) and move their events together to start at ``off``. Returns
+    (offset after the last such packet, the next sequence id, bytes of events now at
+    ``buf[off:]``, their number)."""
     cdef Py_ssize_t head = 7 if semi_sync else 5  # packet header, OK byte, semi-sync bytes
     cdef Py_ssize_t out = off, start = off, plen, size, count = 0
     cdef unsigned char *p
@@ -69,7 +73,8 @@ def squeeze_packets(unsigned char[::1] buf, Py_ssize_t off, Py_ssize_t end, int 
         plen = p[off] | (p[off + 1] << 8) | (p[off + 2] << 16)
         size = plen - (head - 4)
         if p[off + 3] != seq or plen >= _max_payload or off + 4 + plen > end \
-                or p[off + 4] != OK_BYTE or size < HEADER or _u32(p + off + head + 9) != size:
+                or p[off + 4] != OK_BYTE or size < HEADER or size > _squeeze_max \
+                or _u32(p + off + head + 9) != size:
             break
         if semi_sync and (p[off + 5] != _semi_indicator or p[off + 6] & _need_ack):
             break

@@ -1,15 +1,18 @@
-"""Which stream path runs: the compiled one (``mysqlbackup._speedups``, built by Cython
-when a C compiler and zlib's headers are there at install time) or pure Python.
+"""Which fused stream loop runs: the compiled one (``mysqlbackup._speedups``, built by
+Cython when a C compiler and zlib's headers are there at install time) or its pure
+Python twin (``mysqlbackup.fusedloop``), which takes the same arguments and gives the
+same results.
 
-``compiled`` is the configured module, or None: not built, failed to load, or turned off
-with ``MYSQLBACKUP_PURE_PYTHON=1``. ``describe()`` says which, for ``--version`` and the
-daemon's start-up line. Both paths write the same bytes and raise the same errors.
+``fused`` is the module in use; ``compiled`` the configured compiled module, or None: not
+built, failed to load, or turned off with ``MYSQLBACKUP_PURE_PYTHON=1``. ``describe()``
+says which, for ``--version`` and the daemon's start-up line. Both write the same bytes
+and raise the same errors.
 """
 
 import os
 
+from mysqlbackup import fusedloop
 from mysqlbackup.binlog import events as ev
-from mysqlbackup.binlog.transactions import INERT_IN_TRX
 from mysqlbackup.source import protocol
 
 PURE_ENV = "MYSQLBACKUP_PURE_PYTHON"
@@ -26,22 +29,25 @@ def _load():
         from mysqlbackup import _speedups
     except ImportError as e:
         return None, f"not built ({e})"
-    kinds = bytearray(256)
-    for etype in INERT_IN_TRX:
-        kinds[etype] = _speedups.KIND_INERT_IN_TRX
-    kinds[ev.XID] = _speedups.KIND_XID
-    kinds[ev.MARIA_GTID] = _speedups.KIND_MARIA_GTID
-    _speedups.configure(bytes(kinds), ev.CRC_RESIDUE, ev.LOG_EVENT_ARTIFICIAL_F,
-                        ev.FL_STANDALONE, protocol.MAX_PAYLOAD, protocol.SEMI_SYNC_INDICATOR,
-                        protocol.SEMI_SYNC_NEED_ACK, ev.crc32, INLINE_CRC_MAX)
+    kinds = (_speedups.KIND_INERT_IN_TRX, _speedups.KIND_XID, _speedups.KIND_MARIA_GTID)
+    if kinds != (fusedloop.KIND_INERT_IN_TRX, fusedloop.KIND_XID, fusedloop.KIND_MARIA_GTID):
+        return None, "built from another version (reinstall the package)"
+    try:
+        _speedups.configure(fusedloop.KINDS, ev.CRC_RESIDUE, ev.LOG_EVENT_ARTIFICIAL_F,
+                            ev.FL_STANDALONE, protocol.MAX_PAYLOAD,
+                            protocol.SEMI_SYNC_INDICATOR, protocol.SEMI_SYNC_NEED_ACK,
+                            ev.crc32, INLINE_CRC_MAX, fusedloop.SQUEEZE_MAX)
+    except TypeError:
+        return None, "built from another version (reinstall the package)"
     return _speedups, "compiled"
 
 
 compiled, _why = _load()
+fused = compiled if compiled is not None else fusedloop
 
 
 def describe():
-    """One line: which stream path runs, and why when it is the pure Python one."""
+    """One line: which stream loop runs, and why when it is the pure Python one."""
     if compiled is not None:
         return "stream path: compiled (Cython)"
     return f"stream path: pure Python ({_why})"

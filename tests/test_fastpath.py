@@ -5,14 +5,16 @@ event."""
 
 import json
 import os
+import random
 import shutil
+import struct
 import sys
 from types import SimpleNamespace
 
 import pytest
 from click.testing import CliRunner
 
-from mysqlbackup import __version__, speedups
+from mysqlbackup import __version__, fusedloop, speedups
 from mysqlbackup.binlog import events as ev
 from mysqlbackup.cli import main
 from mysqlbackup.binlog.position import Position
@@ -24,7 +26,7 @@ from mysqlbackup.stream import syncer as syncer_module
 from mysqlbackup.stream.syncer import Syncer
 from mysqlbackup.stream import writer as writer_module
 from mysqlbackup.stream.writer import BinlogWriter
-from tests.helpers import file_events, packets, read
+from tests.helpers import file_events, make_event, packets, read
 
 FILES = [
     "rust_mysql_common/mariadb-bin.000001",                  # MariaDB GTID, ANNOTATE_ROWS
@@ -268,24 +270,28 @@ def test_the_decoders_runs_give_every_event_and_ack_request_whatever_the_chunks(
         assert decoder.events == len(events)
 
 
-# -- the compiled path (mysqlbackup._speedups) -------------------------------------------
+# -- the fused loops: compiled (mysqlbackup._speedups) and pure Python (fusedloop) ------
 
-needs_compiled = pytest.mark.skipif(speedups.compiled is None, reason=speedups.describe())
+# each test below runs with both: the compiled one where it is built
+LOOPS = [pytest.param(speedups.compiled, id="compiled",
+                      marks=pytest.mark.skipif(speedups.compiled is None,
+                                               reason=speedups.describe())),
+         pytest.param(fusedloop, id="pure")]
 
 
-def squeezed(directory, name, events, acks, semi_sync, chunk, monkeypatch):
-    """The stream through the compiled decoder (fed ``chunk`` bytes at a time, one batch
-    per chunk) and the Syncer: (final snapshot, error, last ACK, files, events the
-    compiled walk took)."""
-    compiled, taken = speedups.compiled, []
+def squeezed(directory, name, events, acks, semi_sync, chunk, monkeypatch, loop):
+    """The stream through the decoder with ``loop`` (fed ``chunk`` bytes at a time, one
+    batch per chunk) and the Syncer: (final snapshot, error, last ACK, files, events the
+    fused walk took)."""
+    taken = []
 
     def walk(*args):
-        result = compiled.walk_events(*args)
+        result = loop.walk_events(*args)
         taken.append(result[1])
         return result
-    monkeypatch.setattr(speedups, "compiled", SimpleNamespace(walk_events=walk))
+    monkeypatch.setattr(speedups, "fused", SimpleNamespace(walk_events=walk))
     wire = packets(events, semi_sync=semi_sync, ack_flags=acks)
-    decoder = StreamDecoder(semi_sync, compiled.squeeze_packets)
+    decoder = StreamDecoder(semi_sync, loop.squeeze_packets)
     batches = [decoder.feed(wire[at:at + chunk]) for at in range(0, len(wire), chunk)]
     syncer = make(Syncer, directory, name)
     states, error = outcome(syncer, batches)
@@ -303,11 +309,11 @@ def reference(directory, name, events, acks, semi_sync):
     return states[-1] if states else None, error, syncer.client.acks[-1:], files
 
 
-@needs_compiled
+@pytest.mark.parametrize("loop", LOOPS)
 @pytest.mark.parametrize("semi_sync", [False, True])
 @pytest.mark.parametrize("relative", FILES)
-def test_the_compiled_path_matches_the_general_path(tmp_path, shared_binlog, relative,
-                                                    semi_sync, monkeypatch):
+def test_the_fused_loop_matches_the_general_path(tmp_path, shared_binlog, relative,
+                                                 semi_sync, monkeypatch, loop):
     events = file_events(shared_binlog(relative))
     name, acks = os.path.basename(relative), [semi_sync and e[4] == ev.XID for e in events]
     want = reference(tmp_path / "general", name, events, acks, semi_sync)
@@ -316,35 +322,128 @@ def test_the_compiled_path_matches_the_general_path(tmp_path, shared_binlog, rel
     common = sum(e[4] in INERT_IN_TRX | {ev.XID, ev.MARIA_GTID} for e in events)
     for chunk in (7, 300, 1 << 30):
         got = squeezed(tmp_path / str(chunk), name, events, acks, semi_sync, chunk,
-                       monkeypatch)
+                       monkeypatch, loop)
         assert got[:4] == want
         assert got[4] >= common // 2 if want[0][8] else got[4] == 0
 
 
-@needs_compiled
+@pytest.mark.parametrize("loop", LOOPS)
 @pytest.mark.parametrize("case", BAD_CASES)
-def test_a_bad_event_stops_the_compiled_path_with_the_general_paths_error(
-        tmp_path, shared_binlog, case, monkeypatch):
+def test_a_bad_event_stops_the_fused_loop_with_the_general_paths_error(
+        tmp_path, shared_binlog, case, monkeypatch, loop):
     events = bad_events(file_events(shared_binlog(MARIA)), case)
     want = reference(tmp_path / "general", "mariadb-bin.000001", events, None, False)
     assert want[1] is not None and "mariadb-bin.000001" in want[1][1]
     for chunk in (300, 1 << 30):
         got = squeezed(tmp_path / str(chunk), "mariadb-bin.000001", events, None, False, chunk,
-                       monkeypatch)
+                       monkeypatch, loop)
         assert got[1:4] == want[1:] and got[4] > 0
 
 
-@needs_compiled
-def test_the_squeezed_runs_split_back_into_every_event(shared_binlog):
+@pytest.mark.parametrize("loop", LOOPS)
+def test_the_squeezed_runs_split_back_into_every_event(shared_binlog, loop):
     events = file_events(shared_binlog(MARIA)) * 3
     acks = [e[4] == ev.XID for e in events]
     wire = packets(events, semi_sync=True, ack_flags=acks)
     for chunk in (1, 64, len(wire)):
-        decoder, got = StreamDecoder(True, speedups.compiled.squeeze_packets), []
+        decoder, got = StreamDecoder(True, loop.squeeze_packets), []
         for at in range(0, len(wire), chunk):
             got += [(bytes(e), flag) for e, flag in split_batch(decoder.feed(wire[at:at + chunk]))]
         assert got == list(zip(events, acks)) and not decoder.partial
         assert decoder.events == len(events)  # the metrics' count of received events
+
+
+def a_mixed_run(pos, groups):
+    """Events from ``pos``: ``groups`` MariaDB transactions of rows (one in five with a
+    5 KB row event, some with one of 40 KB, more than a squeeze moves), and in them
+    what the walk leaves to the general code: a standalone GTID with its statement, an
+    artificial event."""
+    out = []
+
+    def add(etype, body, flags=0):
+        out.append(make_event(etype, body, pos + len(body) + 23, flags=flags))
+        return pos + len(out[-1])
+    for i in range(groups):
+        standalone = i % 7 == 3
+        pos = add(ev.MARIA_GTID, struct.pack("<QIB", i + 1, 0, standalone))
+        if standalone:
+            pos = add(ev.QUERY, bytes(13) + b"\0\0\0test\0CREATE TABLE t (a INT)")
+            continue
+        pos = add(ev.TABLE_MAP, bytes(20))
+        row = 5000 if i % 5 == 1 else 40000 if i % 11 == 4 else 30
+        pos = add(23, bytes(row))  # WRITE_ROWS_V1
+        if i % 9 == 5:  # (only the flag differs from the common event)
+            pos = add(ev.TABLE_MAP, bytes(20), flags=ev.LOG_EVENT_ARTIFICIAL_F)
+        pos = add(ev.XID, struct.pack("<Q", i))
+    return out
+
+
+def damaged_copies(wire, count, seed):
+    """``count`` copies of ``wire``, each with one byte changed or the end cut off."""
+    rng = random.Random(seed)
+    for _ in range(count):
+        copy = bytearray(wire)
+        at = rng.randrange(len(copy))
+        if rng.random() < 0.2:
+            del copy[at:]
+        else:
+            copy[at] ^= 1 << rng.randrange(8)
+        yield copy
+
+
+def squeeze_all(loop, buf, semi_sync):
+    """Squeeze the runs of ``buf`` from the first packet to the last, stepping over each
+    packet a run stops at (the next run expects the sequence id found after it): the
+    results, in order."""
+    results, off, seq, view = [], 0, 1, memoryview(buf)
+    while len(buf) - off >= 4:
+        results.append(loop.squeeze_packets(view, off, len(buf), seq, semi_sync))
+        off = results[-1][0]
+        off += 4 + int.from_bytes(buf[off:off + 3], "little")
+        if len(buf) - off < 4:
+            break
+        seq = buf[off + 3]
+    return results
+
+
+needs_compiled = pytest.mark.skipif(speedups.compiled is None, reason=speedups.describe())
+
+
+@needs_compiled
+@pytest.mark.parametrize("semi_sync", [False, True])
+def test_the_two_loops_squeeze_damaged_streams_alike(shared_binlog, semi_sync):
+    """The pure Python loop is the compiled one's twin: on the same packets, intact or with
+    one bit flipped or cut short anywhere, the same runs and the same squeezed bytes."""
+    events = file_events(shared_binlog(MARIA))
+    events += a_mixed_run(4 + sum(map(len, events)), 60)
+    acks = [e[4] == ev.XID and i % 4 == 0 for i, e in enumerate(events)]
+    wire = packets(events, semi_sync=semi_sync, ack_flags=acks if semi_sync else None)
+    for copy in [bytearray(wire), *damaged_copies(wire, 150, seed=int(semi_sync))]:
+        mine, theirs = bytearray(copy), bytearray(copy)
+        runs = squeeze_all(fusedloop, mine, semi_sync)
+        assert runs == squeeze_all(speedups.compiled, theirs, semi_sync)
+        assert mine == theirs
+        if copy == wire:  # every event in a run, but those asking for an ACK or too large
+            left = [a and semi_sync or len(e) > fusedloop.SQUEEZE_MAX for e, a in zip(events, acks)]
+            assert sum(r[3] for r in runs) == len(events) - sum(left) and sum(left) >= 4
+
+
+@needs_compiled
+def test_the_two_loops_walk_damaged_events_alike(shared_binlog):
+    """... and on the same events, from any of them, in or outside a group, the walk
+    takes the same events and stops at the same one."""
+    events = file_events(shared_binlog(MARIA))
+    events += a_mixed_run(4 + sum(map(len, events)), 60)
+    starts = [sum(map(len, events[:i])) for i in range(len(events))]
+    walked = 0
+    for copy in [bytearray(b"".join(events)), *damaged_copies(b"".join(events), 150, seed=2)]:
+        data = bytes(copy)
+        for at, off in list(enumerate(starts))[::5]:
+            for in_trx in (False, True):
+                mine = fusedloop.walk_events(data, off, 4 + off, in_trx)
+                assert mine == speedups.compiled.walk_events(data, off, 4 + off, in_trx)
+                walked += mine[1]
+    assert walked > 150 * len(events)
 
 
 def test_the_compiled_path_is_built_where_a_compiler_is(monkeypatch):

@@ -82,7 +82,7 @@ class TrxTracker:
             self.state = IN_STATEMENT
 
     def walked(self, opened, closed, in_trx):
-        """Account for a run of events taken without ``feed`` (the compiled stream
+        """Account for a run of events taken without ``feed`` (the fused stream
         path): MariaDB GTIDs that each opened a transaction (``opened``: (domain,
         server_id, seq_no) in order) and ``closed`` XIDs, alternating, the first XID
         closing the group open before when there is one more XID than GTIDs that

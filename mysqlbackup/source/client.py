@@ -253,9 +253,7 @@ class ReplicaClient:
         raise SourceError("the source did not name a binlog file for that GTID position")
 
     def _new_decoder(self):
-        compiled = speedups.compiled
-        self.decoder = protocol.StreamDecoder(
-            self.semi_sync, compiled.squeeze_packets if compiled is not None else None)
+        self.decoder = protocol.StreamDecoder(self.semi_sync, speedups.fused.squeeze_packets)
         self.buf = bytearray(BUFFER_SIZE)
         self.buf_start = self.buf_end = 0
         self.conn._sock.settimeout(self.silence_limit)

@@ -158,7 +158,7 @@ class StreamDecoder:
     byte and the semi-sync header. Events are memoryviews into the received bytes
     (no copy). ``semi_sync`` is decided per connection, never sniffed.
 
-    With ``squeeze`` (the compiled ``squeeze_packets``, see ``mysqlbackup.speedups``) a
+    With ``squeeze`` (``squeeze_packets`` of the fused loop, ``mysqlbackup.speedups``) a
     run of plain event packets becomes one item (events, EVENTS): their events moved
     together in place, back to back. The buffer must then be writable.
     """
@@ -225,7 +225,7 @@ class StreamDecoder:
         return off
 
     def _squeezed_run(self, view, off, end, out):
-        """``_run`` by the compiled walk: the run's events, together, as one item."""
+        """``_run`` by the fused loop: the run's events, together, as one item."""
         stop, self.expected_seq, size, count = self.squeeze(view, off, end, self.expected_seq,
                                                             self.semi_sync)
         if size:

@@ -83,7 +83,7 @@ class Syncer:
         inside an open transaction, which the tracker does nothing with
         (``INERT_IN_TRX``). Every other event, and any that fails a check, takes
         ``_route``, which raises the error naming file and position. A run of events
-        from the compiled decoder (flag EVENTS) takes ``_events_run``.
+        from the fused decoder loop (flag EVENTS) takes ``_events_run``.
         """
         ack = None
         if batch:
@@ -115,11 +115,11 @@ class Syncer:
                 self._commit(ack)
 
     def _events_run(self, data):
-        """Whole events back to back: the compiled walk takes the common ones (checked
+        """Whole events back to back: the fused walk takes the common ones (checked
         as ``process`` checks them; the tracker learns the GTIDs and XIDs it took) and
         ``_route`` takes each one it stops at (every event while the file has no CRC to
         check)."""
-        walk, tracker, writer, off = speedups.compiled.walk_events, self.tracker, self.writer, 0
+        walk, tracker, writer, off = speedups.fused.walk_events, self.tracker, self.writer, 0
         while off < len(data):
             if tracker.checksum:
                 off += self._walked(data, off, walk(data, off, writer.pos,
@@ -130,13 +130,13 @@ class Syncer:
                 off += size
 
     def _walked(self, data, off, result):
-        """Account for what the compiled walk took from ``data[off:]``; its length."""
+        """Account for what the fused walk took from ``data[off:]``; its length."""
         taken, count, in_trx, boundary, when, opened, closed = result
         if taken:
             self.writer.append(data[off:off + taken])
             self.tracker.walked(opened, closed, in_trx)
             if (self.tracker.state == IN_TRX) != in_trx:
-                raise ProtocolError(f"the compiled walk and the tracker disagree at "
+                raise ProtocolError(f"the fused walk and the tracker disagree at "
                                     f"{self.writer.name}:{self.writer.pos}")
             self.events += count
             self.bytes_written += taken
