@@ -12,7 +12,8 @@ Each run copies every file into an empty directory with ``mariadb-binlog
 compares the copies byte for byte. A daemon run ends when its checkpoint (what ``status
 --json`` shows) has the durable position at the end of the last file; its start-up (to
 its "streaming from" log line) is measured too. Printed: the median and the spread
-(min-max) of each, and the ratio anchor/ours end to end and without our start-up. A
+(min-max) of each, and the ratio anchor/ours end to end and without our start-up, and
+against the anchor followed by one fsync of each of its copies (durable, as ours). A
 semi-sync connection streaming closed binlogs gets no ACK request (the primary asks
 only for live commits), so it is measured only with --stream-semi-sync; part B is the
 semi-sync measurement.
@@ -190,9 +191,22 @@ def count_events(files):
     return total
 
 
+def fsync_all(directory):
+    """Seconds to fsync every file of ``directory`` (what the anchor leaves unsynced)."""
+    start = time.perf_counter()
+    for name in sorted(os.listdir(directory)):
+        fd = os.open(os.path.join(directory, name), os.O_RDONLY)
+        try:
+            os.fsync(fd)
+        finally:
+            os.close(fd)
+    return time.perf_counter() - start
+
+
 def copy_mariadb_binlog(server, files, outdir, log_path, timeout):
-    """(written, durable, start-up) seconds of ``mariadb-binlog --raw --to-last-log``
-    copying every file; it never fsyncs, so written == durable, start-up counts as 0."""
+    """(written, durable, start-up, synced) seconds of ``mariadb-binlog --raw
+    --to-last-log`` copying every file; it never fsyncs, so written == durable, start-up
+    counts as 0, and synced adds one fsync of each copy once it has finished."""
     os.makedirs(outdir)
     cmd = [find_binary("mariadb-binlog"), "--no-defaults", "--read-from-remote-server",
            "--raw", "--to-last-log", "--host=127.0.0.1", f"--port={server.port}",
@@ -202,11 +216,12 @@ def copy_mariadb_binlog(server, files, outdir, log_path, timeout):
         start = time.perf_counter()
         subprocess.run(cmd, stdout=log, stderr=log, check=True, timeout=timeout)
     elapsed = time.perf_counter() - start
-    return elapsed, elapsed, 0.0
+    return elapsed, elapsed, 0.0, elapsed + fsync_all(outdir)
 
 
 def copy_daemon(server, files, outdir, log_path, semi_sync, timeout, repo=REPO):
-    """(written, durable, start-up) seconds for a new ``mysqlbackup stream`` to copy all."""
+    """(written, durable, start-up, durable) seconds for a new ``mysqlbackup stream`` to
+    copy all (durable twice: it is also the synced time)."""
     last_name, _, last_size = files[-1]
 
     def written():
@@ -220,7 +235,8 @@ def copy_daemon(server, files, outdir, log_path, semi_sync, timeout, repo=REPO):
         t_written = time.perf_counter() - start
         wait_daemon(proc, log_path, lambda: durable_at(outdir, last_name, last_size), timeout,
                     "the durable position")
-        return t_written, time.perf_counter() - start, streaming_since(log_path) - wall
+        durable = time.perf_counter() - start
+        return t_written, durable, streaming_since(log_path) - wall, durable
     finally:
         stop_daemon(proc)
 
@@ -287,10 +303,11 @@ def _stream_runs(args, tmp, workload, server):
             times[label].append(tools[label](outdir, os.path.join(tmp, f"log-{workload}-{i}.txt")))
             diff = same_bytes(files, outdir)
             data["verdicts"][label] = data["verdicts"][label] or diff
-            written, durable, startup = times[label][-1]
+            written, durable, startup, synced = times[label][-1]
             print(f"  run {run + 1} {label:24s} written {written:6.2f} s  durable {durable:6.2f}"
                   f" s  start-up {startup:4.2f} s  {data['mb'] / durable:6.1f} MB/s  "
-                  f"{'COPY DIFFERS: ' + diff if diff else 'copy identical'}")
+                  f"{'COPY DIFFERS: ' + diff if diff else 'copy identical'}"
+                  f"{f'  (+fsync: {synced:.2f} s)' if synced != durable else ''}")
             if not args.keep:
                 shutil.rmtree(outdir)
     return times, data
@@ -510,13 +527,18 @@ def print_stream_summary(workload, times, data):
               f"{spread([r[2] for r in runs])}  {data['mb'] / durable:.1f} MB/s "
               f"{data['events'] / durable:.0f} ev/s [{ok}]")
     anchor = statistics.median(r[1] for r in times["mariadb-binlog"])
+    synced = statistics.median(r[3] for r in times["mariadb-binlog"])
+    anchor_synced = spread([r[3] for r in times["mariadb-binlog"]])
+    print(f"  {'mariadb-binlog + fsync':30s} synced  {anchor_synced}  (one fsync of each "
+          f"copy once it has finished)")
     for label, runs in times.items():
         if label == "mariadb-binlog":
             continue
         durable = statistics.median(r[1] for r in runs)
         net = statistics.median(r[1] - r[2] for r in runs)
         print(f"  ratio anchor/ours, {label}: {anchor / durable:.2f} end to end (durable in "
-              f"the checkpoint), {anchor / net:.2f} without our start-up")
+              f"the checkpoint), {anchor / net:.2f} without our start-up; "
+              f"{synced / durable:.2f} against the anchor's copies made durable too")
 
 
 def print_summary(stream, commits, args):
