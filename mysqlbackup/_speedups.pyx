@@ -58,11 +58,8 @@ cdef inline uint32_t _u32(const unsigned char *p) noexcept nogil:
 
 def squeeze_packets(unsigned char[::1] buf, Py_ssize_t off, Py_ssize_t end, int seq,
                     bint semi_sync):
-    """Walk the whole plain event packets of ``buf[off:end]`` (in sequence, no ACK
-    asked, one event each whose header size is the payload's, at most the configured
-    squeeze_max bytes) and move their events together to start at ``off``. Returns
-    (offset after the last such packet, the next sequence id, bytes of events now at
-    ``buf[off:]``, their number)."""
+    """``mysqlbackup.fusedloop.squeeze_packets``, compiled: the same arguments, results
+    and stops (squeeze_max is the configured SQUEEZE_MAX)."""
     cdef Py_ssize_t head = 7 if semi_sync else 5  # packet header, OK byte, semi-sync bytes
     cdef Py_ssize_t out = off, start = off, plen, size, count = 0
     cdef unsigned char *p
@@ -87,15 +84,8 @@ def squeeze_packets(unsigned char[::1] buf, Py_ssize_t off, Py_ssize_t end, int 
 
 
 def walk_events(data, Py_ssize_t off, uint64_t pos, bint in_trx):
-    """Take the common events of ``data[off:]`` (whole events back to back) at file
-    position ``pos``: right end position, not artificial, CRC32 by its residue, and of a
-    kind followed here (rows and table maps inside a transaction, its XID, a MariaDB
-    GTID that opens one). The GTIDs and XIDs taken alternate: an XID first closes the
-    group open before the walk.
-
-    Returns (bytes taken, events taken, in a transaction after them, file position
-    after the last XID taken or 0, timestamp of the last taken, [(domain, server_id,
-    seq_no) of each GTID taken, in order], XIDs taken): ``TrxTracker.walked``'s."""
+    """``mysqlbackup.fusedloop.walk_events``, compiled: the same arguments, results and
+    stops (events over inline_crc_max get their CRC from the configured function)."""
     cdef const unsigned char[::1] view = data
     cdef Py_ssize_t n = view.shape[0], start = off, size
     cdef const unsigned char *p
