@@ -246,6 +246,33 @@ def test_a_drained_catch_up_is_checkpointed_at_once_a_commit_load_keeps_the_limi
     assert (state["pos"], syncer.durable.offset) == ((4, end) if ack else (end, end))
 
 
+def test_a_drained_catch_up_is_checkpointed_once_fsynced_after_the_linger(tmp_path,
+                                                                         shared_binlog):
+    """The catch-up drains before its last fsync (which waits for SYNC_LINGER): that
+    fsync's durable point is recorded at once, not a checkpoint interval later; the next
+    trickle of events keeps the interval."""
+    syncer_module.SYNC_LINGER = 0.005  # (``no_linger`` puts it back)
+    events = file_events(shared_binlog(MARIA))
+    batch = StreamDecoder(False).feed(packets(events))
+    syncer = make(Syncer, tmp_path / "d", "mariadb-bin.000001")
+    syncer.client = DrainingClient([False] + [True] * 9)  # busy, then drained
+    now = [1000.0]
+    syncer.clock = lambda: now[0]
+    syncer.checkpoint()
+    syncer.process(batch[:5])    # more waits
+    syncer.process(batch[5:8])   # drained at an XID, not fsynced yet: nothing new to record
+    assert syncer.writer.unsynced and syncer.recorded[0].offset == 4
+    now[0] += 0.006
+    syncer.process([])           # the linger is over: fsync, and record it
+    end = 4 + sum(map(len, events[:8]))
+    assert json.loads(read(tmp_path / "d" / STATE_FILE))["pos"] == end
+    now[0] += 0.001
+    syncer.process(batch[8:])    # a trickle after the drain: back to the interval
+    now[0] += 0.006
+    syncer.process([])
+    assert syncer.durable.offset > end == json.loads(read(tmp_path / "d" / STATE_FILE))["pos"]
+
+
 def test_the_drain_after_a_rotate_is_checkpointed_at_once(tmp_path, shared_binlog):
     events = file_events(shared_binlog("gh-ost/mysql-bin.000066"))
     assert events[-1][4] == ev.ROTATE

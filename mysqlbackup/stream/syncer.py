@@ -64,6 +64,7 @@ class Syncer:
         self.heartbeat_after = None     # ``events`` when the newest heartbeat came
         self.durable_trx = self.tracker.transactions  # transactions counted durable so far
         self.busy = False               # the newest batch left more bytes waiting
+        self.drained = False            # a busy stream drained, its end not yet recorded
         self.last_data = 0.0            # when the newest batch with events came
 
     def run(self, stop=lambda: False):
@@ -272,15 +273,17 @@ class Syncer:
 
     def _maybe_checkpoint(self, now, acked=False):
         """Checkpoint when the durable point moved (at most every checkpoint_interval,
-        but at once when a busy stream that asks for no ACK has just drained: the end of
-        a catch-up is recorded without waiting, while a semi-sync commit load keeps the
-        limit), and every idle_checkpoint seconds anyway so that status sees it lives."""
+        but at once when a busy stream that asks for no ACK has drained, up to the fsync
+        of all it wrote, which waits for SYNC_LINGER: the end of a catch-up is recorded
+        without waiting, while a semi-sync commit load keeps the limit), and every
+        idle_checkpoint seconds anyway so that status sees it lives."""
         since = now - self.last_checkpoint
         moved = self.recorded != self._recordable()
         due = moved and since >= self.checkpoint_interval
         if not acked:  # (a batch with an ACK costs no look at the socket)
             was_busy, self.busy = self.busy, not self._drained()
-            due = due or (moved and was_busy and not self.busy)  # a catch-up has drained
+            self.drained = self.drained or (was_busy and not self.busy)
+            due = due or (moved and self.drained)
         if due or since >= self.idle_checkpoint:
             self.checkpoint()
 
@@ -335,6 +338,7 @@ class Syncer:
         state.last_event_time = self.last_event_time or state.last_event_time
         state.updated = self.last_checkpoint
         save_state(self.writer.directory, state)
+        self.drained = self.drained and bool(self.writer.unsynced)  # recorded to its end
 
     def finish(self):
         """Make everything written durable and record the checkpoint.
