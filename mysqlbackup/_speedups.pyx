@@ -26,6 +26,9 @@ cdef enum:
 
 # the kinds of event ``walk_events`` takes (``configure`` gets the table of types)
 KIND_OTHER, KIND_INERT_IN_TRX, KIND_XID, KIND_MARIA_GTID = 0, 1, 2, 3
+# which version of the twins this is: ``fusedloop.TWIN`` must be the same, else a build
+# from another version of this file is not used
+TWIN = 2
 
 # The protocol's constants, handed over by ``configure`` from their one definition.
 cdef unsigned char _kinds[256]

@@ -22,6 +22,9 @@ from mysqlbackup.source import protocol
 
 # the kinds of event ``walk_events`` takes (as in ``_speedups``)
 KIND_OTHER, KIND_INERT_IN_TRX, KIND_XID, KIND_MARIA_GTID = 0, 1, 2, 3
+# the version of the twins: ``_speedups.TWIN`` must be the same (bump both on a change
+# of arguments, results or stops)
+TWIN = 2
 
 
 def _kind_table():

@@ -29,16 +29,12 @@ def _load():
         from mysqlbackup import _speedups
     except ImportError as e:
         return None, f"not built ({e})"
-    kinds = (_speedups.KIND_INERT_IN_TRX, _speedups.KIND_XID, _speedups.KIND_MARIA_GTID)
-    if kinds != (fusedloop.KIND_INERT_IN_TRX, fusedloop.KIND_XID, fusedloop.KIND_MARIA_GTID):
+    if getattr(_speedups, "TWIN", None) != fusedloop.TWIN:
         return None, "built from another version (reinstall the package)"
-    try:
-        _speedups.configure(fusedloop.KINDS, ev.CRC_RESIDUE, ev.LOG_EVENT_ARTIFICIAL_F,
-                            ev.FL_STANDALONE, protocol.MAX_PAYLOAD,
-                            protocol.SEMI_SYNC_INDICATOR, protocol.SEMI_SYNC_NEED_ACK,
-                            ev.crc32, INLINE_CRC_MAX, fusedloop.SQUEEZE_MAX)
-    except TypeError:
-        return None, "built from another version (reinstall the package)"
+    _speedups.configure(fusedloop.KINDS, ev.CRC_RESIDUE, ev.LOG_EVENT_ARTIFICIAL_F,
+                        ev.FL_STANDALONE, protocol.MAX_PAYLOAD, protocol.SEMI_SYNC_INDICATOR,
+                        protocol.SEMI_SYNC_NEED_ACK, ev.crc32, INLINE_CRC_MAX,
+                        fusedloop.SQUEEZE_MAX)
     return _speedups, "compiled"
 
 

@@ -20,7 +20,8 @@ from mysqlbackup.cli import main
 from mysqlbackup.binlog.position import Position
 from mysqlbackup.binlog.transactions import INERT_IN_TRX
 from mysqlbackup.errors import MysqlBackupError
-from mysqlbackup.source.protocol import StreamDecoder, split_batch
+from mysqlbackup.source import protocol
+from mysqlbackup.source.protocol import StreamDecoder, frame, split_batch
 from mysqlbackup.stream.state import STATE_FILE
 from mysqlbackup.stream import syncer as syncer_module
 from mysqlbackup.stream.syncer import Syncer
@@ -355,6 +356,22 @@ def test_the_fused_loop_matches_the_general_path(tmp_path, shared_binlog, relati
 
 
 @pytest.mark.parametrize("loop", LOOPS)
+@pytest.mark.parametrize("semi_sync", [False, True])
+def test_the_fused_loop_matches_the_general_path_on_large_and_odd_events(
+        tmp_path, shared_binlog, semi_sync, monkeypatch, loop):
+    """Events a squeeze leaves (over SQUEEZE_MAX), a standalone GTID and its statement."""
+    events = file_events(shared_binlog(MARIA))
+    events += a_mixed_run(4 + sum(map(len, events)), 40, artificial=False)
+    acks = [semi_sync and e[4] == ev.XID for e in events]
+    want = reference(tmp_path / "general", "mariadb-bin.000001", events, acks, semi_sync)
+    assert want[1] is None
+    for chunk in (300, 1 << 30):
+        got = squeezed(tmp_path / str(chunk), "mariadb-bin.000001", events, acks, semi_sync,
+                       chunk, monkeypatch, loop)
+        assert got[:4] == want and got[4] > len(events) // 2
+
+
+@pytest.mark.parametrize("loop", LOOPS)
 @pytest.mark.parametrize("case", BAD_CASES)
 def test_a_bad_event_stops_the_fused_loop_with_the_general_paths_error(
         tmp_path, shared_binlog, case, monkeypatch, loop):
@@ -380,42 +397,51 @@ def test_the_squeezed_runs_split_back_into_every_event(shared_binlog, loop):
         assert decoder.events == len(events)  # the metrics' count of received events
 
 
-def a_mixed_run(pos, groups):
+def a_mixed_run(pos, groups, artificial=True):
     """Events from ``pos``: ``groups`` MariaDB transactions of rows (one in five with a
-    5 KB row event, some with one of 40 KB, more than a squeeze moves), and in them
-    what the walk leaves to the general code: a standalone GTID with its statement, an
-    artificial event."""
+    5 KB row event, some with one of 40 KB or of SQUEEZE_MAX bytes and one more, the
+    largest a squeeze moves and the smallest it leaves), and in them what the walk leaves
+    to the general code: a standalone GTID with its statement, an ``artificial`` event."""
     out = []
 
     def add(etype, body, flags=0):
         out.append(make_event(etype, body, pos + len(body) + 23, flags=flags))
         return pos + len(out[-1])
+    sizes = {4: 40000, 6: fusedloop.SQUEEZE_MAX - 23, 7: fusedloop.SQUEEZE_MAX - 22}
     for i in range(groups):
         standalone = i % 7 == 3
         pos = add(ev.MARIA_GTID, struct.pack("<QIB", i + 1, 0, standalone))
-        if standalone:
-            pos = add(ev.QUERY, bytes(13) + b"\0\0\0test\0CREATE TABLE t (a INT)")
+        if standalone:  # thread id, exec time, db length, error code, no status variables
+            pos = add(ev.QUERY, struct.pack("<IIBHH", 1, 0, 4, 0, 0) + b"test\0"
+                      b"CREATE TABLE t (a INT)")
             continue
         pos = add(ev.TABLE_MAP, bytes(20))
-        row = 5000 if i % 5 == 1 else 40000 if i % 11 == 4 else 30
-        pos = add(23, bytes(row))  # WRITE_ROWS_V1
-        if i % 9 == 5:  # (only the flag differs from the common event)
+        pos = add(23, bytes(5000 if i % 5 == 1 else sizes.get(i % 13, 30)))  # WRITE_ROWS_V1
+        if artificial and i % 9 == 5:  # (only the flag differs from the common event)
             pos = add(ev.TABLE_MAP, bytes(20), flags=ev.LOG_EVENT_ARTIFICIAL_F)
         pos = add(ev.XID, struct.pack("<Q", i))
     return out
 
 
-def damaged_copies(wire, count, seed):
-    """``count`` copies of ``wire``, each with one byte changed or the end cut off."""
+def damaged_copies(data, count, seed, hot=()):
+    """``count`` copies of ``data``, each with one bit flipped (half of them at one of
+    the ``hot`` offsets, where the loops look) or the end cut off."""
     rng = random.Random(seed)
     for _ in range(count):
-        copy = bytearray(wire)
-        at = rng.randrange(len(copy))
+        copy = bytearray(data)
+        at = rng.choice(hot) if hot and rng.random() < 0.5 else rng.randrange(len(copy))
         if rng.random() < 0.2:
             del copy[at:]
         else:
             copy[at] ^= 1 << rng.randrange(8)
         yield copy
+
+
+def headers(lengths, head):
+    """The offsets of the first ``head`` bytes of each of the items of ``lengths`` laid
+    end to end."""
+    starts = [sum(lengths[:i]) for i in range(len(lengths))]
+    return [start + k for start, n in zip(starts, lengths) for k in range(min(head, n))]
 
 
 def squeeze_all(loop, buf, semi_sync):
@@ -442,17 +468,43 @@ def test_the_two_loops_squeeze_damaged_streams_alike(shared_binlog, semi_sync):
     """The pure Python loop is the compiled one's twin: on the same packets, intact or with
     one bit flipped or cut short anywhere, the same runs and the same squeezed bytes."""
     events = file_events(shared_binlog(MARIA))
-    events += a_mixed_run(4 + sum(map(len, events)), 60)
+    events += a_mixed_run(4 + sum(map(len, events)), 80)
     acks = [e[4] == ev.XID and i % 4 == 0 for i, e in enumerate(events)]
     wire = packets(events, semi_sync=semi_sync, ack_flags=acks if semi_sync else None)
-    for copy in [bytearray(wire), *damaged_copies(wire, 150, seed=int(semi_sync))]:
+    head = 4 + (3 if semi_sync else 1)  # packet header, OK byte, semi-sync bytes
+    hot = headers([head + len(e) for e in events], head + ev.HEADER_LEN)
+    for copy in [bytearray(wire), *damaged_copies(wire, 200, int(semi_sync), hot)]:
         mine, theirs = bytearray(copy), bytearray(copy)
         runs = squeeze_all(fusedloop, mine, semi_sync)
         assert runs == squeeze_all(speedups.compiled, theirs, semi_sync)
         assert mine == theirs
         if copy == wire:  # every event in a run, but those asking for an ACK or too large
             left = [a and semi_sync or len(e) > fusedloop.SQUEEZE_MAX for e, a in zip(events, acks)]
-            assert sum(r[3] for r in runs) == len(events) - sum(left) and sum(left) >= 4
+            assert sum(r[3] for r in runs) == len(events) - sum(left) and sum(left) >= 8
+            assert len(events) > 256  # the sequence id wraps
+
+
+@needs_compiled
+@pytest.mark.parametrize("semi_sync", [False, True])
+def test_the_two_loops_squeeze_crafted_edges_alike(semi_sync):
+    """... on packets no damage makes: an event shorter than a header whose size field
+    agrees, a 16 MiB payload split in two packets, and one that fills its packet
+    exactly (an empty packet follows)."""
+    head = b"\0\xef\0" if semi_sync else b"\0"
+    short = struct.pack("<IBII", 0, ev.XID, 1, 13)[:13]
+    split = protocol.MAX_PAYLOAD - len(head)
+    huge = make_event(23, bytes(split + 100), 0)
+    full = make_event(23, bytes(split - 23), 0)
+    plain = [frame(head + e, 1 + i) for i, e in enumerate(a_mixed_run(4, 3, False))]
+    for wire in (frame(head + short, 1) + b"".join(plain[1:]),
+                 plain[0] + frame(head + huge[:split], 2) + frame(huge[split:], 3)
+                 + b"".join(plain[1:]),
+                 plain[0] + frame(head + full, 2) + frame(b"", 3) + b"".join(plain[1:])):
+        mine, theirs = bytearray(wire), bytearray(wire)
+        runs = squeeze_all(fusedloop, mine, semi_sync)
+        assert runs == squeeze_all(speedups.compiled, theirs, semi_sync) and mine == theirs
+        assert runs[0][3] == (wire[4 + len(head) + 9] != 13)  # the short one stops it
+        assert sum(r[3] for r in runs) >= len(plain) - 1
 
 
 @needs_compiled
@@ -462,15 +514,24 @@ def test_the_two_loops_walk_damaged_events_alike(shared_binlog):
     events = file_events(shared_binlog(MARIA))
     events += a_mixed_run(4 + sum(map(len, events)), 60)
     starts = [sum(map(len, events[:i])) for i in range(len(events))]
-    walked = 0
-    for copy in [bytearray(b"".join(events)), *damaged_copies(b"".join(events), 150, seed=2)]:
+    hot = headers([len(e) for e in events], ev.HEADER_LEN + 13)  # (a GTID's flags too)
+    walked, intact = 0, b"".join(events)
+    for copy in [intact, *damaged_copies(intact, 150, 2, hot)]:
         data = bytes(copy)
-        for at, off in list(enumerate(starts))[::5]:
+        for off in starts[::5]:
             for in_trx in (False, True):
                 mine = fusedloop.walk_events(data, off, 4 + off, in_trx)
                 assert mine == speedups.compiled.walk_events(data, off, 4 + off, in_trx)
                 walked += mine[1]
     assert walked > 150 * len(events)
+    # intact events the walk must refuse: a GTID too short for its body, a wrong position
+    first = starts[[e[4] for e in events].index(ev.MARIA_GTID)]
+    for data, off, pos in ((make_event(ev.MARIA_GTID, bytes(10), 4 + 33), 0, 4),
+                           (intact, first, 4 + first + 1)):
+        for in_trx in (False, True):
+            mine = fusedloop.walk_events(data, off, pos, in_trx)
+            assert mine == speedups.compiled.walk_events(data, off, pos, in_trx)
+            assert mine[1] == 0
 
 
 def test_the_compiled_path_is_built_where_a_compiler_is(monkeypatch):
@@ -481,3 +542,15 @@ def test_the_compiled_path_is_built_where_a_compiler_is(monkeypatch):
     result = CliRunner().invoke(main, ["--version"])
     assert result.exit_code == 0
     assert result.output.split("\n")[:2] == [f"mysqlbackup {__version__}", speedups.describe()]
+
+
+@needs_compiled
+def test_a_build_of_another_version_is_not_used(monkeypatch):
+    """An extension built from an older ``_speedups.pyx`` (its twin version differs, or it
+    has none) leaves the pure Python twin running, and says why."""
+    monkeypatch.setattr(speedups.compiled, "TWIN", fusedloop.TWIN - 1)
+    assert speedups._load() == (None, "built from another version (reinstall the package)")
+    monkeypatch.delattr(speedups.compiled, "TWIN")
+    assert speedups._load()[0] is None
+    monkeypatch.undo()
+    assert speedups._load() == (speedups.compiled, "compiled")
