@@ -52,6 +52,7 @@ from mysqlbackup.binlog.events import MARIA_BINLOG_CHECKPOINT  # noqa: E402
 from mysqlbackup.sandbox import (REPL_PASSWORD, REPL_USER, MariaDBSandbox,  # noqa: E402
                                  find_binary, free_port)
 from mysqlbackup.binlog.scan import iter_events  # noqa: E402
+from mysqlbackup.durable import fsync_dir  # noqa: E402
 from bench_daemon import (DAEMONS, REPO, SERVERS, daemon_complaints,  # noqa: E402
                           durable_at, start_daemon, stop_daemon, wait_daemon, wait_for)
 
@@ -138,12 +139,13 @@ def fsync_all(directory):
     """Seconds to fsync every file of ``directory``, then the directory (what the anchor
     leaves unsynced; the daemon fsyncs its directory when it creates a file)."""
     start = time.perf_counter()
-    for name in [*sorted(os.listdir(directory)), "."]:
+    for name in sorted(os.listdir(directory)):
         fd = os.open(os.path.join(directory, name), os.O_RDONLY)
         try:
             os.fsync(fd)
         finally:
             os.close(fd)
+    fsync_dir(directory)
     return time.perf_counter() - start
 
 

@@ -360,8 +360,7 @@ def test_the_fused_loop_matches_the_general_path(tmp_path, shared_binlog, relati
 def test_the_fused_loop_matches_the_general_path_on_large_and_odd_events(
         tmp_path, shared_binlog, semi_sync, monkeypatch, loop):
     """Events a squeeze leaves (over SQUEEZE_MAX), a standalone GTID and its statement."""
-    events = file_events(shared_binlog(MARIA))
-    events += a_mixed_run(4 + sum(map(len, events)), 40, artificial=False)
+    events = maria_then_mixed(shared_binlog, 40, artificial=False)
     acks = [semi_sync and e[4] == ev.XID for e in events]
     want = reference(tmp_path / "general", "mariadb-bin.000001", events, acks, semi_sync)
     assert want[1] is None
@@ -423,6 +422,12 @@ def a_mixed_run(pos, groups, artificial=True):
     return out
 
 
+def maria_then_mixed(shared_binlog, groups, artificial=True):
+    """The events of the MariaDB binlog MARIA, then ``a_mixed_run`` of ``groups`` after."""
+    events = file_events(shared_binlog(MARIA))
+    return events + a_mixed_run(4 + sum(map(len, events)), groups, artificial)
+
+
 def damaged_copies(data, count, seed, hot=()):
     """``count`` copies of ``data``, each with one bit flipped (half of them at one of
     the ``hot`` offsets, where the loops look) or the end cut off."""
@@ -467,8 +472,7 @@ needs_compiled = pytest.mark.skipif(speedups.compiled is None, reason=speedups.d
 def test_the_two_loops_squeeze_damaged_streams_alike(shared_binlog, semi_sync):
     """The pure Python loop is the compiled one's twin: on the same packets, intact or with
     one bit flipped or cut short anywhere, the same runs and the same squeezed bytes."""
-    events = file_events(shared_binlog(MARIA))
-    events += a_mixed_run(4 + sum(map(len, events)), 80)
+    events = maria_then_mixed(shared_binlog, 80)
     acks = [e[4] == ev.XID and i % 4 == 0 for i, e in enumerate(events)]
     wire = packets(events, semi_sync=semi_sync, ack_flags=acks if semi_sync else None)
     head = 4 + (3 if semi_sync else 1)  # packet header, OK byte, semi-sync bytes
@@ -511,8 +515,7 @@ def test_the_two_loops_squeeze_crafted_edges_alike(semi_sync):
 def test_the_two_loops_walk_damaged_events_alike(shared_binlog):
     """... and on the same events, from any of them, in or outside a group, the walk
     takes the same events and stops at the same one."""
-    events = file_events(shared_binlog(MARIA))
-    events += a_mixed_run(4 + sum(map(len, events)), 60)
+    events = maria_then_mixed(shared_binlog, 60)
     starts = [sum(map(len, events[:i])) for i in range(len(events))]
     hot = headers([len(e) for e in events], ev.HEADER_LEN + 13)  # (a GTID's flags too)
     walked, intact = 0, b"".join(events)
