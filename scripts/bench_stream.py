@@ -20,9 +20,11 @@ semi-sync measurement.
 
 Part B, commit rate: on a fresh primary (semi-sync timeout 10 s), --threads client
 processes run single-row autocommit INSERTs for --seconds, with exactly one semi-sync
-replica connected: our daemon, or a real MariaDB replica (a second sandbox). An async
-line (semi-sync off, no replica) is a reference. A run whose Rpl_semi_sync_master_no_tx
-grew fell back to async: it is marked INVALID. Figures are medians over --runs. The daemon's
+replica connected: our daemon, or a real MariaDB replica (a second sandbox), as it comes
+and with sync_relay_log=1 (its I/O thread writes each event to the relay log, then ACKs:
+with that setting each ACK waits for an fsync, as ours). An async line (semi-sync off, no
+replica) is a reference. A run whose Rpl_semi_sync_master_no_tx grew fell back to
+async: it is marked INVALID. Figures are medians over --runs. The daemon's
 ACK latency (received -> ACK sent) comes from its Prometheus histogram (bucket bounds), beside
 this disk's fdatasync p50/p99: the floor of an ACK that waits for an fsync.
 
@@ -352,8 +354,14 @@ def ack_quantile(buckets, q):
     return next((le for le in sorted(buckets) if total and buckets[le] >= q * total), None)
 
 
-def load_with_replica(primary, replica, args):
-    """Load with the real replica as the only semi-sync replica (caught up before)."""
+def load_with_replica(primary, replica, args, sync_relay_log=None):
+    """Load with the real replica as the only semi-sync replica (caught up before);
+    ``sync_relay_log=1``: it fsyncs its relay log after each event, and its I/O thread
+    queues an event before it sends that event's ACK, so its ACKs wait for an fsync as ours
+    do (one per event where ours has one per batch)."""
+    default = replica.execute("SELECT @@global.sync_relay_log")[0][0]
+    if sync_relay_log is not None:
+        replica.execute(f"SET GLOBAL sync_relay_log = {int(sync_relay_log)}")
     replica.execute("START SLAVE")
     try:
         wait_semi_sync_clients(primary, 1)
@@ -363,6 +371,7 @@ def load_with_replica(primary, replica, args):
         return commit_load(primary, args.threads, args.seconds)
     finally:
         replica.execute("STOP SLAVE")
+        replica.execute(f"SET GLOBAL sync_relay_log = {int(default)}")
         wait_semi_sync_clients(primary, 0)
 
 
@@ -410,12 +419,16 @@ def fdatasync_times(directory, count=500, record=300):
     return statistics.median(times), times[int(len(times) * 0.99)]
 
 
+SYNCED_REPLICA = "real replica, sync_relay_log=1"
+
+
 def bench_commits(args, tmp):
     """Part B; returns {label: {tps (median), yes, no (sums)}, "fsync": seconds}."""
     primary, replica = start_commit_servers(tmp)
     loads = {"async (no replica)": lambda: load_async(primary, args),
              "mysqlbackup": lambda: load_with_daemon(primary, args, tmp),
-             "real replica": lambda: load_with_replica(primary, replica, args)}
+             "real replica": lambda: load_with_replica(primary, replica, args),
+             SYNCED_REPLICA: lambda: load_with_replica(primary, replica, args, 1)}
     for repo in args.compare or []:
         loads[f"mysqlbackup @{repo}"] = lambda repo=repo: load_with_daemon(
             primary, args, tmp, os.path.abspath(repo))
@@ -429,7 +442,7 @@ def bench_commits(args, tmp):
             r = loads[label]()
             runs[label].append(r)
             flag = "" if label.startswith("async") or r["no"] == 0 else "  INVALID: fell back"
-            print(f"  run {run + 1} {label:28s} {r['tps']:8.0f} tx/s  commit p50 "
+            print(f"  run {run + 1} {label:30s} {r['tps']:8.0f} tx/s  commit p50 "
                   f"{r['p50'] * 1e6:5.0f} us p99 {r['p99'] * 1e6:6.0f} us  semi-sync yes_tx "
                   f"+{r['yes']} no_tx +{r['no']}{flag}")
     acks = {label: collections.Counter() for label in runs}  # ACK histograms, all runs
@@ -491,6 +504,11 @@ def print_summary(stream, commits, args):
         print(f"  commit latency p50/p99: real replica {real['p50'] * 1e6:.0f}/"
               f"{real['p99'] * 1e6:.0f} us | mysqlbackup {ours['p50'] * 1e6:.0f}/"
               f"{ours['p99'] * 1e6:.0f} us (the ACK wait is part of each commit)")
+        synced = commits[SYNCED_REPLICA]
+        print(f"  a real replica that fsyncs before its ACK (sync_relay_log=1): "
+              f"{synced['tps']:.0f} tx/s, commit p50/p99 {synced['p50'] * 1e6:.0f}/"
+              f"{synced['p99'] * 1e6:.0f} us; mysqlbackup against it: "
+              f"{ours['tps'] / synced['tps']:.2f}")
         for label in (k for k in commits if k.startswith("mysqlbackup @")):
             other = commits[label]
             print(f"  {label}: {other['tps']:.0f} tx/s, ratio {other['tps'] / real['tps']:.2f},"
