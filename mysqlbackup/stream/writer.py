@@ -23,7 +23,8 @@ IOV_MAX = 1024
 # Every this many bytes written, the kernel is asked to start writing them back (Linux's
 # sync_file_range, SYNC_FILE_RANGE_WRITE; nothing elsewhere): the next fsync then finds
 # little left to do, and the disk works while the stream goes on. It is only a hint:
-# nothing counts as durable before the fsync that follows.
+# nothing counts as durable before the fsync that follows. (Every 2 MiB was slower: 6.6 s
+# against 6.2 s for 2 GB of 40 KB events on a disk slower than the stream.)
 WRITEBACK_BYTES = 8 << 20
 _SYNC_FILE_RANGE_WRITE = 2
 
