@@ -23,10 +23,15 @@ def archived_index(store, source, name):
     return store.exists(f"{source}/binlog/{name}.json")
 
 
+def segment_keys(store, source, name):
+    """(start, end) of each indexed segment of an active file in the store, in order."""
+    return sorted((k.start, k.end) for k in map(parse_key, store.list(partial_prefix(
+        source, name))) if k is not None and k.is_index)
+
+
 def segments_data(store, source, name):
     """The bytes of an active file's segments in the store, joined in order."""
-    keys = sorted((k.start, k.end) for k in map(parse_key, store.list(partial_prefix(
-        source, name))) if k is not None and k.is_index)
+    keys = segment_keys(store, source, name)
     assert [s for s, _ in keys] == [0] + [e for _, e in keys[:-1]], keys  # one chain
     return b"".join(store.read(f"{source}/partial/{name}/{s:012d}-{e:012d}") for s, e in keys)
 
@@ -60,8 +65,7 @@ def test_daemon_archives_byte_identical_files(archive, make_server, tmp_path):
     assert data == original
     # verify counts objects: the sealed file, and each segment of the active one (one per
     # pass that saw its durable prefix grow: two when the ten inserts span two passes)
-    segments = [k for k in map(parse_key, store.list(partial_prefix("db1", active)))
-                if k is not None and k.is_index]
+    segments = segment_keys(store, "db1", active)
     assert segments and verify_archive(store) == (1 + len(segments), [])
 
 
