@@ -6,8 +6,12 @@ exit code (``exit_code`` of the class); anything else is a bug and shows a trace
 
 import re
 
-# the user-info part ("user:secret@") of any URL in a text
-_USERINFO = re.compile(r"(?P<scheme>[A-Za-z][A-Za-z0-9+.-]*://)(?P<info>[^/\s@'\"]*)@")
+# the user-info part ("user:secret@") of any URL in a text. Linear in the text's length
+# (it may hold a client's input, e.g. a user name): a scheme starts only where a run of
+# scheme characters starts (the lookbehind), so no run is scanned from each of its
+# letters, and a user-info stops at the next "/" (every "://" has one).
+_USERINFO = re.compile(r"(?<![A-Za-z0-9+.-])(?P<scheme>[A-Za-z][A-Za-z0-9+.-]*://)"
+                       r"(?P<info>[^/\s@'\"]*)@")
 _SERVER_SCHEMES = ("mysql://", "mariadb://")
 
 

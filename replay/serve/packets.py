@@ -41,12 +41,28 @@ SERVER_CAPABILITIES = (0x00000004 | CLIENT_CONNECT_WITH_DB | CLIENT_PROTOCOL_41 
 TYPE_LONGLONG, TYPE_VAR_STRING = 0x08, 0xFD
 
 # errors, with the SQLSTATE the server sends for each
+ER_CON_COUNT_ERROR = 1040
+ER_HANDSHAKE_ERROR = 1043
 ER_ACCESS_DENIED = 1045
 ER_UNKNOWN_COM = 1047
 ER_UNKNOWN_SYSTEM_VARIABLE = 1193
 ER_NOT_SUPPORTED = 1235
+ER_NET_PACKET_TOO_LARGE = 1153
 ER_MASTER_FATAL_READING_BINLOG = 1236
-SQLSTATES = {ER_ACCESS_DENIED: "28000", ER_UNKNOWN_COM: "08S01"}
+ER_MALFORMED_PACKET = 1835
+SQLSTATES = {ER_CON_COUNT_ERROR: "08004", ER_HANDSHAKE_ERROR: "08S01",
+             ER_ACCESS_DENIED: "28000", ER_UNKNOWN_COM: "08S01",
+             ER_NET_PACKET_TOO_LARGE: "08S01"}
+
+# what a client may send: a user name of MariaDB's 128 characters (in UTF-8), auth data of
+# the largest plugin answer (an RSA-encrypted password of a 4096-bit key is 512 bytes)
+MAX_USER_BYTES = 512
+MAX_AUTH_BYTES = 1024
+
+
+class MalformedPacket(ValueError):
+    """A client's payload that does not parse: what it lacks or holds wrongly."""
+
 
 HandshakeResponse = namedtuple("HandshakeResponse", "capabilities user auth database plugin")
 DumpRequest = namedtuple("DumpRequest", "pos flags server_id file")
@@ -83,17 +99,27 @@ def handshake_v10(connection_id, version, scramble, ssl=False):
             + scramble[8:] + b"\0" + NATIVE_PASSWORD.encode("ascii") + b"\0")
 
 
-def _cstring(buf, pos):
-    end = buf.index(b"\0", pos)
+_LENENC_SIZES = {0xFC: 2, 0xFD: 3, 0xFE: 8}
+
+
+def _cstring(buf, pos, what):
+    end = buf.find(b"\0", pos)
+    if end < 0:
+        raise MalformedPacket(f"{what} is not terminated")
     return bytes(buf[pos:end]), end + 1
 
 
-def _lenenc(buf, pos):
-    """(value, next position) of a length-encoded integer."""
+def _lenenc(buf, pos, what):
+    """(value, next position) of a length-encoded integer; MalformedPacket when it is
+    cut short or is NULL/ERR's marker (0xFB, 0xFF)."""
+    if pos >= len(buf):
+        raise MalformedPacket(f"{what} is missing")
     first = buf[pos]
     if first < 0xFB:
         return first, pos + 1
-    size = {0xFC: 2, 0xFD: 3, 0xFE: 8}[first]
+    size = _LENENC_SIZES.get(first)
+    if size is None or pos + 1 + size > len(buf):
+        raise MalformedPacket(f"{what} has a bad length")
     return int.from_bytes(buf[pos + 1:pos + 1 + size], "little"), pos + 1 + size
 
 
@@ -106,28 +132,36 @@ def is_ssl_request(payload):
 
 
 def parse_handshake_response(payload):
-    """HandshakeResponse of the client's Protocol::HandshakeResponse41 (ValueError when
-    it is not one: an SSL request or an old protocol)."""
+    """HandshakeResponse of the client's Protocol::HandshakeResponse41; MalformedPacket
+    (a ValueError) when it is not one (an SSL request, an old protocol, a field cut
+    short or too long: a user name over MAX_USER_BYTES, auth data over MAX_AUTH_BYTES)."""
     if len(payload) < 33:
-        raise ValueError("handshake response too short")
+        raise MalformedPacket("handshake response too short")
     caps = struct.unpack_from("<I", payload, 0)[0]
     if not caps & CLIENT_PROTOCOL_41:
-        raise ValueError("the client does not speak protocol 4.1")
-    user, pos = _cstring(payload, 32)
+        raise MalformedPacket("the client does not speak protocol 4.1")
+    end = payload.find(b"\0", 32, 32 + MAX_USER_BYTES + 1)
+    if end < 0:
+        raise MalformedPacket("the user name is not terminated within "
+                              f"{MAX_USER_BYTES} bytes")
+    user, pos = bytes(payload[32:end]), end + 1
     if caps & CLIENT_PLUGIN_AUTH_LENENC:
-        size, pos = _lenenc(payload, pos)
+        size, pos = _lenenc(payload, pos, "the auth data's length")
     elif caps & CLIENT_SECURE_CONNECTION:
+        if pos >= len(payload):
+            raise MalformedPacket("the auth data's length is missing")
         size, pos = payload[pos], pos + 1
     else:
-        end = payload.index(b"\0", pos)
-        size = end - pos
+        size = len(_cstring(payload, pos, "the auth data")[0])
+    if size > MAX_AUTH_BYTES or pos + size > len(payload):
+        raise MalformedPacket("the auth data is cut short or too long")
     auth = bytes(payload[pos:pos + size])
     pos += size
     database = plugin = b""
     if caps & CLIENT_CONNECT_WITH_DB and pos < len(payload):
-        database, pos = _cstring(payload, pos)
+        database, pos = _cstring(payload, pos, "the database name")
     if caps & CLIENT_PLUGIN_AUTH and pos < len(payload):
-        plugin, pos = _cstring(payload, pos)
+        plugin, pos = _cstring(payload, pos, "the auth plugin's name")
     return HandshakeResponse(caps, user.decode("utf-8", "replace"), auth,
                              database.decode("utf-8", "replace"),
                              plugin.decode("ascii", "replace"))
@@ -205,17 +239,19 @@ def result_set(columns, rows):
 # --- commands ---------------------------------------------------------------------
 
 def parse_binlog_dump(payload):
-    """DumpRequest of a COM_BINLOG_DUMP payload (command byte included)."""
+    """DumpRequest of a COM_BINLOG_DUMP payload (command byte included);
+    MalformedPacket when it is shorter than its fixed part (11 bytes)."""
     if len(payload) < 11:
-        raise ValueError("COM_BINLOG_DUMP too short")
+        raise MalformedPacket("COM_BINLOG_DUMP too short")
     pos, flags, server_id = struct.unpack_from("<IHI", payload, 1)
     return DumpRequest(pos, flags, server_id, bytes(payload[11:]).decode("utf-8", "replace"))
 
 
 def parse_register_slave(payload):
-    """The server_id a COM_REGISTER_SLAVE announces."""
+    """The server_id a COM_REGISTER_SLAVE announces; MalformedPacket when it is
+    shorter than its command byte and server_id."""
     if len(payload) < 5:
-        raise ValueError("COM_REGISTER_SLAVE too short")
+        raise MalformedPacket("COM_REGISTER_SLAVE too short")
     return struct.unpack_from("<I", payload, 1)[0]
 
 

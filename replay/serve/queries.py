@@ -10,6 +10,11 @@ A MariaDB 10.11 replica's I/O thread sends, before its dump (seen on the wire):
 ``SELECT binlog_gtid_pos('FILE',POS)``. A semi-sync replica adds
 ``SET @rpl_semi_sync_slave=1``. ``answer`` knows these (and the variables a client
 commonly reads); anything else is refused as a server refuses what it lacks.
+
+A client's text never meets a regex that can backtrack: the statement patterns are
+anchored with disjoint classes, SET items are split and read by hand, a LIKE
+pattern is matched by ``limits.like_match``; numbers that are not numbers are the
+server's error 1232, and a heartbeat period is kept within the server's bounds.
 """
 
 import re
@@ -19,8 +24,12 @@ from dataclasses import dataclass, field
 from mysqlbackup.binlog.gtid import MariaGtidPos
 from mysqlbackup.errors import UsageError
 from replay.serve import packets as pk
+from replay.serve.limits import like_match
 
 LONG, TEXT = pk.TYPE_LONGLONG, pk.TYPE_VAR_STRING
+ER_WRONG_TYPE_FOR_VAR = 1232
+# MASTER_HEARTBEAT_PERIOD's range on a replica: 1 ms to 4294967 s (0: none)
+HEARTBEAT_MIN_NS, HEARTBEAT_MAX_NS = 1_000_000, 4_294_967 * 10**9
 
 
 @dataclass
@@ -31,8 +40,9 @@ class ServerFacts:
     version: str                  # as the handshake shows it ('5.5.5-10.11.19-MariaDB...')
     checksum: str                 # 'CRC32' or 'NONE'
     domain_id: int = 0
-    gtid_binlog_pos: str = ""     # the GTID state at the archive's end
+    gtid_binlog_pos: str = ""     # the GTID state at the archive's end (when serve started)
     gtid_pos_at: object = None    # callable (file, pos) -> GTID state text or None
+    gtid_binlog_pos_now: object = None  # callable -> the archive's end now (or None)
 
 
 @dataclass
@@ -67,8 +77,7 @@ class Reply:
 
 
 OK = Reply("ok")
-_SET_ITEM = re.compile(r"\s*(@@(?:global\.|session\.)?|@)?(\w+)\s*:?=\s*(.+?)\s*$",
-                       re.IGNORECASE | re.DOTALL)
+_WORD = re.compile(r"\w+")
 _SELECT_VAR = re.compile(r"^select\s+@@(?:global\.|session\.)?(\w+)\s*$", re.IGNORECASE)
 _SELECT_USER_VAR = re.compile(r"^select\s+@(\w+)\s*$", re.IGNORECASE)
 _GTID_POS = re.compile(r"^select\s+binlog_gtid_pos\(\s*'([^']*)'\s*,\s*(\d+)\s*\)\s*$",
@@ -110,10 +119,12 @@ def rows(name, type_, value):
 
 
 def _variables(facts):
+    pos = facts.gtid_binlog_pos_now() if facts.gtid_binlog_pos_now else None
+    if pos is None:
+        pos = facts.gtid_binlog_pos
     return {"server_id": (LONG, facts.server_id), "binlog_checksum": (TEXT, facts.checksum),
             "gtid_domain_id": (LONG, facts.domain_id),
-            "gtid_binlog_pos": (TEXT, facts.gtid_binlog_pos),
-            "gtid_current_pos": (TEXT, facts.gtid_binlog_pos),
+            "gtid_binlog_pos": (TEXT, pos), "gtid_current_pos": (TEXT, pos),
             "gtid_strict_mode": (LONG, 1), "log_bin": (LONG, 1),
             "binlog_format": (TEXT, "ROW"), "version": (TEXT, facts.version),
             "version_comment": (TEXT, "mysqlbackup serve"), "server_uuid": (TEXT, None),
@@ -132,18 +143,16 @@ def _select_variable(label, name, facts):
 
 
 def _show_variables(pattern, facts):
-    regex = re.compile("^" + re.escape(pattern).replace("%", ".*").replace("_", ".") + "$",
-                       re.IGNORECASE)
-    found = [[n, v] for n, (_, v) in sorted(_variables(facts).items()) if regex.match(n)]
+    found = [[n, v] for n, (_, v) in sorted(_variables(facts).items()) if like_match(pattern, n)]
     return Reply("rows", [pk.Column("Variable_name", TEXT), pk.Column("Value", TEXT)], found)
 
 
 def _set(assignments, session, facts):
     for item in _split(assignments):
-        m = _SET_ITEM.match(item)
-        if not m:
+        parsed = _set_item(item)
+        if parsed is None:
             continue  # SET NAMES utf8 and the like: nothing to keep
-        marker, name, value = (m.group(1) or "").lower(), m.group(2).lower(), m.group(3)
+        marker, name, value = parsed
         if marker != "@":
             continue  # session variables (autocommit, names, sql_mode): accepted, unused
         problem = _set_user_var(session, facts, name, _value(value, facts))
@@ -152,14 +161,51 @@ def _set(assignments, session, facts):
     return OK
 
 
+def _set_item(item):
+    """(marker '@', '@@' or '', lower-case name, value text) of one ``name = value`` item
+    of a SET, or None when it is not one (read by hand: linear in the item)."""
+    text, marker = item.strip(), ""
+    for prefix in ("@@global.", "@@session.", "@@", "@"):
+        if text[:len(prefix)].lower() == prefix:
+            marker, text = prefix[:2] if prefix.startswith("@@") else "@", text[len(prefix):]
+            break
+    m = _WORD.match(text)
+    if not m:
+        return None
+    rest = text[m.end():].lstrip()
+    rest = rest[1:] if rest.startswith(":=") else rest
+    if not rest.startswith("="):
+        return None
+    value = rest[1:].strip()
+    return (marker, m.group(0).lower(), value) if value else None
+
+
+def _number(name, value):
+    """The integer ``value`` of user variable ``name``: ValueError with the server's
+    1232 text when it is not one."""
+    text = str(value or 0).strip()
+    try:
+        return int(text)
+    except ValueError:
+        try:
+            return int(float(text))
+        except (ValueError, OverflowError):
+            raise ValueError(f"Incorrect argument type to variable '{name}'") from None
+
+
 def _set_user_var(session, facts, name, value):
+    try:
+        if name == "master_heartbeat_period":
+            ns = _number(name, value)
+            session.heartbeat_ns = 0 if ns <= 0 else min(max(ns, HEARTBEAT_MIN_NS),
+                                                         HEARTBEAT_MAX_NS)
+        elif name == "mariadb_slave_capability":
+            session.capability = _number(name, value)
+    except ValueError as e:
+        return Reply("error", code=ER_WRONG_TYPE_FOR_VAR, message=str(e))
     session.user_vars[name] = value
-    if name == "master_heartbeat_period":
-        session.heartbeat_ns = int(value or 0)
-    elif name == "master_binlog_checksum":
+    if name == "master_binlog_checksum":
         session.checksum_wanted = str(value).upper() not in ("NONE", "")
-    elif name == "mariadb_slave_capability":
-        session.capability = int(value or 0)
     elif name == "rpl_semi_sync_slave":
         session.semi_sync = str(value) == "1"
     elif name == "slave_connect_state":

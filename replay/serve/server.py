@@ -1,40 +1,48 @@
 """The socket server of ``mysqlbackup serve``: one thread per connection.
 
-Each connection gets the handshake of a MariaDB primary, is authenticated
-(mysql_native_password against the one user the server was started with),
-answers the replica's set-up queries (``replay.serve.queries``), and on
-COM_BINLOG_DUMP streams what ``replay.serve.feed`` reads from the archive, then
-heartbeats until the replica goes. A replica that disconnects is logged and the
-server keeps serving the others; a dump from a server_id already dumping ends
-the older connection, as a primary does.
+Each connection (``replay.serve.connection``) gets the handshake of a MariaDB
+primary, is authenticated (mysql_native_password against the one user the server
+was started with), answers the replica's set-up queries (``replay.serve.queries``),
+and on COM_BINLOG_DUMP streams what ``replay.serve.feed`` reads from the archive,
+then heartbeats until the replica goes. A replica that disconnects is logged and the
+server keeps serving the others; a dump from a server_id already dumping ends the
+older connection, as a primary does.
+
+The accept loop never ends but on ``stop()``: out of descriptors, memory or threads
+it logs, backs off and tries again. Connections are bounded: at most
+MAX_HANDSHAKES not logged in (a new one ends the oldest: a flood of idle or slow
+clients cannot keep a replica out), at most ``max_connections`` logged in (more get
+1040 "Too many connections", as mariadbd answers), and past both, a connection
+gets 1040 at once. Refusals are counted (``ServeHandle.stats``) and logged at
+most once per kind every few seconds.
 """
 
+import errno
 import logging
-import random
-import select
 import socket
 import ssl
 import threading
 import time
+from collections import Counter, OrderedDict
 from dataclasses import dataclass, field, replace
 
 from mysqlbackup.binlog import events as ev
 from mysqlbackup.binlog.gtid import MariaGtidPos
 from mysqlbackup.binlog.names import binlog_sort_key
-from mysqlbackup.errors import MysqlBackupError, UsageError, mask_url
-from mysqlbackup.source.protocol import BINLOG_DUMP_NON_BLOCK, BINLOG_SEND_ANNOTATE_ROWS_EVENT
+from mysqlbackup.errors import UsageError, mask_url
 from replay.planning.selection import Selection
 from replay.serve import packets as pk
-from replay.serve.feed import (NO_CHECKSUM, DumpContext, DumpError, DumpStart, dump_events,
-                               gtid_state_at)
-from replay.serve.queries import ServerFacts, Session, answer
+from replay.serve.connection import Connection
+from replay.serve.feed import gtid_state_at
+from replay.serve.limits import MAX_CONNECTIONS, MAX_HANDSHAKES, LoginThrottle, LogLimiter
+from replay.serve.queries import ServerFacts
 
 log = logging.getLogger(__name__)
 
-COM_QUIT, COM_INIT_DB, COM_QUERY, COM_PING = 0x01, 0x02, 0x03, 0x0E
-COM_BINLOG_DUMP, COM_REGISTER_SLAVE = 0x12, 0x15
-POLL_SLICE = 0.5          # longest wait, so that stop() is seen
-SEND_TIMEOUT = 60.0       # a peer that sends or takes no bytes for this long is gone
+# accept() failures that a full process or system causes: wait, then accept again
+RESOURCE_ERRNOS = (errno.EMFILE, errno.ENFILE, errno.ENOBUFS, errno.ENOMEM)
+MAX_BACKOFF = 1.0
+GTID_POS_TTL = 1.0        # @@gtid_binlog_pos: the archive's end, looked up at most this often
 
 
 @dataclass
@@ -56,6 +64,7 @@ class ServeOptions:
     tls_cert: str = None            # PEM certificate (chain) offered to replicas: TLS on
     tls_key: str = None             # its private key (PEM; may be inside ``tls_cert``)
     require_tls: bool = False       # a replica that does not ask for TLS is denied (1045)
+    max_connections: int = MAX_CONNECTIONS  # logged-in connections at once (more: 1040)
 
 
 class ServeHandle:
@@ -89,6 +98,20 @@ class ServeHandle:
         return list(self._server.dump_tls)
 
     @property
+    def stats(self):
+        """Counts of what the server refused or ended: 'refused_connections' (1040),
+        'refused_logins' (1045), 'bad_handshakes' (1043), 'too_large' (1153),
+        'timed_out', 'evicted' (a handshake ended for a newer one), 'accept_errors'."""
+        with self._server.lock:
+            return dict(self._server.stats)
+
+    @property
+    def connections(self):
+        """How many connections are open now (logged in or not)."""
+        with self._server.lock:
+            return len(self._server.connections)
+
+    @property
     def errors(self):
         """The (code, message) of every error sent to a replica's dump, oldest first."""
         return list(self._server.errors)
@@ -104,6 +127,8 @@ def start_server(options):
     """Check the archive (its source, its files, what opens them), listen, and serve
     in background threads; returns the ServeHandle. UsageError / MysqlBackupError
     when the archive, the source or the address cannot be used."""
+    if options.max_connections < 1:
+        raise UsageError("--max-connections must be at least 1")
     if options.require_tls and not options.tls_cert:
         raise UsageError("--require-tls needs --tls-cert (and --tls-key)")
     if not options.password:
@@ -133,8 +158,14 @@ class _Server:
         self.listener = _listen(options.listen)
         self.lock, self.ended = threading.Condition(), None
         self.connections, self.dumps, self.errors = {}, {}, []
+        self.handshaking, self.authenticated = OrderedDict(), set()
         self.stopping, self.next_id, self.thread = False, 1, None
+        self.wake = threading.Event()   # set by stop(): ends a back-off at once
         self.dumps_started, self.dump_tls = 0, []
+        self.stats = Counter()
+        self.throttle = LoginThrottle(time.monotonic)
+        self.limiter = LogLimiter(time.monotonic)
+        self._gtid_now = (None, None)   # (when looked up, value)
 
     # -- archive ---------------------------------------------------------------------
 
@@ -166,6 +197,27 @@ class _Server:
             return True
         return index["end"] > end.pos and index.get("last_gtid") not in (None, end.last_gtid)
 
+    def archive_end_gtid(self):
+        """The GTID state at the archive's end now (the newest file's index), looked up at
+        most every GTID_POS_TTL seconds; None when the store cannot tell."""
+        with self.lock:
+            when, value = self._gtid_now
+            if when is not None and time.monotonic() - when < GTID_POS_TTL:
+                return value
+        from mysqlbackup.archive.listing import ArchiveListing
+        from mysqlbackup.archive.store import ArchiveStore
+        try:
+            listing = ArchiveListing(ArchiveStore(self.options.archive_url,
+                                                  self.options.storage_options))
+            index = _newest_index(listing, self.source, None)
+            value = index.get("gtid_after") if index else None
+        except Exception as e:  # noqa: BLE001 - the value known at start is answered instead
+            log.warning("reading the archive's end failed: %s", mask_url(e))
+            value = None
+        with self.lock:
+            self._gtid_now = (time.monotonic(), value)
+        return value
+
     def chunks(self, unit):
         from replay.serve.feed import unit_chunks
         return unit_chunks(unit, self.options.archive_url, self.options.storage_options,
@@ -187,6 +239,7 @@ class _Server:
             checksum="CRC32" if fde.checksum_alg == ev.CHECKSUM_CRC32 else "NONE",
             domain_id=next(iter(MariaGtidPos.parse(gtid).domains), 0),
             gtid_binlog_pos=last["index"].get("gtid_after") or "",
+            gtid_binlog_pos_now=self.archive_end_gtid,
             gtid_pos_at=lambda file, pos: gtid_state_at(units, file, pos))
 
     def _read_fde(self, unit):
@@ -206,24 +259,81 @@ class _Server:
         self.thread.start()
 
     def _accept(self):
+        backoff = 0.0
         while not self.stopping:
             try:
                 sock, peer = self.listener.accept()
-            except OSError:
-                return  # the listener was closed: stop()
-            with self.lock:
-                if self.stopping:  # accepted while stop() ran: never served
-                    sock.close()
-                    return
+            except OSError as e:
+                if self.stopping or e.errno == errno.EBADF:
+                    return  # the listener was closed: stop()
+                backoff = self._accept_failed(e, backoff)
+                continue
+            backoff = 0.0
+            self._admit(sock, peer)
+
+    def _accept_failed(self, error, backoff):
+        """Log (at most once every few seconds) and wait a growing while when the process
+        or the system is out of descriptors, memory or buffers; the next back-off."""
+        self.count("accept_errors")
+        if error.errno not in RESOURCE_ERRNOS:  # e.g. ECONNABORTED: that client is gone
+            return 0.0
+        backoff = min(MAX_BACKOFF, backoff * 2 or 0.01)
+        self.note("accept", logging.WARNING, "cannot accept connections: %s; accepting "
+                  "again in %.2f s", error.strerror or error, backoff)
+        self.wake.wait(backoff)
+        return backoff
+
+    def _admit(self, sock, peer):
+        """Serve a new connection in a thread of its own, or refuse it with 1040 when the
+        server is full; a full set of handshakes ends its oldest."""
+        with self.lock:
+            if self.stopping:  # accepted while stop() ran: never served
+                sock.close()
+                return
+            if len(self.connections) >= self.options.max_connections + MAX_HANDSHAKES:
+                conn, evicted = None, None
+            else:
+                evicted = (self.handshaking.popitem(last=False)[1]
+                           if len(self.handshaking) >= MAX_HANDSHAKES else None)
                 conn_id, self.next_id = self.next_id, self.next_id + 1
-                conn = _Connection(self, sock, peer, conn_id)
-                self.connections[conn_id] = conn
+                conn = Connection(self, sock, peer, conn_id)
+                self.connections[conn_id] = self.handshaking[conn_id] = conn
+        if conn is None:
+            return self._refuse_now(sock, peer)
+        if evicted is not None:
+            self.count("evicted")
+            self.note("evicted", logging.WARNING, "%d connections are logging in: the oldest "
+                      "(%d from %s) is closed for a new one", MAX_HANDSHAKES, evicted.id,
+                      evicted.peer[0])
+            evicted.close()
+        try:
             conn.thread.start()
+        except RuntimeError as e:  # no thread can be started now
+            self.note("thread", logging.WARNING, "cannot serve a connection: %s", e)
+            sock.close()
+            self.forget(conn)
+
+    def _refuse_now(self, sock, peer):
+        """1040 "Too many connections" as the first packet, as mariadbd sends it, then
+        close; never waits on the peer."""
+        self.count("refused_connections")
+        self.note("full", logging.WARNING, "refused a connection from %s: %d connections "
+                  "open (--max-connections %d and %d logging in)", peer[0],
+                  self.options.max_connections + MAX_HANDSHAKES, self.options.max_connections,
+                  MAX_HANDSHAKES)
+        try:
+            sock.setblocking(False)
+            sock.send(pk.frames(pk.err_packet(pk.ER_CON_COUNT_ERROR, "Too many connections"),
+                                0)[0])
+        except OSError:
+            pass
+        sock.close()
 
     def stop(self):
         with self.lock:
             self.stopping = True
             connections = list(self.connections.values())
+        self.wake.set()
         try:
             self.listener.shutdown(socket.SHUT_RDWR)
         except OSError:
@@ -264,9 +374,45 @@ class _Server:
         with self.lock:
             self.errors.append((code, message))
 
+    def logged_in(self, conn):
+        """``conn`` logged in: True when it may stay (fewer than max_connections are)."""
+        with self.lock:
+            self.handshaking.pop(conn.id, None)
+            self.throttle.succeeded(conn.peer[0])
+            if len(self.authenticated) >= self.options.max_connections:
+                self.stats["refused_connections"] += 1
+                return False
+            self.authenticated.add(conn.id)
+            return True
+
+    def login_delay(self, address):
+        """Seconds a login from ``address`` waits (its recent failed logins)."""
+        with self.lock:
+            return self.throttle.delay(address)
+
+    def login_failed(self, address):
+        with self.lock:
+            self.throttle.failed(address)
+            self.stats["refused_logins"] += 1
+
+    def count(self, what):
+        with self.lock:
+            self.stats[what] += 1
+
+    def note(self, kind, level, message, *args):
+        """Log ``message`` unless a line of ``kind`` was logged a moment ago (then it is
+        counted, and the next line of that kind says how many were left out)."""
+        with self.lock:
+            due, left_out = self.limiter.allow(kind)
+        if due:
+            log.log(level, message + (f" ({left_out} more like it not logged)" if left_out
+                                      else ""), *args)
+
     def forget(self, conn):
         with self.lock:
             self.connections.pop(conn.id, None)
+            self.handshaking.pop(conn.id, None)
+            self.authenticated.discard(conn.id)
             for server_id, held in list(self.dumps.items()):
                 if held is conn:
                     del self.dumps[server_id]
@@ -274,12 +420,17 @@ class _Server:
 
 def _newest_index(listing, source, file):
     """The index of ``file`` (sealed, or its newest indexed segment), or of a file after
-    it when the archive holds one with its index; None when neither."""
-    key = binlog_sort_key(file)
+    it when the archive holds one with its index; None when neither. ``file`` None: the
+    index of the newest file that has one."""
     sealed = {n: slots for n, slots in listing.sealed[source].items() if "index" in slots}
-    later = [n for n in sealed if binlog_sort_key(n) > key]
-    later += [n for n, segs in listing.segments[source].items()
-              if binlog_sort_key(n) > key and any("index" in sl for sl in segs.values())]
+    indexed = list(sealed) + [n for n, segs in listing.segments[source].items()
+                              if any("index" in sl for sl in segs.values())]
+    if file is None:
+        if not indexed:
+            return None
+        file = max(indexed, key=binlog_sort_key)
+    key = binlog_sort_key(file)
+    later = [n for n in indexed if binlog_sort_key(n) > key]
     if later:
         return {"name": min(later, key=binlog_sort_key)}
     if file in sealed:
@@ -312,266 +463,8 @@ def _listen(address):
     sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
     try:
         sock.bind((host, port))
-        sock.listen(16)
+        sock.listen(socket.SOMAXCONN)
     except OSError as e:
         sock.close()
         raise UsageError(f"cannot listen on {host}:{port}: {e.strerror or e}") from None
     return sock
-
-
-class Disconnected(Exception):
-    """The peer closed the connection (or stop() did)."""
-
-
-class _Connection:
-    """One client connection: handshake, commands, at most one dump."""
-
-    def __init__(self, server, sock, peer, conn_id):
-        self.server, self.sock, self.peer, self.id = server, sock, peer, conn_id
-        self.session, self.buffer, self.closed = Session(), b"", False
-        self.replica_id, self.tls = None, None
-        self.thread = threading.Thread(target=self.run, name=f"serve-conn-{conn_id}",
-                                       daemon=True)
-
-    def close(self):
-        self.closed = True
-        try:  # the socket's own shutdown, also under TLS (from another thread)
-            socket.socket.shutdown(self.sock, socket.SHUT_RDWR)
-        except OSError:
-            pass
-
-    def run(self):
-        where = f"{self.peer[0]}:{self.peer[1]}"
-        try:
-            self.sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
-            self.sock.settimeout(SEND_TIMEOUT)  # a client silent this long is gone
-            if self._authenticate():
-                self._commands()
-        except (Disconnected, OSError) as e:
-            log.info("connection %d from %s (replica server_id %s): disconnected%s", self.id,
-                     where, self.replica_id, "" if isinstance(e, Disconnected) else f": {e}")
-        except Exception:  # noqa: BLE001 - one connection's bug must not stop the others
-            log.exception("connection %d from %s failed", self.id, where)
-        finally:
-            self.sock.close()
-            self.server.forget(self)
-
-    # -- packets -----------------------------------------------------------------------
-
-    def _recv(self, n):
-        """``n`` bytes, never more taken from the socket: a client's TLS ClientHello
-        may follow its SSL request at once, and is the TLS layer's to read."""
-        while len(self.buffer) < n:
-            data = self.sock.recv(n - len(self.buffer))
-            if not data:
-                raise Disconnected()
-            self.buffer += data
-        out, self.buffer = self.buffer[:n], self.buffer[n:]
-        return out
-
-    def read_packet(self):
-        """(payload, sequence id) of the next packet (16 MiB pieces joined)."""
-        parts = []
-        while True:
-            head = self._recv(4)
-            size = head[0] | head[1] << 8 | head[2] << 16
-            parts.append(self._recv(size))
-            if size < pk.MAX_PAYLOAD:
-                return b"".join(parts), head[3]
-
-    def send(self, payloads, seq):
-        """Send payloads with consecutive sequence ids from ``seq``; the next id."""
-        out = []
-        for payload in payloads:
-            data, seq = pk.frames(payload, seq)
-            out.append(data)
-        self.sock.sendall(b"".join(out))
-        return seq
-
-    # -- handshake ---------------------------------------------------------------------
-
-    def _authenticate(self):
-        scramble = bytes(random.SystemRandom().randrange(0x21, 0x7F) for _ in range(20))
-        context = self.server.tls_context
-        self.send([pk.handshake_v10(self.id, self.server.facts.version, scramble,
-                                    ssl=context is not None)], 0)
-        payload, seq = self.read_packet()
-        if context is not None and pk.is_ssl_request(payload):
-            payload, seq = self._start_tls(context)
-        try:
-            response = pk.parse_handshake_response(payload)
-        except (ValueError, IndexError) as e:
-            self.send([pk.err_packet(1043, f"Bad handshake ({e})")], seq + 1)
-            return False
-        token, seq = response.auth, seq + 1
-        if response.plugin and response.plugin != pk.NATIVE_PASSWORD:
-            self.send([pk.auth_switch_request(scramble)], seq)
-            token, seq = self.read_packet()
-            seq += 1
-        options = self.server.options
-        if response.user == options.user and pk.native_password_ok(
-                self.server.stored_hash, scramble, token):
-            if self.tls or not options.require_tls:
-                self.send([pk.ok_packet()], seq)
-                return True
-            why = "clear text refused (--require-tls), as for a user REQUIRE SSL"
-        else:
-            why = "wrong user or password"
-        log.warning("connection %d from %s: access denied for user %r: %s", self.id,
-                    self.peer[0], response.user, why)
-        self.send([pk.err_packet(pk.ER_ACCESS_DENIED, f"Access denied for user "
-                                 f"'{response.user}'@'{self.peer[0]}' (using password: "
-                                 f"{'YES' if token else 'NO'})")], seq)
-        return False
-
-    def _start_tls(self, context):
-        """After the client's SSL request: the TLS handshake on this socket, then the
-        real HandshakeResponse read over TLS, with its sequence id (the ids go on from
-        the SSL request's, as with mariadbd: request 1, response 2, OK 3)."""
-        self.sock = context.wrap_socket(self.sock, server_side=True)
-        if self.closed:  # close() ran on the socket before it was wrapped
-            raise Disconnected()
-        self.tls = self.sock.version()
-        log.info("connection %d from %s: %s, cipher %s", self.id, self.peer[0], self.tls,
-                 self.sock.cipher()[0])
-        return self.read_packet()
-
-    # -- commands ----------------------------------------------------------------------
-
-    def _commands(self):
-        while not self.closed:
-            payload, _ = self.read_packet()
-            command = payload[0] if payload else None
-            if command == COM_QUIT:
-                return
-            if command == COM_QUERY:
-                reply = answer(payload[1:].decode("utf-8", "replace"), self.session,
-                               self.server.facts)
-                self.send(reply.payloads(), 1)
-            elif command in (COM_PING, COM_INIT_DB):
-                self.send([pk.ok_packet()], 1)
-            elif command == COM_REGISTER_SLAVE:
-                self.replica_id = pk.parse_register_slave(payload)
-                self.send([pk.ok_packet()], 1)
-            elif command == COM_BINLOG_DUMP:
-                return self._dump(pk.parse_binlog_dump(payload))
-            else:
-                self.send([pk.err_packet(pk.ER_UNKNOWN_COM, "Unknown command")], 1)
-
-    # -- the dump ----------------------------------------------------------------------
-
-    def _dump(self, request):
-        server, session = self.server, self.session
-        self.replica_id = request.server_id
-        server.dump_started(self, request.server_id)
-        start = DumpStart(request.file, request.pos, session.connect_state)
-        log.info("connection %d: dump for server_id %d from %s", self.id, request.server_id,
-                 f"GTID {start.gtids}" if start.gtids is not None
-                 else f"{request.file or '(first file)'}:{request.pos}")
-        out = _Sender(self, session.semi_sync)
-        try:
-            if server.facts.checksum != "NONE" and not session.checksum_wanted:
-                raise DumpError(NO_CHECKSUM)
-            end, follow = self._stream(request, start, out)
-            while True:
-                if request.flags & BINLOG_DUMP_NON_BLOCK:  # ends, as a server's does
-                    return out.packet(pk.eof_packet())
-                self._idle(end, out, server.options.poll_interval if follow else None)
-                if server.more_than(end):
-                    end, follow = self._stream(request, DumpStart(end.file, end.pos), out,
-                                               end)
-        except DumpError as e:
-            self._refuse(e.code, e.message, out)
-        except MysqlBackupError as e:
-            self._refuse(pk.ER_MASTER_FATAL_READING_BINLOG, mask_url(str(e)), out)
-
-    def _stream(self, request, start, out, previous=None):
-        """Send what the archive holds from ``start`` to its end or the stop point;
-        (EndInfo, True when the archive may still grow past it: no stop point met).
-        ``previous``: the end of what was sent before (the dump resumes at it)."""
-        server = self.server
-        try:
-            _, units, cut = server.plan()
-        except MysqlBackupError as e:
-            if previous is None:
-                raise
-            # an upload in flight (a data object before its index): nothing sent yet
-            log.warning("the archive grew but cannot be planned yet: %s", mask_url(e))
-            return previous, True
-        ctx = DumpContext(server.chunks, server.options.selection, server.facts.server_id,
-                          server.facts.checksum == "CRC32",
-                          "stop datetime reached" if cut else None,
-                          bool(request.flags & BINLOG_SEND_ANNOTATE_ROWS_EVENT))
-        for kind, value in dump_events(units, start, ctx, resume=previous is not None):
-            if self.closed:
-                raise Disconnected()
-            if kind == "event":
-                out.event(value)
-                continue
-            out.flush()
-            if previous is not None and value.last_gtid is None:
-                value.last_gtid = previous.last_gtid
-            log.info("connection %d (server_id %s): all sent up to %s:%d (last GTID %s; %s)",
-                     self.id, self.replica_id, value.file, value.pos, value.last_gtid,
-                     value.reason)
-            server.dump_ended(value)
-            return value, value.reason == "end of the archive"
-        raise AssertionError("dump_events ends with an 'end' item")
-
-    def _refuse(self, code, message, out):
-        log.warning("connection %d (server_id %s): dump refused: %s", self.id, self.replica_id,
-                    message)
-        self.server.dump_failed(code, message)
-        out.packet(pk.err_packet(code, message))
-
-    def _idle(self, end, out, poll=None):
-        """After the last transaction: heartbeats at the replica's period until it goes
-        (Disconnected, also on stop()), or until ``poll`` seconds passed (None: never)."""
-        period = self.session.heartbeat_ns / 1e9
-        beat = pk.heartbeat(end.file, end.pos, self.server.facts.server_id,
-                            self.server.facts.checksum == "CRC32")
-        now = time.monotonic()
-        due = now + period if period > 0 else None
-        until = now + poll if poll else None
-        while not self.closed:
-            now = time.monotonic()
-            if until is not None and now >= until:
-                return
-            wait = min([POLL_SLICE] + [t - now for t in (due, until) if t is not None])
-            readable, _, _ = select.select([self.sock], [], [], max(0.0, wait))
-            if readable and not self.sock.recv(4096):  # ACKs of a semi-sync replica: dropped
-                raise Disconnected()
-            if due is not None and time.monotonic() >= due:
-                out.packet(pk.event_packet(beat, self.session.semi_sync))
-                due = time.monotonic() + period
-        raise Disconnected()
-
-
-class _Sender:
-    """The packets of one dump, their sequence ids counted from 1, events gathered into
-    sends of up to ``BATCH`` bytes (one system call per event would cost more than the
-    reading)."""
-
-    BATCH = 256 << 10
-
-    def __init__(self, conn, semi_sync):
-        self.conn, self.semi_sync, self.seq = conn, semi_sync, 1
-        self.pending, self.size = [], 0
-
-    def event(self, event):
-        data, self.seq = pk.frames(pk.event_packet(event, self.semi_sync), self.seq)
-        self.pending.append(data)
-        self.size += len(data)
-        if self.size >= self.BATCH:
-            self.flush()
-
-    def packet(self, payload):
-        """Send one packet now (after what is gathered)."""
-        data, self.seq = pk.frames(payload, self.seq)
-        self.pending.append(data)
-        self.flush()
-
-    def flush(self):
-        if self.pending:
-            self.conn.sock.sendall(b"".join(self.pending))
-            self.pending, self.size = [], 0

@@ -1,0 +1,399 @@
+"""One client connection of ``mysqlbackup serve``: handshake, commands, at most one dump.
+
+Every read is bounded: the whole handshake must arrive within HANDSHAKE_TIMEOUT
+(not per ``recv``: a client trickling a byte at a time gains nothing), each later
+command within COMMAND_TIMEOUT, and a packet may not be larger than
+MAX_LOGIN_PACKET before login or MAX_COMMAND_PACKET after it (its header is
+checked before its body is read). A malformed packet gets the server's error
+(1043 before login, 1835 after) and the connection is closed; a login from an
+address with recent failures waits the throttle's delay first (``limits``).
+"""
+
+import logging
+import random
+import select
+import socket
+import threading
+import time
+
+from mysqlbackup.errors import MysqlBackupError, mask_url
+from mysqlbackup.source.protocol import BINLOG_DUMP_NON_BLOCK, BINLOG_SEND_ANNOTATE_ROWS_EVENT
+from replay.serve import packets as pk
+from replay.serve.feed import NO_CHECKSUM, DumpContext, DumpError, DumpStart, dump_events
+from replay.serve.limits import COMMAND_TIMEOUT, HANDSHAKE_TIMEOUT
+from replay.serve.queries import Session, answer
+
+log = logging.getLogger("replay.serve.server")
+
+COM_QUIT, COM_INIT_DB, COM_QUERY, COM_PING = 0x01, 0x02, 0x03, 0x0E
+COM_BINLOG_DUMP, COM_REGISTER_SLAVE = 0x12, 0x15
+POLL_SLICE = 0.5          # longest wait, so that stop() is seen
+SEND_TIMEOUT = 60.0       # a peer that takes no bytes for this long is gone
+MAX_LOGIN_PACKET = 64 << 10     # a handshake response: user, auth data, connect attributes
+MAX_COMMAND_PACKET = 1 << 20    # a replica's commands are a few hundred bytes
+SHOWN_USER = 64                 # characters of a refused user name put in the log
+
+
+class Disconnected(Exception):
+    """The peer closed the connection (or stop() did)."""
+
+
+class TimedOut(Disconnected):
+    """The peer did not send a whole packet in time."""
+
+
+class PacketTooLarge(Exception):
+    """A packet over the phase's limit: its announced size."""
+
+
+class Connection:
+    """One client connection, served by its own thread (``thread``); ``close()`` from
+    any thread ends it."""
+
+    def __init__(self, server, sock, peer, conn_id):
+        self.server, self.sock, self.peer, self.id = server, sock, peer, conn_id
+        self.session, self.buffer, self.closed = Session(), bytearray(), False
+        self.replica_id, self.tls, self.logged_in = None, None, False
+        self.ended = threading.Event()  # set by close(): ends a throttle's wait at once
+        self.thread = threading.Thread(target=self.run, name=f"serve-conn-{conn_id}",
+                                       daemon=True)
+
+    def close(self):
+        self.closed = True
+        self.ended.set()
+        try:  # the socket's own shutdown, also under TLS (from another thread)
+            socket.socket.shutdown(self.sock, socket.SHUT_RDWR)
+        except OSError:
+            pass
+
+    def run(self):
+        where = f"{self.peer[0]}:{self.peer[1]}"
+        try:
+            self.sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+            if self._authenticate():
+                self._commands()
+        except TimedOut:
+            self.server.count("timed_out")
+            self.server.note("timeout", logging.INFO, "connection %d from %s: closed, no whole "
+                             "packet in time (%s)", self.id, where,
+                             "logged in" if self.logged_in else "handshake")
+        except PacketTooLarge as e:
+            self._too_large(where, e.args[0])
+        except (Disconnected, OSError) as e:
+            level = logging.INFO if self.logged_in else logging.DEBUG
+            log.log(level, "connection %d from %s (replica server_id %s): disconnected%s",
+                    self.id, where, self.replica_id,
+                    "" if isinstance(e, Disconnected) else f": {e}")
+        except Exception:  # noqa: BLE001 - one connection's bug must not stop the others
+            log.exception("connection %d from %s failed", self.id, where)
+        finally:
+            self.sock.close()
+            self.server.forget(self)
+
+    def _too_large(self, where, size):
+        self.server.count("too_large")
+        self.server.note("too-large", logging.WARNING, "connection %d from %s: closed, a "
+                         "packet of %d bytes (%s)", self.id, where, size,
+                         "logged in" if self.logged_in else "before login")
+        try:
+            self._send_now(pk.err_packet(pk.ER_NET_PACKET_TOO_LARGE, "Got a packet bigger "
+                                         "than 'max_allowed_packet' bytes"),
+                           1 if self.logged_in else 2)
+        except OSError:
+            pass
+
+    # -- packets -----------------------------------------------------------------------
+
+    def _recv(self, n, deadline):
+        """``n`` bytes by ``deadline`` (monotonic), never more taken from the socket: a
+        client's TLS ClientHello may follow its SSL request at once, and is the TLS
+        layer's to read. TimedOut past the deadline, however the bytes trickle in."""
+        while len(self.buffer) < n:
+            left = deadline - time.monotonic()
+            if left <= 0:
+                raise TimedOut()
+            self.sock.settimeout(left)
+            try:
+                data = self.sock.recv(min(n - len(self.buffer), 1 << 20))
+            except socket.timeout:
+                raise TimedOut() from None
+            if not data:
+                raise Disconnected()
+            self.buffer += data
+        out = bytes(self.buffer[:n])
+        del self.buffer[:n]
+        return out
+
+    def read_packet(self, timeout, limit):
+        """(payload, sequence id) of the next packet (16 MiB pieces joined), whole within
+        ``timeout`` seconds; PacketTooLarge past ``limit`` bytes, before reading them."""
+        deadline, parts, total = time.monotonic() + timeout, [], 0
+        while True:
+            head = self._recv(4, deadline)
+            size = head[0] | head[1] << 8 | head[2] << 16
+            total += size
+            if total > limit:
+                raise PacketTooLarge(total)
+            parts.append(self._recv(size, deadline))
+            if size < pk.MAX_PAYLOAD:
+                return b"".join(parts), head[3]
+
+    def send(self, payloads, seq):
+        """Send payloads with consecutive sequence ids from ``seq``; the next id."""
+        out = []
+        for payload in payloads:
+            data, seq = pk.frames(payload, seq)
+            out.append(data)
+        self.sock.settimeout(SEND_TIMEOUT)
+        self.sock.sendall(b"".join(out))
+        return seq
+
+    def _send_now(self, payload, seq):
+        """One packet, at once, with a short timeout (a refusal: the peer may read
+        nothing)."""
+        self.sock.settimeout(1.0)
+        self.sock.sendall(pk.frames(payload, seq)[0])
+
+    # -- handshake ---------------------------------------------------------------------
+
+    def _authenticate(self):
+        started = time.monotonic()
+        scramble = bytes(random.SystemRandom().randrange(0x21, 0x7F) for _ in range(20))
+        context = self.server.tls_context
+        self.send([pk.handshake_v10(self.id, self.server.facts.version, scramble,
+                                    ssl=context is not None)], 0)
+        payload, seq = self.read_packet(HANDSHAKE_TIMEOUT, MAX_LOGIN_PACKET)
+        if context is not None and pk.is_ssl_request(payload):
+            payload, seq = self._start_tls(context, started)
+        try:
+            response = pk.parse_handshake_response(payload)
+            token, seq = response.auth, seq + 1
+            if response.plugin and response.plugin != pk.NATIVE_PASSWORD:
+                self.send([pk.auth_switch_request(scramble)], seq)
+                left = HANDSHAKE_TIMEOUT - (time.monotonic() - started)
+                token, seq = self.read_packet(left, MAX_LOGIN_PACKET)
+                seq += 1
+        except pk.MalformedPacket as e:
+            return self._bad_handshake(e, seq + 1)
+        if not self._throttled():
+            return False
+        return self._check_login(response, token, scramble, seq)
+
+    def _bad_handshake(self, error, seq):
+        self.server.count("bad_handshakes")
+        self.server.note("bad-handshake", logging.WARNING, "connection %d from %s: bad "
+                         "handshake: %s", self.id, self.peer[0], error)
+        self.send([pk.err_packet(pk.ER_HANDSHAKE_ERROR, "Bad handshake")], seq)
+        return False
+
+    def _throttled(self):
+        """Wait the delay the throttle gives this address (failed logins before); False
+        when the connection ended meanwhile."""
+        delay = self.server.login_delay(self.peer[0])
+        return not (delay and self.ended.wait(delay))
+
+    def _check_login(self, response, token, scramble, seq):
+        options = self.server.options
+        if response.user == options.user and pk.native_password_ok(
+                self.server.stored_hash, scramble, token):
+            if self.tls or not options.require_tls:
+                return self._logged_in(seq)
+            why = "clear text refused (--require-tls), as for a user REQUIRE SSL"
+        else:
+            why = "wrong user or password"
+        self.server.login_failed(self.peer[0])
+        user = response.user[:SHOWN_USER] + ("..." if len(response.user) > SHOWN_USER else "")
+        self.server.note("denied", logging.WARNING, "connection %d from %s: "
+                         "access denied for user %r: %s", self.id, self.peer[0], user, why)
+        self.send([pk.err_packet(pk.ER_ACCESS_DENIED, f"Access denied for user "
+                                 f"'{user}'@'{self.peer[0]}' (using password: "
+                                 f"{'YES' if token else 'NO'})")], seq)
+        return False
+
+    def _logged_in(self, seq):
+        if not self.server.logged_in(self):
+            self.server.note("too-many", logging.WARNING, "connection %d from %s: refused, "
+                             "%d replicas connected (--max-connections)", self.id,
+                             self.peer[0], self.server.options.max_connections)
+            self.send([pk.err_packet(pk.ER_CON_COUNT_ERROR, "Too many connections")], seq)
+            return False
+        self.logged_in = True
+        self.send([pk.ok_packet()], seq)
+        return True
+
+    def _start_tls(self, context, started):
+        """After the client's SSL request: the TLS handshake on this socket (within what
+        is left of the handshake's time), then the real HandshakeResponse read over TLS,
+        with its sequence id (the ids go on from the SSL request's, as with mariadbd:
+        request 1, response 2, OK 3)."""
+        left = HANDSHAKE_TIMEOUT - (time.monotonic() - started)
+        if left <= 0:
+            raise TimedOut()
+        self.sock.settimeout(left)
+        try:
+            self.sock = context.wrap_socket(self.sock, server_side=True)
+        except socket.timeout:
+            raise TimedOut() from None
+        if self.closed:  # close() ran on the socket before it was wrapped
+            raise Disconnected()
+        self.tls = self.sock.version()
+        log.info("connection %d from %s: %s, cipher %s", self.id, self.peer[0], self.tls,
+                 self.sock.cipher()[0])
+        return self.read_packet(max(0.0, HANDSHAKE_TIMEOUT - (time.monotonic() - started)),
+                                MAX_LOGIN_PACKET)
+
+    # -- commands ----------------------------------------------------------------------
+
+    def _commands(self):
+        while not self.closed:
+            payload, _ = self.read_packet(COMMAND_TIMEOUT, MAX_COMMAND_PACKET)
+            command = payload[0] if payload else None
+            try:
+                if self._command(command, payload):
+                    return
+            except pk.MalformedPacket as e:
+                self.server.note("malformed", logging.WARNING, "connection %d from %s: "
+                                 "malformed command 0x%02X: %s", self.id, self.peer[0],
+                                 command, e)
+                self.send([pk.err_packet(pk.ER_MALFORMED_PACKET,
+                                         "Malformed communication packet")], 1)
+                return
+
+    def _command(self, command, payload):
+        """Answer one command; True when the connection ends after it."""
+        if command == COM_QUIT:
+            return True
+        if command == COM_QUERY:
+            reply = answer(payload[1:].decode("utf-8", "replace"), self.session,
+                           self.server.facts)
+            self.send(reply.payloads(), 1)
+        elif command in (COM_PING, COM_INIT_DB):
+            self.send([pk.ok_packet()], 1)
+        elif command == COM_REGISTER_SLAVE:
+            self.replica_id = pk.parse_register_slave(payload)
+            self.send([pk.ok_packet()], 1)
+        elif command == COM_BINLOG_DUMP:
+            self._dump(pk.parse_binlog_dump(payload))
+            return True
+        else:
+            self.send([pk.err_packet(pk.ER_UNKNOWN_COM, "Unknown command")], 1)
+        return False
+
+    # -- the dump ----------------------------------------------------------------------
+
+    def _dump(self, request):
+        server, session = self.server, self.session
+        self.replica_id = request.server_id
+        server.dump_started(self, request.server_id)
+        start = DumpStart(request.file, request.pos, session.connect_state)
+        log.info("connection %d: dump for server_id %d from %s", self.id, request.server_id,
+                 f"GTID {start.gtids}" if start.gtids is not None
+                 else f"{request.file or '(first file)'}:{request.pos}")
+        out = _Sender(self, session.semi_sync)
+        try:
+            if server.facts.checksum != "NONE" and not session.checksum_wanted:
+                raise DumpError(NO_CHECKSUM)
+            end, follow = self._stream(request, start, out)
+            while True:
+                if request.flags & BINLOG_DUMP_NON_BLOCK:  # ends, as a server's does
+                    return out.packet(pk.eof_packet())
+                self._idle(end, out, server.options.poll_interval if follow else None)
+                if server.more_than(end):
+                    end, follow = self._stream(request, DumpStart(end.file, end.pos), out,
+                                               end)
+        except DumpError as e:
+            self._refuse(e.code, e.message, out)
+        except MysqlBackupError as e:
+            self._refuse(pk.ER_MASTER_FATAL_READING_BINLOG, mask_url(str(e)), out)
+
+    def _stream(self, request, start, out, previous=None):
+        """Send what the archive holds from ``start`` to its end or the stop point;
+        (EndInfo, True when the archive may still grow past it: no stop point met).
+        ``previous``: the end of what was sent before (the dump resumes at it)."""
+        server = self.server
+        try:
+            _, units, cut = server.plan()
+        except MysqlBackupError as e:
+            if previous is None:
+                raise
+            # an upload in flight (a data object before its index): nothing sent yet
+            log.warning("the archive grew but cannot be planned yet: %s", mask_url(e))
+            return previous, True
+        ctx = DumpContext(server.chunks, server.options.selection, server.facts.server_id,
+                          server.facts.checksum == "CRC32",
+                          "stop datetime reached" if cut else None,
+                          bool(request.flags & BINLOG_SEND_ANNOTATE_ROWS_EVENT))
+        for kind, value in dump_events(units, start, ctx, resume=previous is not None):
+            if self.closed:
+                raise Disconnected()
+            if kind == "event":
+                out.event(value)
+                continue
+            out.flush()
+            if previous is not None and value.last_gtid is None:
+                value.last_gtid = previous.last_gtid
+            log.info("connection %d (server_id %s): all sent up to %s:%d (last GTID %s; %s)",
+                     self.id, self.replica_id, value.file, value.pos, value.last_gtid,
+                     value.reason)
+            server.dump_ended(value)
+            return value, value.reason == "end of the archive"
+        raise AssertionError("dump_events ends with an 'end' item")
+
+    def _refuse(self, code, message, out):
+        log.warning("connection %d (server_id %s): dump refused: %s", self.id, self.replica_id,
+                    message)
+        self.server.dump_failed(code, message)
+        out.packet(pk.err_packet(code, message))
+
+    def _idle(self, end, out, poll=None):
+        """After the last transaction: heartbeats at the replica's period until it goes
+        (Disconnected, also on stop()), or until ``poll`` seconds passed (None: never)."""
+        period = self.session.heartbeat_ns / 1e9
+        beat = pk.heartbeat(end.file, end.pos, self.server.facts.server_id,
+                            self.server.facts.checksum == "CRC32")
+        now = time.monotonic()
+        due = now + period if period > 0 else None
+        until = now + poll if poll else None
+        while not self.closed:
+            now = time.monotonic()
+            if until is not None and now >= until:
+                return
+            wait = min([POLL_SLICE] + [t - now for t in (due, until) if t is not None])
+            readable, _, _ = select.select([self.sock], [], [], max(0.0, wait))
+            if readable and not self.sock.recv(4096):  # ACKs of a semi-sync replica: dropped
+                raise Disconnected()
+            if due is not None and time.monotonic() >= due:
+                out.packet(pk.event_packet(beat, self.session.semi_sync))
+                due = time.monotonic() + period
+        raise Disconnected()
+
+
+class _Sender:
+    """The packets of one dump, their sequence ids counted from 1, events gathered into
+    sends of up to ``BATCH`` bytes (one system call per event would cost more than the
+    reading)."""
+
+    BATCH = 256 << 10
+
+    def __init__(self, conn, semi_sync):
+        self.conn, self.semi_sync, self.seq = conn, semi_sync, 1
+        self.pending, self.size = [], 0
+
+    def event(self, event):
+        data, self.seq = pk.frames(pk.event_packet(event, self.semi_sync), self.seq)
+        self.pending.append(data)
+        self.size += len(data)
+        if self.size >= self.BATCH:
+            self.flush()
+
+    def packet(self, payload):
+        """Send one packet now (after what is gathered)."""
+        data, self.seq = pk.frames(payload, self.seq)
+        self.pending.append(data)
+        self.flush()
+
+    def flush(self):
+        if self.pending:
+            self.conn.sock.settimeout(SEND_TIMEOUT)
+            self.conn.sock.sendall(b"".join(self.pending))
+            self.pending, self.size = [], 0
