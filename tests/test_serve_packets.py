@@ -13,7 +13,7 @@ from mysqlbackup.errors import UsageError
 from replay.decoding.transaction import Transaction
 from replay.serve import packets as pk
 from replay.serve.cli import parse_listen
-from replay.serve.feed import (NOT_IN_INDEX, PAST_FILE_SIZE, STATE_TOO_OLD, DumpError, DumpStart,
+from replay.serve.feed import (NOT_IN_INDEX, STATE_TOO_OLD, DumpError, DumpStart,
                                emptied, first_unit, gtid_state_at)
 from replay.serve.queries import ServerFacts, Session, answer
 from tests.helpers import make_event
@@ -160,12 +160,18 @@ UNITS = [unit("b.1", "", "0-1-5"), unit("b.2", "0-1-5", "0-1-9"), unit("b.3", "0
 
 def test_where_a_dump_starts():
     assert first_unit(UNITS, DumpStart("b.2", 120)) == (1, 120)
-    assert first_unit(UNITS, DumpStart("", 0)) == (0, 4)
+    assert first_unit(UNITS, DumpStart("", 4)) == (0, 4)
     gtid = DumpStart(gtids=MariaGtidPos.parse("0-1-7"))
     assert first_unit(UNITS, gtid) == (1, 4)
     assert first_unit(UNITS, DumpStart(gtids=MariaGtidPos.parse("0-1-12"))) == (2, 4)
+    impossible = ("Client requested master to start replication from impossible position; "
+                  "the first event '{0}' at {1}, the last event read from '{0}' at 4, the "
+                  "last byte read from '{0}' at 4.")   # mariadbd's words
     for start, message in [(DumpStart("b.9", 4), NOT_IN_INDEX),
-                           (DumpStart("b.1", 1001), PAST_FILE_SIZE)]:
+                           (DumpStart("b.1", 1001), impossible.format("b.1", 1001)),
+                           (DumpStart("", 0xFFFFFFFF), impossible.format(".", 0xFFFFFFFF)),
+                           (DumpStart("", 0), impossible.format(".", 0)),
+                           (DumpStart("b.2", 3), impossible.format("b.2", 3))]:
         with pytest.raises(DumpError) as e:
             first_unit(UNITS, start)
         assert (e.value.code, e.value.message) == (1236, message)

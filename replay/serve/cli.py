@@ -8,6 +8,7 @@ import click
 
 from mysqlbackup.cli import archive_options, handle_errors, identity_option, source_name_option
 from mysqlbackup.errors import UsageError, mask_url
+from replay.serve.limits import HANDSHAKE_TIMEOUT, MAX_CONNECTIONS, MAX_HANDSHAKES
 
 PASSWORD_ENV = "MYSQLBACKUP_SERVE_PASSWORD"
 
@@ -52,11 +53,16 @@ def parse_listen(text):
               help="Its private key (PEM), unless it is in --tls-cert.")
 @click.option("--require-tls", is_flag=True, help="Deny a replica that does not ask for "
               "TLS (error 1045, as for a user REQUIRE SSL). Needs --tls-cert.")
+@click.option("--max-connections", type=click.IntRange(1), default=MAX_CONNECTIONS,
+              show_default=True, help="Replicas logged in at once; one more is refused with "
+              "error 1040 (Too many connections). Besides these, at most "
+              f"{MAX_HANDSHAKES} connections may be logging in (each within "
+              f"{HANDSHAKE_TIMEOUT:g} s); a new one ends the oldest.")
 @identity_option
 @handle_errors
 def serve(archive_url, archive_option, source_name, listen, user, password_file,
           stop_datetime, stop_before_gtid, stop_position, exclude_gtids, poll_interval,
-          tls_cert, tls_key, require_tls, identity):
+          tls_cert, tls_key, require_tls, max_connections, identity):
     """Serve the archive's binlogs to MariaDB replicas as their primary would.
 
     A replica (CHANGE MASTER TO MASTER_HOST, MASTER_PORT, MASTER_USER,
@@ -66,6 +72,11 @@ def serve(archive_url, archive_option, source_name, listen, user, password_file,
     stays open with heartbeats. A position or GTID state the archive lacks gets the
     server's error 1236. With --tls-cert a replica may connect over TLS
     (MASTER_SSL=1); --require-tls refuses clear text. Runs until SIGTERM or SIGINT.
+
+    Hostile clients are bounded: a whole handshake within 10 s, packets of at most
+    64 KiB before login and 1 MiB after, failed logins slowed down per address
+    (a growing delay, up to 8 s, after 3), malformed packets answered with the
+    server's error (1043 Bad handshake, 1153, 1156, ...), never a traceback.
     """
     from mysqlbackup.archive.store import parse_options
     from mysqlbackup.source.spec import read_password
@@ -81,7 +92,8 @@ def serve(archive_url, archive_option, source_name, listen, user, password_file,
     options = ServeOptions(archive_url, source_name, parse_listen(listen), user, password,
                            selection, identity, storage_options=parse_options(archive_option),
                            poll_interval=poll_interval or None, tls_cert=tls_cert,
-                           tls_key=tls_key, require_tls=require_tls)
+                           tls_key=tls_key, require_tls=require_tls,
+                           max_connections=max_connections)
     stop = threading.Event()
     for sig in (signal.SIGTERM, signal.SIGINT):
         signal.signal(sig, lambda *_: stop.set())

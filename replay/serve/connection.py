@@ -4,9 +4,11 @@ Every read is bounded: the whole handshake must arrive within HANDSHAKE_TIMEOUT
 (not per ``recv``: a client trickling a byte at a time gains nothing), each later
 command within COMMAND_TIMEOUT, and a packet may not be larger than
 MAX_LOGIN_PACKET before login or MAX_COMMAND_PACKET after it (its header is
-checked before its body is read). A malformed packet gets the server's error
-(1043 before login, 1835 after) and the connection is closed; a login from an
-address with recent failures waits the throttle's delay first (``limits``).
+checked before its body is read: 1153, as mariadbd answers a packet over
+max_allowed_packet). A malformed packet gets mariadbd's answer to it (1043 "Bad
+handshake", 1156 for packets out of order, 1105 for a short COM_REGISTER_SLAVE,
+1236 for a short COM_BINLOG_DUMP); a login from an address with recent failures
+waits the throttle's delay first (``limits``).
 """
 
 import logging
@@ -19,7 +21,8 @@ import time
 from mysqlbackup.errors import MysqlBackupError, mask_url
 from mysqlbackup.source.protocol import BINLOG_DUMP_NON_BLOCK, BINLOG_SEND_ANNOTATE_ROWS_EVENT
 from replay.serve import packets as pk
-from replay.serve.feed import NO_CHECKSUM, DumpContext, DumpError, DumpStart, dump_events
+from replay.serve.feed import (NO_CHECKSUM, NOT_IN_INDEX, DumpContext, DumpError, DumpStart,
+                               dump_events)
 from replay.serve.limits import COMMAND_TIMEOUT, HANDSHAKE_TIMEOUT
 from replay.serve.queries import Session, answer
 
@@ -31,7 +34,9 @@ POLL_SLICE = 0.5          # longest wait, so that stop() is seen
 SEND_TIMEOUT = 60.0       # a peer that takes no bytes for this long is gone
 MAX_LOGIN_PACKET = 64 << 10     # a handshake response: user, auth data, connect attributes
 MAX_COMMAND_PACKET = 1 << 20    # a replica's commands are a few hundred bytes
-SHOWN_USER = 64                 # characters of a refused user name put in the log
+DRAIN_BYTES, DRAIN_SECONDS = 2 << 20, 0.5   # read after a refusal, before closing
+SHOWN_USER = 128                # characters of a refused user name shown (as mariadbd)
+REGISTER_TOO_SHORT = "Failed to register slave: too long 'report-host'"   # mariadbd's words
 
 
 class Disconnected(Exception):
@@ -99,8 +104,28 @@ class Connection:
             self._send_now(pk.err_packet(pk.ER_NET_PACKET_TOO_LARGE, "Got a packet bigger "
                                          "than 'max_allowed_packet' bytes"),
                            1 if self.logged_in else 2)
+            self._drain()
         except OSError:
             pass
+
+    def _drain(self, limit=DRAIN_BYTES, seconds=DRAIN_SECONDS):
+        """After a refusal: stop sending, then read and drop what the peer still sends
+        (up to ``limit`` bytes or ``seconds``), so that closing does not reset the
+        connection under the error packet it has not read yet."""
+        socket.socket.shutdown(self.sock, socket.SHUT_WR)
+        deadline, left = time.monotonic() + seconds, limit
+        while left > 0:
+            wait = deadline - time.monotonic()
+            if wait <= 0:
+                return
+            self.sock.settimeout(wait)
+            try:
+                data = self.sock.recv(min(left, 1 << 16))
+            except socket.timeout:
+                return
+            if not data:
+                return
+            left -= len(data)
 
     # -- packets -----------------------------------------------------------------------
 
@@ -165,6 +190,11 @@ class Connection:
         payload, seq = self.read_packet(HANDSHAKE_TIMEOUT, MAX_LOGIN_PACKET)
         if context is not None and pk.is_ssl_request(payload):
             payload, seq = self._start_tls(context, started)
+        if seq != (2 if self.tls else 1):  # mariadbd: 1156, then closes
+            self.server.count("bad_handshakes")
+            self._send_now(pk.err_packet(pk.ER_NET_PACKETS_OUT_OF_ORDER,
+                                         "Got packets out of order"), seq + 1)
+            return False
         try:
             response = pk.parse_handshake_response(payload)
             token, seq = response.auth, seq + 1
@@ -202,7 +232,7 @@ class Connection:
         else:
             why = "wrong user or password"
         self.server.login_failed(self.peer[0])
-        user = response.user[:SHOWN_USER] + ("..." if len(response.user) > SHOWN_USER else "")
+        user = response.user[:SHOWN_USER]
         self.server.note("denied", logging.WARNING, "connection %d from %s: "
                          "access denied for user %r: %s", self.id, self.peer[0], user, why)
         self.send([pk.err_packet(pk.ER_ACCESS_DENIED, f"Access denied for user "
@@ -247,20 +277,13 @@ class Connection:
     def _commands(self):
         while not self.closed:
             payload, _ = self.read_packet(COMMAND_TIMEOUT, MAX_COMMAND_PACKET)
-            command = payload[0] if payload else None
-            try:
-                if self._command(command, payload):
-                    return
-            except pk.MalformedPacket as e:
-                self.server.note("malformed", logging.WARNING, "connection %d from %s: "
-                                 "malformed command 0x%02X: %s", self.id, self.peer[0],
-                                 command, e)
-                self.send([pk.err_packet(pk.ER_MALFORMED_PACKET,
-                                         "Malformed communication packet")], 1)
+            if self._command(payload[0] if payload else None, payload):
                 return
 
     def _command(self, command, payload):
-        """Answer one command; True when the connection ends after it."""
+        """Answer one command; True when the connection ends after it. A command cut
+        short gets mariadbd's answer to it (a COM_REGISTER_SLAVE: 1105, the connection
+        stays; a COM_BINLOG_DUMP: 1236, as for a file it lacks)."""
         if command == COM_QUIT:
             return True
         if command == COM_QUERY:
@@ -270,10 +293,19 @@ class Connection:
         elif command in (COM_PING, COM_INIT_DB):
             self.send([pk.ok_packet()], 1)
         elif command == COM_REGISTER_SLAVE:
-            self.replica_id = pk.parse_register_slave(payload)
+            try:
+                self.replica_id = pk.parse_register_slave(payload)
+            except pk.MalformedPacket:
+                self.send([pk.err_packet(pk.ER_UNKNOWN_ERROR, REGISTER_TOO_SHORT)], 1)
+                return False
             self.send([pk.ok_packet()], 1)
         elif command == COM_BINLOG_DUMP:
-            self._dump(pk.parse_binlog_dump(payload))
+            try:
+                request = pk.parse_binlog_dump(payload)
+            except pk.MalformedPacket:
+                self._refuse(pk.ER_MASTER_FATAL_READING_BINLOG, NOT_IN_INDEX, _Sender(self))
+                return True
+            self._dump(request)
             return True
         else:
             self.send([pk.err_packet(pk.ER_UNKNOWN_COM, "Unknown command")], 1)
@@ -375,7 +407,7 @@ class _Sender:
 
     BATCH = 256 << 10
 
-    def __init__(self, conn, semi_sync):
+    def __init__(self, conn, semi_sync=False):
         self.conn, self.semi_sync, self.seq = conn, semi_sync, 1
         self.pending, self.size = [], 0
 

@@ -40,7 +40,8 @@ from replay.serve import packets as pk
 NOT_IN_INDEX = "Could not find first log file name in binary log index file"
 STATE_TOO_OLD = ("Could not find GTID state requested by slave in any binlog files. Probably "
                  "the slave state is too old and required binlog files have been purged.")
-PAST_FILE_SIZE = "Client requested master to start replication from position > file size"
+IMPOSSIBLE_POSITION = "Client requested master to start replication from impossible position"
+BOGUS_DATA = "bogus data in log event"
 NO_CHECKSUM = ("Slave can not handle replication events with the checksum that master is "
                "configured to log")
 QUEUE_CHUNKS = 4
@@ -72,6 +73,14 @@ class DumpStart:
     file: str = ""
     pos: int = 4
     gtids: MariaGtidPos = None   # set: by GTID (MariaDB @slave_connect_state)
+
+
+def read_error(what, file, first, last_event=4, last_byte=4):
+    """mariadbd's ER 1236 text for a dump it cannot read from: ``what``, then where
+    (an empty file name shows as '.', as mariadbd shows it)."""
+    file = file or "."
+    return (f"{what}; the first event '{file}' at {first}, the last event read from "
+            f"'{file}' at {last_event}, the last byte read from '{file}' at {last_byte}.")
 
 
 def not_in_binlog(gtid):
@@ -116,15 +125,17 @@ def _holds(state, text):
 
 
 def _file_start(units, start):
+    """The unit and offset of a dump by file:position (an empty name: the first file),
+    refused as mariadbd refuses it: a name the archive lacks, a position before the
+    first event (under 4) or past the file's end (a position inside an event is found
+    as the file is read: ``_Walk.unit``)."""
     names = [u["name"] for u in units]
-    if not start.file:
-        return 0, max(start.pos, 4)
-    if start.file not in names:
+    if start.file and start.file not in names:
         raise DumpError(NOT_IN_INDEX)
-    at = names.index(start.file)
-    if start.pos > file_end(units[at]):
-        raise DumpError(PAST_FILE_SIZE)
-    return at, max(start.pos, 4)
+    at = names.index(start.file) if start.file else 0
+    if start.pos < 4 or start.pos > file_end(units[at]):
+        raise DumpError(read_error(IMPOSSIBLE_POSITION, start.file, start.pos))
+    return at, start.pos
 
 
 def file_end(unit):
@@ -389,6 +400,9 @@ class _Walk:
             self._note_start_state(unit)
         grouper, checksum, fde = Grouper(name), False, None
         for off, event in walk_events(ctx.chunks(unit), name, unit["partial"]):
+            if first and off < offset < off + len(event):  # never moved to the next event
+                raise DumpError(read_error(BOGUS_DATA, name, offset, offset,
+                                           offset + ev.HEADER_LEN))
             item = grouper.take(off, event)
             if item is None:
                 continue

@@ -47,16 +47,16 @@ ER_ACCESS_DENIED = 1045
 ER_UNKNOWN_COM = 1047
 ER_UNKNOWN_SYSTEM_VARIABLE = 1193
 ER_NOT_SUPPORTED = 1235
+ER_UNKNOWN_ERROR = 1105
 ER_NET_PACKET_TOO_LARGE = 1153
+ER_NET_PACKETS_OUT_OF_ORDER = 1156
 ER_MASTER_FATAL_READING_BINLOG = 1236
-ER_MALFORMED_PACKET = 1835
 SQLSTATES = {ER_CON_COUNT_ERROR: "08004", ER_HANDSHAKE_ERROR: "08S01",
              ER_ACCESS_DENIED: "28000", ER_UNKNOWN_COM: "08S01",
-             ER_NET_PACKET_TOO_LARGE: "08S01"}
+             ER_NET_PACKET_TOO_LARGE: "08S01", ER_NET_PACKETS_OUT_OF_ORDER: "08S01"}
 
-# what a client may send: a user name of MariaDB's 128 characters (in UTF-8), auth data of
-# the largest plugin answer (an RSA-encrypted password of a 4096-bit key is 512 bytes)
-MAX_USER_BYTES = 512
+# auth data a client may send: the largest plugin answer (an RSA-encrypted password of a
+# 4096-bit key is 512 bytes); a user name is bounded by the packet's own limit
 MAX_AUTH_BYTES = 1024
 
 
@@ -134,17 +134,13 @@ def is_ssl_request(payload):
 def parse_handshake_response(payload):
     """HandshakeResponse of the client's Protocol::HandshakeResponse41; MalformedPacket
     (a ValueError) when it is not one (an SSL request, an old protocol, a field cut
-    short or too long: a user name over MAX_USER_BYTES, auth data over MAX_AUTH_BYTES)."""
+    short, auth data over MAX_AUTH_BYTES)."""
     if len(payload) < 33:
         raise MalformedPacket("handshake response too short")
     caps = struct.unpack_from("<I", payload, 0)[0]
     if not caps & CLIENT_PROTOCOL_41:
         raise MalformedPacket("the client does not speak protocol 4.1")
-    end = payload.find(b"\0", 32, 32 + MAX_USER_BYTES + 1)
-    if end < 0:
-        raise MalformedPacket("the user name is not terminated within "
-                              f"{MAX_USER_BYTES} bytes")
-    user, pos = bytes(payload[32:end]), end + 1
+    user, pos = _cstring(payload, 32, "the user name")
     if caps & CLIENT_PLUGIN_AUTH_LENENC:
         size, pos = _lenenc(payload, pos, "the auth data's length")
     elif caps & CLIENT_SECURE_CONNECTION:

@@ -13,8 +13,9 @@ commonly reads); anything else is refused as a server refuses what it lacks.
 
 A client's text never meets a regex that can backtrack: the statement patterns are
 anchored with disjoint classes, SET items are split and read by hand, a LIKE
-pattern is matched by ``limits.like_match``; numbers that are not numbers are the
-server's error 1232, and a heartbeat period is kept within the server's bounds.
+pattern is matched by ``limits.like_match``; a number is read as the server reads a
+user variable (its leading digits, else 0), a heartbeat period kept within the
+replica's bounds (1 ms to 4294967 s).
 """
 
 import re
@@ -27,7 +28,6 @@ from replay.serve import packets as pk
 from replay.serve.limits import like_match
 
 LONG, TEXT = pk.TYPE_LONGLONG, pk.TYPE_VAR_STRING
-ER_WRONG_TYPE_FOR_VAR = 1232
 # MASTER_HEARTBEAT_PERIOD's range on a replica: 1 ms to 4294967 s (0: none)
 HEARTBEAT_MIN_NS, HEARTBEAT_MAX_NS = 1_000_000, 4_294_967 * 10**9
 
@@ -78,6 +78,7 @@ class Reply:
 
 OK = Reply("ok")
 _WORD = re.compile(r"\w+")
+_INTEGER = re.compile(r"\s*([+-]?\d+)")
 _SELECT_VAR = re.compile(r"^select\s+@@(?:global\.|session\.)?(\w+)\s*$", re.IGNORECASE)
 _SELECT_USER_VAR = re.compile(r"^select\s+@(\w+)\s*$", re.IGNORECASE)
 _GTID_POS = re.compile(r"^select\s+binlog_gtid_pos\(\s*'([^']*)'\s*,\s*(\d+)\s*\)\s*$",
@@ -180,29 +181,21 @@ def _set_item(item):
     return (marker, m.group(0).lower(), value) if value else None
 
 
-def _number(name, value):
-    """The integer ``value`` of user variable ``name``: ValueError with the server's
-    1232 text when it is not one."""
-    text = str(value or 0).strip()
-    try:
-        return int(text)
-    except ValueError:
-        try:
-            return int(float(text))
-        except (ValueError, OverflowError):
-            raise ValueError(f"Incorrect argument type to variable '{name}'") from None
+def _number(value):
+    """The integer a server reads from a user variable's text: its leading digits
+    ('12abc' is 12), 0 when it has none ('abc': mariadbd then sends no heartbeats);
+    at most 20 digits are read (a longer number is out of every range anyway)."""
+    m = _INTEGER.match(str(value or ""))
+    return int(m.group(1)[:21]) if m else 0
 
 
 def _set_user_var(session, facts, name, value):
-    try:
-        if name == "master_heartbeat_period":
-            ns = _number(name, value)
-            session.heartbeat_ns = 0 if ns <= 0 else min(max(ns, HEARTBEAT_MIN_NS),
-                                                         HEARTBEAT_MAX_NS)
-        elif name == "mariadb_slave_capability":
-            session.capability = _number(name, value)
-    except ValueError as e:
-        return Reply("error", code=ER_WRONG_TYPE_FOR_VAR, message=str(e))
+    if name == "master_heartbeat_period":
+        ns = _number(value)
+        session.heartbeat_ns = 0 if ns <= 0 else min(max(ns, HEARTBEAT_MIN_NS),
+                                                     HEARTBEAT_MAX_NS)
+    elif name == "mariadb_slave_capability":
+        session.capability = _number(value)
     session.user_vars[name] = value
     if name == "master_binlog_checksum":
         session.checksum_wanted = str(value).upper() not in ("NONE", "")
