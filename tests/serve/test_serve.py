@@ -176,6 +176,7 @@ def test_follows_the_archive_as_it_grows(primary, binlog_dir, replica, tmp_path,
         attach(replica, handle)
         caught_up(replica, f"{domain}-{server_id}-{int(seq) + 1}")
         assert handle.dumps == 1
+        assert served_gtid_pos(handle) == f"{domain}-{server_id}-{int(seq) + 1}"
         shutil.copyfile(binlog_dir / "binlog.000003", part / "binlog.000003")
         store = ArchiveStore(url)
         store.put_bytes("db1/binlog/binlog.000004", b"\xfebin")  # its index not written yet
@@ -190,6 +191,21 @@ def test_follows_the_archive_as_it_grows(primary, binlog_dir, replica, tmp_path,
         caught_up(replica, gtids[-1])
         assert checksums(replica) == checksums(server)
         assert (handle.dumps, handle.errors) == (1, [])  # the same dump went on
+        # the archive's end now, not when serve started
+        wait_for(lambda: served_gtid_pos(handle) == gtids[-1], timeout=5,
+                 what="@@gtid_binlog_pos at the archive's new end")
+
+
+def served_gtid_pos(handle):
+    """@@gtid_binlog_pos as serve answers a client (PyMySQL)."""
+    conn = pymysql.connect(host=handle.host, port=handle.port, user="mysqlbackup_serve",
+                           password=PASSWORD, connect_timeout=5)
+    try:
+        with conn.cursor() as cur:
+            cur.execute("SELECT @@gtid_binlog_pos")
+            return cur.fetchone()[0]
+    finally:
+        conn.close()
 
 
 def test_cli_bad_input_and_a_real_run(archive, tmp_path):

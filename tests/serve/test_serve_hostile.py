@@ -366,3 +366,32 @@ def test_random_packets_never_end_in_a_traceback(after_each):
                 rc.greeting(sock)
                 rc.send_packet(sock, payload, 1)
                 rc.closed_by_server(sock, 0.5)
+
+
+def test_connections_past_the_caps_get_too_many_connections(archive, tmp_path):
+    """Two replicas logged in at most: a third login gets 1040 after its handshake, as
+    from mariadbd; past the handshakes' cap too, a connection gets 1040 at once."""
+    served = ServeProcess(archive, str(tmp_path / "serve.log"), extra=("--max-connections", "2"))
+    held = []
+    try:
+        served.start = (served.fds(), served.rss_mb())
+        held += [logged_in(served.port), logged_in(served.port)]
+        sock, answer = rc.login(served.port, USER, PASSWORD)
+        sock.close()
+        assert rc.error_of(answer) == (pk.ER_CON_COUNT_ERROR, "Too many connections")
+        for _ in range(MAX_HANDSHAKES):  # idle, not logged in: the server is now full
+            held.append(rc.connect(served.port, "127.0.0.6"))
+            rc.greeting(held[-1])
+        with rc.connect(served.port) as sock:
+            seq, answer = rc.read_packet(sock)
+            assert (seq, rc.error_of(answer)) == (0, (pk.ER_CON_COUNT_ERROR,
+                                                      "Too many connections"))
+        for sock in held:
+            sock.close()
+        held = []
+        wait_for(lambda: _login_ok(served), timeout=5, what="a login once the others left")
+        check_whole(served)
+    finally:
+        for sock in held:
+            sock.close()
+        served.stop()
