@@ -200,8 +200,11 @@ def eof_packet():
     return b"\xfe" + struct.pack("<HH", 0, SERVER_STATUS_AUTOCOMMIT)
 
 
-def err_packet(code, message, sqlstate=None):
-    """ERR with the SQLSTATE marker, as a 4.1 server sends it."""
+def err_packet(code, message, sqlstate=None, before_handshake=False):
+    """ERR with the SQLSTATE marker, as a 4.1 server sends it; ``before_handshake``:
+    without it, as mariadbd sends an error in place of its handshake (1040)."""
+    if before_handshake:
+        return b"\xff" + struct.pack("<H", code) + message.encode("utf-8")
     state = sqlstate or SQLSTATES.get(code, "HY000")
     return (b"\xff" + struct.pack("<H", code) + b"#" + state.encode("ascii")
             + message.encode("utf-8"))

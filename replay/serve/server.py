@@ -323,8 +323,8 @@ class _Server:
                   MAX_HANDSHAKES)
         try:
             sock.setblocking(False)
-            sock.send(pk.frames(pk.err_packet(pk.ER_CON_COUNT_ERROR, "Too many connections"),
-                                0)[0])
+            sock.send(pk.frames(pk.err_packet(pk.ER_CON_COUNT_ERROR, "Too many connections",
+                                              before_handshake=True), 0)[0])
         except OSError:
             pass
         sock.close()

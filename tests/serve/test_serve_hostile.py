@@ -382,10 +382,8 @@ def test_connections_past_the_caps_get_too_many_connections(archive, tmp_path):
         for _ in range(MAX_HANDSHAKES):  # idle, not logged in: the server is now full
             held.append(rc.connect(served.port, "127.0.0.6"))
             rc.greeting(held[-1])
-        with rc.connect(served.port) as sock:
-            seq, answer = rc.read_packet(sock)
-            assert (seq, rc.error_of(answer)) == (0, (pk.ER_CON_COUNT_ERROR,
-                                                      "Too many connections"))
+        with rc.connect(served.port) as sock:  # mariadbd's bytes: no handshake, no SQLSTATE
+            assert rc.read_packet(sock) == (0, b"\xff\x10\x04Too many connections")
         for sock in held:
             sock.close()
         held = []
