@@ -227,8 +227,10 @@ class ReplicaClient:
         sock = self.conn._sock
         if isinstance(sock, ssl.SSLSocket) and sock.pending():
             return True  # decrypted bytes wait inside the TLS layer, unseen by select
-        try:
-            return bool(select.select([sock], [], [], timeout)[0])
+        try:  # poll, not select: select fails on a descriptor past 1024
+            poller = select.poll()
+            poller.register(sock, select.POLLIN)
+            return bool(poller.poll(timeout * 1000))
         except (OSError, ValueError) as e:  # a socket shut down or closed meanwhile
             raise ConnectionLost(f"lost the connection to {self.source.address}: {e}") \
                 from None

@@ -386,12 +386,14 @@ class Connection:
         now = time.monotonic()
         due = now + period if period > 0 else None
         until = now + poll if poll else None
+        poller = select.poll()  # not select(): a descriptor may be past 1024
+        poller.register(self.sock, select.POLLIN)
         while not self.closed:
             now = time.monotonic()
             if until is not None and now >= until:
                 return
             wait = min([POLL_SLICE] + [t - now for t in (due, until) if t is not None])
-            readable, _, _ = select.select([self.sock], [], [], max(0.0, wait))
+            readable = poller.poll(max(0.0, wait) * 1000)
             if readable and not self.sock.recv(4096):  # ACKs of a semi-sync replica: dropped
                 raise Disconnected()
             if due is not None and time.monotonic() >= due:
