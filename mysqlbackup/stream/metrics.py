@@ -26,6 +26,9 @@ log = logging.getLogger(__name__)
 # fsync and ACK latencies: from 50 us (a cached SSD fsync) to 10 s (a stalled disk)
 LATENCY_BUCKETS = (0.00005, 0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025,
                    0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0)
+# the HTTP server's own counters: mysqlbackup_metrics_http_refused_total, ..._timeouts_total,
+# ..._bad_requests_total
+HTTP_COUNTERS = "mysqlbackup_metrics_http"
 
 
 class NullMetrics:
@@ -90,7 +93,7 @@ class StreamMetrics(NullMetrics):
         self._caught_up = False
         self._archive = ({"files": 0, "bytes": 0, "last_success": None} if archive else None)
         self.registry.register(_LiveCollector(self))
-        self.server = self.thread = None
+        self.server = None          # httpd.MetricsServer once serving
 
     def _counters(self, registry):
         from prometheus_client import Counter
@@ -179,26 +182,26 @@ class StreamMetrics(NullMetrics):
     # -- HTTP ---------------------------------------------------------------------------
 
     def serve(self, address):
-        """Serve the registry at ``http://HOST:PORT/`` in a daemon thread.
+        """Serve the registry at ``http://HOST:PORT/`` (``httpd.MetricsServer``: one
+        event-loop thread, a bounded number of connections and descriptors).
 
         A port in use (or an address not of this host) is a UsageError: one line, exit 2."""
-        from prometheus_client import start_http_server
+        from mysqlbackup.stream.httpd import MetricsServer
         host, port = parse_address(address)
+        server = MetricsServer(self.registry, (host, port), counters=HTTP_COUNTERS)
         try:
-            self.server, self.thread = start_http_server(port, host, registry=self.registry)
+            self.server = server.start()
         except OSError as e:
             why = "address already in use" if e.errno == errno.EADDRINUSE else e.strerror or e
             raise UsageError(f"cannot serve metrics on {address}: {why}") from None
-        log.info("serving metrics at http://%s:%d/", host, self.server.server_port)
+        log.info("serving metrics at http://%s:%d/", host, server.port)
         return self
 
     def close(self):
         """Stop the HTTP server and wait for its thread."""
         if self.server is not None:
-            self.server.shutdown()
-            self.server.server_close()
-            self.thread.join(5.0)
-            self.server = self.thread = None
+            self.server.close()
+            self.server = None
 
 
 class _LiveCollector:
