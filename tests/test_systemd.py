@@ -88,6 +88,15 @@ def test_unit_settings():
     assert timer["Timer"]["Persistent"] == "true" and timer["Timer"]["RandomizedDelaySec"]
 
 
+def test_service_units_raise_the_descriptor_limit():
+    """Running out of descriptors stops a backup (issue 25: the archiver died of EMFILE):
+    every service asks for 65536, not systemd's soft default of 1024."""
+    services = sorted(name for name in os.listdir(UNITS) if name.endswith(".service"))
+    assert services == ["mysqlbackup-base@.service", "mysqlbackup@.service"]
+    for name in services:
+        assert _unit(name)["Service"]["LimitNOFILE"] == "65536", name
+
+
 def _env_file(path):
     """KEY=VALUE lines of an EnvironmentFile (comments and blank lines skipped)."""
     with open(path, encoding="utf-8") as f:
