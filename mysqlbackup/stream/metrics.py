@@ -186,15 +186,7 @@ class StreamMetrics(NullMetrics):
         event-loop thread, a bounded number of connections and descriptors).
 
         A port in use (or an address not of this host) is a UsageError: one line, exit 2."""
-        from mysqlbackup.stream.httpd import MetricsServer
-        host, port = parse_address(address)
-        server = MetricsServer(self.registry, (host, port), counters=HTTP_COUNTERS)
-        try:
-            self.server = server.start()
-        except OSError as e:
-            why = "address already in use" if e.errno == errno.EADDRINUSE else e.strerror or e
-            raise UsageError(f"cannot serve metrics on {address}: {why}") from None
-        log.info("serving metrics at http://%s:%d/", host, server.port)
+        self.server = serve_registry(self.registry, address)
         return self
 
     def close(self):
@@ -249,6 +241,22 @@ def _archive_families(archive, backlog_bytes, now, started):
                             "Seconds since the last complete archiver pass (since the "
                             "daemon started, before the first one)",
                             value=max(0.0, now - (last if last is not None else started)))
+
+
+def serve_registry(registry, address, counters=HTTP_COUNTERS):
+    """``registry`` served at ``http://HOST:PORT/`` by a started ``httpd.MetricsServer``
+    (its own counters under the ``counters`` prefix); a port in use (or an address not
+    of this host) is a UsageError: one line, exit 2."""
+    from mysqlbackup.stream.httpd import MetricsServer
+    host, port = parse_address(address)
+    server = MetricsServer(registry, (host, port), counters=counters)
+    try:
+        server.start()
+    except OSError as e:
+        why = "address already in use" if e.errno == errno.EADDRINUSE else e.strerror or e
+        raise UsageError(f"cannot serve metrics on {address}: {why}") from None
+    log.info("serving metrics at http://%s:%d/", host, server.port)
+    return server
 
 
 def parse_address(text):

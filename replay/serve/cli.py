@@ -58,11 +58,14 @@ def parse_listen(text):
               "error 1040 (Too many connections). Besides these, at most "
               f"{MAX_HANDSHAKES} connections may be logging in (each within "
               f"{HANDSHAKE_TIMEOUT:g} s); a new one ends the oldest.")
+@click.option("--metrics-address", metavar="HOST:PORT", help="Serve Prometheus metrics at "
+              "http://HOST:PORT/metrics: connections, dumps, refused logins and what the "
+              "bounds refused (a bounded HTTP server, as the daemon's).")
 @identity_option
 @handle_errors
 def serve(archive_url, archive_option, source_name, listen, user, password_file,
           stop_datetime, stop_before_gtid, stop_position, exclude_gtids, poll_interval,
-          tls_cert, tls_key, require_tls, max_connections, identity):
+          tls_cert, tls_key, require_tls, max_connections, metrics_address, identity):
     """Serve the archive's binlogs to MariaDB replicas as their primary would.
 
     A replica (CHANGE MASTER TO MASTER_HOST, MASTER_PORT, MASTER_USER,
@@ -93,7 +96,7 @@ def serve(archive_url, archive_option, source_name, listen, user, password_file,
                            selection, identity, storage_options=parse_options(archive_option),
                            poll_interval=poll_interval or None, tls_cert=tls_cert,
                            tls_key=tls_key, require_tls=require_tls,
-                           max_connections=max_connections)
+                           max_connections=max_connections, metrics_address=metrics_address)
     stop = threading.Event()
     for sig in (signal.SIGTERM, signal.SIGINT):
         signal.signal(sig, lambda *_: stop.set())

@@ -65,6 +65,7 @@ class ServeOptions:
     tls_key: str = None             # its private key (PEM; may be inside ``tls_cert``)
     require_tls: bool = False       # a replica that does not ask for TLS is denied (1045)
     max_connections: int = MAX_CONNECTIONS  # logged-in connections at once (more: 1040)
+    metrics_address: str = None     # HOST:PORT of a Prometheus endpoint (None: off)
 
 
 class ServeHandle:
@@ -104,6 +105,12 @@ class ServeHandle:
         'timed_out', 'evicted' (a handshake ended for a newer one), 'accept_errors'."""
         with self._server.lock:
             return dict(self._server.stats)
+
+    @property
+    def metrics_port(self):
+        """The port of the Prometheus endpoint (None: off)."""
+        metrics = self._server.metrics
+        return metrics.port if metrics is not None else None
 
     @property
     def connections(self):
@@ -166,6 +173,7 @@ class _Server:
         self.throttle = LoginThrottle(time.monotonic)
         self.limiter = LogLimiter(time.monotonic)
         self._gtid_now = (None, None)   # (when looked up, value)
+        self.metrics = None             # the HTTP server of --metrics-address
 
     # -- archive ---------------------------------------------------------------------
 
@@ -255,6 +263,13 @@ class _Server:
     # -- lifecycle -------------------------------------------------------------------
 
     def start(self):
+        if self.options.metrics_address:
+            from replay.serve.metrics import serve_metrics
+            try:
+                self.metrics = serve_metrics(self, self.options.metrics_address)
+            except BaseException:
+                self.listener.close()
+                raise
         self.thread = threading.Thread(target=self._accept, name="serve-accept", daemon=True)
         self.thread.start()
 
@@ -345,6 +360,8 @@ class _Server:
             self.thread.join(timeout=5)
         for conn in connections:
             conn.thread.join(timeout=5)
+        if self.metrics is not None:
+            self.metrics.close()
 
     def wait_end(self, timeout):
         with self.lock:

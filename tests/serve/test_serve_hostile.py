@@ -15,7 +15,6 @@ import socket
 import struct
 import subprocess
 import sys
-import threading
 import time
 
 import pytest
@@ -52,6 +51,8 @@ class ServeProcess:
         line = wait_for(lambda: re.search(r"on 127\.0\.0\.1:(\d+) ", self.log()), timeout=60,
                         what="serve listening")
         self.port = int(line.group(1))
+        metrics = re.search(r"serving metrics at http://127\.0\.0\.1:(\d+)/", self.log())
+        self.metrics_port = int(metrics.group(1)) if metrics else None
 
     def log(self):
         with open(self.log_path, "rb") as f:
@@ -76,6 +77,17 @@ class ServeProcess:
         assert answer[:1] == b"\x00", answer
         return time.monotonic() - started
 
+    def metric(self, name):
+        """The value of one sample of serve's metrics endpoint."""
+        import urllib.request
+
+        from prometheus_client.parser import text_string_to_metric_families
+        with urllib.request.urlopen(f"http://127.0.0.1:{self.metrics_port}/metrics",
+                                    timeout=5) as response:
+            text = response.read().decode()
+        return next(s.value for f in text_string_to_metric_families(text)
+                    for s in f.samples if s.name == name)
+
     def stop(self):
         if self.proc.poll() is None:
             self.proc.send_signal(signal.SIGTERM)
@@ -88,7 +100,8 @@ class ServeProcess:
 
 @pytest.fixture(scope="module")
 def served(archive, tmp_path_factory):
-    proc = ServeProcess(archive, str(tmp_path_factory.mktemp("hostile") / "serve.log"))
+    proc = ServeProcess(archive, str(tmp_path_factory.mktemp("hostile") / "serve.log"),
+                        extra=("--metrics-address", "127.0.0.1:0"))
     proc.login_seconds()  # warm: the first login's imports are not an attack's doing
     proc.start = (proc.fds(), proc.rss_mb())
     yield proc
@@ -213,6 +226,7 @@ def test_slow_and_idle_clients_cannot_keep_a_replica_out(after_each, capsys):
 
 def test_failed_logins_are_slowed_down_per_address(after_each):
     port, took = after_each.port, []
+    refused = after_each.metric("mysqlbackup_serve_refused_logins_total")
     for _ in range(FREE_FAILURES + 2):
         started = time.monotonic()
         sock, answer = rc.login(port, USER, "wrong", source="127.0.0.4")
@@ -225,6 +239,8 @@ def test_failed_logins_are_slowed_down_per_address(after_each):
     # the right password from the throttled address waits too (no early answer to read)
     assert after_each.login_seconds("127.0.0.4") >= 4 * FIRST_DELAY
     assert after_each.login_seconds("127.0.0.4") < FIRST_DELAY  # a success forgave it
+    assert after_each.metric("mysqlbackup_serve_refused_logins_total") == \
+        refused + FREE_FAILURES + 2
 
 
 def test_a_burst_of_connects_gets_handshakes_without_retries(after_each):
