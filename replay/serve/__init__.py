@@ -37,8 +37,17 @@ Programmatic API (what ``restore --apply native`` calls)::
   end, or None; ``handle.errors``: the (code, message) of each dump refused (ER 1236
   when the archive lacks what the replica asks for).
 
+* Hostile clients are bounded (``limits``): a whole handshake within 10 s, packets of
+  64 KiB before login and 1 MiB after, 32 connections logging in (a new one ends the
+  oldest), ``options.max_connections`` logged in (more: 1040), a growing delay per
+  address after failed logins; each malformed packet gets mariadbd's error.
+  ``handle.stats``: what was refused; ``options.metrics_address``: the same as
+  Prometheus metrics.
+
 Modules: ``packets`` (pure: handshake, OK/ERR/EOF, result sets, artificial
 events), ``queries`` (pure: the replica's set-up queries and their answers),
 ``feed`` (archive -> events of one dump: start, skip, stop, exclusions),
-``server`` (sockets and threads), ``cli`` (the click command).
+``limits`` (pure: throttle, log limiter, LIKE, the bounds), ``connection`` (one
+client: handshake, commands, dump), ``server`` (the listener, caps, bookkeeping),
+``metrics`` (Prometheus), ``cli`` (the click command).
 """
