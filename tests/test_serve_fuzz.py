@@ -93,7 +93,14 @@ def test_like_matches_as_the_servers_like(pattern, text):
     assert like_match(pattern, text) == reference_like(pattern, text)
 
 
-@pytest.mark.parametrize("pattern", ["%" * 100000 + "X", "%a" * 50000 + "X", "_%" * 50000])
+@pytest.mark.parametrize("pattern, text", [("a\\%%", "a%bc"), ("a\\%%%%", "a%"),
+                                           ("a\\%", "a%b"), ("%" * 9 + "_", "")])
+def test_like_escapes_next_to_runs_of_wildcards(pattern, text):
+    assert like_match(pattern, text) == reference_like(pattern, text)
+
+
+@pytest.mark.parametrize("pattern", ["%" * 100000 + "X", "%a" * 50000 + "X", "_%" * 50000,
+                                     "a" * (1 << 20), "\\%" * 50000 + "%" * 500000])
 def test_like_is_linear_in_the_pattern(pattern):
     started = time.monotonic()
     like_match(pattern, "gtid_binlog_pos_and_more_letters_abcdefgh")

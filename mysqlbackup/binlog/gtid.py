@@ -10,6 +10,12 @@ Both classes offer ``add``, ``contains``, ``copy``, ``is_empty`` and ``str()``.
 from mysqlbackup.errors import UsageError
 
 
+
+def _number(text):
+    """True for a GTID's number: ASCII digits only ('²'.isdigit() is true too), at most
+    20 of them (a 64-bit sequence number)."""
+    return text.isascii() and text.isdigit() and len(text) <= 20
+
 class MariaGtidPos:
     """MariaDB GTID position: domain -> (server_id, seq_no) of its last transaction."""
 
@@ -24,7 +30,7 @@ class MariaGtidPos:
         domains = {}
         for item in filter(None, (p.strip() for p in text.split(","))):
             parts = item.split("-")
-            if len(parts) != 3 or not all(p.isdigit() for p in parts):
+            if len(parts) != 3 or not all(_number(p) for p in parts):
                 raise UsageError(f"bad MariaDB GTID {item!r}: expected DOMAIN-SERVER-SEQ")
             domain, server_id, seq = map(int, parts)
             if domain in domains:
@@ -76,7 +82,7 @@ class MysqlGtidSet:
                 raise UsageError(f"bad MySQL GTID set item {item!r}: expected UUID:N[-M]")
             for r in ranges:
                 lo, _, hi = r.partition("-")
-                if not lo.isdigit() or (hi and not hi.isdigit()):
+                if not _number(lo) or (hi and not _number(hi)):
                     raise UsageError(f"bad GTID interval {r!r} in {item!r}")
                 result.add_interval(sid, int(lo), int(hi or lo) + 1)
         return result

@@ -228,7 +228,10 @@ def bind(host, port, backlog):
     """A listening TCP socket on ``host`` (its first address family) and ``port``."""
     family = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM,
                                 flags=socket.AI_PASSIVE)[0][0]
-    return socket.create_server((host, port), family=family, backlog=backlog)
+    # '::' takes IPv4 scrapes too, as prometheus_client's server did (no IPV6_V6ONLY)
+    dualstack = family == socket.AF_INET6 and host == "::" and socket.has_dualstack_ipv6()
+    return socket.create_server((host, port), family=family, backlog=backlog,
+                                dualstack_ipv6=dualstack)
 
 
 def _counters(registry, prefix):

@@ -185,7 +185,7 @@ class Connection:
         started = time.monotonic()
         scramble = bytes(random.SystemRandom().randrange(0x21, 0x7F) for _ in range(20))
         context = self.server.tls_context
-        self.send([pk.handshake_v10(self.id, self.server.facts.version, scramble,
+        self.send([pk.handshake_v10(self.id & 0xFFFFFFFF, self.server.facts.version, scramble,
                                     ssl=context is not None)], 0)
         payload, seq = self.read_packet(HANDSHAKE_TIMEOUT, MAX_LOGIN_PACKET)
         if context is not None and pk.is_ssl_request(payload):
@@ -259,16 +259,20 @@ class Connection:
         left = HANDSHAKE_TIMEOUT - (time.monotonic() - started)
         if left <= 0:
             raise TimedOut()
-        self.sock.settimeout(left)
-        try:
-            self.sock = context.wrap_socket(self.sock, server_side=True)
-        except socket.timeout:
-            raise TimedOut() from None
+        # wrapped first, handshaken after: close() from another thread (an eviction) must
+        # reach the socket while the TLS handshake waits on the peer
+        self.sock = context.wrap_socket(self.sock, server_side=True,
+                                        do_handshake_on_connect=False)
         if self.closed:  # close() ran on the socket before it was wrapped
             raise Disconnected()
+        self.sock.settimeout(left)
+        try:
+            self.sock.do_handshake()
+        except socket.timeout:
+            raise TimedOut() from None
         self.tls = self.sock.version()
-        log.info("connection %d from %s: %s, cipher %s", self.id, self.peer[0], self.tls,
-                 self.sock.cipher()[0])
+        log.debug("connection %d from %s: %s, cipher %s", self.id, self.peer[0], self.tls,
+                  self.sock.cipher()[0])
         return self.read_packet(max(0.0, HANDSHAKE_TIMEOUT - (time.monotonic() - started)),
                                 MAX_LOGIN_PACKET)
 

@@ -7,10 +7,12 @@ sockets; clocks are passed in so that tests drive them).
   read as an answer), forgotten after a quiet while; the table is bounded.
 * ``LogLimiter``: one log line per kind of refusal per interval, with the count of
   those left out, so that a flood of bad clients cannot flood the log.
-* ``like_match``: SQL ``LIKE`` (``%``, ``_``, ``\\`` escapes) without a regex that
+* ``LikePattern``: SQL ``LIKE`` (``%``, ``_``, ``\\`` escapes) without a regex that
   can backtrack on a client's pattern.
 """
 
+import ipaddress
+import re
 from collections import OrderedDict
 
 # connections: MariaDB's connect_timeout is 10 s (the whole handshake); a logged-in
@@ -19,7 +21,8 @@ from collections import OrderedDict
 HANDSHAKE_TIMEOUT = 10.0
 COMMAND_TIMEOUT = 60.0
 MAX_CONNECTIONS = 64        # logged-in connections (--max-connections)
-MAX_HANDSHAKES = 32         # connections not logged in yet; a new one ends the oldest
+MAX_HANDSHAKES = 32         # connections not logged in yet; a new one ends the oldest ...
+MAX_HANDSHAKES_PER_ADDRESS = 8  # ... of its own address past this many, else of the busiest
 
 # failed logins, per client address
 FREE_FAILURES = 3           # answered at once
@@ -27,6 +30,17 @@ FIRST_DELAY = 0.5           # then this, doubled at each failure ...
 MAX_DELAY = 8.0             # ... up to this
 FORGET_AFTER = 600.0        # an address with no failure for this long starts afresh
 MAX_ADDRESSES = 4096        # addresses remembered (the oldest forgotten first)
+
+
+def throttle_key(address):
+    """What failed logins are counted by: the IPv4 address, an IPv6 address's /64 (one
+    host holds a whole /64)."""
+    if ":" not in address:
+        return address
+    try:
+        return str(ipaddress.ip_network(f"{address.split('%')[0]}/64", strict=False))
+    except ValueError:
+        return address
 
 
 class LoginThrottle:
@@ -86,27 +100,48 @@ class LogLimiter:
 
 
 _MANY, _ONE = object(), object()   # the wildcards of a LIKE pattern
+MAX_NAME = 64                       # a variable name is at most this long
+
+
+class LikePattern:
+    """A SQL LIKE pattern (``%``, ``_``, ``\\`` escapes), read once: ``match(text)`` is
+    O(len(pattern) * len(text)) at worst, however many ``%`` it holds (one backtracking
+    point, the last ``%``). A pattern with more characters to match than a variable
+    name can hold matches nothing (read no further: a 1 MiB pattern costs one pass)."""
+
+    def __init__(self, pattern):
+        # runs of 3+ '%' kept as 2 (linear, no backtracking): '\\%%' stays a literal '%'
+        # and a wildcard, and the pattern left is at most about 3 times its other chars
+        collapsed = re.sub(r"%{3,}", "%%", pattern.lower())
+        if len(collapsed) - collapsed.count("%") > 2 * MAX_NAME:  # an escape is 2
+            self.tokens = None
+        else:
+            self.tokens = _like_tokens(collapsed)
+
+    def match(self, text):
+        """True when ``text`` (case-insensitive) matches the pattern."""
+        tokens, text = self.tokens, text.lower()
+        if tokens is None:
+            return False
+        t = p = 0
+        star_p, star_t = -1, 0
+        while t < len(text):
+            token = tokens[p] if p < len(tokens) else None
+            if token is _MANY:
+                star_p, star_t, p = p, t, p + 1
+            elif token is not None and (token is _ONE or token == text[t]):
+                t, p = t + 1, p + 1
+            elif star_p >= 0:
+                star_t += 1
+                t, p = star_t, star_p + 1
+            else:
+                return False
+        return all(token is _MANY for token in tokens[p:])
 
 
 def like_match(pattern, text):
-    """True when ``text`` matches the SQL LIKE ``pattern`` (case-insensitive, as the
-    server compares variable names): O(len(pattern) * len(text)) at worst, however
-    many ``%`` the pattern holds (one backtracking point, the last ``%``)."""
-    tokens, text = _like_tokens(pattern.lower()), text.lower()
-    t = p = 0
-    star_p, star_t = -1, 0
-    while t < len(text):
-        token = tokens[p] if p < len(tokens) else None
-        if token is _MANY:
-            star_p, star_t, p = p, t, p + 1
-        elif token is not None and (token is _ONE or token == text[t]):
-            t, p = t + 1, p + 1
-        elif star_p >= 0:
-            star_t += 1
-            t, p = star_t, star_p + 1
-        else:
-            return False
-    return all(token is _MANY for token in tokens[p:])
+    """True when ``text`` matches the SQL LIKE ``pattern`` (see LikePattern)."""
+    return LikePattern(pattern).match(text)
 
 
 def _like_tokens(pattern):

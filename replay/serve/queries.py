@@ -13,7 +13,7 @@ commonly reads); anything else is refused as a server refuses what it lacks.
 
 A client's text never meets a regex that can backtrack: the statement patterns are
 anchored with disjoint classes, SET items are split and read by hand, a LIKE
-pattern is matched by ``limits.like_match``; a number is read as the server reads a
+pattern is matched by ``limits.LikePattern``; a number is read as the server reads a
 user variable (its leading digits, else 0), a heartbeat period kept within the
 replica's bounds (1 ms to 4294967 s).
 """
@@ -25,7 +25,7 @@ from dataclasses import dataclass, field
 from mysqlbackup.binlog.gtid import MariaGtidPos
 from mysqlbackup.errors import UsageError
 from replay.serve import packets as pk
-from replay.serve.limits import like_match
+from replay.serve.limits import LikePattern
 
 LONG, TEXT = pk.TYPE_LONGLONG, pk.TYPE_VAR_STRING
 # MASTER_HEARTBEAT_PERIOD's range on a replica: 1 ms to 4294967 s (0: none)
@@ -81,7 +81,7 @@ _WORD = re.compile(r"\w+")
 _INTEGER = re.compile(r"\s*([+-]?\d+)")
 _SELECT_VAR = re.compile(r"^select\s+@@(?:global\.|session\.)?(\w+)\s*$", re.IGNORECASE)
 _SELECT_USER_VAR = re.compile(r"^select\s+@(\w+)\s*$", re.IGNORECASE)
-_GTID_POS = re.compile(r"^select\s+binlog_gtid_pos\(\s*'([^']*)'\s*,\s*(\d+)\s*\)\s*$",
+_GTID_POS = re.compile(r"^select\s+binlog_gtid_pos\(\s*'([^']*)'\s*,\s*([0-9]{1,20})\s*\)\s*$",
                        re.IGNORECASE)
 _SHOW_VARS = re.compile(r"^show\s+(?:global\s+|session\s+)?variables\s+like\s+'([^']*)'\s*$",
                         re.IGNORECASE)
@@ -144,7 +144,8 @@ def _select_variable(label, name, facts):
 
 
 def _show_variables(pattern, facts):
-    found = [[n, v] for n, (_, v) in sorted(_variables(facts).items()) if like_match(pattern, n)]
+    like = LikePattern(pattern)
+    found = [[n, v] for n, (_, v) in sorted(_variables(facts).items()) if like.match(n)]
     return Reply("rows", [pk.Column("Variable_name", TEXT), pk.Column("Value", TEXT)], found)
 
 
@@ -204,7 +205,7 @@ def _set_user_var(session, facts, name, value):
     elif name == "slave_connect_state":
         try:
             session.connect_state = MariaGtidPos.parse(str(value or ""))
-        except UsageError as e:
+        except (UsageError, ValueError) as e:
             return Reply("error", code=1105, message=f"Could not parse GTID list: {e}")
     return None
 

@@ -23,7 +23,7 @@ import socket
 import ssl
 import threading
 import time
-from collections import Counter, OrderedDict
+from collections import Counter, OrderedDict, deque
 from dataclasses import dataclass, field, replace
 
 from mysqlbackup.binlog import events as ev
@@ -34,7 +34,8 @@ from replay.planning.selection import Selection
 from replay.serve import packets as pk
 from replay.serve.connection import Connection
 from replay.serve.feed import gtid_state_at
-from replay.serve.limits import MAX_CONNECTIONS, MAX_HANDSHAKES, LoginThrottle, LogLimiter
+from replay.serve.limits import (MAX_CONNECTIONS, MAX_HANDSHAKES, MAX_HANDSHAKES_PER_ADDRESS,
+                                 LoginThrottle, LogLimiter, throttle_key)
 from replay.serve.queries import ServerFacts
 
 log = logging.getLogger(__name__)
@@ -42,6 +43,7 @@ log = logging.getLogger(__name__)
 # accept() failures that a full process or system causes: wait, then accept again
 RESOURCE_ERRNOS = (errno.EMFILE, errno.ENFILE, errno.ENOBUFS, errno.ENOMEM)
 MAX_BACKOFF = 1.0
+KEPT = 1000               # errors and TLS versions of the newest dumps kept for the handle
 GTID_POS_TTL = 1.0        # @@gtid_binlog_pos: the archive's end, looked up at most this often
 
 
@@ -164,15 +166,16 @@ class _Server:
         self.facts = self._facts(units)
         self.listener = _listen(options.listen)
         self.lock, self.ended = threading.Condition(), None
-        self.connections, self.dumps, self.errors = {}, {}, []
+        self.connections, self.dumps, self.errors = {}, {}, deque(maxlen=KEPT)
         self.handshaking, self.authenticated = OrderedDict(), set()
         self.stopping, self.next_id, self.thread = False, 1, None
         self.wake = threading.Event()   # set by stop(): ends a back-off at once
-        self.dumps_started, self.dump_tls = 0, []
+        self.dumps_started, self.dump_tls = 0, deque(maxlen=KEPT)
         self.stats = Counter()
         self.throttle = LoginThrottle(time.monotonic)
         self.limiter = LogLimiter(time.monotonic)
         self._gtid_now = (None, None)   # (when looked up, value)
+        self._gtid_lookup = threading.Lock()  # one lookup at a time; the others use it
         self.metrics = None             # the HTTP server of --metrics-address
 
     # -- archive ---------------------------------------------------------------------
@@ -208,10 +211,17 @@ class _Server:
     def archive_end_gtid(self):
         """The GTID state at the archive's end now (the newest file's index), looked up at
         most every GTID_POS_TTL seconds; None when the store cannot tell."""
-        with self.lock:
-            when, value = self._gtid_now
-            if when is not None and time.monotonic() - when < GTID_POS_TTL:
-                return value
+        with self._gtid_lookup:
+            with self.lock:
+                when, value = self._gtid_now
+                if when is not None and time.monotonic() - when < GTID_POS_TTL:
+                    return value
+            value = self._look_up_end_gtid()
+            with self.lock:
+                self._gtid_now = (time.monotonic(), value)
+            return value
+
+    def _look_up_end_gtid(self):
         from mysqlbackup.archive.listing import ArchiveListing
         from mysqlbackup.archive.store import ArchiveStore
         try:
@@ -222,8 +232,6 @@ class _Server:
         except Exception as e:  # noqa: BLE001 - the value known at start is answered instead
             log.warning("reading the archive's end failed: %s", mask_url(e))
             value = None
-        with self.lock:
-            self._gtid_now = (time.monotonic(), value)
         return value
 
     def chunks(self, unit):
@@ -247,8 +255,13 @@ class _Server:
             checksum="CRC32" if fde.checksum_alg == ev.CHECKSUM_CRC32 else "NONE",
             domain_id=next(iter(MariaGtidPos.parse(gtid).domains), 0),
             gtid_binlog_pos=last["index"].get("gtid_after") or "",
-            gtid_binlog_pos_now=self.archive_end_gtid,
+            # the archive's end now, unless a stop point fixes what is served
+            gtid_binlog_pos_now=None if self._has_stop() else self.archive_end_gtid,
             gtid_pos_at=lambda file, pos: gtid_state_at(units, file, pos))
+
+    def _has_stop(self):
+        s = self.options.selection
+        return (s.stop_datetime, s.stop_before_gtid, s.stop_position) != (None, None, None)
 
     def _read_fde(self, unit):
         from replay.serve.feed import walk_events
@@ -308,8 +321,7 @@ class _Server:
             if len(self.connections) >= self.options.max_connections + MAX_HANDSHAKES:
                 conn, evicted = None, None
             else:
-                evicted = (self.handshaking.popitem(last=False)[1]
-                           if len(self.handshaking) >= MAX_HANDSHAKES else None)
+                evicted = self._evict_for(peer[0])
                 conn_id, self.next_id = self.next_id, self.next_id + 1
                 conn = Connection(self, sock, peer, conn_id)
                 self.connections[conn_id] = self.handshaking[conn_id] = conn
@@ -317,9 +329,9 @@ class _Server:
             return self._refuse_now(sock, peer)
         if evicted is not None:
             self.count("evicted")
-            self.note("evicted", logging.WARNING, "%d connections are logging in: the oldest "
-                      "(%d from %s) is closed for a new one", MAX_HANDSHAKES, evicted.id,
-                      evicted.peer[0])
+            self.note("evicted", logging.WARNING, "too many connections logging in: %d from "
+                      "%s is closed for a new one (at most %d at once, %d an address)",
+                      evicted.id, evicted.peer[0], MAX_HANDSHAKES, MAX_HANDSHAKES_PER_ADDRESS)
             evicted.close()
         try:
             conn.thread.start()
@@ -327,6 +339,22 @@ class _Server:
             self.note("thread", logging.WARNING, "cannot serve a connection: %s", e)
             sock.close()
             self.forget(conn)
+
+    def _evict_for(self, address):
+        """The handshake to end for a new one from ``address`` (under the lock), or None:
+        its own oldest when it holds its share already, else, when all are taken, the
+        oldest of the address holding the most (one address cannot push others out)."""
+        mine = [c for c in self.handshaking.values() if c.peer[0] == address]
+        if len(mine) >= MAX_HANDSHAKES_PER_ADDRESS:
+            victim = mine[0]
+        elif len(self.handshaking) >= MAX_HANDSHAKES:
+            held = Counter(c.peer[0] for c in self.handshaking.values())
+            top = max(held.values())
+            victim = next(c for c in self.handshaking.values() if held[c.peer[0]] == top)
+        else:
+            return None
+        del self.handshaking[victim.id]
+        return victim
 
     def _refuse_now(self, sock, peer):
         """1040 "Too many connections" as the first packet, as mariadbd sends it, then
@@ -395,7 +423,7 @@ class _Server:
         """``conn`` logged in: True when it may stay (fewer than max_connections are)."""
         with self.lock:
             self.handshaking.pop(conn.id, None)
-            self.throttle.succeeded(conn.peer[0])
+            self.throttle.succeeded(throttle_key(conn.peer[0]))
             if len(self.authenticated) >= self.options.max_connections:
                 self.stats["refused_connections"] += 1
                 return False
@@ -403,13 +431,13 @@ class _Server:
             return True
 
     def login_delay(self, address):
-        """Seconds a login from ``address`` waits (its recent failed logins)."""
+        """Seconds a login from ``address`` waits (its recent failed logins; IPv6 by /64)."""
         with self.lock:
-            return self.throttle.delay(address)
+            return self.throttle.delay(throttle_key(address))
 
     def login_failed(self, address):
         with self.lock:
-            self.throttle.failed(address)
+            self.throttle.failed(throttle_key(address))
             self.stats["refused_logins"] += 1
 
     def count(self, what):

@@ -165,7 +165,8 @@ def test_long_user_names_and_huge_packets_are_answered_at_once(after_each):
 @pytest.mark.parametrize("name, payload, seq", [
     ("auth length 0xFB", rc.response(b"u", raw_auth_length=b"\xfb"), 1),
     ("auth length 0xFF", rc.response(b"u", raw_auth_length=b"\xff" + b"x" * 20), 1),
-    ("auth length 2**63", rc.response(b"u", raw_auth_length=b"\xfe" + struct.pack("<Q", 1 << 63)), 1),
+    ("auth length 2**63",
+     rc.response(b"u", raw_auth_length=b"\xfe" + struct.pack("<Q", 1 << 63)), 1),
     ("auth length cut short", rc.response(b"u", raw_auth_length=b"\xfe\x01\x02"), 1),
     ("10 garbage bytes", os.urandom(10), 1),
     ("empty", b"", 1),
@@ -222,6 +223,25 @@ def test_slow_and_idle_clients_cannot_keep_a_replica_out(after_each, capsys):
         for sock in slow:
             sock.close()
     assert "no whole packet in time (handshake)" in after_each.log()
+
+
+def test_one_address_cannot_push_out_anothers_handshake(after_each):
+    """A replica whose login is under way while one address floods new connections is
+    not ended for them: the flood ends its own oldest first."""
+    port = after_each.port
+    legit = rc.connect(port)
+    flood = []
+    try:
+        scramble = rc.greeting(legit)
+        for _ in range(3 * MAX_HANDSHAKES):
+            flood.append(rc.connect(port, "127.0.0.7"))
+        rc.send_packet(legit, rc.response(USER.encode(), pk.native_token(PASSWORD, scramble)),
+                       1)
+        assert rc.read_packet(legit)[1][:1] == b"\x00"
+    finally:
+        legit.close()
+        for sock in flood:
+            sock.close()
 
 
 def test_failed_logins_are_slowed_down_per_address(after_each):
@@ -305,6 +325,10 @@ def test_malformed_commands_get_the_servers_answers(after_each):
         assert rc.read_packet(sock)[1][:1] == b"\x00"
         assert rc.query(sock, "SET @master_heartbeat_period='abc', "
                               "@mariadb_slave_capability='x'")[:1] == b"\x00"
+        for state in ("0-1-\u00b2", "0-1-" + "9" * 5000):  # a digit to str.isdigit, not int()
+            assert rc.error_of(rc.query(sock, f"SET @slave_connect_state='{state}'"))[0] == 1105
+        assert rc.error_of(rc.query(sock, "SELECT binlog_gtid_pos('binlog.000001', "
+                                          + "9" * 5000 + ")"))[0] == pk.ER_NOT_SUPPORTED
     for short in (b"\x12", b"\x12\x04\x00\x00\x00", b"\x12" + bytes(9)):
         with logged_in(after_each.port) as sock:
             rc.query(sock, "SET @master_binlog_checksum=@@global.binlog_checksum")
@@ -395,8 +419,8 @@ def test_connections_past_the_caps_get_too_many_connections(archive, tmp_path):
         sock, answer = rc.login(served.port, USER, PASSWORD)
         sock.close()
         assert rc.error_of(answer) == (pk.ER_CON_COUNT_ERROR, "Too many connections")
-        for _ in range(MAX_HANDSHAKES):  # idle, not logged in: the server is now full
-            held.append(rc.connect(served.port, "127.0.0.6"))
+        for i in range(MAX_HANDSHAKES):  # idle, not logged in, from as many addresses
+            held.append(rc.connect(served.port, f"127.0.2.{i + 1}"))  # the server is full
             rc.greeting(held[-1])
         with rc.connect(served.port) as sock:  # mariadbd's bytes: no handshake, no SQLSTATE
             assert rc.read_packet(sock) == (0, b"\xff\x10\x04Too many connections")

@@ -105,3 +105,41 @@ def test_tls_client_hello_in_the_ssl_requests_segment(archive, pki):
                 pass
         assert (reply[3], reply[4:]) == (3, pk.ok_packet())
         assert client.version() in ("TLSv1.3", "TLSv1.2")
+
+
+def test_clients_stalled_in_the_tls_handshake_are_evicted(archive, pki):
+    """Connections that ask for TLS and then send no ClientHello hold a handshake slot only
+    until newer ones come: evicting them reaches the socket mid-TLS-handshake, so they
+    never fill the server and a replica still logs in (was: 1040 for every newcomer)."""
+    from replay.serve import packets as pk
+    from replay.serve.limits import MAX_HANDSHAKES
+    from tests.serve import rawclient as rc
+    tls = {"tls_cert": str(pki / "serve.pem"), "tls_key": str(pki / "serve.key")}
+    stalled = []
+    with serve(archive, tls=tls) as handle:
+        try:
+            for i in range(MAX_HANDSHAKES + 64):
+                sock = rc.connect(handle.port, f"127.0.1.{i % 200 + 1}")
+                rc.greeting(sock)
+                ssl_request = struct_ssl_request()
+                rc.send_packet(sock, ssl_request, 1)
+                stalled.append(sock)
+            wait_for(lambda: handle.connections <= MAX_HANDSHAKES, timeout=5,
+                     what=f"at most {MAX_HANDSHAKES} open (now {handle.connections})")
+            sock, answer = rc.login(handle.port, "mysqlbackup_serve", PASSWORD)
+            sock.close()
+            assert answer[:1] == b"\x00", answer
+            assert handle.stats["evicted"] >= 64
+            assert pk.ER_CON_COUNT_ERROR not in [code for code, _ in handle.errors]
+        finally:
+            for sock in stalled:
+                sock.close()
+
+
+def struct_ssl_request():
+    """The 32 bytes of a client's SSL request (capabilities with CLIENT_SSL)."""
+    import struct
+
+    from replay.serve import packets as pk
+    from tests.serve import rawclient as rc
+    return struct.pack("<IIB23x", rc.CAPS | pk.CLIENT_SSL, 1 << 24, pk.CHARSET_LATIN1)
