@@ -56,7 +56,9 @@ def source(tmp_path_factory):
         "CREATE PROCEDURE shop.touch() SELECT COUNT(*) FROM shop.items",
         "CREATE EVENT shop.nightly ON SCHEDULE EVERY 1 DAY DISABLE DO DELETE FROM shop.audit",
         "CREATE USER 'app'@'%' IDENTIFIED BY 'app-pw'",
-        "GRANT SELECT, INSERT ON shop.* TO 'app'@'%'")
+        "GRANT SELECT, INSERT ON shop.* TO 'app'@'%'", "CREATE ROLE reader",
+        "GRANT SELECT ON shop.* TO reader", "GRANT reader TO 'app'@'%'",
+        "SET DEFAULT ROLE reader FOR 'app'@'%'")
     server.execute(*[f"INSERT INTO shop.items (name, photo, price, added) VALUES "
                      f"('ítem {i} ✓', UNHEX(SHA2('{i}', 256)), {i}.25, NOW(6))"
                      for i in range(300)])
@@ -79,6 +81,11 @@ def base_cli(server, archive_url, *extra, options=(), password=BACKUP_PASSWORD,
     return run_cli(*args, password=password, timeout=300)
 
 
+def errors_of(stderr):
+    """stderr's lines but the warning naming the accounts the source ignores."""
+    return [line for line in stderr.splitlines() if "account(s) the source ignores" not in line]
+
+
 def user_tables(server):
     return [f"{db}.{t}" for db, t in server.execute(
         "SELECT table_schema, table_name FROM information_schema.tables WHERE table_type = "
@@ -91,8 +98,9 @@ def checksums(server, tables):
 
 
 def load_sql(server, sql):
-    subprocess.run([find_binary("mariadb"), "--no-defaults", f"--socket={server.socket}",
-                    "-uroot", "--binary-mode"], input=sql, check=True, capture_output=True)
+    done = subprocess.run([find_binary("mariadb"), "--no-defaults", f"--socket={server.socket}",
+                           "-uroot", "--binary-mode"], input=sql, capture_output=True)
+    assert done.returncode == 0, done.stderr.decode(errors="replace")
 
 
 def read_base(store, manifest):
@@ -135,16 +143,56 @@ def test_dump_base_loads_into_a_new_server_with_equal_checksums(source, target, 
     assert hashlib.sha256(stored).hexdigest() == manifest["sha256"]
     assert hashlib.sha256(sql).hexdigest() == manifest["raw_sha256"]
 
-    target.execute("DROP DATABASE IF EXISTS shop", "DROP USER IF EXISTS 'app'@'%'")
+    # the server's own accounts as installed: root@<hostname> it ignores is left out, named
+    ignored = [f"'root'@'{h}'" for (h,) in source.execute(
+        "SELECT host FROM mysql.user WHERE user = 'root' AND host NOT IN ('localhost', "
+        "'127.0.0.1', '::1')")]
+    assert ignored and manifest["details"]["skipped_accounts"] == ignored
+    assert (f"1 account(s) the source ignores (skip_name_resolve: a host that is a name) left "
+            f"out of the base: {ignored[0]}") in result.stderr
+    assert "--system=users" not in manifest["details"]["arguments"]
+    assert_users_restore(source, target, sql)
+
+
+def assert_users_restore(source, target, sql):
+    """``sql`` loaded into ``target`` gives the source's tables and the app account, with
+    its role and default role."""
+    target.execute("DROP DATABASE IF EXISTS shop", "DROP USER IF EXISTS 'app'@'%'",
+                   "DROP ROLE IF EXISTS reader")
     load_sql(target, sql)
     tables = user_tables(source)
     assert tables == user_tables(target) and "shop.items" in tables
     assert checksums(target, tables) == checksums(source, tables)
-    assert target.execute("SHOW GRANTS FOR 'app'@'%'") == source.execute(
-        "SHOW GRANTS FOR 'app'@'%'")
+    for account in ("'app'@'%'", "reader"):
+        assert target.execute(f"SHOW GRANTS FOR {account}") == source.execute(
+            f"SHOW GRANTS FOR {account}")
     for what in ("TRIGGERS FROM shop", "PROCEDURE STATUS WHERE Db = 'shop'",
                  "EVENTS FROM shop", "FULL TABLES FROM shop WHERE Table_type = 'VIEW'"):
         assert len(target.execute(f"SHOW {what}")) == 1, what
+
+
+def test_without_ignored_accounts_the_dump_tool_writes_them(source, target, tmp_path):
+    """A source without accounts it ignores: mariadb-dump --system=users writes them, as
+    before, and nothing is named as left out."""
+    hosts = source.execute("SELECT host FROM mysql.user WHERE user = 'root' AND host NOT IN "
+                           "('localhost', '127.0.0.1', '::1')")
+    source.execute("SET SESSION sql_log_bin = 0", *[f"DROP USER 'root'@'{h}'" for (h,) in hosts])
+    try:
+        url = f"file://{tmp_path / 'archive'}"
+        result = base_cli(source, url)
+        assert result.returncode == 0 and "ignores" not in result.stderr, result.stderr
+        store = ArchiveStore(url)
+        [manifest] = manifests(store)
+        assert "--system=users" in manifest["details"]["arguments"]
+        assert "skipped_accounts" not in manifest["details"]
+        sql = zstandard.ZstdDecompressor().stream_reader(read_base(store, manifest)).read()
+        assert b"-- mysqlbackup users: begin" not in sql
+        assert_users_restore(source, target, sql)
+    finally:
+        # as installed again: made, then ignored once the grant tables are read again
+        source.execute("SET SESSION sql_log_bin = 0",
+                       *[f"CREATE USER 'root'@'{h}'" for (h,) in hosts],
+                       "FLUSH NO_WRITE_TO_BINLOG PRIVILEGES")
 
 
 def _epoch(text):
@@ -200,7 +248,7 @@ def test_full_store_is_one_line_and_leaves_nothing(source, tmp_path):
         url = f"file://{tmp_path / 'small' / 'archive'}"
         result = base_cli(source, url)
         assert result.returncode == 1
-        [line] = result.stderr.splitlines()
+        [line] = errors_of(result.stderr)
         assert re.match(rf"mysqlbackup: error: archive {re.escape(url)}: write server-id-31/base/"
                         rf"\d{{8}}T\d{{6}}\.\d{{3}}Z/dump\.sql\.zst failed: OSError: \[Errno 28\] "
                         rf"No space left on device", line), line
@@ -230,7 +278,7 @@ def test_dump_client_failing_midway_is_one_line_and_leaves_nothing(source, tmp_p
         holder.close()
         source.execute("DROP DATABASE midway")
     assert proc.returncode == 1, err
-    [line] = err.splitlines()
+    [line] = errors_of(err)
     assert line.startswith("mysqlbackup: error: mariadb-dump failed (exit 2): mariadb-dump: ")
     assert "FROM `z`" in line and "interrupted" in line, line
     assert_nothing_indexed(url, tmp_path / "archive")
@@ -506,3 +554,27 @@ def test_progress_reports_at_most_every_interval():
         now[0] = step * 1.0
         progress.tick(step * 100, step * 10)
     assert seen == [(5.0, 500, 50), (10.0, 1000, 100), (15.0, 1500, 150), (20.0, 2000, 200)]
+
+
+def test_users_section_is_mariadb_dumps_shape():
+    from mysqlbackup.base.users import Accounts, account_name, section
+    accounts = Accounts(
+        users=[(account_name("app", "%"), "CREATE USER `app`@`%` IDENTIFIED BY PASSWORD '*AB'",
+                ["GRANT USAGE ON *.* TO `app`@`%` IDENTIFIED BY PASSWORD '*AB'",
+                 "GRANT `r``1` TO `app`@`%`", "SET DEFAULT ROLE `r``1` FOR `app`@`%`"])],
+        roles=[("r`1", ["GRANT USAGE ON *.* TO `r``1`", "GRANT SELECT ON `d`.* TO `r``1`"])],
+        ignored=["'root'@'vm'"])
+    assert section(accounts).decode().splitlines() == [
+        "-- mysqlbackup users: begin",
+        "CREATE USER IF NOT EXISTS `app`@`%` IDENTIFIED BY PASSWORD '*AB';",
+        "SELECT COALESCE(CURRENT_ROLE(),'NONE') into @current_role;",
+        "CREATE ROLE IF NOT EXISTS mariadb_dump_import_role;",
+        "GRANT mariadb_dump_import_role TO CURRENT_USER();",
+        "SET ROLE mariadb_dump_import_role;",
+        "CREATE ROLE IF NOT EXISTS `r``1` WITH ADMIN mariadb_dump_import_role;",
+        "GRANT USAGE ON *.* TO `app`@`%` IDENTIFIED BY PASSWORD '*AB';",
+        "GRANT `r``1` TO `app`@`%`;", "SET DEFAULT ROLE `r``1` FOR `app`@`%`;",
+        "GRANT USAGE ON *.* TO `r``1`;", "GRANT SELECT ON `d`.* TO `r``1`;",
+        "SET ROLE NONE;", "DROP ROLE mariadb_dump_import_role;",
+        "EXECUTE IMMEDIATE CONCAT('SET ROLE ', @current_role);",
+        "-- mysqlbackup users: end"]

@@ -343,12 +343,20 @@ def test_dry_run_prints_the_plan_and_a_hole_before_the_base_is_no_obstacle(world
 
 def dump_of(server):
     """The bytes of a real `mariadb-dump` of ``server``, as `mysqlbackup base` runs it."""
+    from mysqlbackup.base import server as source, users
     from mysqlbackup.base.client import options_file
     from mysqlbackup.base.dump import dump_argv
     spec = spec_of(server)
+    conn = source.connect(spec)
+    try:
+        accounts = users.survey(conn)  # as installed: root@<hostname> is ignored
+    finally:
+        conn.close()
     with options_file(spec) as options:
-        return subprocess.run(dump_argv(find_binary("mariadb-dump"), options, spec, "mariadb"),
-                              capture_output=True, check=True).stdout
+        argv = dump_argv(find_binary("mariadb-dump"), options, spec, "mariadb",
+                         users=not accounts.ignored)
+        data = subprocess.run(argv, capture_output=True, check=True).stdout
+    return data + (users.section(accounts) if accounts.ignored else b"")
 
 
 def load(server, sql):

@@ -52,15 +52,17 @@ class Snapshot:
     gtid: str            # GTID position (MariaDB) or executed set (MySQL); '' when empty
 
 
-def dump_argv(tool, options_path, spec, flavor):
-    """The dump client's arguments (the password is in ``options_path``)."""
+def dump_argv(tool, options_path, spec, flavor, users=True):
+    """The dump client's arguments (the password is in ``options_path``); ``users``
+    False: MariaDB's accounts are not dumped by the tool (``base.users`` writes them)."""
     argv = [tool, f"--defaults-extra-file={options_path}", f"--host={spec.host}",
             f"--port={spec.port}", "--protocol=tcp", "--single-transaction", "--quick",
             "--routines", "--events", "--triggers", "--hex-blob",
             "--default-character-set=utf8mb4", "--all-databases"]
     argv += [f"--ignore-database={name}" for name in SYSTEM_SCHEMAS[:2]]
     if flavor == "mariadb":
-        return argv + ["--master-data=2", "--gtid", "--system=users", "--insert-ignore"]
+        return argv + ["--master-data=2", "--gtid", "--insert-ignore"] + (
+            ["--system=users"] if users else [])
     return argv + ["--source-data=2", "--set-gtid-purged=ON", "--no-tablespaces"]
 
 

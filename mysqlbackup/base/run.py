@@ -11,7 +11,7 @@ from mysqlbackup.archive.manifest import (METHODS, build_manifest,
 from mysqlbackup.archive.names import (BASE_MEMBERS, base_key,
                                        check_source_name, format_base_id,
                                        format_key)
-from mysqlbackup.base import dump, physical, server
+from mysqlbackup.base import dump, physical, server, users
 from mysqlbackup.base.client import ToolProcess, find_tool, options_file
 from mysqlbackup.base.upload import (BASE_CODEC, Progress, check_stored, remove_quietly,
                                      upload_stream)
@@ -24,22 +24,50 @@ log = logging.getLogger(__name__)
 class _Run:
     """The tool of one method, running: its process and its snapshot parser."""
 
-    def __init__(self, process, parser, observe, details):
+    def __init__(self, process, parser, observe, details, tail=b""):
         self.process, self.parser, self.observe = process, parser, observe
-        self.details = details
+        self.details, self.tail = details, tail
+
+    def read(self, size=-1):
+        """The tool's output, then ``tail`` (the accounts' section we write)."""
+        data = self.process.stdout.read(size)
+        if data or not self.tail:
+            return data
+        data, self.tail = self.tail, b""
+        return data
 
 
 @contextlib.contextmanager
 def _start_dump(spec, facts):
     tool = find_tool(dump.CLIENTS[facts.flavor])
     parser = dump.SnapshotParser(facts.flavor)
+    accounts = _accounts(spec) if facts.flavor == "mariadb" else None
+    ours = bool(accounts and accounts.ignored)  # the tool would fail on them: we write them
     with options_file(spec) as options:
-        argv = dump.dump_argv(tool, options, spec, facts.flavor)
+        argv = dump.dump_argv(tool, options, spec, facts.flavor, users=not ours)
         process = ToolProcess(argv)
+        details = {"tool": tool, "arguments": argv[2:]}
+        if ours:
+            details.update(accounts="mysqlbackup", skipped_accounts=accounts.ignored)
         try:
-            yield _Run(process, parser, parser.feed, {"tool": tool, "arguments": argv[2:]})
+            yield _Run(process, parser, parser.feed, details,
+                       users.section(accounts) if ours else b"")
         finally:
             process.kill()
+
+
+def _accounts(spec):
+    """The source's accounts (``users.survey``); a warning names those it ignores."""
+    conn = server.connect(spec)
+    try:
+        found = users.survey(conn)
+    finally:
+        conn.close()
+    if found.ignored:
+        log.warning("base: %d account(s) the source ignores (skip_name_resolve: a host that is "
+                    "a name) left out of the base: %s", len(found.ignored),
+                    ", ".join(found.ignored))
+    return found
 
 
 @contextlib.contextmanager
@@ -94,7 +122,7 @@ def take_base(spec, store, source_name=None, method="dump", report=None, codec=B
             finished["snapshot"] = run.parser.snapshot(where)
             finished["end"] = _after(spec, facts, finished["snapshot"], where)
 
-        uploaded = upload_stream(run.process.stdout.read, store, member, run.observe,
+        uploaded = upload_stream(run.read, store, member, run.observe,
                                  before_commit, Progress(report), codec)
     check_stored(store, member, uploaded)
     manifest = _manifest(facts, source, base_id, method, start, finished, uploaded,
