@@ -247,7 +247,8 @@ def _load(opts, plan, target, progress):
              f"{plan.manifest['raw_size']} raw) into {opts.target.address}"
              + (f", only {', '.join(sorted(sel.tables))}" if only else ""))
     load_dump(ArchiveStore(opts.archive_url, opts.archive_options), plan.base_object,
-              plan.manifest, opts.target, progress, only, opts.keyring)
+              plan.manifest, opts.target, progress, only, opts.keyring,
+              logged=only is not None)  # a --table restore goes into a live server
     if only and only.missing():
         progress(f"restore: the base holds no {', '.join(only.missing())}: only the binlogs "
                  "can bring it back (its CREATE TABLE must come after the base)")
