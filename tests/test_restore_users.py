@@ -5,6 +5,7 @@ mariadb-dump 10.11 text, fed in chunks of every size)."""
 import pytest
 
 from replay.restore.load import load_failure
+from replay.restore.run import RestoreOptions, manifest_users, users_lines
 from replay.restore.users import TargetGrants, UsersFilter, UsersScan, parse_grant
 
 HEAD = b"""\
@@ -240,3 +241,25 @@ def test_a_user_with_some_privileges_lacks_the_rest():
         "--users skip")
     assert grants.missing([]) == []
 
+
+def test_the_plan_line_and_the_manifest_fields():
+    class Plan:
+        manifest = {"method": "dump", "details": {}}
+    opts = RestoreOptions("file:///a")
+    assert manifest_users(Plan.manifest) == (None, None)
+    assert users_lines(opts, Plan) == [
+        "users: apply (the base's accounts and grants; the target user's privileges for "
+        "them are checked before anything is loaded)"]
+    Plan.manifest = {"method": "dump", "accounts": 7, "needs": ["CREATE USER", "PROXY"],
+                     "details": {}}
+    assert users_lines(opts, Plan) == [
+        "users: apply (the base's accounts and grants: 7 accounts, needing CREATE USER, "
+        "PROXY; the target user's privileges for them are checked before anything is "
+        "loaded)"]
+    assert manifest_users({"details": {"accounts": 0, "needs": []}}) == (0, [])
+    opts.users = "skip"
+    assert users_lines(opts, Plan) == [
+        "users: skip (the base's data, routines and events are loaded, its accounts and "
+        "grants are not)"]
+    Plan.manifest = {"method": "physical"}
+    assert users_lines(opts, Plan) == []
