@@ -2,7 +2,7 @@
 a base taken while writers commit, traffic after it, and restores into new servers
 to every kind of stop point, compared with CHECKSUM TABLE of the primary at that
 point; a restore killed with kill -9 and run again; the hole refusal; the target
-check; the dry run's plan."""
+check; the dry run's plan; a target user without PROXY (--users)."""
 
 import os
 import re
@@ -19,6 +19,7 @@ from mysqlbackup.archive.listing import ArchiveListing
 from mysqlbackup.archive.names import binlog_key, format_key
 from mysqlbackup.archive.store import ArchiveStore
 from mysqlbackup.binlog.names import binlog_sort_key
+from mysqlbackup.errors import UsageError
 from mysqlbackup.sandbox import MariaDBSandbox, find_binary
 from mysqlbackup.source.spec import SourceSpec
 from replay.planning.options import build_selection
@@ -124,6 +125,10 @@ def world(tmp_path_factory):
             "CREATE TABLE shop.log (at INT, note VARCHAR(40))")  # no key: a twice is seen
         primary.execute("INSERT INTO shop.items SELECT seq, CONCAT('item ', seq), "
                         "REPEAT('p', 2000) FROM shop.seq_0_to_2999")  # a dump that takes a moment
+        primary.execute("SET SESSION sql_log_bin = 0",  # accounts of the base's users section
+                        "CREATE USER 'app'@'10.0.0.%' IDENTIFIED BY 'app-password'",
+                        "CREATE ROLE reader", "GRANT SELECT ON shop.* TO reader",
+                        "GRANT reader TO 'app'@'10.0.0.%'")
         primary.execute("FLUSH BINARY LOGS")
         w["base_result"], w["writer_ids"] = take_base_while_writing(primary, url)
         primary.execute(*[f"INSERT INTO shop.orders (item, qty) VALUES ({i}, {i % 5})"
@@ -335,8 +340,95 @@ def test_dry_run_prints_the_plan_and_a_hole_before_the_base_is_no_obstacle(world
         f"binlogs {sizes})",
         f"target at: {partial['last_commit']}, GTID {partial['last_gtid']} (the last commit "
         f"archived in {partial['name']})",
+        "users: apply (the base's accounts and grants; the target user's privileges for them "
+        "are checked before anything is loaded)",
     ]
     assert leases(url) == held  # a dry run takes no lease
+
+
+# -- the base's accounts and the target user ------------------------------------------------
+
+class InstalledServer(MariaDBSandbox):
+    """A server with the accounts mariadb-install-db made (root@localhost, @127.0.0.1,
+    @::1, @<hostname>, mariadb.sys@localhost), skip_name_resolve on: the sandbox's own
+    (root@<hostname> dropped, a replication user) are not made."""
+
+    def _create_users(self):
+        pass
+
+
+def test_users_apply_refused_without_proxy_skip_loads_without_them(world, tmp_path_factory,
+                                                                  spark):
+    """A TCP admin with ALL ON *.* WITH GRANT OPTION but no PROXY: --users apply refused
+    before the target is touched; --users skip restores the data and none of the
+    accounts; with PROXY granted, apply creates them; a load stopped in the users
+    section says where and what to do."""
+    from replay.restore.load import LoadError, load_dump
+    from replay.restore.users import UsersRefused
+    target = InstalledServer(str(tmp_path_factory.mktemp("installed")), server_id=3,
+                             semi_sync=False).start()
+    try:
+        target.execute("SET SESSION sql_log_bin = 0",
+                       "CREATE USER 'admin'@'127.0.0.1' IDENTIFIED BY 'admin-password'",
+                       "GRANT ALL ON *.* TO 'admin'@'127.0.0.1' WITH GRANT OPTION")
+        accounts = "SELECT user, host FROM mysql.user ORDER BY 1, 2"
+        stock = target.execute(accounts)
+        assert {("root", "::1"), ("mariadb.sys", "localhost"), ("root", "127.0.0.1")} <= set(stock)
+        databases = target.execute("SHOW DATABASES")
+        admin = SourceSpec("127.0.0.1", target.port, "admin", "admin-password")
+
+        refused = run_cli("restore", "--archive", world["url"], "--target",
+                          f"mysql://admin@127.0.0.1:{target.port}", "--users", "apply",
+                          password="admin-password", timeout=180)
+        assert refused.returncode == 2, refused.stdout + refused.stderr
+        assert refused.stderr.splitlines()[-1] == (
+            "mysqlbackup: error: the target user 'admin'@'127.0.0.1' lacks PROXY, which the "
+            "base's accounts need (GRANT PROXY ON ''@'%' TO 'admin'@'127.0.0.1' WITH GRANT "
+            "OPTION): grant it, or restore with --users skip"), refused.stderr
+        assert "reading base" in refused.stderr and " once ahead for what its accounts need" \
+            in refused.stderr  # the world's manifest does not record them
+        assert target.execute("SHOW DATABASES") == databases  # untouched
+        assert target.execute(accounts) == stock
+
+        lines = []
+        report = run_restore(RestoreOptions(world["url"], admin, users="skip"),
+                             echo=lines.append, spark=spark)
+        assert checksums(target) == world["final"]
+        [(n,)] = world["primary"].execute("SELECT COUNT(*) FROM mysql.user WHERE is_role = 'N'")
+        assert lines[1] == f"users: {n} accounts and 1 role of the base left out (--users skip)"
+        assert report["users_left_out"] == f"{n} accounts and 1 role"
+        assert target.execute(accounts) == stock
+
+        target.execute("SET SESSION sql_log_bin = 0", "DROP DATABASE shop",
+                       "DROP DATABASE mysqlbackup_replay", "RESET MASTER",
+                       "SET GLOBAL gtid_slave_pos = ''",  # an empty server again
+                       "GRANT PROXY ON ''@'%' TO 'admin'@'127.0.0.1' WITH GRANT OPTION")
+        report = run_restore(RestoreOptions(world["url"], admin), echo=lambda line: None,
+                             spark=spark)
+        assert report["users_left_out"] is None
+        assert checksums(target) == world["final"]
+        after = set(target.execute(accounts))
+        assert set(stock) | {("app", "10.0.0.%"), ("reader", "")} <= after
+        assert ("mariadb_dump_import_role", "") not in after
+        assert target.execute("SHOW GRANTS FOR 'app'@'10.0.0.%'")[0][0] == \
+            "GRANT `reader` TO `app`@`10.0.0.%`"
+
+        target.execute("REVOKE PROXY ON ''@'%' FROM 'admin'@'127.0.0.1'")
+        plan = report["plan"]
+        with pytest.raises(LoadError) as failed:
+            load_dump(ArchiveStore(world["url"]), plan.base_object, plan.manifest, admin)
+        assert re.fullmatch(
+            rf"the target refused the base {plan.manifest['id']} \(mariadb exited 1\): ERROR "
+            r"1698 \(28000\) at line (\d+): Access denied for user 'admin'@'127.0.0.1'; the "
+            r"load stopped at line \1 of the dump, in the users section, after every "
+            r"database's data \([\d.]+ of [\d.]+ MB of the dump streamed\), and the target "
+            r"holds what came before: run the same restore again \(or with --users skip, "
+            r"to leave the accounts out; the dump's mariadb_dump_import_role may be left on "
+            r"the target\) to load the base again from its start over it, or restore into a "
+            r"new empty server", str(failed.value)), str(failed.value)
+        assert issubclass(UsersRefused, UsageError)
+    finally:
+        target.stop(remove=True)
 
 
 # -- one table into another schema ---------------------------------------------------------

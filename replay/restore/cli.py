@@ -7,7 +7,7 @@ import click
 from mysqlbackup.cli import (archive_options, handle_errors, identity_option, source_name_option,
                              ssl_options)
 from mysqlbackup.source.spec import PASSWORD_ENV, source_from_options
-from replay.restore.run import APPLY_MODES
+from replay.restore.run import APPLY_MODES, USERS_MODES
 
 TARGET_PASSWORD_ENV = ("MYSQLBACKUP_TARGET_PASSWORD", PASSWORD_ENV)
 
@@ -45,6 +45,12 @@ TARGET_PASSWORD_ENV = ("MYSQLBACKUP_TARGET_PASSWORD", PASSWORD_ENV)
               "target's own replication applier, fed by mysqlbackup serve on loopback; "
               "a MariaDB target on this machine with a server_id other than the source's, "
               "a dump base, no --table).")
+@click.option("--users", type=click.Choice(USERS_MODES), default="apply", show_default=True,
+              help="A dump base's accounts and grants: apply (created on the target after "
+              "the data; before anything is loaded, the target user is checked for what "
+              "they need: CREATE USER, the privileges granted with GRANT OPTION, PROXY ON "
+              "''@'%' WITH GRANT OPTION) or skip (data, routines and events only). No effect "
+              "on a physical base (its accounts come with its datadir) nor with --table.")
 @click.option("--workers", type=click.IntRange(1, 64), default=4, show_default=True,
               help="Replay connections on a target with a binlog (see replay --help); "
               "with --apply native the target's slave_parallel_threads for the run.")
@@ -55,7 +61,7 @@ TARGET_PASSWORD_ENV = ("MYSQLBACKUP_TARGET_PASSWORD", PASSWORD_ENV)
 @handle_errors
 def restore(archive_url, archive_option, source_name, target, target_password_file, target_tls,
             stop_datetime, stop_before_gtid, stop_position, base_id, dry_run, into_nonempty,
-            datadir, tables, rewrites, apply_mode, workers, merge, master, identity):
+            datadir, tables, rewrites, apply_mode, users, workers, merge, master, identity):
     """Restore a source to a point in time: its base backup (chosen by GTID), then its
     binlogs up to the stop point, exactly once; run again after an interruption, it
     resumes. No stop: everything archived."""
@@ -92,7 +98,7 @@ def restore(archive_url, archive_option, source_name, target, target_password_fi
     opts = RestoreOptions(archive_url, spec, parse_options(archive_option), source_name,
                           selection, base_id, dry_run, into_nonempty, workers, merge, master,
                           " ".join(f"{o} {v}" for o, v in stops), datadir,
-                          keyring_from(identity), apply=apply_mode)
+                          keyring_from(identity), apply=apply_mode, users=users)
     progress = reporter(lambda line: click.echo(line, err=True))  # a bar on a terminal
     try:
         run_restore(opts, echo=click.echo, progress=progress)

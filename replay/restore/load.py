@@ -14,6 +14,7 @@ target (``RestoreTarget``, made before the load) has proved TLS is on offer.
 """
 
 import os
+import re
 import subprocess
 import tempfile
 import time
@@ -21,6 +22,7 @@ import time
 from mysqlbackup.archive.codec import Digest, decode
 from mysqlbackup.base.client import find_tool, options_file
 from mysqlbackup.errors import CorruptBinlog, MysqlBackupError
+from replay.restore.users import IMPORT_ROLE, UsersScan
 
 CHUNK = 4 << 20           # bytes of the stored object per ranged read
 PROGRESS_EVERY = 5.0      # seconds between progress lines
@@ -40,23 +42,27 @@ def client_args(client, spec, option_file, logged=False):
             "--max-allowed-packet=1073741824", "--batch", "--binary-mode"]
 
 
-def load_dump(store, key, manifest, spec, progress=None, transform=None, keyring=None):
+def load_dump(store, key, manifest, spec, progress=None, transform=None, keyring=None,
+              logged=False):
     """Stream the base object ``key`` into the target ``spec``; returns the raw bytes
     loaded. ``transform`` (optional): an object with ``feed(bytes) -> bytes`` and
-    ``finish() -> bytes`` applied to the decompressed stream (a table filter); the
-    load is then logged (a live server: its replicas get the restored tables too),
-    else unlogged (an empty target: the base invents no GTIDs).
+    ``finish() -> bytes`` applied to the decompressed stream (a table filter, the users
+    filter). ``logged``: the load goes into the target's binlog (a live server: its
+    replicas get the restored tables too), else not (an empty target: the base invents
+    no GTIDs).
     Raises CorruptBinlog naming the object when it is not its manifest's, LoadError
-    when the client fails (its last error line). ``keyring`` opens an encrypted base."""
+    when the client fails (its last error line, where the load stopped and what to do).
+    ``keyring`` opens an encrypted base."""
     client = find_tool(CLIENTS)
+    watch = UsersScan()  # what the client was sent: numbered lines, databases, users
     with options_file(spec) as option_file, tempfile.TemporaryFile() as errors:
-        proc = subprocess.Popen(client_args(client, spec, option_file, transform is not None),
+        proc = subprocess.Popen(client_args(client, spec, option_file, logged),
                                 stdin=subprocess.PIPE,
                                 stdout=subprocess.DEVNULL, stderr=errors)
         stored, raw = Digest(), Digest()
         try:
             stream_object(store, key, manifest, proc.stdin, (stored, raw), progress, transform,
-                          keyring)
+                          keyring, watch=watch)
         except BrokenPipeError:
             pass  # the client stopped reading: its exit code and error say why
         except BaseException:
@@ -67,17 +73,39 @@ def load_dump(store, key, manifest, spec, progress=None, transform=None, keyring
             _close(proc.stdin)
         code = proc.wait()
         if code != 0:
-            raise LoadError(f"the target refused the base {manifest['id']} "
-                            f"({os.path.basename(client)} exited {code}): {_last_line(errors)}")
+            raise LoadError(load_failure(manifest, os.path.basename(client), code,
+                                         _last_line(errors), raw.size, watch))
         check_digests(key, manifest, stored, raw)
         return raw.size
 
 
-def stream_object(store, key, manifest, sink, digests, progress, transform, keyring=None):
+def load_failure(manifest, client, code, error, streamed, watch):
+    """The one line of a load the client gave up: its error, where in the dump it stopped
+    (the client's 'at line N', else where the stream was), and what to do. Run again,
+    the restore finds its marker row at 'loading' and loads the whole base again over
+    what is there (the dump drops and recreates each table, view and routine it holds;
+    its accounts are CREATE USER IF NOT EXISTS)."""
+    at = re.search(r" at line (\d+)", error)
+    where = (f"at line {at[1]} of the dump, {watch.where(int(at[1]))}" if at
+             else f"with the stream {watch.where()}")
+    users = "users section" in where
+    return (f"the target refused the base {manifest['id']} ({client} exited {code}): {error}; "
+            f"the load stopped {where} ({streamed / 1e6:.1f} of "
+            f"{manifest['raw_size'] / 1e6:.1f} MB of the dump streamed), and the target "
+            "holds what came before: run the same restore again"
+            + (" (or with --users skip, to leave the accounts out; the dump's "
+               f"{IMPORT_ROLE} may be left on the target)" if users else "")
+            + " to load the base again from its start over it, or restore into a new "
+            "empty server")
+
+
+def stream_object(store, key, manifest, sink, digests, progress, transform, keyring=None,
+                  watch=None, what="load"):
     """Write the base object ``key``, decoded (decrypted with ``keyring`` when its manifest
     says age, decompressed; then ``transform``ed), to ``sink`` (a pipe), in ranged reads;
-    ``digests`` (stored, raw) see every byte on the way. A stream that does not decode
-    raises CorruptBinlog (IdentityError: no key opens it) naming the object."""
+    ``digests`` (stored, raw) see every byte on the way, ``watch`` (``feed``) every byte
+    written. A stream that does not decode raises CorruptBinlog (IdentityError: no key
+    opens it) naming the object. ``what`` names the reading in progress lines."""
     stored, raw = digests
     total = manifest["stored_size"]
     started, last_report = time.monotonic(), [time.monotonic()]
@@ -89,21 +117,45 @@ def stream_object(store, key, manifest, sink, digests, progress, transform, keyr
         stored.update(chunk)
         return chunk
 
+    def send(data):
+        if watch is not None:
+            watch.feed(data)
+        sink.write(data)
+
     def write(data):
         raw.update(data)
-        sink.write(transform.feed(data) if transform else data)
+        send(transform.feed(data) if transform else data)
         if progress and time.monotonic() - last_report[0] >= PROGRESS_EVERY:
             last_report[0] = time.monotonic()
-            progress(_progress_line(stored.size, total, raw.size, last_report[0] - started))
+            progress(_progress_line(stored.size, total, raw.size, last_report[0] - started,
+                                    what))
     decode(read, write, manifest.get("codec", "zstd"), keyring, key, manifest.get("key_ids"))
     if transform:
-        sink.write(transform.finish())
+        send(transform.finish())
 
 
-def _progress_line(done, total, raw, elapsed):
+def scan_dump(store, key, manifest, scan, progress=None, keyring=None):
+    """Read the base object ``key`` ahead of its load, its decoded stream fed to ``scan``
+    (a ``UsersScan``) and dropped; returns ``scan``. The users section sits at the end of
+    a dump, so knowing what it needs before anything is loaded reads the object twice
+    (once here, once for the load): bounded memory, a chunk at a time. Its digests are
+    checked too (CorruptBinlog before the target is touched)."""
+    stored, raw = Digest(), Digest()
+    stream_object(store, key, manifest, _Discard(), (stored, raw), progress, scan, keyring,
+                  what="users check: reading ahead")
+    check_digests(key, manifest, stored, raw)
+    return scan
+
+
+class _Discard:
+    def write(self, data):
+        pass
+
+
+def _progress_line(done, total, raw, elapsed, what="load"):
     rate = raw / elapsed / 1e6 if elapsed else 0.0
-    return (f"restore: load: {done / 1e6:.1f} of {total / 1e6:.1f} MB stored read, "
-            f"{raw / 1e6:.1f} MB loaded, {rate:.1f} MB/s")
+    return (f"restore: {what}: {done / 1e6:.1f} of {total / 1e6:.1f} MB stored read, "
+            f"{raw / 1e6:.1f} MB {'loaded' if what == 'load' else 'read'}, {rate:.1f} MB/s")
 
 
 def check_digests(key, manifest, stored, raw):

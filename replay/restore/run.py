@@ -31,6 +31,7 @@ from replay.restore.plan import describe, make_plan, stop_of
 log = logging.getLogger(__name__)
 
 APPLY_MODES = ("statements", "native")
+USERS_MODES = ("apply", "skip")
 
 
 @dataclass
@@ -53,6 +54,8 @@ class RestoreOptions:
     keyring: object = None                  # archive.codec.Keyring: opens encrypted objects
     apply: str = "statements"               # APPLY_MODES: the replay job, or the target's
                                             # own replication applier fed by replay.serve
+    users: str = "apply"                    # USERS_MODES: a dump base's accounts loaded
+                                            # (the target user checked first) or left out
 
 
 class Phases:
@@ -81,7 +84,7 @@ def run_restore(opts, echo=print, progress=None, spark=None):
     store = ArchiveStore(opts.archive_url, opts.archive_options)
     plan, replay_opts = phases.run("plan", plan_restore, store, opts)
     if opts.dry_run:
-        for line in describe(plan) + apply_lines(opts):
+        for line in describe(plan) + users_lines(opts, plan) + apply_lines(opts):
             echo(line)
         return {"plan": plan, "dry_run": True}
     if plan.manifest["method"] == "physical" and not opts.datadir:
@@ -119,6 +122,67 @@ def apply_lines(opts):
         return [f"apply: native (the target's replication applier, {opts.workers} parallel "
                 "threads, fed by mysqlbackup serve on loopback)"]
     return []
+
+
+def users_lines(opts, plan):
+    """The plan's line saying what becomes of a dump base's accounts (none for a
+    physical base, whose mysql schema comes with its datadir, nor for --table)."""
+    if plan.manifest["method"] != "dump" or opts.selection.tables:
+        return []
+    if opts.users == "skip":
+        return ["users: skip (the base's data, routines and events are loaded, its accounts "
+                "and grants are not)"]
+    accounts, needs = manifest_users(plan.manifest)
+    known = (f": {accounts} accounts, needing {', '.join(needs) or 'nothing'}"
+             if needs is not None and accounts is not None else "")
+    return [f"users: apply (the base's accounts and grants{known}; the target user's "
+            "privileges for them are checked before anything is loaded)"]
+
+
+def manifest_users(manifest):
+    """(accounts, needs) a base manifest records of its users section (None when it
+    does not: a base from before they were recorded)."""
+    found = [None, None]
+    for holder in (manifest.get("details") or {}, manifest):
+        for i, (name, kind) in enumerate((("accounts", int), ("needs", list))):
+            if isinstance(holder.get(name), kind) and not isinstance(holder[name], bool):
+                found[i] = holder[name] if kind is int else [str(n) for n in holder[name]]
+    return tuple(found)
+
+
+def check_users(opts, plan, target, progress):
+    """``--users apply`` of a whole dump base: UsersRefused (exit 2), before anything is
+    loaded, when the target user lacks what the base's users section needs (creating
+    users, granting what it grants, PROXY). What the base needs comes from its manifest,
+    else from reading the base once ahead (only when the user does not hold it all)."""
+    if opts.users != "apply" or opts.selection.tables or plan.manifest["method"] != "dump":
+        return
+    from replay.restore.users import TargetGrants, UsersRefused
+    grants = TargetGrants(*target.grants())
+    if grants.has_everything():
+        return
+    lacks = grants.missing(base_needs(opts, plan, grants, progress))
+    if lacks:
+        raise UsersRefused(grants.refusal(lacks))
+
+
+def base_needs(opts, plan, grants, progress):
+    """What the base's users section needs of the user loading it (users.UsersScan.needs):
+    its manifest's ``needs``; none for a MySQL base (mysqldump is run without users:
+    base.dump); else the base read once ahead (it is read again for the load)."""
+    m = plan.manifest
+    _, needs = manifest_users(m)
+    if needs is not None:
+        return needs
+    if m.get("gtid_flavor") == "mysql":
+        return []
+    from replay.restore.load import scan_dump
+    from replay.restore.users import UsersScan
+    progress(f"restore: users: the target user {grants.account} does not hold every "
+             f"privilege an account may need; reading base {m['id']} once ahead for what "
+             "its accounts need (its manifest does not say)")
+    return scan_dump(ArchiveStore(opts.archive_url, opts.archive_options), plan.base_object,
+                     m, UsersScan(), progress, opts.keyring).needs()
 
 
 def check_native(opts, plan):
@@ -216,11 +280,13 @@ def _restore(opts, plan, replay_opts, phases, progress, spark):
             phases.run("check", check_resume, target.conn, plan.source,
                        plan.manifest.get("gtid"), opts.apply)
         else:
-            phases.run("load", _load, opts, plan, target, progress)
+            phases.run("check", check_users, opts, plan, target, progress)
+            left_out = phases.run("load", _load, opts, plan, target, progress)
     finally:
         target.close()
     summary = phases.run("replay", _replay, opts, replay_opts, progress, spark, not loaded)
-    return {"plan": plan, "base_loaded": not loaded, "summary": summary}
+    return {"plan": plan, "base_loaded": not loaded, "summary": summary,
+            "users_left_out": None if loaded else left_out}
 
 
 def _restore_physical(opts, plan, replay_opts, phases, progress, spark):
@@ -236,22 +302,30 @@ def _restore_physical(opts, plan, replay_opts, phases, progress, spark):
 
 
 def _load(opts, plan, target, progress):
-    """The base into the target, between the marker's 'loading' and 'loaded'."""
+    """The base into the target, between the marker's 'loading' and 'loaded'; with
+    ``--users skip``, what was left out ('N accounts and R roles'), else None."""
     base_id = plan.manifest["id"]
     from replay.restore.dumpfilter import DumpFilter
     from replay.restore.load import load_dump
+    from replay.restore.users import UsersFilter
     sel = opts.selection
     only = DumpFilter(sel.tables, sel.rewrite) if sel.tables else None
+    no_users = UsersFilter() if opts.users == "skip" and not only else None
     target.mark(plan.source, base_id, "loading", opts.stop_text)
     progress(f"restore: loading base {base_id} ({plan.manifest['stored_size']} bytes stored, "
              f"{plan.manifest['raw_size']} raw) into {opts.target.address}"
-             + (f", only {', '.join(sorted(sel.tables))}" if only else ""))
+             + (f", only {', '.join(sorted(sel.tables))}" if only else "")
+             + (", without its accounts (--users skip)" if no_users else ""))
+    # a --table restore goes into a live server: logged; a whole base, with or without
+    # its accounts, into an empty one: unlogged
     load_dump(ArchiveStore(opts.archive_url, opts.archive_options), plan.base_object,
-              plan.manifest, opts.target, progress, only, opts.keyring)
+              plan.manifest, opts.target, progress, only or no_users, opts.keyring,
+              logged=only is not None)
     if only and only.missing():
         progress(f"restore: the base holds no {', '.join(only.missing())}: only the binlogs "
                  "can bring it back (its CREATE TABLE must come after the base)")
     target.mark(plan.source, base_id, "loaded", opts.stop_text)
+    return no_users.left_out() if no_users else None
 
 
 def _replay(opts, replay_opts, progress, spark, fresh):
@@ -282,6 +356,8 @@ def report_lines(report):
         + ("loaded" if report["base_loaded"] else "already loaded (resumed)"),
         *([f"server: mariadbd pid {server.pid} on {server.datadir} at {server.spec.address} "
            f"(it keeps running)"] if server else []),
+        *([f"users: {report['users_left_out']} of the base left out (--users skip)"]
+          if report.get("users_left_out") else []),
         f"applied: {summary['applied']} transactions, {summary['skipped']} skipped, "
         f"{len(summary['dropped_incomplete'])} incomplete dropped; stopped: "
         f"{summary['stop_reason']}",

@@ -85,6 +85,12 @@ class RestoreTarget:
                                  "--into-nonempty to load the base over them")
         return None
 
+    def grants(self):
+        """(CURRENT_USER(), the rows of SHOW GRANTS FOR CURRENT_USER()): what the user
+        the restore loads as may do (users.TargetGrants reads them)."""
+        [(user,)] = self._rows("SELECT CURRENT_USER()")
+        return user, [row[0] for row in self._rows("SHOW GRANTS FOR CURRENT_USER()")]
+
     def mark(self, source, base_id, state, stop):
         """Write the marker row (unlogged). 'loading' also forgets the replay
         checkpoint of ``source``: the base being loaded is the new starting point."""
