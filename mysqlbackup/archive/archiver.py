@@ -31,6 +31,7 @@ from dataclasses import replace
 from mysqlbackup.archive.codec import (CHUNK, PLAIN, Digest, encode, plain_fields, stored_fields,
                                        stored_of)
 from mysqlbackup.archive.index import build_index, parse_index
+from mysqlbackup.archive.listing import archived_server_id
 from mysqlbackup.archive.names import (binlog_key, binlog_prefix, format_key, parse_key,
                                        partial_prefix, retired_key, retired_prefix, segment_key)
 from mysqlbackup.binlog.names import binlog_sort_key
@@ -103,6 +104,7 @@ class Archiver:
         self.retired_names = set()  # names with a retired mark in the store, per the listing
         self.retired = {}           # name -> True when the local file is the one retired
         self.partial = None         # {"name", "end", "tracker", "stale"} of the newest file
+        self.owned = set()          # names whose archived copy is this server's file
         self.names = None           # the local binlog names of the current pass
         self.report = {"last_error": None, "last_error_time": None, "last_success": None,
                        "uploads": 0, "removed_local": [], "upload_in_progress": None,
@@ -122,6 +124,9 @@ class Archiver:
         names = self.names = list_binlogs(self.directory)
         if self._relist_due():
             self._relist(source, names)
+        for name in names[:-1]:
+            if name in self.archived:  # archived: by this server, not another's same name
+                self._check_owner(source, name)
         sealed = [n for n in names[:-1] if n not in self.archived
                   and not self._retired(source, n)]
         for name in sealed:
@@ -179,7 +184,27 @@ class Archiver:
             self.partial = None
             self.missing.add(PREFIX_MARK)
 
+    def _check_owner(self, source, name):
+        """ArchiveConflict when the archive holds ``name`` of ``source`` (sealed, or its
+        segments) written by another server than the local file's (a failover to a server
+        that reuses the file names): that copy is never taken for ours, overwritten or
+        deleted (invariant 4); the archiver stops there, loudly, every pass. Once a name."""
+        if name in self.owned:
+            return
+        local = local_server_id(os.path.join(self.directory, name))
+        self._uploading(f"{binlog_prefix(source)}/{name} (its server, in the archive)", source)
+        held = archived_server_id(self.store, source, name)  # a hung store shows in status
+        self.report["upload_in_progress"] = None
+        if held is not None and local is not None and held != local:
+            raise ArchiveConflict(
+                f"the archive holds {source} {name} written by server_id {held}, but the "
+                f"local {name} is server_id {local}'s (a failover to a server that reuses "
+                "the file names?): the archived copy is kept as it is and this one is not "
+                "archived; stream this server under another --source-name")
+        self.owned.add(name)
+
     def _archive_sealed(self, source, name, names):
+        self._check_owner(source, name)
         path = os.path.join(self.directory, name)
         data_key = format_key(binlog_key(source, name))
         self._uploading(data_key, source)
@@ -220,6 +245,7 @@ class Archiver:
 
     def _archive_prefix(self, source, name, durable):
         if self.partial is None or self.partial["name"] != name:
+            self._check_owner(source, name)
             self.partial = self._resume_partial(source, name)
         start = self.partial["end"]
         if durable <= start or durable <= 4:
@@ -367,6 +393,18 @@ class Archiver:
             return None
         done = self.partial["end"] if self.partial and self.partial["name"] == names[-1] else 0
         return names[-1], max(done, 4), state.pos
+
+
+class ArchiveConflict(MysqlBackupError):
+    """The archive holds a file of the same name written by another server."""
+
+
+def local_server_id(path):
+    """The server_id of a local binlog file's first event (its format description), or
+    None when the file is shorter than that header."""
+    with open(path, "rb") as f:
+        head = f.read(13)
+    return int.from_bytes(head[9:13], "little") if len(head) == 13 else None
 
 
 class UploadMismatch(MysqlBackupError):

@@ -6,7 +6,8 @@ from collections import defaultdict
 
 from mysqlbackup.archive.index import parse_index
 from mysqlbackup.archive.manifest import parse_manifest
-from mysqlbackup.archive.names import BASE_INDEX, parse_key
+from mysqlbackup.archive.names import (BASE_INDEX, binlog_key, format_key, parse_key,
+                                       partial_prefix)
 from mysqlbackup.binlog.names import binlog_sort_key
 from mysqlbackup.errors import CorruptBinlog
 
@@ -124,3 +125,17 @@ def merge_segment_indexes(name, indexes):
             "first_gtid": first("first_gtid"), "last_gtid": last("last_gtid"),
             "transactions": sum(i["transactions"] for i in indexes),
             "size": indexes[-1]["end"], "partial": True}
+
+
+def archived_server_id(store, source, name):
+    """The server_id (of its format description) of the archived ``name`` of ``source``:
+    its sealed copy's index, else the index of its first segment (offset 0); None when
+    the archive holds neither. One listing of the file's keys and one index read."""
+    sealed = format_key(binlog_key(source, name, index=True))
+    if store.exists(sealed):
+        return parse_index(store.read(sealed), sealed, name).get("server_id")
+    for relative in store.list(partial_prefix(source, name)):
+        key = parse_key(relative)
+        if key is not None and key.is_index and key.start == 0:
+            return parse_index(store.read(relative), relative, name).get("server_id")
+    return None
