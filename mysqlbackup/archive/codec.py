@@ -214,8 +214,9 @@ class Digests:
 
 class _Reader:
     """A file-like ``read`` over ``read(n)`` (which may return more or fewer than n bytes:
-    a ranged read of the store) that measures what passes and keeps the first error it
-    raised (pyrage wraps errors into its own). Never returns more than asked for."""
+    a ranged read of the store) that hands what passes to ``digest.update`` (a Digest,
+    or an ``index.IndexBuilder`` that also walks the events) and keeps the first error
+    either raised (pyrage wraps errors into its own). Never returns more than asked for."""
 
     def __init__(self, read, digest):
         self._read, self.digest, self.error = read, digest, None
@@ -226,10 +227,12 @@ class _Reader:
         if not self._held:
             try:
                 data = self._read(n)
+                self.digest.update(data)
             except BaseException as e:
                 self.error = self.error or e
                 raise
-            self.digest.update(data)
+            if len(data) <= n:
+                return data  # as it came: no copy
             self._held = memoryview(data)
         out, self._held = self._held[:n], self._held[n:]
         return out.tobytes()
@@ -239,15 +242,16 @@ class _Reader:
 
 
 class _Writer:
-    """A file-like ``write`` over ``write(bytes)`` that measures what passes and keeps
-    the first error it raised."""
+    """A file-like ``write`` over ``write(bytes)`` that measures what passes (unless
+    ``digest`` is None) and keeps the first error it raised."""
 
     def __init__(self, write, digest):
         self._write, self.digest, self.error = write, digest, None
 
     def write(self, data):
         data = bytes(data)
-        self.digest.update(data)
+        if self.digest is not None:
+            self.digest.update(data)
         try:
             self._write(data)
         except BaseException as e:
@@ -262,12 +266,16 @@ class _Writer:
         pass
 
 
-def encode(read, write, codec):
+def encode(read, write, codec, raw=None):
     """Read raw bytes from ``read(n)`` to their end, write the stored form to ``write``;
-    returns Digests. An error of ``read`` or ``write`` passes unchanged."""
-    raw, stored = Digest(), Digest()
+    returns Digests. ``raw``: what measures the raw bytes (default a new Digest; an
+    ``index.IndexBuilder`` indexes them in the same pass). An error of ``read``,
+    ``raw`` or ``write`` passes unchanged. A plain codec's stored digest is the raw one
+    (the bytes are hashed once)."""
+    raw = Digest() if raw is None else raw
+    stored = raw if codec.plain else Digest()
     source = _Reader(read, raw)
-    sink = _Writer(write, stored)
+    sink = _Writer(write, None if codec.plain else stored)
     readable = source
     if codec.compression == "zstd":
         readable = zstandard.ZstdCompressor(level=codec.level, write_checksum=True).stream_reader(
