@@ -20,6 +20,7 @@ from dataclasses import dataclass, field
 
 import zstandard
 
+from mysqlbackup.archive.zstdframe import FrameEnd
 from mysqlbackup.durable import fsync_dir
 from mysqlbackup.errors import CorruptBinlog, UsageError
 
@@ -331,13 +332,15 @@ def sniff(head):
     return None
 
 
-def decode(read, write, name, keyring=None, where=None, key_ids=None):
+def decode(read, write, name, keyring=None, where=None, key_ids=None, raw=None):
     """Read the stored form (codec ``name``) from ``read(n)``, write the raw bytes to
     ``write``; returns Digests. ``where`` names the object in errors: CorruptBinlog
     (damaged, truncated, not the codec's format), IdentityError (no identity, or
-    none that opens it; ``key_ids``: the ids its index names, for the message)."""
+    none that opens it; ``key_ids``: the ids its index names, for the message).
+    ``raw``: what measures the raw bytes (default a new Digest; an
+    ``index.IndexBuilder`` checks and indexes them on the way)."""
     compressed, encrypted = codec_parts(name)
-    raw, stored = Digest(), Digest()
+    raw, stored = Digest() if raw is None else raw, Digest()
     source, sink = _Reader(read, stored), _Writer(write, raw)
     inflate = _Inflate(sink, where) if compressed else sink
     if encrypted:
@@ -387,32 +390,35 @@ def decode_head(read, name, size, keyring=None, where=None, key_ids=None):
 
 
 class _Inflate:
-    """A writer that decompresses one zstd frame into ``sink``."""
+    """A writer that decompresses one zstd frame into ``sink``, a bounded piece at a
+    time (``stream_writer``: at most CHUNK bytes a write, whatever the ratio of the
+    input at hand), ``zstdframe.FrameEnd`` telling where the frame ends."""
 
     def __init__(self, sink, where):
         self.sink, self.where = sink, where
-        self.obj = zstandard.ZstdDecompressor().decompressobj()
+        self.frame = FrameEnd()
+        self.out = zstandard.ZstdDecompressor().stream_writer(
+            sink, write_size=CHUNK, write_return_read=True, closefd=False)
         self.error = None
 
     def write(self, data):
         try:
-            return self._write(bytes(data))
+            return self._write(memoryview(data))
         except BaseException as e:
             self.error = self.error or e
             raise
 
     def _write(self, data):
-        if self.obj.eof:
+        if self.frame.done:
             if data:
                 raise CorruptBinlog("bytes after the end of its zstd frame", self.where)
             return len(data)
+        take = self.frame.take(data)
         try:
-            out = self.obj.decompress(data)
+            self.out.write(data[:take])
         except zstandard.ZstdError as e:
             raise CorruptBinlog(f"not a valid zstd stream ({e}): damaged", self.where) from None
-        if out:
-            self.sink.write(out)
-        if self.obj.eof and self.obj.unused_data:
+        if take < len(data):
             raise CorruptBinlog("bytes after the end of its zstd frame", self.where)
         return len(data)
 
@@ -423,7 +429,7 @@ class _Inflate:
         pass
 
     def finish(self):
-        if not self.obj.eof:
+        if not self.frame.done:
             raise CorruptBinlog("its zstd frame ends early: the object is truncated",
                                 self.where)
 
