@@ -136,7 +136,9 @@ class EventStream:
 
     def _walk(self, view):
         """Walk the whole events at the start of ``view`` (the bytes from ``offset``);
-        returns how many bytes they took; ``_need`` is then what the rest waits for."""
+        returns how many bytes they took; ``_need`` is then what the rest waits for.
+        The checks of ``check_event``, inlined as ``iter_events`` has them (the hot
+        loop of every archive upload, import and verify)."""
         pos, end = 0, len(view)
         if not self.magic_seen:
             if end < len(ev.MAGIC):
@@ -145,16 +147,30 @@ class EventStream:
             check_magic(view, self.file)
             self.magic_seen, pos = True, len(ev.MAGIC)
         self._need = ev.HEADER_LEN
-        while end - pos >= ev.HEADER_LEN:
-            size = int.from_bytes(view[pos + 9:pos + 13], "little")
-            if size >= ev.HEADER_LEN and pos + size > end:
-                self._ahead(view, pos, size)
-                self._need = size
-                break
-            event, self.checksum = check_event(view, pos, end, self.checksum, self.file,
-                                               self.check_log_pos, self.offset)
-            self.on_event(self.offset + pos, event)
-            pos += size
+        base, checksum, on_event, check_log_pos = (self.offset, self.checksum, self.on_event,
+                                                   self.check_log_pos)
+        unpack, crc32, residue, header = _unpack_frame, ev.crc32, ev.CRC_RESIDUE, ev.HEADER_LEN
+        try:
+            while end - pos >= header:
+                etype, size, log_pos = unpack(view, pos + 4)
+                if size >= header and pos + size > end:
+                    self._ahead(view, pos, size)
+                    self._need = size
+                    break
+                if size < header or (check_log_pos and log_pos and log_pos != base + pos + size):
+                    _framed_size(view, pos, end, self.file, check_log_pos, base)  # raises
+                event = view[pos:pos + size]
+                if etype == ev.FORMAT_DESCRIPTION:
+                    checksum = ev.parse_format_description(event).checksum_alg == \
+                        ev.CHECKSUM_CRC32
+                    if checksum and not ev.crc_ok(event):
+                        _crc_mismatch(event, self.file, base + pos)
+                elif checksum and crc32(event) != residue:
+                    _crc_mismatch(event, self.file, base + pos)
+                on_event(base + pos, event)
+                pos += size
+        finally:
+            self.checksum = checksum
         self.offset += pos
         return pos
 
