@@ -367,3 +367,14 @@ def test_archiver_import_and_verify_peak_rss_does_not_grow_with_the_file(tmp_pat
     assert all(peak < PEAK_LIMIT for peak in peaks.values()), peaks
     index = json.loads((tmp_path / "a2" / "m" / "binlog" / "binlog.000001.json").read_text())
     assert (index["size"], index["transactions"]) == (size, 5)
+
+
+def test_the_default_zstd_level_is_the_measured_one():
+    """Level 1 (codec.DEFAULT_LEVEL, chosen by scripts/bench_archive.py): the daemon,
+    archive import and base backups alike."""
+    from mysqlbackup.archive.codec import DEFAULT_LEVEL, parse_compress
+    from tests.helpers import run_cli
+    assert DEFAULT_LEVEL == 1 and parse_compress("zstd") == ("zstd", 1)
+    for command in (["stream"], ["archive", "import"], ["base"]):
+        shown = " ".join(run_cli(*command, "--help").stdout.split())
+        assert "[default: zstd:1]" in shown, command
