@@ -26,13 +26,14 @@ from mysqlbackup.errors import CorruptBinlog, UsageError
 
 CHUNK = 1 << 20
 # zstd level of binlog objects when none is given (``stream``, ``archive import``; bases
-# default to 1 too), chosen by measurement (scripts/bench_archive.py, issue 26): level 1
-# compresses real binlogs nearly as well as level 3 at about twice its speed. On 103
-# real files from MySQL 5.1-9.1 and MariaDB servers 4.66x against 4.78x; on the
-# ../shared/binlogs corpus 16.02x against 16.09x; on a row-based OLTP binlog 3.30x
-# against 3.13x (level 1 smaller); the whole upload path (read, index, compress, upload,
-# read back) 245 against 152 MB of raw binlog per CPU second on that OLTP binlog: only
-# level 1 meets the goal of 200, and the backup host's CPU is the database's.
+# default to 1 too), chosen by measurement: level 1 compresses real binlogs nearly as
+# well as level 3 at about twice its speed. Issue 26's figures on 103 real files from
+# MySQL 5.1-9.1 and MariaDB servers: 4.66x against 4.78x. scripts/bench_archive.py here:
+# 16.02x against 16.09x on the ../shared/binlogs corpus, 3.30x against 3.13x on a
+# row-based OLTP binlog (level 1 smaller), and the whole upload path (read, index,
+# compress, upload, read back) 245 against 152 MB of raw binlog per CPU second on that
+# OLTP binlog: only level 1 meets the goal of 200, and the backup host's CPU is the
+# database's.
 DEFAULT_LEVEL = 1
 AGE_MAGIC = b"age-encryption.org/v1\n"
 ZSTD_MAGIC = b"\x28\xb5\x2f\xfd"
