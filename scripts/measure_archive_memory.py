@@ -9,7 +9,8 @@ reports its peak RSS (VmHWM of /proc/self/status):
 - archiver: ``Archiver.run_once`` over a backup directory holding the big file
   (sealed) and a small active file, into a file:// archive;
 - import: ``import_directory`` of a directory holding the big file alone;
-- verify: ``verify_archive`` of the archive the import wrote.
+- verify: ``verify_archive`` of the archive the import wrote (with the identity when
+  encrypted: every object decoded and checked).
 
 It prints the file size beside each peak, for each ``--compress`` asked for (default
 zstd:1 and none; ``--encrypt`` adds zstd:1 + age). The seed is a small binlog written
@@ -91,8 +92,11 @@ def child(mode, directory, url, compress, recipients):
     from mysqlbackup.archive.codec import make_codec
     from mysqlbackup.archive.importer import import_directory
     from mysqlbackup.archive.store import ArchiveStore
+    from mysqlbackup.archive.codec import read_identities
     from mysqlbackup.archive.verify import verify_archive
     store = ArchiveStore(url)
+    keyring = recipients and read_identities(os.path.join(os.path.dirname(recipients),
+                                                          "key.txt"))
     codec = make_codec(compress, [recipients] if recipients else [])
     before, wall, cpu = vm_hwm(), time.monotonic(), time.process_time()
     problems = []
@@ -101,7 +105,7 @@ def child(mode, directory, url, compress, recipients):
     elif mode == "import":
         import_directory(store, directory, "m", echo=lambda line: None, codec=codec)
     else:
-        problems = verify_archive(store, "m")[1]
+        problems = verify_archive(store, "m", keyring=keyring or None)[1]
     print(json.dumps({"hwm_before": before, "hwm": vm_hwm(), "problems": problems,
                       "seconds": round(time.monotonic() - wall, 2),
                       "cpu": round(time.process_time() - cpu, 2)}))
