@@ -376,28 +376,6 @@ def decode_bytes(data, name, keyring=None, where=None, key_ids=None):
     return b"".join(out)
 
 
-class _Enough(Exception):
-    """Stops a decode once the bytes wanted have come out."""
-
-
-def decode_head(read, name, size, keyring=None, where=None, key_ids=None):
-    """The first ``size`` raw bytes of a stored object (fewer when it holds fewer),
-    decoding only as far as that takes; the errors of ``decode``."""
-    out = bytearray()
-
-    def write(data):
-        out.extend(data[:size - len(out)])
-        if len(out) >= size:
-            raise _Enough
-    if size <= 0:
-        return b""
-    try:
-        decode(read, write, name, keyring, where, key_ids)
-    except _Enough:
-        pass
-    return bytes(out)
-
-
 class _Inflate:
     """A writer that decompresses one zstd frame into ``sink``, a bounded piece at a
     time (``stream_writer``: at most CHUNK bytes a write, whatever the ratio of the
