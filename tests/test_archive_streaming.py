@@ -378,3 +378,42 @@ def test_the_default_zstd_level_is_the_measured_one():
     for command in (["stream"], ["archive", "import"], ["base"]):
         shown = " ".join(run_cli(*command, "--help").stdout.split())
         assert "[default: zstd:1]" in shown, command
+
+
+@pytest.mark.parametrize("encrypted", [False, True])
+def test_import_compares_a_shorter_copy_with_the_sealed_object_as_it_decodes(
+        tmp_path, source_files, encrypted):
+    """A copy of a file taken before it was complete, imported after the archive holds
+    the whole file sealed: the stored object is decoded only as far as the copy goes and
+    compared with it a chunk at a time (an encrypted one needs the identity)."""
+    from mysqlbackup.archive.codec import IdentityError, keygen, make_codec, read_identities
+    recipients = []
+    if encrypted:
+        keygen(str(tmp_path / "key.txt"), str(tmp_path / "key.pub"))
+        recipients = [str(tmp_path / "key.pub")]
+    codec = make_codec("zstd", recipients)
+    store = ArchiveStore(f"file://{tmp_path / 'archive'}")
+    whole = tmp_path / "whole"
+    whole.mkdir()
+    for f in source_files:
+        shutil.copyfile(f, whole / f.name)
+    import_directory(store, str(whole), SOURCE, echo=lambda line: None, codec=codec)
+    early = tmp_path / "early"
+    early.mkdir()
+    first, second = source_files[:2]
+    shutil.copyfile(first, early / first.name)
+    data = read(second)
+    cut = boundaries(data)[len(boundaries(data)) // 2]
+    (early / second.name).write_bytes(data[:cut])
+    held = store.list(sizes=True)
+    keyring = read_identities(str(tmp_path / "key.txt")) if encrypted else None
+    if encrypted:
+        with pytest.raises(IdentityError):
+            import_directory(store, str(early), SOURCE, echo=lambda line: None, codec=codec)
+    lines = []
+    summary = import_directory(store, str(early), SOURCE, echo=lines.append, codec=codec,
+                               keyring=keyring)
+    assert summary.skipped == [first.name, second.name] and summary.imported == []
+    assert f"{second.name}: skipped, archived already as a sealed file ({len(data)} bytes)" \
+        in lines
+    assert store.list(sizes=True) == held
