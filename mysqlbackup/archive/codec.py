@@ -483,8 +483,3 @@ def stored_fields(codec, digests):
     the codec's name, the key ids."""
     return {"codec": codec.name, "stored_size": digests.stored_size,
             "stored_sha256": digests.stored_sha256, "key_ids": codec.key_ids}
-
-
-def plain_fields(size, sha256):
-    """The index fields of an object stored as it is."""
-    return {"codec": "none", "stored_size": size, "stored_sha256": sha256, "key_ids": []}
