@@ -62,8 +62,9 @@ def dir_option(func):
                         help="Local directory for the binlog files and the checkpoint.")(func)
 
 
-def codec_options(default="zstd:3"):
-    """--compress and --encrypt-to: how new archive objects are stored (archive.codec)."""
+def codec_options(default="zstd:1"):
+    """--compress and --encrypt-to: how new archive objects are stored (archive.codec;
+    the default level is codec.DEFAULT_LEVEL's, chosen by measurement: see there)."""
     def decorate(func):
         func = click.option("--encrypt-to", "encrypt_to", multiple=True, metavar="FILE",
                             type=click.Path(dir_okay=False),
@@ -408,7 +409,7 @@ def inspect(paths, as_json):
               show_default=True, help="dump: the server's dump client (mariadb-dump / "
               "mysqldump), from any host. physical: mariadb-backup --stream=xbstream, which "
               "copies the data files and so must run ON the database host.")
-@codec_options(default="zstd:1")
+@codec_options()
 @handle_errors
 def base(source, password_file, tls, archive_url, archive_option, source_name, method, compress,
          encrypt_to):

@@ -142,7 +142,7 @@ def test_import_with_the_server_index_then_verify_and_replay(server_files, tmp_p
     store = open_store(archive)
     assert out[-1] == (f"{len(names)} files imported ({names[-1]} partial), 0 skipped, "
                        f"{stored_total(store)} bytes uploaded, GTIDs {gtid_range(paths)}")
-    assert store.read(f"db1/binlog/{names[0]}").startswith(ZSTD_MAGIC)  # zstd:3 by default
+    assert store.read(f"db1/binlog/{names[0]}").startswith(ZSTD_MAGIC)  # zstd:1 by default
     assert [raw(store, f"db1/binlog/{n}") for n in names[:-1]] == [read(p) for p in paths[:-1]]
     assert gtid_range(paths).endswith(server_files["gtid"])
     checked = cli_verify(archive)

@@ -21,16 +21,15 @@ Streaming never waits for any of this: the archiver only reads the local files
 and the checkpoint, and records its own progress in ``mysqlbackup.archive.json``.
 """
 
-import io
+import copy
 import json
 import logging
 import os
 import time
 from dataclasses import replace
 
-from mysqlbackup.archive.codec import (CHUNK, PLAIN, Digest, encode, plain_fields, stored_fields,
-                                       stored_of)
-from mysqlbackup.archive.index import build_index, parse_index
+from mysqlbackup.archive.codec import CHUNK, PLAIN, Digest, encode, stored_fields, stored_of
+from mysqlbackup.archive.index import IndexBuilder, parse_index
 from mysqlbackup.archive.listing import archived_server_id
 from mysqlbackup.archive.names import (binlog_key, binlog_prefix, format_key, parse_key,
                                        partial_prefix, retired_key, retired_prefix, segment_key)
@@ -204,15 +203,17 @@ class Archiver:
         self.owned.add(name)
 
     def _archive_sealed(self, source, name, names):
+        """Read the sealed file once, in chunks, up to its size now (a sealed file does
+        not grow): indexed, encoded and uploaded in the same pass, read back, indexed."""
         self._check_owner(source, name)
         path = os.path.join(self.directory, name)
         data_key = format_key(binlog_key(source, name))
         self._uploading(data_key, source)
-        with open(path, "rb") as f:
-            data = f.read()
         known = sorted(self.archived | set(names), key=binlog_sort_key)
-        index = build_index(data, name, _predecessor(known, name), source=source)
-        index.update(put_object(self.store, data_key, data, index, self.codec, path))
+        size = os.path.getsize(path)
+        builder = IndexBuilder(name, _predecessor(known, name), source=source, end=size)
+        with FileRange(path, 0, size) as raw:
+            index = put_object(self.store, data_key, raw.read, self.codec, builder)
         index_if_whole(self.store, binlog_key(source, name), index, f"copy of {name}")
         size = index["size"]
         self.archived.add(name)
@@ -250,21 +251,21 @@ class Archiver:
         start = self.partial["end"]
         if durable <= start or durable <= 4:
             return  # nothing new is durable: no request at all
-        with open(os.path.join(self.directory, name), "rb") as f:
-            f.seek(start)
-            data = f.read(durable - start)
-        index = build_index(data, name, start=start, tracker=self.partial["tracker"],
-                            source=source)
         data_key = format_key(segment_key(source, name, start, durable))
         self._uploading(data_key, source)
-        index.update(put_object(self.store, data_key, data, index, self.codec))
+        # exactly the durable bytes, in one pass; the tracker moves on only once they are
+        # archived (a failed upload leaves it where the store's segments end)
+        tracker = copy.deepcopy(self.partial["tracker"])
+        builder = IndexBuilder(name, start=start, tracker=tracker, source=source, end=durable)
+        with FileRange(os.path.join(self.directory, name), start, durable - start) as raw:
+            index = put_object(self.store, data_key, raw.read, self.codec, builder)
         try:
             index_if_whole(self.store, segment_key(source, name, start, durable), index,
                            f"segment {name}:{start}-{durable}")
         except UploadMismatch:
-            self.partial = None  # the tracker went past bytes that are not archived
+            self.partial = None  # listed again: the object left unindexed goes as stale
             raise
-        self.partial["end"] = durable
+        self.partial["end"], self.partial["tracker"] = durable, tracker
         self._uploaded(PREFIX_MARK)
         for relative in self.partial.pop("stale", ()):
             self.store.remove(relative)  # off the chain: replaced by the segment just written
@@ -277,8 +278,8 @@ class Archiver:
         self.report["upload_in_progress"] = None
         tracker = TrxTracker()
         if end:
-            with open(os.path.join(self.directory, name), "rb") as f:
-                build_index(f.read(end), name, tracker=tracker)
+            index_range(os.path.join(self.directory, name), IndexBuilder(
+                name, tracker=tracker, end=end), 0, end)
         return {"name": name, "end": end, "tracker": tracker, "stale": stale}
 
     def _retired(self, source, name):
@@ -411,22 +412,56 @@ class UploadMismatch(MysqlBackupError):
     """An uploaded object read back with another size or sha256 than the local bytes."""
 
 
-def put_object(store, relative, data, index, codec, local_path=None):
-    """Store the raw ``data`` (described by ``index``) as ``relative`` in ``codec``'s form
-    (plain: the local file or the bytes as they are; else streamed through the codec);
-    returns the index fields of the stored object (``codec.stored_fields``)."""
-    if codec.plain:
-        if local_path:
-            store.put_file(relative, local_path)
-        else:
-            store.put_bytes(relative, data)
-        return plain_fields(index["size"], index["sha256"])
+class FileRange:
+    """``read(n)`` over exactly ``length`` bytes of a local file from ``start`` (a sealed
+    file up to its size when the pass began, a segment up to the durable end), a chunk
+    at a time; UploadMismatch when the file holds fewer (it changed while it was read)
+    instead of archiving fewer. A context manager (closes the file)."""
+
+    def __init__(self, path, start, length):
+        self.path, self.start, self.left = path, start, length
+        self.file = open(path, "rb")
+        self.file.seek(start)
+
+    def read(self, n=CHUNK):
+        n = min(n, self.left)
+        if n <= 0:
+            return b""
+        data = self.file.read(n)
+        if not data:
+            raise UploadMismatch(f"{self.path} ends at offset {self.file.tell()}, before the "
+                                 f"{self.left} bytes still to be read (changed while read)")
+        self.left -= len(data)
+        return data
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.file.close()
+
+
+def index_range(path, builder, start, length):
+    """Feed ``length`` bytes of a local file from ``start`` to ``builder`` (an
+    IndexBuilder) a chunk at a time; returns its index."""
+    with FileRange(path, start, length) as raw:
+        for chunk in iter(raw.read, b""):
+            builder.update(chunk)
+    return builder.finish()
+
+
+def put_object(store, relative, read, codec, builder):
+    """Store the raw bytes ``read(n)`` gives (to their end) as ``relative`` in ``codec``'s
+    form, in one pass a chunk at a time: each chunk goes to ``builder`` (an
+    IndexBuilder: sha256 and index; or any digest with ``finish()``), through the codec
+    (zstd, age; plain: as it is) and into ``store.open_write``. The object is
+    published only when every byte was read, walked without fault (``finish()``:
+    a torn last event aborts it) and written. Returns ``builder.finish()``'s index
+    with the fields of the stored object (``codec.stored_fields``)."""
     with store.open_write(relative) as out:
-        digests = encode(io.BytesIO(data).read, out.write, codec)
-    if (digests.raw_size, digests.raw_sha256) != (index["size"], index["sha256"]):
-        raise UploadMismatch(f"{relative}: {digests.raw_size} bytes encoded, the index was "
-                             f"built from {index['size']}")
-    return stored_fields(codec, digests)
+        digests = encode(read, out.write, codec, builder)
+        index = builder.finish()
+    return dict(index, **stored_fields(codec, digests))
 
 
 def index_if_whole(store, key, index, what):

@@ -1,54 +1,22 @@
-"""Checks of archived binlogs (pure: index dicts and bytes in, problems out).
+"""Checks of archived binlogs (pure: index dicts in, problems out).
 
 Each problem is a short sentence that names the object and, where it applies,
-the offset. ``verify`` (the I/O side) feeds these with what it reads.
+the offset. ``verify`` (the I/O side) feeds these with what it reads (the bytes
+themselves it checks as they stream: ``index.IndexBuilder``).
 """
 
-from mysqlbackup.archive.index import build_index
 from mysqlbackup.archive.names import binlog_key, format_key, partial_prefix, segment_key
 from mysqlbackup.binlog.names import next_binlog_name
-from mysqlbackup.binlog.scan import check_magic, iter_events
-from mysqlbackup.errors import CorruptBinlog
 
 # index fields that must equal the ones recomputed from the object's bytes
 _COMPARED = ("size", "sha256", "transactions", "first_gtid", "last_gtid", "first_commit",
              "last_commit", "next_file", "gtid_before", "gtid_after")
 
 
-def check_object(where, data, index):
-    """Problems of one sealed object: magic, every event and CRC, and its index."""
-    try:
-        check_magic(data, where)
-        for _ in iter_events(data, 4, None, file=where):
-            pass
-    except CorruptBinlog as e:
-        return [str(e)]
-    if index is None:
-        return [f"{where}: no index (upload not finished or not verified)"]
-    fresh = build_index(data, index["name"], index.get("predecessor"), source=index.get("source"))
-    return compare_index(where, index, fresh)
-
-
 def compare_index(where, index, fresh):
     """Problems where ``index`` differs from ``fresh`` (recomputed from the object's bytes)."""
     return [f"{where}: index says {field} {index.get(field)!r}, the object has {fresh[field]!r}"
             for field in _COMPARED if index.get(field) != fresh[field]]
-
-
-def check_segment(where, name, start, data, index, tracker):
-    """(problems, whole) of one segment of an active file, read in order from offset 0.
-
-    ``tracker`` followed the segments before this one and is advanced through it;
-    ``index`` (a validated dict, or None) is compared with what the bytes give.
-    ``whole`` is False when the bytes are damaged: later segments cannot be read.
-    """
-    try:
-        if start == 0:
-            check_magic(data, where)
-        fresh = build_index(data, name, start=start, tracker=tracker, where=where)
-    except CorruptBinlog as e:
-        return [str(e)], False
-    return (compare_index(where, index, fresh) if index is not None else []), True
 
 
 def check_chain(source, indexes):

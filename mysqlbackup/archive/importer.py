@@ -2,11 +2,13 @@
 
 The files are taken in the order of the server's index file (``*.index``: one path
 per line, often absolute paths of the server's machine; their base names count)
-when the directory has one, else by name. Each file is read whole and gets what the
-daemon gives a file it archives: magic, every event and CRC checked, the index built
-by ``build_index``, the link to the file before it checked (``check_chain``: the
-ROTATE names it, the GTID sets continue), then the upload, read back and only then
-indexed (``index_if_whole``). The last file, when no ROTATE ends it (the server's
+when the directory has one, else by name. Each file gets what the daemon gives a file
+it archives: magic, every event and CRC checked and the index built (``scan_file``:
+one pass in chunks, ``index.IndexBuilder``), the link to the file before it checked
+(``check_chain``: the ROTATE names it, the GTID sets continue), then the upload (a
+second pass in chunks: encoded, uploaded and hashed at once, refused if the bytes are
+not the ones indexed), read back and only then indexed (``index_if_whole``). No file
+is held in memory, whatever its size. The last file, when no ROTATE ends it (the server's
 active file, or the last file of a crashed server), is archived as the daemon
 archives an active file: a partial segment from offset 0 to its last transaction
 boundary, so replay and restore take it as the newest partial file.
@@ -30,15 +32,14 @@ than the local file is decoded to compare its start (an encrypted one: with the
 holds for the source (its newest file, or the file after it), unless the source is new.
 """
 
-import hashlib
 import os
 from dataclasses import dataclass, field
 
-from mysqlbackup.archive.archiver import (chain_end, index_if_whole, put_object,
-                                          remove_segments)
+from mysqlbackup.archive.archiver import (FileRange, UploadMismatch, chain_end, index_if_whole,
+                                          index_range, put_object, remove_segments)
 from mysqlbackup.archive.check import check_chain, compare_index
-from mysqlbackup.archive.codec import PLAIN, check_keys, codec_of, decode_head, stored_of
-from mysqlbackup.archive.index import build_index
+from mysqlbackup.archive.codec import PLAIN, Digest, check_keys, codec_of, decode, stored_of
+from mysqlbackup.archive.index import IndexBuilder
 from mysqlbackup.archive.listing import ArchiveListing
 from mysqlbackup.archive.names import binlog_key, format_key, segment_key
 from mysqlbackup.binlog import events as ev
@@ -111,44 +112,56 @@ def read_order(directory):
     return order_files(entries, indexes[0], text)
 
 
-# -- the bytes of one file (pure) ------------------------------------------------------------
+# -- the bytes of one file --------------------------------------------------------------------
 
-def whole_prefix(data, where):
-    """(end of the last complete transaction, CorruptBinlog of a torn last event or None).
-
-    Magic, every event's framing and CRC are checked: damage other than an event cut
-    off by the end of the data (a CRC mismatch, a bad length) raises CorruptBinlog.
-    """
-    check_magic(data, where)
-    tracker, boundary = TrxTracker(), 4
+def scan_file(path, name, size, predecessor=None, source=None):
+    """(index or None, cut, torn) of the first ``size`` bytes of a local binlog file, read
+    once in chunks: magic, every event's framing and CRC checked, the index built;
+    ``cut``: the end of the last complete transaction; ``torn``: the CorruptBinlog of
+    an event cut off by the end of the bytes (the index is then None). Other damage (a
+    CRC mismatch, a bad length) raises CorruptBinlog."""
+    with open(path, "rb") as f:
+        check_magic(f.read(len(ev.MAGIC)), path)
+    builder = IndexBuilder(name, predecessor, source=source, where=path, end=size)
     try:
-        for off, event in iter_events(data, 4, None, file=where):
-            tracker.feed(event)
-            if tracker.at_boundary:
-                boundary = off + len(event)
+        return index_range(path, builder, 0, size), builder.boundary, None
     except CorruptBinlog as e:
-        if not _torn_at(data, e.offset):
+        if e.offset is None or not _torn_at(path, e.offset, size):
             raise
-        return boundary, e
-    return boundary, None
+        return None, builder.boundary, e
 
 
-def _torn_at(data, offset):
-    """True when the event at ``offset`` runs past the end of ``data`` (cut off)."""
-    left = len(data) - offset
+def _torn_at(path, offset, size):
+    """True when the event at ``offset`` runs past ``size`` (cut off)."""
+    left = size - offset
     if left < ev.HEADER_LEN:
         return True
-    size = ev.parse_header(data, offset).size
-    return size >= ev.HEADER_LEN and size > left
+    with open(path, "rb") as f:
+        f.seek(offset)
+        length = ev.parse_header(f.read(ev.HEADER_LEN)).size
+    return length >= ev.HEADER_LEN and length > left
 
 
-def gtid_state_offset(data):
-    """Offset of the event that states the GTID set before the file (or 4)."""
-    for off, event in iter_events(data, 4, False, check_log_pos=False):
-        if event[4] in (ev.MARIA_GTID_LIST, ev.PREVIOUS_GTIDS):
-            return off
-        if event[4] not in (ev.FORMAT_DESCRIPTION, ev.MARIA_START_ENCRYPTION):
-            break
+def file_sha256(path, start, stop):
+    """sha256 hex of the bytes [start, stop) of a local file, read in chunks."""
+    digest = Digest()
+    with FileRange(path, start, stop - start) as raw:
+        for chunk in iter(raw.read, b""):
+            digest.update(chunk)
+    return digest.sha256
+
+
+def gtid_state_offset(head):
+    """Offset of the event that states the GTID set before the file (or 4), from the
+    first bytes of the file (``head``: a megabyte is plenty)."""
+    try:
+        for off, event in iter_events(head, 4, False, check_log_pos=False):
+            if event[4] in (ev.MARIA_GTID_LIST, ev.PREVIOUS_GTIDS):
+                return off
+            if event[4] not in (ev.FORMAT_DESCRIPTION, ev.MARIA_START_ENCRYPTION):
+                break
+    except CorruptBinlog:
+        pass
     return 4
 
 
@@ -236,46 +249,51 @@ class _Import:
     def one(self, name, last):
         """Check and archive one file (skip it when archived already)."""
         where = os.path.join(self.directory, name)
-        with open(where, "rb") as f:
-            data = f.read()
-        cut, torn = whole_prefix(data, where)
+        size = os.path.getsize(where)
+        predecessor = self.prev and self.prev["name"]
+        index, cut, torn = scan_file(where, name, size, predecessor, self.source)
         if torn is not None and not (last and self.torn_tail == "truncate"):
             if last:
                 self.echo(f"{name}: refused, cut inside an event (a copy off a crashed "
                           "server?); --torn-tail truncate archives its complete transactions")
             raise torn
-        index = build_index(data[:cut] if torn else data, name,
-                            self.prev and self.prev["name"], source=self.source, where=where)
+        if torn is not None:
+            index = index_range(where, IndexBuilder(name, predecessor, source=self.source,
+                                                    where=where, end=cut), 0, cut)
         if last and not index["next_file"]:
-            self._partial_file(name, where, data, cut, torn, index)
+            self._partial_file(name, where, size, cut, torn, index)
         else:
-            self._sealed_file(name, where, data, index)
+            self._sealed_file(name, where, size, index)
 
     # -- sealed files ----------------------------------------------------------------------
 
-    def _sealed_file(self, name, where, data, index):
+    def _sealed_file(self, name, where, size, index):
         if not index["complete_transactions"]:
             raise ResyncRequired(f"{name} ends inside a transaction but the file after it "
-                                 "follows it (or its ROTATE closes it)", where, len(data))
+                                 "follows it (or its ROTATE closes it)", where, size)
         if self._archived_sealed(name, where, index):
             return self._done(name, index, skipped=True)
         if "index" not in self.sealed.get(name, {}):  # else: its index (the same file's)
-            self._check_continues(name, where, data, index)  # placed it in the chain
+            self._check_continues(name, where, index)  # placed it in the chain
         if self.partial == name:
-            self._check_held_segments(name, where, data, sealed=True)
-        stored = self._put(binlog_key(self.source, name), data, index, f"copy of {name}")
+            self._check_held_segments(name, where, size, sealed=True)
+        index, stored = self._put(binlog_key(self.source, name), where, 0, size,
+                                  _Same(index, where), f"copy of {name}")
         if self.partial == name:
             remove_segments(self.store, self.source, name)
             self.partial = None
         self.echo(f"{name}: archived {format_key(binlog_key(self.source, name))} "
-                  f"({len(data)} bytes{_stored(index)}, {_describe(index)})")
+                  f"({size} bytes{_stored(index)}, {_describe(index)})")
         self._done(name, index, uploaded=stored)
 
-    def _put(self, key, data, index, what):
-        """Store ``data`` as ``key`` in the run's codec, read it back, then write its
-        index (``index`` gains the stored fields); returns the stored size."""
-        index.update(put_object(self.store, format_key(key), data, index, self.codec))
-        return index_if_whole(self.store, key, index, what)
+    def _put(self, key, where, start, end, builder, what):
+        """Store the bytes [start, end) of the local file ``where`` as ``key`` in the run's
+        codec, in one pass through ``builder`` (an IndexBuilder, or ``_Same``: the index
+        a first pass built), read it back, then write its index; returns (the index with
+        the stored fields, the stored size)."""
+        with FileRange(where, start, end - start) as raw:
+            index = put_object(self.store, format_key(key), raw.read, self.codec, builder)
+        return index, index_if_whole(self.store, key, index, what)
 
     def _archived_sealed(self, name, where, index):
         """True when the archive holds this very file (size, sha256, a sound index);
@@ -312,94 +330,103 @@ class _Import:
 
     # -- the last file, without a ROTATE ---------------------------------------------------
 
-    def _partial_file(self, name, where, data, cut, torn, index):
+    def _partial_file(self, name, where, size, cut, torn, index):
         if torn is not None:
             self.echo(f"{name}: torn at offset {torn.offset} ({_reason(torn)}); "
-                      f"{len(data) - cut} bytes from offset {cut} left out (--torn-tail "
+                      f"{size - cut} bytes from offset {cut} left out (--torn-tail "
                       "truncate)")
-        elif cut < len(data):
-            self.echo(f"{name}: {len(data) - cut} bytes from offset {cut} left out: a "
+        elif cut < size:
+            self.echo(f"{name}: {size - cut} bytes from offset {cut} left out: a "
                       "transaction not complete in this copy (import again once it is)")
         if cut <= len(ev.MAGIC):
             return self.echo(f"{name}: not one complete event; nothing archived")
-        whole = index if index["size"] == cut else build_index(data[:cut], name,
-                                                                source=self.source)
-        if self._sealed_holds_prefix(name, where, data[:cut]):
+        whole = index if index["size"] == cut else index_range(
+            where, IndexBuilder(name, source=self.source, end=cut), 0, cut)
+        if self._sealed_holds_prefix(name, where, whole):
             return self._done(name, whole, skipped=True)
-        self._check_continues(name, where, data, whole)
-        held = self._check_held_segments(name, where, data[:cut]) if self.partial == name else 0
+        self._check_continues(name, where, whole)
+        held = self._check_held_segments(name, where, cut) if self.partial == name else 0
         if held >= cut:
             self.echo(f"{name}: skipped, archived already up to offset {held}")
             return self._done(name, whole, skipped=True)
-        stored = self._upload_segment(name, where, data, held, cut)
+        stored = self._upload_segment(name, where, held, cut)
         self._done(name, whole, uploaded=stored, partial=True)
 
-    def _sealed_holds_prefix(self, name, where, data):
-        """True when the archive holds ``name`` sealed and ``data`` is its start."""
+    def _sealed_holds_prefix(self, name, where, whole):
+        """True when the archive holds ``name`` sealed and the local bytes ``whole``
+        indexes (from offset 0) are its start."""
         slots = self.sealed.get(name, {})
         if "index" not in slots:
             return False
         held = self.listing.read_index(slots["index"])
-        if ("data" not in slots or held["size"] < len(data)
-                or not self._starts_with(slots["data"], held, data)):
-            self._same_or_refuse(name, where, held, build_index(data, name))
+        if ("data" not in slots or held["size"] < whole["size"]
+                or not self._starts_with(slots["data"], held, where, 0, whole["size"])):
+            self._same_or_refuse(name, where, held, whole)
         self.echo(f"{name}: skipped, archived already as a sealed file ({held['size']} bytes)")
         return True
 
-    def _upload_segment(self, name, where, data, start, end):
+    def _upload_segment(self, name, where, start, end):
         tracker = TrxTracker()
         if start:
-            build_index(data[:start], name, tracker=tracker, where=where)
-        index = build_index(data[start:end], name, start=start, tracker=tracker,
-                            source=self.source, where=where)
+            index_range(where, IndexBuilder(name, tracker=tracker, where=where, end=start), 0,
+                        start)
+        builder = IndexBuilder(name, start=start, tracker=tracker, source=self.source,
+                               where=where, end=end)
         key = segment_key(self.source, name, start, end)
-        stored = self._put(key, data[start:end], index, f"segment {name}:{start}-{end}")
+        index, stored = self._put(key, where, start, end, builder,
+                                  f"segment {name}:{start}-{end}")
         self.partial = name
         self.echo(f"{name}: archived {format_key(key)} (the active file: {end - start} bytes"
                   f"{_stored(index)}, {_describe(index)})")
         return stored
 
-    def _check_held_segments(self, name, where, data, sealed=False):
+    def _check_held_segments(self, name, where, size, sealed=False):
         """The end of the archive's segments of ``name``, once proven to be the start
-        of ``data``; ResyncRequired when they are other bytes (or, for a sealed file,
-        longer than it)."""
+        of the local file's first ``size`` bytes; ResyncRequired when they are other
+        bytes (or, for a sealed file, longer than it)."""
         segs = self.listing.segments[self.source][name]
         end, stale = chain_end([k for slots in segs.values() for k in slots.values()])
         for (start, stop), slots in sorted(segs.items()):
-            if slots.get("index") in (None, *stale) or stop > end or start >= len(data):
+            if slots.get("index") in (None, *stale) or stop > end or start >= size:
                 continue
-            if not self._segment_matches(slots, data, start, stop) or (sealed and
-                                                                       stop > len(data)):
+            if not self._segment_matches(slots, where, size, start, stop) or (
+                    sealed and stop > size):
                 raise ResyncRequired(
                     f"the archive holds {format_key(segment_key(self.source, name, start, stop))}"
                     f", which is not the bytes of {where} at {start}-{stop}: never overwritten "
                     "(another server's files? import them under another --source-name)")
         return end
 
-    def _segment_matches(self, slots, data, start, stop):
+    def _segment_matches(self, slots, where, size, start, stop):
         held = self.listing.read_index(slots["index"])
-        if stop <= len(data):
-            return hashlib.sha256(data[start:stop]).hexdigest() == held["sha256"]
-        return self._starts_with(slots["data"], held, data[start:])
+        if stop <= size:
+            return file_sha256(where, start, stop) == held["sha256"]
+        return self._starts_with(slots["data"], held, where, start, size)
 
-    def _starts_with(self, data_key, held, data):
+    def _starts_with(self, data_key, held, where, start, stop):
         """True when the archived object ``data_key`` (index ``held``) begins with the
-        raw ``data``: by the index's raw sha256 when they are as long, else by decoding
-        the object's start (IdentityError naming it when it is encrypted and no
-        identity was given)."""
-        if held["size"] == len(data):
-            return hashlib.sha256(data).hexdigest() == held["sha256"]
+        raw bytes [start, stop) of the local file ``where``: by the index's raw sha256
+        when they are as long, else by decoding the object's start as far as that
+        takes, compared a chunk at a time (IdentityError naming it when it is encrypted
+        and no identity was given)."""
+        if held["size"] == stop - start:
+            return file_sha256(where, start, stop) == held["sha256"]
         name = codec_of(held)
-        if name == "none":
-            return self.store.read(data_key, 0, len(data)) == data
         check_keys(data_key, name, held.get("key_ids"), self.keyring)
         read = self.store.reader(data_key, stored_of(held)[0])
-        return decode_head(read, name, len(data), self.keyring, data_key,
-                           held.get("key_ids")) == data
+        with FileRange(where, start, stop - start) as local:
+            compare = _Compare(local)
+            try:
+                decode(read, compare.write, name, self.keyring, data_key, held.get("key_ids"))
+            except _Enough:
+                return True
+            except _Differs:
+                return False
+        return False  # the object is shorter
 
     # -- continuity ----------------------------------------------------------------------
 
-    def _check_continues(self, name, where, data, index):
+    def _check_continues(self, name, where, index):
         """Refuse a file that does not continue the archive, or the file before it."""
         later = [n for n, slots in self.sealed.items()
                  if "index" in slots and binlog_sort_key(n) > binlog_sort_key(name)]
@@ -414,8 +441,10 @@ class _Import:
                                  f"not from {name}", where, 0)
         problems = check_chain(self.source, [self.prev, index]) if self.prev else []
         if problems:
+            with open(where, "rb") as f:
+                head = f.read(1 << 20)
             raise ResyncRequired(f"{name} does not continue {self.prev['name']}: "
-                                 f"{problems[0]}", where, gtid_state_offset(data))
+                                 f"{problems[0]}", where, gtid_state_offset(head))
 
     def _done(self, name, index, uploaded=None, skipped=False, partial=False):
         if skipped:
@@ -427,6 +456,51 @@ class _Import:
             self.summary.partial = name
         self.summary.account(index)
         self.prev = index
+
+
+class _Same(Digest):
+    """The digest of the upload's read of a file a first read indexed: ``finish`` returns
+    that index, or raises UploadMismatch when the bytes are not the ones indexed (the
+    file changed between the two reads): nothing is then published or indexed."""
+
+    def __init__(self, index, where):
+        super().__init__()
+        self.index, self.where = index, where
+
+    def finish(self):
+        if not self.matches(self.index["size"], self.index["sha256"]):
+            raise UploadMismatch(f"{self.where} changed while it was imported: {self.size} "
+                                 f"bytes sha256 {self.sha256[:16]}... read for the upload, "
+                                 f"{self.index['size']} bytes sha256 "
+                                 f"{self.index['sha256'][:16]}... indexed")
+        return dict(self.index)
+
+
+class _Enough(Exception):
+    """The decoded object matched the local bytes as far as they go."""
+
+
+class _Differs(Exception):
+    """The decoded object is not the local bytes."""
+
+
+class _Compare:
+    """A ``write`` for ``codec.decode`` that compares what comes out with a local
+    ``FileRange``: _Differs at the first other byte, _Enough once the range is
+    matched to its end."""
+
+    def __init__(self, local):
+        self.local = local
+
+    def write(self, data):
+        data = memoryview(data)[:self.local.left]
+        while data:
+            piece = self.local.read(len(data))
+            if piece != data[:len(piece)]:
+                raise _Differs
+            data = data[len(piece):]
+        if not self.local.left:
+            raise _Enough
 
 
 def _newest_partial(listing, source):

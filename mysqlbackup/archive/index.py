@@ -1,4 +1,5 @@
-"""The JSON index kept beside each archived object (pure: built from bytes).
+"""The JSON index kept beside each archived object (pure: built from bytes, whole or
+streamed a chunk at a time).
 
 Replay picks files for a stop point from these without reading the files: size,
 sha256, first/last GTID, first/last commit time (UTC), transaction count, the
@@ -12,8 +13,8 @@ from datetime import datetime, timezone
 
 from mysqlbackup.binlog import events as ev
 from mysqlbackup.binlog.gtid import gtid_text
-from mysqlbackup.binlog.scan import iter_events
-from mysqlbackup.binlog.transactions import IN_TRX, INERT_IN_TRX, TrxTracker
+from mysqlbackup.binlog.scan import EventStream
+from mysqlbackup.binlog.transactions import IN_TRX, INERT_IN_TRX, OUTSIDE, TrxTracker
 from mysqlbackup.errors import CorruptBinlog
 
 INDEX_VERSION = 1
@@ -26,36 +27,79 @@ def utc(ts):
 
 def build_index(data, name, predecessor=None, start=0, tracker=None, source=None,
                 where=None):
-    """Index of ``data``: a whole file (start 0) or a segment of one beginning at ``start``.
+    """Index of ``data``: a whole file (start 0) or a segment of one beginning at ``start``
+    (whole bytes in memory: ``IndexBuilder`` fed them at once).
 
     A segment after the first needs the ``tracker`` that followed the bytes before
     it (its checksum setting and GTID state); the tracker is advanced through it.
     Damaged bytes raise CorruptBinlog naming ``where`` (default: ``name``).
     """
-    tracker = tracker or TrxTracker()
-    before = str(tracker.gtids) if tracker.gtids is not None else None
-    info = {"first_gtid": None, "last_gtid": None, "first_commit": None,
-            "last_commit": None, "transactions": 0, "next_file": None, "server_id": None}
-    offset = 4 if start == 0 else 0
-    checksum = None if start == 0 else tracker.checksum
-    for off, event in iter_events(data, offset, checksum, file=where or name, base=start):
+    builder = IndexBuilder(name, predecessor, start, tracker, source, where,
+                           end=start + len(data))
+    builder.update(data)
+    return builder.finish()
+
+
+class IndexBuilder:
+    """The index of a file or segment fed a chunk at a time, in one pass that holds one
+    event at most: ``update(chunk)`` hashes the bytes and walks their events
+    (``scan.EventStream``: magic, framing, every CRC), ``finish()`` checks the end and
+    returns the index, the same as ``build_index`` over the same bytes. ``size`` and
+    ``sha256`` are the raw bytes' so far: ``codec.encode`` takes a builder as the
+    digest of the raw side (``raw``), so that the bytes it encodes are the bytes
+    indexed. ``end``: the file offset the bytes will end at, when known (see
+    EventStream). ``boundary``: where the last complete transaction ends."""
+
+    def __init__(self, name, predecessor=None, start=0, tracker=None, source=None,
+                 where=None, end=None):
+        self.tracker = tracker = tracker or TrxTracker()
+        self.name, self.predecessor, self.start, self.source = name, predecessor, start, source
+        self.before = str(tracker.gtids) if tracker.gtids is not None else None
+        self.info = {"first_gtid": None, "last_gtid": None, "first_commit": None,
+                     "last_commit": None, "transactions": 0, "next_file": None,
+                     "server_id": None}
+        self.size, self._sha = 0, hashlib.sha256()
+        self.boundary = start or len(ev.MAGIC)
+        self.stream = EventStream(self._event, where or name, start=start,
+                                  checksum=None if start == 0 else tracker.checksum,
+                                  end=end, bounded=True)
+
+    def update(self, data):
+        """The next raw bytes."""
+        self._sha.update(data)
+        self.size += len(data)
+        self.stream.feed(data)
+
+    @property
+    def sha256(self):
+        return self._sha.hexdigest()
+
+    def _event(self, off, event):
+        tracker = self.tracker
         if tracker.state == IN_TRX and event[4] in INERT_IN_TRX:
-            continue  # the bulk of a row-based file: nothing to count
-        _account(info, tracker, event, off == 4)
-        if event[4] == ev.FORMAT_DESCRIPTION and start == 0:
-            before = None
-        if event[4] in (ev.MARIA_GTID_LIST, ev.PREVIOUS_GTIDS) and before is None:
-            before = str(tracker.gtids)
-    return {
-        "version": INDEX_VERSION, "name": name, "source": source, "start": start,
-        "end": start + len(data), "size": len(data),
-        "sha256": hashlib.sha256(data).hexdigest(), "predecessor": predecessor,
-        "gtid_before": before,
-        "gtid_after": str(tracker.gtids) if tracker.gtids is not None else None,
-        "complete_transactions": tracker.at_boundary, **info,
-        "first_commit": info["first_commit"] and utc(info["first_commit"]),
-        "last_commit": info["last_commit"] and utc(info["last_commit"]),
-    }
+            return  # the bulk of a row-based file: nothing to count
+        _account(self.info, tracker, event, off == 4)
+        if event[4] == ev.FORMAT_DESCRIPTION and self.start == 0:
+            self.before = None
+        if event[4] in (ev.MARIA_GTID_LIST, ev.PREVIOUS_GTIDS) and self.before is None:
+            self.before = str(tracker.gtids)
+        if tracker.state == OUTSIDE:
+            self.boundary = off + len(event)
+
+    def finish(self):
+        """The index of every byte fed; CorruptBinlog when they end inside an event."""
+        self.stream.close()
+        info, tracker = self.info, self.tracker
+        return {
+            "version": INDEX_VERSION, "name": self.name, "source": self.source,
+            "start": self.start, "end": self.start + self.size, "size": self.size,
+            "sha256": self.sha256, "predecessor": self.predecessor,
+            "gtid_before": self.before,
+            "gtid_after": str(tracker.gtids) if tracker.gtids is not None else None,
+            "complete_transactions": tracker.at_boundary, **info,
+            "first_commit": info["first_commit"] and utc(info["first_commit"]),
+            "last_commit": info["last_commit"] and utc(info["last_commit"]),
+        }
 
 
 def _account(info, tracker, event, is_first):

@@ -248,12 +248,27 @@ class ArchiveStore:
             writer.call(opener.__exit__, None, None, None)
             return
         writer.file = writer.call(self.fs.open, self.path(relative), "wb", STREAM_BLOCK)
+        self._bound_requests(writer.file)
         try:
             yield writer
         except BaseException:
             _discard(writer.file)
             raise
         writer.call(writer.file.close)
+
+    def _bound_requests(self, f):
+        """Give each request of a streamed upload to s3 (a part of up to STREAM_BLOCK
+        bytes, the commit) the time limit ``put_file``'s have (``_limit`` of the bytes
+        it sends): s3fs's file sends them without one, and a store that hangs would
+        hold the archiver (or a base upload) for ever."""
+        call = getattr(f, "_call_s3", None)
+        if call is None or not getattr(self._fs, "async_impl", False):
+            return
+        def bounded(method, *args, **kwargs):
+            body = kwargs.get("Body")
+            size = len(body) if isinstance(body, (bytes, bytearray, memoryview)) else 0
+            return call(method, *args, **self._limit(size), **kwargs)
+        f._call_s3 = bounded
 
     def _write_error(self, relative, error):
         return StoreError(f"archive {self.url}: write {relative} failed: "

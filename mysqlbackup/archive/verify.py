@@ -2,15 +2,15 @@
 
 verify checks every binlog object (magic, CRCs, index, chain) and every base backup
 (manifest, object size and sha256; with an identity also decoded, streaming, against the
-manifest's raw size and sha256); ``archive ls`` adds the recovery windows."""
+manifest's raw size and sha256); ``archive ls`` adds the recovery windows. Every object
+is read once, in ranged reads, decoded and checked as it streams (``_read_object``):
+nothing is held whole in memory."""
 
-import hashlib
 import time
 
-from mysqlbackup.archive.check import check_chain, check_object, check_segment, check_segments
-from mysqlbackup.archive.codec import (IdentityError, codec_of, decode, decode_bytes, sniff,
-                                       stored_of)
-from mysqlbackup.archive.index import build_index
+from mysqlbackup.archive.check import check_chain, check_segments, compare_index
+from mysqlbackup.archive.codec import IdentityError, codec_of, decode, sniff, stored_of
+from mysqlbackup.archive.index import IndexBuilder
 from mysqlbackup.archive.listing import ArchiveListing
 from mysqlbackup.archive.names import (BASE_INDEX, base_key, base_prefix, binlog_key, format_key,
                                        partial_prefix, segment_key)
@@ -182,20 +182,20 @@ def _verify_sealed(run, source, name, newest):
         problems.append(f"{where}: index without the binlog object (file deleted)")
         return problems, index  # the index still tells where the file sat in the chain
     try:
-        data, found = _open(run, where, run.store.read(data_key), index)
+        state, found, fresh = _read_object(run, where, data_key, index,
+                                           IndexBuilder(name, source=source, where=where))
     except FileNotFoundError:
         return problems + [f"{where}: removed since the listing"], index
-    if data is None and not found and index is not None:
+    if state == BLIND and index is not None:
         return problems, index  # encrypted, no identity: its stored form matches its index
-    if data is None and not found:
-        found = [f"{where}: no index (upload not finished or not verified)"]
-    elif data is not None:
-        found = check_object(where, data, index)
+    if state != DAMAGED:
+        found = [f"{where}: no index (upload not finished or not verified)"] if index is None \
+            else compare_index(where, index, fresh)
     unindexed = index is None and len(found) == 1 and "no index" in found[0]
     if unindexed and (index_key or run.in_flight(data_key, newest)):
         found = []  # a bad index is the problem already, or the index is on its way
-    if index is None and data is not None and (unindexed or not found):
-        index = build_index(data, name, source=source)  # whole: still in the chain
+    if index is None and state == WHOLE:
+        index = fresh  # whole: still in the chain
     return problems + found, index
 
 
@@ -209,28 +209,60 @@ def _before_every_indexed(listing, source, name):
             and binlog_sort_key(name) < min(map(binlog_sort_key, indexed)))
 
 
-def _open(run, where, stored, index):
-    """(raw bytes, problems) of an object's stored bytes: its stored size and sha256
-    checked against its index first (encoded objects), then decoded. (None, []) when
-    it is encrypted and no identity was given (counted in ``run.sealed_only``)."""
-    name = codec_of(index) if index is not None else (sniff(stored[:32]) or "none")
-    if name == "none":
-        return stored, []
-    if index is not None:
-        got = (len(stored), hashlib.sha256(stored).hexdigest())
-        want = stored_of(index)
-        if got != want:
-            return None, [f"{where}: stored as {got[0]} bytes, sha256 {got[1][:16]}..., its "
-                          f"index says {want[0]} bytes, sha256 {want[1][:16]}...: not the "
-                          "archived object (damaged, cut or replaced)"]
+WHOLE, BLIND, DAMAGED = "whole", "blind", "damaged"
+
+
+def _read_object(run, where, data_key, index, builder):
+    """(state, problems, fresh index) of one stored object, read once in ranged reads:
+    decoded (its index's codec; unindexed: what its first bytes show) into ``builder``
+    (an IndexBuilder: magic, every event and CRC, the index of the raw bytes; None:
+    only decoded), its stored size and sha256 against its index (encoded objects).
+
+    WHOLE: every byte read and walked without fault (fresh: the builder's index);
+    BLIND: encrypted and no identity given, the stored form matches its index (counted
+    in ``run.sealed_only``), or a plain object not walked (``builder`` None); DAMAGED:
+    the problems say why (the stored size and sha256 first, as they need no decoding).
+    FileNotFoundError when the object went meanwhile."""
+    name = codec_of(index) if index is not None else _sniffed(run, data_key)
+    if name == "none" and builder is None:
+        return BLIND, [], None
     if "age" in name and run.keyring is None:
-        run.sealed_only += 1
-        return None, []
+        found = _stored_problem(run, where, data_key, index) if index is not None else []
+        run.sealed_only += not found
+        return (DAMAGED if found else BLIND), found, None
+    read = run.store.reader(data_key, run.store.info_size(data_key))
     try:
-        return decode_bytes(stored, name, run.keyring, where,
-                            index.get("key_ids") if index is not None else None), []
+        got = decode(read, _discard, name, run.keyring, where,
+                     index.get("key_ids") if index is not None else None, raw=builder)
+        fresh = builder.finish() if builder is not None else None
     except (CorruptBinlog, IdentityError) as e:
-        return None, [str(e)]
+        found = (_stored_problem(run, where, data_key, index)
+                 if index is not None and name != "none" else [])
+        return DAMAGED, found or [str(e)], None
+    if index is not None and name != "none" and (got.stored_size, got.stored_sha256) != \
+            stored_of(index):
+        return DAMAGED, _stored_text(where, (got.stored_size, got.stored_sha256), index), None
+    return (WHOLE if builder is not None else BLIND), [], fresh
+
+
+def _sniffed(run, data_key):
+    """The codec an unindexed object's first bytes show ("none" when they show none)."""
+    return sniff(run.store.read(data_key, 0, 32)) or "none"
+
+
+def _stored_problem(run, where, data_key, index):
+    """[problem] when the stored object's size and sha256 (read back in chunks) are not
+    what its index says, else []."""
+    return _stored_text(where, run.store.sha256(data_key), index)
+
+
+def _stored_text(where, got, index):
+    want = stored_of(index)
+    if got == want:
+        return []
+    return [f"{where}: stored as {got[0]} bytes, sha256 {got[1][:16]}..., its index says "
+            f"{want[0]} bytes, sha256 {want[1][:16]}...: not the archived object (damaged, "
+            "cut or replaced)"]
 
 
 def _verify_segments(run, source, name, segs, last, newest):
@@ -268,17 +300,19 @@ class _Gone(Exception):
         self.key = key
 
 
-def _read(run, key, index=False):
-    """The bytes (or validated index) of ``key``; _Gone when it was removed meanwhile."""
+def _read_index(run, key):
+    """The validated index of ``key``; _Gone when it was removed meanwhile."""
     try:
-        return run.listing.read_index(key) if index else run.store.read(key)
+        return run.listing.read_index(key)
     except FileNotFoundError:
         raise _Gone(key) from None
 
 
 def _check_segment_objects(run, source, name, ordered):
     """Each segment from offset 0 on against its bytes (CRCs) and its index (every field
-    that can be recomputed); stops at a gap or at damaged bytes."""
+    that can be recomputed), each read once as it streams; stops at a gap or at damaged
+    bytes. After an encrypted segment no identity opens, the rest are checked by their
+    stored form only (the tracker cannot follow them)."""
     problems, tracker, pos, blind = [], TrxTracker(), 0, False
     for (start, end), slots in ordered:
         if start != pos or "data" not in slots:
@@ -287,20 +321,21 @@ def _check_segment_objects(run, source, name, ordered):
         index = None
         if "index" in slots:
             try:
-                index = _read(run, slots["index"], index=True)
+                index = _read_index(run, slots["index"])
             except CorruptBinlog as e:
                 problems.append(str(e))
-        data, opened = _open(run, where, _read(run, slots["data"]), index)
-        problems += opened
-        if opened:
-            break  # damaged: the segments after it cannot be followed
-        if data is None or blind:  # encrypted, no identity: stored form checked only
-            blind, pos = True, end
-            continue
-        found, whole = check_segment(where, name, start, data, index, tracker)
+        builder = None if blind else IndexBuilder(name, start=start, tracker=tracker,
+                                                  where=where)
+        try:
+            state, found, fresh = _read_object(run, where, slots["data"], index, builder)
+        except FileNotFoundError:
+            raise _Gone(slots["data"]) from None
         problems += found
-        if not whole:
-            break
+        if state == DAMAGED:
+            break  # the segments after it cannot be followed
+        blind = state == BLIND
+        if index is not None and not blind:
+            problems += compare_index(where, index, fresh)
         pos = end
     return problems
 

@@ -5,7 +5,8 @@ caller reads or maps the file).
 declared size fits, ``log_pos`` points at the end of the event (binlog v4 files
 written by a server) and, when the file is checksummed, the CRC32 matches. The
 first violation raises CorruptBinlog with the offset of the bad event.
-``EventStream`` does the same over a file fed in chunks, holding one event at most.
+``EventStream`` does the same over a file (or a piece of one) fed in chunks, holding one
+event at most.
 """
 
 import struct
@@ -75,56 +76,113 @@ def check_event(view, off, end, checksum, file=None, check_log_pos=True, base=0)
 
 
 class EventStream:
-    """Walk the events of a whole binlog file handed over a chunk at a time (``feed``),
-    holding at most one event plus the chunk that completes it: the streaming twin of
-    ``check_magic`` + ``iter_events(data, 4, None)``, with the same checks, errors and
-    offsets. ``on_event(offset, event)`` gets each event (a memoryview, valid during
-    the call); ``close`` at the end raises what a torn last event raises."""
+    """Walk the events of a binlog handed over a chunk at a time (``feed``), holding at
+    most one event plus the bytes that complete it: the streaming twin of
+    ``check_magic`` + ``iter_events(data, 4, None)`` for a whole file (``start`` 0), or
+    of ``iter_events(data, 0, checksum, base=start)`` for a piece of one that begins
+    at an event boundary ``start`` (``checksum``: what the format description event
+    before it said), with the same checks, errors and offsets. ``on_event(offset,
+    event)`` gets each event (a memoryview, valid during the call); ``close`` at the
+    end raises what a torn last event raises.
 
-    def __init__(self, on_event, file=None, check_log_pos=True):
+    ``end``: the file offset where the bytes fed will end, when known (a sealed file's
+    size, a segment's end): an event that says it runs past it is refused as soon as
+    its header is in, as ``iter_events`` refuses it over the whole bytes, instead of
+    being waited for. ``bounded``: without ``end``, an event whose log_pos does not
+    match its size is refused as soon as its header is in too. Either way a damaged
+    size field never makes the stream hold the rest of the file."""
+
+    def __init__(self, on_event, file=None, check_log_pos=True, start=0, checksum=None,
+                 end=None, bounded=False):
         self.on_event, self.file, self.check_log_pos = on_event, file, check_log_pos
-        self.checksum, self.offset, self.magic_seen = None, 0, False
-        self._held, self._held_len = [], 0
-        self._need = len(ev.MAGIC) + ev.HEADER_LEN  # bytes the next step waits for
+        self.checksum, self.offset, self.magic_seen = checksum, start, start != 0
+        self.end, self.bounded = end, bounded
+        self._held = bytearray()
+        self._need = ev.HEADER_LEN + (0 if start else len(ev.MAGIC))  # bytes held to go on
 
     def feed(self, data):
-        """Take the next bytes of the file; walk the events they complete."""
-        if not data:
-            return
-        self._held.append(data if isinstance(data, bytes) else bytes(data))
-        self._held_len += len(data)
-        if self._held_len >= self._need:
-            self._walk()
+        """Take the next bytes; walk the events they complete (those whole in ``data``
+        in place, without a copy)."""
+        view = memoryview(data)
+        while self._held and view:
+            take = self._need - len(self._held)
+            self._held += view[:take]
+            view = view[take:]
+            if len(self._held) >= self._need:
+                self._walk_held()
+        if view:
+            if len(view) < self._need and not self._held:
+                self._held = bytearray(view)
+                return
+            pos = self._walk(view)
+            if pos < len(view):
+                self._held = bytearray(view[pos:])
 
     def close(self):
         """The end of the file: CorruptBinlog if it ends inside an event (or before
         its magic bytes end)."""
-        self._walk()
+        if self._held:
+            self._walk_held()
         if not self.magic_seen:
             check_magic(b"", self.file)
         if self._held:
-            rest = memoryview(self._held[0])
+            rest = memoryview(self._held)
             _take_event(rest, 0, len(rest), self.file, self.check_log_pos, self.offset)
 
-    def _walk(self):
-        buf = self._held[0] if len(self._held) == 1 else b"".join(self._held)
-        view, pos, end = memoryview(buf), 0, len(buf)
-        if not self.magic_seen and end >= len(ev.MAGIC):
-            check_magic(buf, self.file)
+    def _walk_held(self):
+        held = self._held
+        pos = self._walk(memoryview(held))
+        self._held = held[pos:]  # a new bytearray: on_event may still hold views of ``held``
+
+    def _walk(self, view):
+        """Walk the whole events at the start of ``view`` (the bytes from ``offset``);
+        returns how many bytes they took; ``_need`` is then what the rest waits for.
+        The checks of ``check_event``, inlined as ``iter_events`` has them (the hot
+        loop of every archive upload, import and verify)."""
+        pos, end = 0, len(view)
+        if not self.magic_seen:
+            if end < len(ev.MAGIC):
+                self._need = len(ev.MAGIC) + ev.HEADER_LEN
+                return 0
+            check_magic(view, self.file)
             self.magic_seen, pos = True, len(ev.MAGIC)
         self._need = ev.HEADER_LEN
-        while self.magic_seen and end - pos >= ev.HEADER_LEN:
-            size = int.from_bytes(view[pos + 9:pos + 13], "little")
-            if size >= ev.HEADER_LEN and pos + size > end:
-                self._need = size
-                break
-            event, self.checksum = check_event(view, pos, end, self.checksum, self.file,
-                                               self.check_log_pos, self.offset)
-            self.on_event(self.offset + pos, event)
-            pos += size
-        rest = buf[pos:] if pos else buf
+        base, checksum, on_event, check_log_pos = (self.offset, self.checksum, self.on_event,
+                                                   self.check_log_pos)
+        unpack, crc32, residue, header = _unpack_frame, ev.crc32, ev.CRC_RESIDUE, ev.HEADER_LEN
+        try:
+            while end - pos >= header:
+                etype, size, log_pos = unpack(view, pos + 4)
+                if size >= header and pos + size > end:
+                    self._ahead(view, pos, size)
+                    self._need = size
+                    break
+                if size < header or (check_log_pos and log_pos and log_pos != base + pos + size):
+                    _framed_size(view, pos, end, self.file, check_log_pos, base)  # raises
+                event = view[pos:pos + size]
+                if etype == ev.FORMAT_DESCRIPTION:
+                    checksum = ev.parse_format_description(event).checksum_alg == \
+                        ev.CHECKSUM_CRC32
+                    if checksum and not ev.crc_ok(event):
+                        _crc_mismatch(event, self.file, base + pos)
+                elif checksum and crc32(event) != residue:
+                    _crc_mismatch(event, self.file, base + pos)
+                on_event(base + pos, event)
+                pos += size
+        finally:
+            self.checksum = checksum
         self.offset += pos
-        self._held, self._held_len = ([rest] if rest else []), len(rest)
+        return pos
+
+    def _ahead(self, view, pos, size):
+        """Refuse now an event whose header already shows it is wrong (see ``end``)."""
+        if self.end is not None:
+            _framed_size(view, pos, self.end - self.offset, self.file, self.check_log_pos,
+                         self.offset)
+        elif self.bounded and self.check_log_pos:
+            log_pos = _unpack_frame(view, pos + 4)[2]
+            if log_pos and log_pos != self.offset + pos + size:
+                _bad_frame(ev.parse_header(view, pos), size, self.file, True, self.offset + pos)
 
 
 def _take_event(view, off, end, file, check_log_pos, base):
