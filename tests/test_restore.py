@@ -4,6 +4,7 @@ to every kind of stop point, compared with CHECKSUM TABLE of the primary at that
 point; a restore killed with kill -9 and run again; the hole refusal; the target
 check; the dry run's plan; a target user without PROXY (--users)."""
 
+import json
 import os
 import re
 import shutil
@@ -340,9 +341,11 @@ def test_dry_run_prints_the_plan_and_a_hole_before_the_base_is_no_obstacle(world
         f"binlogs {sizes})",
         f"target at: {partial['last_commit']}, GTID {partial['last_gtid']} (the last commit "
         f"archived in {partial['name']})",
-        "users: apply (the base's accounts and grants; the target user's privileges for them "
+        f"users: apply (the base's accounts and grants: {m['details']['accounts']} accounts, "
+        f"needing {', '.join(m['details']['needs'])}; the target user's privileges for them "
         "are checked before anything is loaded)",
     ]
+    assert m["details"]["needs"][:3] == ["CREATE USER", "GRANT OPTION", "PROXY"]
     assert leases(url) == held  # a dry run takes no lease
 
 
@@ -364,7 +367,7 @@ def test_users_apply_refused_without_proxy_skip_loads_without_them(world, tmp_pa
     accounts; with PROXY granted, apply creates them; a load stopped in the users
     section says where and what to do."""
     from replay.restore.load import LoadError, load_dump
-    from replay.restore.users import UsersRefused
+    from mysqlbackup.base.userscan import UsersRefused
     target = InstalledServer(str(tmp_path_factory.mktemp("installed")), server_id=3,
                              semi_sync=False).start()
     try:
@@ -385,8 +388,24 @@ def test_users_apply_refused_without_proxy_skip_loads_without_them(world, tmp_pa
             "mysqlbackup: error: the target user 'admin'@'127.0.0.1' lacks PROXY, which the "
             "base's accounts need (GRANT PROXY ON ''@'%' TO 'admin'@'127.0.0.1' WITH GRANT "
             "OPTION): grant it, or restore with --users skip"), refused.stderr
-        assert "reading base" in refused.stderr and " once ahead for what its accounts need" \
-            in refused.stderr  # the world's manifest does not record them
+        assert "reading base" not in refused.stderr  # the base's manifest says what they need
+        # a base from before manifests recorded it: read once ahead, the same refusal
+        manifest_key, manifest = world_manifest(world["url"])
+        store = ArchiveStore(world["url"])
+        old = {k: v for k, v in manifest.items() if k != "details"}
+        old["details"] = {k: v for k, v in manifest["details"].items()
+                          if k not in ("accounts", "needs")}
+        store.put_bytes(manifest_key, json.dumps(old).encode())
+        try:
+            again = run_cli("restore", "--archive", world["url"], "--target",
+                            f"mysql://admin@127.0.0.1:{target.port}", password="admin-password",
+                            timeout=180)
+        finally:
+            store.put_bytes(manifest_key, json.dumps(manifest).encode())
+        assert again.returncode == 2 and again.stderr.splitlines()[-1] == \
+            refused.stderr.splitlines()[-1]
+        assert "reading base" in again.stderr and " once ahead for what its accounts need" \
+            in again.stderr
         assert target.execute("SHOW DATABASES") == databases  # untouched
         assert target.execute(accounts) == stock
 
@@ -539,3 +558,10 @@ def test_physical_base_restored_into_a_new_datadir_then_replayed(world, tmp_path
     finally:
         if started:
             stop_server(RestoredServer(None, int(started[1]), str(datadir), None))
+
+
+def world_manifest(url):
+    """(key, manifest) of the one base in the archive at ``url``."""
+    store = ArchiveStore(url)
+    [key] = [k for k in store.list() if "/base/" in k and k.endswith("/index.json")]
+    return key, json.loads(store.read(key))

@@ -6,7 +6,7 @@ import pytest
 
 from replay.restore.load import load_failure
 from replay.restore.run import RestoreOptions, manifest_users, users_lines
-from replay.restore.users import TargetGrants, UsersFilter, UsersScan, parse_grant
+from mysqlbackup.base.userscan import TargetGrants, UsersFilter, UsersScan, parse_grant
 
 HEAD = b"""\
 /*!40101 SET @OLD_CHARACTER_SET_CLIENT=@@CHARACTER_SET_CLIENT */;

@@ -13,6 +13,7 @@ from mysqlbackup.archive.names import (BASE_MEMBERS, base_key,
                                        format_key)
 from mysqlbackup.base import dump, physical, server, users
 from mysqlbackup.base.client import ToolProcess, find_tool, options_file
+from mysqlbackup.base.userscan import UsersScan
 from mysqlbackup.base.upload import (BASE_CODEC, Progress, check_stored, remove_quietly,
                                      upload_stream)
 from mysqlbackup.binlog.gtid import MariaGtidPos
@@ -27,6 +28,7 @@ class _Run:
     def __init__(self, process, parser, observe, details, tail=b""):
         self.process, self.parser, self.observe = process, parser, observe
         self.details, self.tail = details, tail
+        self.users = None   # a dump's UsersScan: its accounts and what they need
 
     def read(self, size=-1):
         """The tool's output, then ``tail`` (the accounts' section we write)."""
@@ -43,15 +45,22 @@ def _start_dump(spec, facts):
     parser = dump.SnapshotParser(facts.flavor)
     accounts = _accounts(spec) if facts.flavor == "mariadb" else None
     ours = bool(accounts and accounts.ignored)  # the tool would fail on them: we write them
+    scan = UsersScan()  # what the dump's accounts will need of the user who loads them
+
+    def observe(chunk):
+        parser.feed(chunk)
+        scan.feed(chunk)
+
     with options_file(spec) as options:
         argv = dump.dump_argv(tool, options, spec, facts.flavor, users=not ours)
         process = ToolProcess(argv)
         details = {"tool": tool, "arguments": argv[2:]}
         if ours:
-            details.update(accounts="mysqlbackup", skipped_accounts=accounts.ignored)
+            details.update(skipped_accounts=accounts.ignored)
+        run = _Run(process, parser, observe, details, users.section(accounts) if ours else b"")
+        run.users = scan
         try:
-            yield _Run(process, parser, parser.feed, details,
-                       users.section(accounts) if ours else b"")
+            yield run
         finally:
             process.kill()
 
@@ -124,6 +133,9 @@ def take_base(spec, store, source_name=None, method="dump", report=None, codec=B
 
         uploaded = upload_stream(run.read, store, member, run.observe,
                                  before_commit, Progress(report), codec)
+        if run.users is not None:  # restore --users apply reads these, not the base
+            run.users.finish()
+            run.details.update(accounts=run.users.accounts, needs=run.users.needs())
     check_stored(store, member, uploaded)
     manifest = _manifest(facts, source, base_id, method, start, finished, uploaded,
                          dict(run.details, elapsed=round(time.monotonic() - began, 3)), codec)

@@ -16,11 +16,10 @@ from dataclasses import dataclass, field
 
 import pymysql
 
+from mysqlbackup.base.userscan import BEGIN_MARK, END_MARK, IMPORT_ROLE
 from mysqlbackup.errors import SourceError
 
-BEGIN = "-- mysqlbackup users: begin"
-END = "-- mysqlbackup users: end"
-IMPORT_ROLE = "mariadb_dump_import_role"   # mariadb-dump's name: a load of either form alike
+BEGIN, END = BEGIN_MARK.decode(), END_MARK.decode()   # the lines around our section
 ER_PASSWORD_NO_MATCH = 1133    # "Can't find any matching row in the user table"
 ER_NONEXISTING_GRANT = 1141    # "There is no such grant defined for user"
 

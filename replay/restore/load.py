@@ -22,7 +22,7 @@ import time
 from mysqlbackup.archive.codec import Digest, decode
 from mysqlbackup.base.client import find_tool, options_file
 from mysqlbackup.errors import CorruptBinlog, MysqlBackupError
-from replay.restore.users import IMPORT_ROLE, UsersScan
+from mysqlbackup.base.userscan import IMPORT_ROLE, UsersScan
 
 CHUNK = 4 << 20           # bytes of the stored object per ranged read
 PROGRESS_EVERY = 5.0      # seconds between progress lines

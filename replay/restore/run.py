@@ -157,7 +157,7 @@ def check_users(opts, plan, target, progress):
     else from reading the base once ahead (only when the user does not hold it all)."""
     if opts.users != "apply" or opts.selection.tables or plan.manifest["method"] != "dump":
         return
-    from replay.restore.users import TargetGrants, UsersRefused
+    from mysqlbackup.base.userscan import TargetGrants, UsersRefused
     grants = TargetGrants(*target.grants())
     if grants.has_everything():
         return
@@ -177,7 +177,7 @@ def base_needs(opts, plan, grants, progress):
     if m.get("gtid_flavor") == "mysql":
         return []
     from replay.restore.load import scan_dump
-    from replay.restore.users import UsersScan
+    from mysqlbackup.base.userscan import UsersScan
     progress(f"restore: users: the target user {grants.account} does not hold every "
              f"privilege an account may need; reading base {m['id']} once ahead for what "
              "its accounts need (its manifest does not say)")
@@ -307,7 +307,7 @@ def _load(opts, plan, target, progress):
     base_id = plan.manifest["id"]
     from replay.restore.dumpfilter import DumpFilter
     from replay.restore.load import load_dump
-    from replay.restore.users import UsersFilter
+    from mysqlbackup.base.userscan import UsersFilter
     sel = opts.selection
     only = DumpFilter(sel.tables, sel.rewrite) if sel.tables else None
     no_users = UsersFilter() if opts.users == "skip" and not only else None

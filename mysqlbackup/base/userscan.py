@@ -1,5 +1,7 @@
 """The users section of a dump base, and what the target user needs to load it (pure:
-bytes in, bytes and facts out, fed in chunks of any size).
+bytes in, bytes and facts out, fed in chunks of any size). ``base`` scans the dump as
+it streams and records ``needs`` in the manifest; ``restore --users`` checks them, or
+filters the section out.
 
 A MariaDB dump base (``mariadb-dump --system=users``) recreates the source's accounts
 after every database's data, before the trailer::
