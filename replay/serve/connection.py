@@ -149,10 +149,10 @@ class Connection:
         del self.buffer[:n]
         return out
 
-    def read_packet(self, timeout, limit):
-        """(payload, sequence id) of the next packet (16 MiB pieces joined), whole within
-        ``timeout`` seconds; PacketTooLarge past ``limit`` bytes, before reading them."""
-        deadline, parts, total = time.monotonic() + timeout, [], 0
+    def read_packet(self, deadline, limit):
+        """(payload, sequence id) of the next packet (16 MiB pieces joined), whole by
+        ``deadline`` (monotonic); PacketTooLarge past ``limit`` bytes, before reading them."""
+        parts, total = [], 0
         while True:
             head = self._recv(4, deadline)
             size = head[0] | head[1] << 8 | head[2] << 16
@@ -182,14 +182,14 @@ class Connection:
     # -- handshake ---------------------------------------------------------------------
 
     def _authenticate(self):
-        started = time.monotonic()
+        ends = time.monotonic() + HANDSHAKE_TIMEOUT  # the whole handshake, TLS included
         scramble = bytes(random.SystemRandom().randrange(0x21, 0x7F) for _ in range(20))
         context = self.server.tls_context
         self.send([pk.handshake_v10(self.id & 0xFFFFFFFF, self.server.facts.version, scramble,
                                     ssl=context is not None)], 0)
-        payload, seq = self.read_packet(HANDSHAKE_TIMEOUT, MAX_LOGIN_PACKET)
+        payload, seq = self.read_packet(ends, MAX_LOGIN_PACKET)
         if context is not None and pk.is_ssl_request(payload):
-            payload, seq = self._start_tls(context, started)
+            payload, seq = self._start_tls(context, ends)
         if seq != (2 if self.tls else 1):  # mariadbd: 1156, then closes
             self.server.count("bad_handshakes")
             self._send_now(pk.err_packet(pk.ER_NET_PACKETS_OUT_OF_ORDER,
@@ -200,8 +200,7 @@ class Connection:
             token, seq = response.auth, seq + 1
             if response.plugin and response.plugin != pk.NATIVE_PASSWORD:
                 self.send([pk.auth_switch_request(scramble)], seq)
-                left = HANDSHAKE_TIMEOUT - (time.monotonic() - started)
-                token, seq = self.read_packet(left, MAX_LOGIN_PACKET)
+                token, seq = self.read_packet(ends, MAX_LOGIN_PACKET)
                 seq += 1
         except pk.MalformedPacket as e:
             return self._bad_handshake(e, seq + 1)
@@ -251,12 +250,12 @@ class Connection:
         self.send([pk.ok_packet()], seq)
         return True
 
-    def _start_tls(self, context, started):
+    def _start_tls(self, context, ends):
         """After the client's SSL request: the TLS handshake on this socket (within what
         is left of the handshake's time), then the real HandshakeResponse read over TLS,
         with its sequence id (the ids go on from the SSL request's, as with mariadbd:
         request 1, response 2, OK 3)."""
-        left = HANDSHAKE_TIMEOUT - (time.monotonic() - started)
+        left = ends - time.monotonic()
         if left <= 0:
             raise TimedOut()
         # wrapped first, handshaken after: close() from another thread (an eviction) must
@@ -273,14 +272,14 @@ class Connection:
         self.tls = self.sock.version()
         log.debug("connection %d from %s: %s, cipher %s", self.id, self.peer[0], self.tls,
                   self.sock.cipher()[0])
-        return self.read_packet(max(0.0, HANDSHAKE_TIMEOUT - (time.monotonic() - started)),
-                                MAX_LOGIN_PACKET)
+        return self.read_packet(ends, MAX_LOGIN_PACKET)
 
     # -- commands ----------------------------------------------------------------------
 
     def _commands(self):
         while not self.closed:
-            payload, _ = self.read_packet(COMMAND_TIMEOUT, MAX_COMMAND_PACKET)
+            payload, _ = self.read_packet(time.monotonic() + COMMAND_TIMEOUT,
+                                          MAX_COMMAND_PACKET)
             if self._command(payload[0] if payload else None, payload):
                 return
 

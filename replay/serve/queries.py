@@ -119,10 +119,19 @@ def rows(name, type_, value):
     return Reply("rows", [pk.Column(name, type_)], [[value]])
 
 
+_ARCHIVE_END = object()   # a value looked up only when asked for (it lists the archive)
+
+
+def _resolved(value, facts):
+    """``value``, or the GTID state at the archive's end for _ARCHIVE_END."""
+    if value is not _ARCHIVE_END:
+        return value
+    now = facts.gtid_binlog_pos_now() if facts.gtid_binlog_pos_now else None
+    return facts.gtid_binlog_pos if now is None else now
+
+
 def _variables(facts):
-    pos = facts.gtid_binlog_pos_now() if facts.gtid_binlog_pos_now else None
-    if pos is None:
-        pos = facts.gtid_binlog_pos
+    pos = _ARCHIVE_END
     return {"server_id": (LONG, facts.server_id), "binlog_checksum": (TEXT, facts.checksum),
             "gtid_domain_id": (LONG, facts.domain_id),
             "gtid_binlog_pos": (TEXT, pos), "gtid_current_pos": (TEXT, pos),
@@ -140,12 +149,13 @@ def _select_variable(label, name, facts):
         return Reply("error", code=pk.ER_UNKNOWN_SYSTEM_VARIABLE,
                      message=f"Unknown system variable '{name}'")
     type_, value = known[name]
-    return rows(label, type_, value)
+    return rows(label, type_, _resolved(value, facts))
 
 
 def _show_variables(pattern, facts):
     like = LikePattern(pattern)
-    found = [[n, v] for n, (_, v) in sorted(_variables(facts).items()) if like.match(n)]
+    found = [[n, _resolved(v, facts)] for n, (_, v) in sorted(_variables(facts).items())
+             if like.match(n)]
     return Reply("rows", [pk.Column("Variable_name", TEXT), pk.Column("Value", TEXT)], found)
 
 

@@ -10,8 +10,9 @@ older connection, as a primary does.
 
 The accept loop never ends but on ``stop()``: out of descriptors, memory or threads
 it logs, backs off and tries again. Connections are bounded: at most
-MAX_HANDSHAKES not logged in (a new one ends the oldest: a flood of idle or slow
-clients cannot keep a replica out), at most ``max_connections`` logged in (more get
+MAX_HANDSHAKES not logged in, MAX_HANDSHAKES_PER_ADDRESS of one address (a new one
+ends its address's oldest, or the busiest address's: a flood of idle or slow clients
+cannot keep a replica out), at most ``max_connections`` logged in (more get
 1040 "Too many connections", as mariadbd answers), and past both, a connection
 gets 1040 at once. Refusals are counted (``ServeHandle.stats``) and logged at
 most once per kind every few seconds.
@@ -189,19 +190,25 @@ class _Server:
                              keyring=self.keyring)
         return plan(opts)
 
-    def more_than(self, end):
-        """True when the archive now holds a transaction past ``end``: one listing and
-        at most one index read (a poll must stay cheap on a big archive), never a
-        file whose index is not written yet. A store error: False (looked at again)."""
+    def newest_index(self, file, what):
+        """``_newest_index`` of the archive as it is now (one listing, at most one index
+        read); None, with a warning about ``what``, when the store fails (looked at
+        again later)."""
         from mysqlbackup.archive.listing import ArchiveListing
         from mysqlbackup.archive.store import ArchiveStore
         try:
             listing = ArchiveListing(ArchiveStore(self.options.archive_url,
                                                   self.options.storage_options))
-            index = _newest_index(listing, self.source, end.file)
+            return _newest_index(listing, self.source, file)
         except Exception as e:  # noqa: BLE001 - the archive may be back at the next look
-            log.warning("looking for newly archived transactions failed: %s", mask_url(e))
-            return False
+            log.warning("%s failed: %s", what, mask_url(e))
+            return None
+
+    def more_than(self, end):
+        """True when the archive now holds a transaction past ``end``: one listing and
+        at most one index read (a poll must stay cheap on a big archive), never a
+        file whose index is not written yet. A store error: False (looked at again)."""
+        index = self.newest_index(end.file, "looking for newly archived transactions")
         if index is None:
             return False
         if binlog_sort_key(index["name"]) > binlog_sort_key(end.file):
@@ -216,23 +223,11 @@ class _Server:
                 when, value = self._gtid_now
                 if when is not None and time.monotonic() - when < GTID_POS_TTL:
                     return value
-            value = self._look_up_end_gtid()
+            index = self.newest_index(None, "reading the archive's end")
+            value = index.get("gtid_after") if index else None
             with self.lock:
                 self._gtid_now = (time.monotonic(), value)
             return value
-
-    def _look_up_end_gtid(self):
-        from mysqlbackup.archive.listing import ArchiveListing
-        from mysqlbackup.archive.store import ArchiveStore
-        try:
-            listing = ArchiveListing(ArchiveStore(self.options.archive_url,
-                                                  self.options.storage_options))
-            index = _newest_index(listing, self.source, None)
-            value = index.get("gtid_after") if index else None
-        except Exception as e:  # noqa: BLE001 - the value known at start is answered instead
-            log.warning("reading the archive's end failed: %s", mask_url(e))
-            value = None
-        return value
 
     def chunks(self, unit):
         from replay.serve.feed import unit_chunks
