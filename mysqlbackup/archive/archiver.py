@@ -33,6 +33,7 @@ from mysqlbackup.archive.index import IndexBuilder, parse_index
 from mysqlbackup.archive.listing import archived_server_id
 from mysqlbackup.archive.names import (binlog_key, binlog_prefix, format_key, parse_key,
                                        partial_prefix, retired_key, retired_prefix, segment_key)
+from mysqlbackup.binlog import events as ev
 from mysqlbackup.binlog.names import binlog_sort_key
 from mysqlbackup.binlog.transactions import TrxTracker
 from mysqlbackup.durable import fsync_dir, write_bytes
@@ -404,8 +405,8 @@ def local_server_id(path):
     """The server_id of a local binlog file's first event (its format description), or
     None when the file is shorter than that header."""
     with open(path, "rb") as f:
-        head = f.read(13)
-    return int.from_bytes(head[9:13], "little") if len(head) == 13 else None
+        head = f.read(4 + ev.HEADER_LEN)
+    return ev.parse_header(head, 4).server_id if len(head) == 4 + ev.HEADER_LEN else None
 
 
 class UploadMismatch(MysqlBackupError):

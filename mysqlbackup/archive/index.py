@@ -14,7 +14,7 @@ from datetime import datetime, timezone
 from mysqlbackup.binlog import events as ev
 from mysqlbackup.binlog.gtid import gtid_text
 from mysqlbackup.binlog.scan import EventStream
-from mysqlbackup.binlog.transactions import IN_TRX, INERT_IN_TRX, OUTSIDE, TrxTracker
+from mysqlbackup.binlog.transactions import IN_TRX, INERT_IN_TRX, TrxTracker
 from mysqlbackup.errors import CorruptBinlog
 
 INDEX_VERSION = 1
@@ -83,7 +83,7 @@ class IndexBuilder:
             self.before = None
         if event[4] in (ev.MARIA_GTID_LIST, ev.PREVIOUS_GTIDS) and self.before is None:
             self.before = str(tracker.gtids)
-        if tracker.state == OUTSIDE:
+        if tracker.at_boundary:
             self.boundary = off + len(event)
 
     def finish(self):

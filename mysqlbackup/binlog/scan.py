@@ -62,19 +62,6 @@ def iter_events(buf, start, checksum, file=None, limit=None, check_log_pos=True,
         count += 1
 
 
-def check_event(view, off, end, checksum, file=None, check_log_pos=True, base=0):
-    """(event, checksum) of the whole event at ``off`` of ``view[:end]``: its framing
-    checked (``_take_event``), then its CRC32 when ``checksum`` (a format description
-    event sets ``checksum`` for the events after it, and has its own CRC checked);
-    CorruptBinlog at the first fault. ``checksum`` as ``iter_events`` takes it."""
-    event = _take_event(view, off, end, file, check_log_pos, base)
-    if event[4] == ev.FORMAT_DESCRIPTION:
-        checksum = ev.parse_format_description(event).checksum_alg == ev.CHECKSUM_CRC32
-    if checksum and not ev.crc_ok(event):
-        _crc_mismatch(event, file, base + off)
-    return event, checksum
-
-
 class EventStream:
     """Walk the events of a binlog handed over a chunk at a time (``feed``), holding at
     most one event plus the bytes that complete it: the streaming twin of
@@ -137,7 +124,7 @@ class EventStream:
     def _walk(self, view):
         """Walk the whole events at the start of ``view`` (the bytes from ``offset``);
         returns how many bytes they took; ``_need`` is then what the rest waits for.
-        The checks of ``check_event``, inlined as ``iter_events`` has them (the hot
+        The framing and CRC checks, inlined as ``iter_events`` has them (the hot
         loop of every archive upload, import and verify)."""
         pos, end = 0, len(view)
         if not self.magic_seen:
