@@ -367,7 +367,8 @@ def archive_ls(archive_url, archive_option, source_name, as_json):
         click.echo(json.dumps({"files": rows, **summary}, indent=1))
         return
     for r in rows:
-        click.echo(f"{r['source']}  {r['file']}  {r['kind']}  {r['size']} bytes  "
+        file = r["file"] if r["epoch"] == 1 else f"{r['file']} (epoch {r['epoch']})"
+        click.echo(f"{r['source']}  {file}  {r['kind']}  {r['size']} bytes  "
                    f"{r['transactions']} trx  gtid {r['first_gtid']} .. {r['last_gtid']}  "
                    f"{r['first_commit']} .. {r['last_commit']}")
     for line in format_recovery(summary):

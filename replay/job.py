@@ -18,7 +18,7 @@ import sys
 import tempfile
 import time
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 from mysqlbackup.binlog import events as ev
 from mysqlbackup.binlog.names import binlog_sort_key
@@ -26,7 +26,7 @@ from mysqlbackup.errors import CorruptBinlog, MysqlBackupError, UsageError, mask
 from replay.decoding.rewrite import rewrite_transaction
 from replay.planning.selection import Selection
 from replay.planning.units import (check_decoded, check_digests, check_link, check_listed_sizes,
-                                   check_unit_keys, pick_source, plan_units)
+                                   check_unit_keys, pick_source, plan_epochs)
 from replay.progress import Progress
 
 log = logging.getLogger(__name__)
@@ -214,28 +214,75 @@ class ChainCheck:
 
 
 def plan(opts):
-    """(source, units, stop cut later files) from the archive's indexes only."""
+    """(source, units, stop cut later files) from the archive's indexes only, epoch
+    after epoch of the source's history."""
     from mysqlbackup.archive.listing import ArchiveListing
     from mysqlbackup.archive.store import ArchiveStore
     listing = ArchiveListing(ArchiveStore(opts.archive_url, opts.archive_options))
     source = pick_source(listing.sources(), opts.source_name)
-    sealed = [(n, listing.sealed[source][n].get("data"), listing.index(source, n))
-              for n in listing.sealed_names(source) if _within(n, opts)]
-    partial = _newest_partial(listing, source)
-    if partial and not _within(partial[0], opts):
-        partial = None
-    units, cut = plan_units(source, sealed, partial, opts.selection.wholly_applied,
-                            opts.selection.wholly_after, opts.allow_gaps)
+    epochs, names = [], {}
+    for epoch, key_source, history in listing.epochs(source):
+        sealed_names = listing.sealed_names(key_source)
+        indexes = {n: listing.index(key_source, n) for n in sealed_names}
+        sealed = [(n, listing.sealed[key_source][n].get("data"), indexes[n])
+                  for n in sealed_names if _within((epoch, n), opts)]
+        partial = _newest_partial(listing, key_source)
+        listed = _listed([indexes[n] for n in sealed_names if indexes[n]], partial)
+        names[epoch] = set(sealed_names) | ({partial[0]} if partial else set())
+        if partial and not _within((epoch, partial[0]), opts):
+            partial = None
+        epochs.append((epoch, key_source, history, sealed, partial, listed))
+    units, cut = plan_epochs(source, epochs, opts.selection.wholly_applied,
+                             opts.selection.wholly_after, opts.allow_gaps)
+    if len(names) > 1:
+        _mark_positions(units, opts.selection, names)
     check_listed_sizes(units, listing.sizes, opts.allow_gaps)
     check_unit_keys(units, opts.keyring)
     return source, units, cut
 
 
-def _within(name, opts):
-    """True when file ``name`` is inside the options' first_file..last_file (if given)."""
-    key = binlog_sort_key(name)
-    return ((opts.first_file is None or key >= binlog_sort_key(opts.first_file))
-            and (opts.last_file is None or key <= binlog_sort_key(opts.last_file)))
+def _listed(indexes, partial):
+    """(first, last) index of an epoch's files: its sealed ones, then its newest file's
+    segments (contiguous from 0, indexed); None when it has none."""
+    pos, segments = 0, []
+    for start, end, _, index in sorted(partial[1] if partial else (), key=lambda s: s[0]):
+        if start != pos or index is None:
+            break
+        segments.append(index)
+        pos = end
+    every = indexes + segments
+    return (every[0], every[-1]) if every else None
+
+
+def _mark_positions(units, selection, names):
+    """Tell each unit where it stands against the start and stop positions' epochs
+    (``_in_epoch``): a file name two epochs hold is ambiguous (UsageError)."""
+    def epoch_of(position):
+        if position is None:
+            return None
+        holding = sorted(e for e, held in names.items() if position.file in held)
+        if len(holding) > 1:
+            raise UsageError(f"{position.file} is in epochs {' and '.join(map(str, holding))} "
+                             "of the archive's history (a failover to a server that reuses "
+                             "the file names): a file position is ambiguous there; use a "
+                             "GTID or a datetime")
+        return holding[0] if holding else None
+    start, stop = epoch_of(selection.start_position), epoch_of(selection.stop_position)
+    for unit in units:
+        unit["position"] = tuple(0 if e is None else (unit["epoch"] > e) - (unit["epoch"] < e)
+                                 for e in (start, stop))
+
+
+def _within(key, opts):
+    """True when file ``key`` (epoch, name) is inside the options' first_file..last_file
+    (each (epoch, name), or a name of epoch 1; None: no bound)."""
+    return ((opts.first_file is None or _order(key) >= _order(opts.first_file))
+            and (opts.last_file is None or _order(key) <= _order(opts.last_file)))
+
+
+def _order(key):
+    epoch, name = (1, key) if isinstance(key, str) else key
+    return epoch, binlog_sort_key(name)
 
 
 def _newest_partial(listing, source):
@@ -334,7 +381,7 @@ def run_replay(opts, sink, spark=None, progress=None):
             if i + 1 < len(windows):
                 pending = prefetch.submit(decode, windows[i + 1])
             for result, p in zip(results, parts):
-                stopped = _apply_file(result, opts.selection, sink, summary)
+                stopped = _apply_file(result, units[p], opts.selection, sink, summary)
                 _report(progress, summary, units, p + 1, started, final=stopped)
                 if stopped:
                     break
@@ -382,11 +429,15 @@ def _count_tasks(sc, group):
     return total
 
 
-def _apply_file(result, selection, sink, summary):
+def _apply_file(result, unit, selection, sink, summary):
     """Apply one file's transactions; True when a stop point was reached."""
     fde = ev.parse_format_description(result["fde"])
     checksum = fde.checksum_alg == ev.CHECKSUM_CRC32
-    chosen, stopped = _choose(result["transactions"], selection, sink, summary, checksum, fde)
+    selection, transactions = _in_epoch(selection, unit, result["transactions"], summary)
+    if selection is None:
+        summary["stop_reason"] = "stop position reached"
+        return True
+    chosen, stopped = _choose(transactions, selection, sink, summary, checksum, fde)
     sink.apply_many(chosen, result["fde"], checksum, fde)
     summary["applied"] += len(chosen)
     summary["rows_events"] += sum(t.rows_events for t in chosen)
@@ -395,6 +446,37 @@ def _apply_file(result, selection, sink, summary):
     if result["incomplete"]:  # only the newest file's (plan.check_decoded refused others)
         summary["dropped_incomplete"].append(result["incomplete"])
     return False
+
+
+def _in_epoch(selection, unit, transactions, summary):
+    """(the selection for ``unit``, its transactions less the duplicates of a later
+    epoch's first file); (None, []) when a stop position in an earlier epoch ends the
+    replay before it. A file position names a file of one epoch (``unit["position"]``:
+    the unit's epoch against the start's and the stop's, -1 before, 0 same, 1 after)."""
+    start, stop = unit.get("position", (0, 0))
+    if stop > 0:
+        return None, []
+    changes = {}
+    if stop < 0:
+        changes["stop_position"] = None
+    if start > 0:
+        changes["start_position"] = None
+    if changes:
+        selection = replace(selection, **changes)
+    skip = _gtids(unit.get("skip"))
+    if skip is not None:
+        kept = [t for t in transactions if not (t.gtid_key and skip.contains(*t.gtid_key))]
+        summary["skipped"] += len(transactions) - len(kept)
+        transactions = kept
+    return selection, transactions
+
+
+def _gtids(text):
+    """The GTID state ``text`` (None for none)."""
+    if not text:
+        return None
+    from mysqlbackup.binlog.gtid import guess_flavor, parse_gtid_set
+    return parse_gtid_set(text, guess_flavor(text))
 
 
 def _choose(transactions, selection, sink, summary, checksum, fde):

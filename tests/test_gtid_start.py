@@ -47,14 +47,17 @@ def test_follow_by_gtid_continues_on_a_promoted_replica(make_server, tmp_path):
     try:
         old.execute(*[f"INSERT INTO f.t VALUES ({i})" for i in range(20, 30)])
         wait_for(lambda: gtid_pos(new) == gtid_pos(old), what="replication")
-        wait_for(lambda: caught_up(new, follower.directory), what="catch-up on the new source")
+        epoch = os.path.join(follower.directory, "epoch", "2")  # the new server's files
+        wait_for(lambda: caught_up(new, epoch), what="catch-up on the new source")
     finally:
         assert follower.stop() == 0, follower.output()
     name = current_binlog(new)
     assert name.startswith("replica-bin.")
-    assert same_except_in_use_flag(os.path.join(follower.directory, name), new.binlog_path(name))
+    assert same_except_in_use_flag(os.path.join(epoch, name), new.binlog_path(name))
+    assert not os.path.exists(os.path.join(follower.directory, name))
     status = follower.status()["state"]
     assert status["source_identity"] == "server-id-2" and status["gtid"] == gtid_pos(new)
+    assert status["epoch"] == 2
     kept = bytearray(read(os.path.join(follower.directory, "binlog.000001")))
     original = bytearray(read(old.binlog_path("binlog.000001"))[:len(kept)])
     kept[21] = original[21] = 0  # the in-use flag of the old source's still-active file

@@ -29,17 +29,19 @@ import time
 from dataclasses import replace
 
 from mysqlbackup.archive.codec import CHUNK, PLAIN, Digest, encode, stored_fields, stored_of
+from mysqlbackup.archive.history import EpochHistory, parse_history
 from mysqlbackup.archive.index import IndexBuilder, parse_index
 from mysqlbackup.archive.listing import archived_server_id
-from mysqlbackup.archive.names import (binlog_key, binlog_prefix, format_key, parse_key,
-                                       partial_prefix, retired_key, retired_prefix, segment_key)
+from mysqlbackup.archive.names import (binlog_key, binlog_prefix, epoch_source, format_key,
+                                       history_key, parse_key, partial_prefix, retired_key,
+                                       retired_prefix, segment_key)
 from mysqlbackup.binlog import events as ev
 from mysqlbackup.binlog.names import binlog_sort_key
 from mysqlbackup.binlog.transactions import TrxTracker
 from mysqlbackup.durable import fsync_dir, write_bytes
 from mysqlbackup.errors import MysqlBackupError, UsageError, mask_url
 from mysqlbackup.loop import sleep_until
-from mysqlbackup.stream.localdir import list_binlogs
+from mysqlbackup.stream.localdir import epoch_dir, list_binlogs
 from mysqlbackup.stream.metrics import NULL_METRICS
 from mysqlbackup.stream.state import ARCHIVE_STATE_FILE as ARCHIVE_STATE
 from mysqlbackup.stream.state import load_state
@@ -106,6 +108,10 @@ class Archiver:
         self.partial = None         # {"name", "end", "tracker", "stale"} of the newest file
         self.owned = set()          # names whose archived copy is this server's file
         self.names = None           # the local binlog names of the current pass
+        self.epoch = 1              # the epoch (history) the current files belong to
+        self.files = directory      # the folder of its local files (localdir.epoch_dir)
+        self.finished = set()       # earlier epochs wholly archived in this process
+        self.histories = set()      # later epochs whose history object is in the store
         self.report = {"last_error": None, "last_error_time": None, "last_success": None,
                        "uploads": 0, "removed_local": [], "upload_in_progress": None,
                        "reuploaded": 0, "reuploaded_last": [], "lost": [],
@@ -117,11 +123,17 @@ class Archiver:
         """One pass: list again when due, sealed files, the newest file's durable prefix,
         retention."""
         state = load_state(self.directory)
-        source = self.source_name or (state.source_identity if state else None)
+        source = self.source_name or (state and (state.origin_identity or
+                                                 state.source_identity))
         if source is None:
             return
-        self.source = source
-        names = self.names = list_binlogs(self.directory)
+        self.source = top = source
+        if state is not None and (state.epoch or 1) != self.epoch:
+            self._enter_epoch(state.epoch)
+        if state is not None and state.epochs:
+            self._finish_epochs(top, state.epochs)
+        source = epoch_source(top, self.epoch)  # the key source of this epoch's files
+        names = self.names = list_binlogs(self.files)
         if self._relist_due():
             self._relist(source, names)
         for name in names[:-1]:
@@ -135,10 +147,83 @@ class Archiver:
             self._archive_prefix(source, names[-1], state.pos)
         self._apply_retention(source, names[:-1])
         if self.retain and (sealed or not self.retained_once):
-            self._retain_archive(source)
+            self._retain_archive(top)
         self.report["last_success"] = self.clock()
         self.report["last_error"] = None
         self._write_report(source, names)
+
+    def _path(self, name):
+        return os.path.join(self.files, name)
+
+    def _enter_epoch(self, epoch):
+        """Follow the daemon into a later epoch (a failover): its files, its keys."""
+        self.epoch, self.files = epoch, epoch_dir(self.directory, epoch)
+        self.archived = self.partial = None
+        self.missing, self.retired, self.owned = set(), {}, set()
+
+    # -- earlier epochs (a failover) ---------------------------------------------------
+
+    def _finish_epochs(self, source, histories):
+        """Write each later epoch's history object (once, before any of its files), then
+        archive what is left of each earlier epoch: its sealed files, and its last file's
+        segments up to where the daemon's durable end was at the switch (its server is
+        gone: that file never seals). Once done, an epoch is not looked at again in this
+        process."""
+        for history in histories:
+            if history["epoch"] not in self.histories:
+                self._put_history(source, history)
+        for history in histories:
+            done = history["epoch"] - 1
+            if done not in self.finished and done < self.epoch:
+                self._finish_epoch(source, done, history["previous_file"],
+                                   history["previous_pos"])
+                self.finished.add(done)
+
+    def _put_history(self, source, history):
+        """The history object of an epoch: written once, never overwritten; another one
+        already there (another daemon's failover of the same source) is ArchiveConflict."""
+        key = format_key(history_key(source, history["epoch"]))
+        record = EpochHistory(**{k: history.get(k) for k in EpochHistory.__dataclass_fields__})
+        if self.store.exists(key):
+            held = parse_history(self.store.read(key), key)
+            if held != record:
+                raise ArchiveConflict(
+                    f"the archive holds another history for epoch {record.epoch} of "
+                    f"{source} ({held.describe()}), not this daemon's ({record.describe()}): "
+                    "two daemons followed failovers of one source; stream this one under "
+                    "another --source-name")
+        else:
+            self.store.put_json(key, record.to_dict())
+            log.info("archive: %s", record.describe(), extra={"epoch": record.epoch})
+        self.histories.add(history["epoch"])
+
+    def _finish_epoch(self, top, epoch, end_file, end_pos):
+        folder, source = epoch_dir(self.directory, epoch), epoch_source(top, epoch)
+        names = list_binlogs(folder)
+        indexed = {k.name for k in map(parse_key, self.store.list(binlog_prefix(source)))
+                   if k and k.is_index and k.kind == "binlog"}
+        retired = {k.name for k in map(parse_key, self.store.list(retired_prefix(source)))
+                   if k and k.kind == "retired"}
+        for name in names:
+            path = os.path.join(folder, name)
+            if name == end_file:
+                held, stale = chain_end(self.store.list(partial_prefix(source, name)))
+                if held < end_pos:
+                    tracker = TrxTracker()
+                    if held:
+                        index_range(path, IndexBuilder(name, tracker=tracker, end=held), 0,
+                                    held)
+                    upload_segment(self.store, path, source, name, held, end_pos, tracker,
+                                   self.codec)
+                    for relative in stale:
+                        self.store.remove(relative)
+                break
+            if name not in indexed and name not in retired:
+                upload_sealed(self.store, path, source, name, _predecessor(names, name),
+                              self.codec)
+        log.info("archive: epoch %d of %s is archived to its end (%s:%d)", epoch, top,
+                 end_file, end_pos, extra={"epoch": epoch, "file": end_file,
+                                           "position": end_pos})
 
     def _relist_due(self):
         return (self.archived is None or self.listed_at is None
@@ -191,7 +276,7 @@ class Archiver:
         deleted (invariant 4); the archiver stops there, loudly, every pass. Once a name."""
         if name in self.owned:
             return
-        local = local_server_id(os.path.join(self.directory, name))
+        local = local_server_id(self._path(name))
         self._uploading(f"{binlog_prefix(source)}/{name} (its server, in the archive)", source)
         held = archived_server_id(self.store, source, name)  # a hung store shows in status
         self.report["upload_in_progress"] = None
@@ -207,15 +292,10 @@ class Archiver:
         """Read the sealed file once, in chunks, up to its size now (a sealed file does
         not grow): indexed, encoded and uploaded in the same pass, read back, indexed."""
         self._check_owner(source, name)
-        path = os.path.join(self.directory, name)
-        data_key = format_key(binlog_key(source, name))
-        self._uploading(data_key, source)
+        self._uploading(format_key(binlog_key(source, name)), source)
         known = sorted(self.archived | set(names), key=binlog_sort_key)
-        size = os.path.getsize(path)
-        builder = IndexBuilder(name, _predecessor(known, name), source=source, end=size)
-        with FileRange(path, 0, size) as raw:
-            index = put_object(self.store, data_key, raw.read, self.codec, builder)
-        index_if_whole(self.store, binlog_key(source, name), index, f"copy of {name}")
+        index = upload_sealed(self.store, self._path(name), source, name,
+                              _predecessor(known, name), self.codec)
         size = index["size"]
         self.archived.add(name)
         self._uploaded(name)
@@ -252,17 +332,13 @@ class Archiver:
         start = self.partial["end"]
         if durable <= start or durable <= 4:
             return  # nothing new is durable: no request at all
-        data_key = format_key(segment_key(source, name, start, durable))
-        self._uploading(data_key, source)
+        self._uploading(format_key(segment_key(source, name, start, durable)), source)
         # exactly the durable bytes, in one pass; the tracker moves on only once they are
         # archived (a failed upload leaves it where the store's segments end)
         tracker = copy.deepcopy(self.partial["tracker"])
-        builder = IndexBuilder(name, start=start, tracker=tracker, source=source, end=durable)
-        with FileRange(os.path.join(self.directory, name), start, durable - start) as raw:
-            index = put_object(self.store, data_key, raw.read, self.codec, builder)
         try:
-            index_if_whole(self.store, segment_key(source, name, start, durable), index,
-                           f"segment {name}:{start}-{durable}")
+            upload_segment(self.store, self._path(name), source, name, start, durable,
+                           tracker, self.codec)
         except UploadMismatch:
             self.partial = None  # listed again: the object left unindexed goes as stale
             raise
@@ -279,7 +355,7 @@ class Archiver:
         self.report["upload_in_progress"] = None
         tracker = TrxTracker()
         if end:
-            index_range(os.path.join(self.directory, name), IndexBuilder(
+            index_range(self._path(name), IndexBuilder(
                 name, tracker=tracker, end=end), 0, end)
         return {"name": name, "end": end, "tracker": tracker, "stale": stale}
 
@@ -291,7 +367,7 @@ class Archiver:
         if name not in self.retired:
             mark = json.loads(self.store.read(format_key(retired_key(source, name))))
             digest = Digest()
-            with open(os.path.join(self.directory, name), "rb") as f:
+            with open(self._path(name), "rb") as f:
                 for chunk in iter(lambda: f.read(CHUNK), b""):
                     digest.update(chunk)
             self.retired[name] = digest.matches(mark.get("size"), mark.get("sha256"))
@@ -309,7 +385,7 @@ class Archiver:
     def _apply_retention(self, source, sealed):
         if self.retention is None:
             return
-        mtime = lambda n: os.path.getmtime(os.path.join(self.directory, n))  # noqa: E731
+        mtime = lambda n: os.path.getmtime(self._path(n))  # noqa: E731
         for name in self.retention.removable(sealed, mtime, self.clock()):
             if self.retired.get(name):
                 why = "retain deleted it from the archive"
@@ -317,8 +393,8 @@ class Archiver:
                 why = "its archived copy is verified"
             else:
                 continue
-            os.remove(os.path.join(self.directory, name))
-            fsync_dir(self.directory)
+            os.remove(self._path(name))
+            fsync_dir(self.files)
             self.report["removed_local"] = (self.report["removed_local"] + [name])[-20:]
             log.info("removed local %s: %s", name, why, extra={"file": name})
 
@@ -339,7 +415,7 @@ class Archiver:
         index_key = format_key(binlog_key(source, name, index=True))
         index = parse_index(self.store.read(index_key), index_key, name)
         return (self.store.info_size(data_key) == stored_of(index)[0]
-                and index["size"] == os.path.getsize(os.path.join(self.directory, name)))
+                and index["size"] == os.path.getsize(self._path(name)))
 
     # -- loop and report ------------------------------------------------------------------
 
@@ -358,7 +434,7 @@ class Archiver:
                 self.report["last_error_time"] = self.clock()
                 self.report["upload_in_progress"] = None
                 self.metrics.error("archive", type(e).__name__)
-                self._write_report(self.source, _local_names(self.directory))
+                self._write_report(self.source, _local_names(self.files))
                 log.warning("archive upload failed (%s); retrying in %.1fs",
                             self.report["last_error"], delay,
                             extra={"error": self.report["last_error"], "retry_in": delay})
@@ -385,7 +461,7 @@ class Archiver:
         write_bytes(path, json.dumps(report, indent=1, sort_keys=True).encode("utf-8"))
         if self.metrics.enabled and backlog is not None:
             self.metrics.archive(len(backlog),
-                                 sum(_size(os.path.join(self.directory, n)) for n in backlog),
+                                 sum(_size(self._path(n)) for n in backlog),
                                  self.report["last_success"], self._active(names))
 
     def _active(self, names):
@@ -463,6 +539,32 @@ def put_object(store, relative, read, codec, builder):
         digests = encode(read, out.write, codec, builder)
         index = builder.finish()
     return dict(index, **stored_fields(codec, digests))
+
+
+def upload_sealed(store, path, source, name, predecessor, codec):
+    """Archive the sealed local file ``path`` as ``name`` of key source ``source``: read
+    once in chunks up to its size now, indexed, encoded and uploaded in that pass, read
+    back, then indexed (``index_if_whole``). Returns its index."""
+    size = os.path.getsize(path)
+    builder = IndexBuilder(name, predecessor, source=source, end=size)
+    with FileRange(path, 0, size) as raw:
+        index = put_object(store, format_key(binlog_key(source, name)), raw.read, codec,
+                           builder)
+    index_if_whole(store, binlog_key(source, name), index, f"copy of {name}")
+    return index
+
+
+def upload_segment(store, path, source, name, start, end, tracker, codec):
+    """Archive bytes [start, end) of the local file ``path`` (a durable prefix's new
+    part, ending on a transaction boundary) as a segment, its index written once it
+    reads back whole; ``tracker`` (the TrxTracker up to ``start``) moves on to ``end``."""
+    builder = IndexBuilder(name, start=start, tracker=tracker, source=source, end=end)
+    with FileRange(path, start, end - start) as raw:
+        index = put_object(store, format_key(segment_key(source, name, start, end)),
+                           raw.read, codec, builder)
+    index_if_whole(store, segment_key(source, name, start, end), index,
+                   f"segment {name}:{start}-{end}")
+    return index
 
 
 def index_if_whole(store, key, index, what):

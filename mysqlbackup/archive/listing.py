@@ -1,13 +1,19 @@
 """What the archive holds, read from one listing (the only reader of a whole archive's
 names): sealed files and partial segments per source, their sizes as listed, and
-their indexes validated on the way in. ``verify`` and the replay's plan start here."""
+their indexes validated on the way in. ``verify`` and the replay's plan start here.
+
+The binlogs of a source are grouped by *key source*: the source itself for epoch 1,
+``{source}/epoch/{N}`` for a later epoch (``names.epoch_source``); ``epochs`` lists a
+source's epochs with their histories, and ``chain`` follows them in order. Every index
+the listing hands out carries its epoch (``index["epoch"]``, not stored)."""
 
 from collections import defaultdict
 
+from mysqlbackup.archive.history import parse_history
 from mysqlbackup.archive.index import parse_index
 from mysqlbackup.archive.manifest import parse_manifest
-from mysqlbackup.archive.names import (BASE_INDEX, binlog_key, format_key, parse_key,
-                                       partial_prefix)
+from mysqlbackup.archive.names import (BASE_INDEX, binlog_key, epoch_source, format_key,
+                                       history_key, parse_key, partial_prefix, split_epoch)
 from mysqlbackup.binlog.names import binlog_sort_key
 from mysqlbackup.errors import CorruptBinlog
 
@@ -22,6 +28,8 @@ class ArchiveListing:
         self.bases = defaultdict(dict)      # source -> base id -> {member: key}
         self.leases = defaultdict(dict)     # source -> lease id -> key
         self.retired = defaultdict(dict)    # source -> binlog name -> key of its mark
+        self.histories = {}                 # key source of an epoch > 1 -> its history key
+        self._history = {}                  # key source -> EpochHistory, as read
         self.stray = []
         self.sizes = store.list(sizes=True)  # object -> size, as listed
         for relative in self.sizes:
@@ -36,6 +44,8 @@ class ArchiveListing:
                 self.leases[key.source][key.name] = relative
             elif key.kind == "retired":
                 self.retired[key.source][key.name] = relative
+            elif key.kind == "history":
+                self.histories[key.source] = relative
             elif key.kind == "binlog":
                 self.sealed[key.source].setdefault(key.name, {})[slot] = relative
             else:
@@ -43,7 +53,32 @@ class ArchiveListing:
                 group.setdefault((key.start, key.end), {})[slot] = relative
 
     def sources(self):
-        return sorted(set(self.sealed) | set(self.segments) | set(self.bases))
+        """The sources of the archive (a later epoch's key source is its source's)."""
+        return sorted({split_epoch(s)[0] for s in set(self.sealed) | set(self.segments)}
+                      | set(self.bases))
+
+    def epochs(self, source):
+        """[(epoch, key source, EpochHistory or None for epoch 1)] of ``source``, oldest
+        first. A later epoch with files but no history object (or a history that does
+        not read) raises CorruptBinlog naming it: its place in the history is unknown."""
+        numbers = {1} | {split_epoch(s)[1] for s in set(self.sealed) | set(self.segments)
+                         | set(self.histories) if split_epoch(s)[0] == source}
+        return [(n, epoch_source(source, n), self.history(source, n) if n > 1 else None)
+                for n in sorted(numbers)]
+
+    def history(self, source, epoch):
+        """The EpochHistory of a later epoch (read once)."""
+        key_source = epoch_source(source, epoch)
+        if key_source not in self._history:
+            relative = self.histories.get(key_source) or format_key(history_key(source, epoch))
+            if key_source not in self.histories:
+                raise CorruptBinlog(f"epoch {epoch} of {source} has binlogs but no history "
+                                    "object: where it takes over is unknown", relative)
+            history = parse_history(self.store.read(relative), relative)
+            if history.epoch != epoch:
+                raise CorruptBinlog(f"the history says epoch {history.epoch}", relative)
+            self._history[key_source] = history
+        return self._history[key_source]
 
     def base_ids(self, source):
         """Ids of the source's base backups whose manifest is written, oldest first."""
@@ -86,16 +121,25 @@ class ArchiveListing:
         raw = self.store.read(relative_key)
         if key is None:
             return parse_index(raw, relative_key)
-        return parse_index(raw, relative_key, key.name, key.start, key.end)
+        index = parse_index(raw, relative_key, key.name, key.start, key.end)
+        index["epoch"] = split_epoch(key.source)[1]
+        return index
 
     def chain(self, source):
-        """(runs, holes) of the source's binlogs (window.build_runs) from their indexes:
-        the sealed files with an index, then the newest active file's segments merged
-        (contiguous from offset 0, up to the first without an index)."""
+        """(runs, holes) of the source's binlogs (window.build_runs) from their indexes,
+        epoch after epoch: the sealed files with an index, then the epoch's newest
+        file's segments merged (contiguous from offset 0, up to the first without an
+        index)."""
         from mysqlbackup.archive.window import build_runs
-        sealed = [self.index(source, n) for n in self.sealed_names(source)
-                  if self.sealed[source][n].get("index")]
-        return build_runs(source, sealed, self.partial_index(source))
+        epochs = [(history, self.indexed(key_source), self.partial_index(key_source))
+                  for _, key_source, history in self.epochs(source)]
+        (_, sealed, partial), later = epochs[0], epochs[1:]
+        return build_runs(source, sealed, partial, later)
+
+    def indexed(self, key_source):
+        """The indexes of a key source's sealed files that have one, oldest first."""
+        return [self.index(key_source, n) for n in self.sealed_names(key_source)
+                if self.sealed[key_source][n].get("index")]
 
     def partial_index(self, source):
         """One index for the newest active file's segments (None when it has none)."""
@@ -124,7 +168,7 @@ def merge_segment_indexes(name, indexes):
             "first_commit": first("first_commit"), "last_commit": last("last_commit"),
             "first_gtid": first("first_gtid"), "last_gtid": last("last_gtid"),
             "transactions": sum(i["transactions"] for i in indexes),
-            "size": indexes[-1]["end"], "partial": True}
+            "size": indexes[-1]["end"], "partial": True, "epoch": indexes[0].get("epoch", 1)}
 
 
 def archived_server_id(store, source, name):

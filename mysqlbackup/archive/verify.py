@@ -14,7 +14,7 @@ from mysqlbackup.archive.index import IndexBuilder
 from mysqlbackup.archive.listing import ArchiveListing
 from mysqlbackup.archive.names import (BASE_INDEX, base_key, base_prefix, binlog_key, format_key,
                                        partial_prefix, segment_key)
-from mysqlbackup.archive.window import locate, recovery_windows
+from mysqlbackup.archive.window import iso, locate, recovery_windows
 from mysqlbackup.binlog.names import binlog_sort_key
 from mysqlbackup.binlog.transactions import TrxTracker
 from mysqlbackup.errors import CorruptBinlog
@@ -74,7 +74,7 @@ def verify_archive(store, source=None, notes=None, in_flight_age=IN_FLIGHT_AGE, 
     sources = [source] if source else run.listing.sources()
     checked, problems = 0, []
     for src in sources:
-        n, found = _verify_source(run, src)
+        n, found = _verify_source_history(run, src)
         checked += n
         problems += found
     if run.sealed_only:
@@ -86,7 +86,30 @@ def verify_archive(store, source=None, notes=None, in_flight_age=IN_FLIGHT_AGE, 
     return checked, problems
 
 
+def _verify_source_history(run, source):
+    """(objects checked, problems) of a source: each epoch's binlogs (``_verify_source``),
+    the switches between epochs (a failover), and the base backups."""
+    try:
+        epochs = run.listing.epochs(source)
+    except CorruptBinlog as e:
+        return 0, [str(e)]
+    checked, problems = 0, []
+    for _, key_source, _ in epochs:
+        n, found = _verify_source(run, key_source)
+        checked, problems = checked + n, problems + found
+    if len(epochs) > 1:
+        try:
+            problems += [h.description for h in run.listing.chain(source)[1] if h.switch]
+        except (CorruptBinlog, FileNotFoundError) as e:
+            problems.append(str(e))
+    for base_id in sorted(run.listing.bases[source]):
+        problems += _verify_base(run, source, base_id)
+        checked += 1
+    return checked, problems
+
+
 def _verify_source(run, source):
+    """(objects checked, problems) of the binlogs of one key source (an epoch)."""
     listing, problems, indexes = run.listing, [], []
     newest = run.newest(source)
     for name in listing.sealed_names(source):
@@ -102,9 +125,6 @@ def _verify_source(run, source):
             continue  # sealed copy exists; leftover segments are harmless
         problems += _verify_segments(run, source, name, segs, last, name == newest)
         checked += len(segs)
-    for base_id in sorted(listing.bases[source]):
-        problems += _verify_base(run, source, base_id)
-        checked += 1
     return checked, problems
 
 
@@ -347,17 +367,30 @@ def list_archive(store, source=None, listing=None):
     """
     listing = listing or ArchiveListing(store)
     rows = []
-    for src in ([source] if source else listing.sources()):
-        for name in listing.sealed_names(src):
-            kind, index = _listed_index(listing, listing.sealed[src][name].get("index"))
-            rows.append(_row(src, name, kind or ("sealed" if index else "unverified"), index))
-        for name, segs in sorted(listing.segments[src].items()):
-            if name not in listing.sealed[src]:
-                read = [_listed_index(listing, s.get("index")) for _, s in sorted(segs.items())]
-                bad = any(kind for kind, _ in read)
-                rows.append(_row(src, name, f"partial ({len(segs)} segments"
-                                 + (", a bad index)" if bad else ")"),
-                                 _merge([i for _, i in read if i])))
+    for top in ([source] if source else listing.sources()):
+        try:
+            epochs = listing.epochs(top)
+        except CorruptBinlog:
+            epochs = [(1, top, None)]  # recovery_summary names the problem
+        for epoch, src, _ in epochs:
+            rows += _epoch_rows(listing, top, epoch, src)
+    return rows
+
+
+def _epoch_rows(listing, top, epoch, src):
+    """The rows of one epoch's files (key source ``src``) of source ``top``."""
+    rows = []
+    for name in listing.sealed_names(src):
+        kind, index = _listed_index(listing, listing.sealed[src][name].get("index"))
+        rows.append(_row(top, epoch, name, kind or ("sealed" if index else "unverified"),
+                         index))
+    for name, segs in sorted(listing.segments[src].items()):
+        if name not in listing.sealed[src]:
+            read = [_listed_index(listing, s.get("index")) for _, s in sorted(segs.items())]
+            bad = any(kind for kind, _ in read)
+            rows.append(_row(top, epoch, name, f"partial ({len(segs)} segments"
+                             + (", a bad index)" if bad else ")"),
+                             _merge([i for _, i in read if i])))
     return rows
 
 
@@ -373,10 +406,11 @@ def _listed_index(listing, key):
         return None, None
 
 
-def _row(source, name, kind, index):
+def _row(source, epoch, name, kind, index):
     index = index or {}
     fields = ("size", "transactions", "first_gtid", "last_gtid", "first_commit", "last_commit")
-    return {"source": source, "file": name, "kind": kind, **{f: index.get(f) for f in fields}}
+    return {"source": source, "epoch": epoch, "file": name, "kind": kind,
+            **{f: index.get(f) for f in fields}}
 
 
 def _merge(indexes):
@@ -393,11 +427,15 @@ def _merge(indexes):
 def recovery_summary(listing, source=None):
     """What ``archive ls`` says of restores, per source: the base backups, the windows in
     which any moment can be restored, the holes that split them, and damaged manifests."""
-    out = {"bases": [], "windows": [], "holes": [], "unusable": [], "problems": []}
+    out = {"bases": [], "windows": [], "holes": [], "unusable": [], "problems": [],
+           "failovers": []}
     for src in ([source] if source else listing.sources()):
         manifests = listing.sound_manifests(src, out["problems"])
         try:
             runs, holes = listing.chain(src)
+            out["failovers"] += [dict(history.to_dict(), source=src, started=iso(
+                history.started_at), text=history.describe())
+                for _, _, history in listing.epochs(src) if history]
         except (CorruptBinlog, FileNotFoundError) as e:
             out["problems"].append(str(e))
             runs, holes = [], []
@@ -424,6 +462,8 @@ def format_recovery(summary):
     lines += [f"{w['source']}  restorable from {w['start']} to {w['end']} (base {w['base_id']}, "
               f"up to GTID {w['end_gtid']}, {w['first_file']} .. {w['last_file']})"
               for w in summary["windows"]]
+    lines += [f"{f['source']}  failover at {f['started']}: {f['text']}"
+              for f in summary["failovers"]]
     lines += [f"{h['source']}  hole: {h['description']}" for h in summary["holes"]]
     lines += [f"{u['source']}  base {u['id']} not usable: its GTID {u['gtid']} is not in the "
               f"archived binlogs (a hole before it, or not archived yet)"

@@ -14,14 +14,16 @@ as the stop point. A stop datetime is placed by the files' commit times (the
 source's clock, as the base's ``end_time``).
 """
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import datetime, timezone
 from typing import Optional, Tuple
 
+from mysqlbackup.archive.history import switch_problem
+from mysqlbackup.archive.names import epoch_source
 from mysqlbackup.binlog.gtid import MariaGtidPos, guess_flavor, parse_gtid_set
 from mysqlbackup.binlog.names import next_binlog_name
 from mysqlbackup.binlog.position import Position
-from mysqlbackup.errors import MysqlBackupError, ResyncRequired
+from mysqlbackup.errors import MysqlBackupError, ResyncRequired, UsageError
 
 
 class NoBaseError(MysqlBackupError):
@@ -64,13 +66,26 @@ class Span:
     last_gtid: Optional[str]
     next_file: Optional[str]
     size: int
+    epoch: int = 1                 # the source's epoch the file belongs to (history)
+    skip: Optional[str] = None     # the first file of a later epoch: the GTID state its
+    # transactions are duplicates within (where the epoch before it ends)
 
     @classmethod
     def of(cls, index, partial=False):
         return cls(index["name"], partial, index.get("gtid_before"), index.get("gtid_after"),
                    index.get("first_commit"), index.get("last_commit"),
                    index.get("first_gtid"), index.get("last_gtid"), index.get("next_file"),
-                   index.get("size", 0))
+                   index.get("size", 0), index.get("epoch", 1))
+
+    @property
+    def key(self):
+        """(epoch, name): what names a file in a source across failovers."""
+        return self.epoch, self.name
+
+    @property
+    def label(self):
+        """The file as messages name it: ``binlog.000002`` or ``binlog.000002 (epoch 2)``."""
+        return self.name if self.epoch == 1 else f"{self.name} (epoch {self.epoch})"
 
 
 @dataclass(frozen=True)
@@ -80,6 +95,7 @@ class Hole:
     after: Optional[str]
     before: str
     description: str
+    switch: bool = False  # at a failover: between two epochs of the history
 
 
 @dataclass(frozen=True)
@@ -118,6 +134,11 @@ class Choice:
     @property
     def files(self):
         return [s.name for s in self.spans]
+
+    @property
+    def keys(self):
+        """The (epoch, name) of each file read, in order."""
+        return [s.key for s in self.spans]
 
 
 @dataclass(frozen=True)
@@ -163,15 +184,29 @@ def _parse(text):
     return parse_gtid_set(text, guess_flavor(text))
 
 
-def build_runs(source, sealed, partial=None):
+def build_runs(source, sealed, partial=None, later=()):
     """(runs, holes) of a source's archived files: ``sealed`` the sealed files' indexes,
-    oldest first; ``partial`` the newest active file's index (its segments merged)."""
-    spans = [Span.of(i) for i in sealed] + ([Span.of(partial, True)] if partial else [])
+    oldest first; ``partial`` the newest active file's index (its segments merged);
+    ``later``: (EpochHistory, sealed, partial) of each later epoch, in order. A run goes
+    on across a failover when the switch is sound (``history.switch_problem``); the
+    first file of a later epoch then carries ``skip``, the GTID state its duplicates
+    are within."""
+    spans, switches = _epoch_spans(sealed, partial), {}
+    for history, more, last in later:
+        added = _epoch_spans(more, last)
+        if added:
+            switches[len(spans)] = history
+        spans += added
     runs, holes, current = [], [], []
-    for span in spans:
-        problem = _link_problem(source, current[-1], span) if current else None
+    for i, span in enumerate(spans):
+        if current and i in switches:
+            span = replace(span, skip=current[-1].gtid_after)
+            problem = switch_problem(switches[i], current[-1].label, current[-1].gtid_after,
+                                     span.name, span.gtid_before, contains)
+        else:
+            problem = _link_problem(source, current[-1], span) if current else None
         if problem:
-            holes.append(Hole(current[-1].name, span.name, problem))
+            holes.append(Hole(current[-1].label, span.label, problem, i in switches))
             runs.append(Run(tuple(current)))
             current = []
         current.append(span)
@@ -180,14 +215,19 @@ def build_runs(source, sealed, partial=None):
     return runs, holes
 
 
+def _epoch_spans(sealed, partial):
+    return [Span.of(i) for i in sealed] + ([Span.of(partial, True)] if partial else [])
+
+
 def _link_problem(source, prev, cur):
+    where = epoch_source(source, cur.epoch)
     expected = prev.next_file or next_binlog_name(prev.name)
     if expected != cur.name:
-        return (f"{source}/binlog/{expected} is missing: {prev.name} ends at GTID "
+        return (f"{where}/binlog/{expected} is missing: {prev.name} ends at GTID "
                 f"{prev.gtid_after or '?'}, the archive goes on with {cur.name} after GTID "
                 f"{cur.gtid_before or '?'}")
     if prev.gtid_after != cur.gtid_before:
-        return (f"{source}/binlog/{cur.name}: GTID hole: {prev.name} ends at "
+        return (f"{where}/binlog/{cur.name}: GTID hole: {prev.name} ends at "
                 f"{prev.gtid_after or '?'}, {cur.name} starts after {cur.gtid_before or '?'}")
     return None
 
@@ -202,7 +242,7 @@ def locate(run, manifest):
             return None
         return next((i for i, s in enumerate(run.spans) if not contains(gtid, s.gtid_after)),
                     len(run.spans) - 1)
-    names = [s.name for s in run.spans]
+    names = [s.name for s in run.spans if s.epoch == 1]  # no GTIDs: never a failover
     return names.index(manifest["binlog_file"]) if manifest.get("binlog_file") in names else None
 
 
@@ -215,12 +255,24 @@ def _stop_span(run, stop):
         return next((i for i, sp in enumerate(run.spans)
                      if sp.gtid_after and _maria(sp.gtid_after).contains(d, s, n)), None)
     if stop.position is not None:
-        names = [sp.name for sp in run.spans]
-        return names.index(stop.position.file) if stop.position.file in names else None
+        return position_span(run.spans, stop.position.file)
     if stop.datetime is not None:
         return next((i for i, sp in enumerate(run.spans)
                      if sp.last_commit and epoch(sp.last_commit) >= stop.datetime), last)
     return last
+
+
+def position_span(spans, name):
+    """Index in ``spans`` of the file ``name`` (None when absent); a name that two epochs
+    of the history hold (a failover to a server reusing the names) is ambiguous: a
+    UsageError says to stop by GTID or datetime instead."""
+    at = [i for i, span in enumerate(spans) if span.name == name]
+    if len(at) > 1:
+        raise UsageError(f"{name} is in epochs "
+                         f"{' and '.join(str(spans[i].epoch) for i in at)} of the archive's "
+                         "history (a failover to a server that reuses the file names): a "
+                         "file position is ambiguous there; stop by GTID or datetime")
+    return at[0] if at else None
 
 
 def _maria(text):
@@ -301,12 +353,12 @@ def _find_stop(source, runs, stop):
             return r, at
     raise NoBaseError(f"{source}: the stop point ({stop.describe()}) is not in the archived "
                       f"binlogs (they end at GTID {runs[-1].gtid_after}, "
-                      f"{runs[-1].spans[-1].name})")
+                      f"{runs[-1].spans[-1].label})")
 
 
 def _holes_between(source, holes, runs, first_run, stop_run, manifest):
     between = [h for h in holes
-               if any(h.after == runs[r].spans[-1].name for r in range(first_run, stop_run))]
+               if any(h.after == runs[r].spans[-1].label for r in range(first_run, stop_run))]
     return (f"{source}: the binlogs from base {manifest['id']} (GTID {manifest.get('gtid')}) "
             f"to the stop point are not contiguous: " + "; ".join(h.description for h in between))
 
@@ -322,5 +374,5 @@ def recovery_windows(source, runs, manifests):
             continue
         base = min(placed, key=lambda m: m["id"])
         windows.append(Window(source, base["id"], base["end_time"], run.last_commit,
-                              run.gtid_after, run.spans[0].name, run.spans[-1].name))
+                              run.gtid_after, run.spans[0].label, run.spans[-1].label))
     return windows

@@ -18,7 +18,7 @@ binlogs after it are never deleted: the anchor is at most the newest base.
 
 import math
 import re
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Optional
 
 from mysqlbackup.archive.window import build_runs, epoch, iso, locate, recovery_windows
@@ -49,6 +49,17 @@ class Facts:
     unindexed: tuple = ()          # sealed binlog objects without an index (names)
     loose_bases: tuple = ()        # base ids with objects but no manifest
     leases: tuple = ()             # live lease bodies
+    later: tuple = ()              # EpochFacts of each later epoch (failovers), in order
+
+
+@dataclass(frozen=True)
+class EpochFacts:
+    """The binlogs of one later epoch of the source's history (after a failover)."""
+
+    history: object                # archive.history.EpochHistory
+    sealed: tuple                  # index dicts of its sealed files with an index
+    partial: Optional[dict] = None  # its newest file's merged index
+    unindexed: tuple = ()          # its sealed binlog objects without an index (names)
 
 
 @dataclass(frozen=True)
@@ -58,9 +69,11 @@ class Item:
     kind: str     # "binlog", "base", "orphan binlog" (no index), "orphan base" (no manifest)
     name: str     # binlog file name or base id
     reason: str
+    epoch: int = 1  # a binlog's epoch of the source's history
 
     def describe(self):
-        return f"{self.kind} {self.name}: {self.reason}"
+        label = self.name if self.epoch == 1 else f"{self.name} (epoch {self.epoch})"
+        return f"{self.kind} {label}: {self.reason}"
 
 
 @dataclass(frozen=True)
@@ -89,9 +102,9 @@ def plan_retention(facts, now, window, keep_base=0):
     """The RetentionPlan of ``facts`` at ``now`` (epoch) for a window of ``window``
     seconds and ``keep_base`` older bases kept (without binlogs)."""
     promised = math.floor(now - window)  # a whole second: what is printed is what holds
-    runs, _ = build_runs(facts.source, list(facts.sealed), facts.partial)
+    runs = _runs(facts)
     before = recovery_windows(facts.source, runs, list(facts.manifests))
-    order = {index["name"]: i for i, index in enumerate(facts.sealed)}
+    order = {(n, index["name"]): i for i, (n, index, _) in enumerate(_timeline(facts))}
     anchor = _anchor(runs, facts.manifests, promised)
     protect = _leased(facts, runs, order)
     if anchor is None:
@@ -107,6 +120,24 @@ def plan_retention(facts, now, window, keep_base=0):
                          protect.everything)
 
 
+def _runs(facts):
+    """The runs of ``facts``' binlogs, epoch after epoch (window.build_runs)."""
+    later = [(e.history, list(e.sealed), e.partial) for e in facts.later]
+    return build_runs(facts.source, list(facts.sealed), facts.partial, later)[0]
+
+
+def _timeline(facts):
+    """[(epoch, index, sealed)] of every archived file of the source in history order:
+    each epoch's sealed files, then its newest file (segments: never deleted here)."""
+    every = [(1, facts.sealed, facts.partial)] + [
+        (e.history.epoch, e.sealed, e.partial) for e in facts.later]
+    timeline = []
+    for number, sealed, partial in every:
+        timeline += [(number, index, True) for index in sealed]
+        timeline += [(number, partial, False)] if partial else []
+    return timeline
+
+
 def _anchor(runs, manifests, promised):
     """The newest base ended before ``promised`` that sits in a run, or None (a restore
     to a moment takes a base ended before it: window.choose_base)."""
@@ -116,13 +147,12 @@ def _anchor(runs, manifests, promised):
 
 
 def _first_position(runs, manifest, order):
-    """Global position (in ``order``) of the first sealed file a restore from
-    ``manifest`` reads; len(order) when it starts in the active file; None when the
-    base sits in no run."""
+    """Position in the history (``order``: (epoch, name) -> position, ``_timeline``) of
+    the first file a restore from ``manifest`` reads; None when the base sits in no run."""
     for run in reversed(runs):
         at = locate(run, manifest)
         if at is not None:
-            return order.get(run.spans[at].name, len(order))
+            return order[run.spans[at].key]
     return None
 
 
@@ -180,29 +210,37 @@ def _binlogs(facts, anchor, runs, order, protect):
     unindexed objects that sort before that file."""
     if anchor is None:
         return []
+    timeline = _timeline(facts)
     start = _first_position(runs, anchor, order)
-    first_name = (facts.sealed[start]["name"] if start < len(facts.sealed)
-                  else (facts.partial or {}).get("name"))
+    first = _label(*timeline[start][:2])
     limit = start if protect.from_position is None else min(start, protect.from_position)
-    items = [Item("binlog", index["name"], f"before {first_name}, the first file a restore "
-                  f"from base {anchor['id']} reads")
-             for index in facts.sealed[:limit]]
-    first_kept = (facts.sealed[limit]["name"] if limit < len(facts.sealed) else first_name)
-    if first_kept:
+    items = [Item("binlog", index["name"], f"before {first}, the first file a restore "
+                  f"from base {anchor['id']} reads", epoch)
+             for epoch, index, sealed in timeline[:limit] if sealed]
+    kept_epoch, kept = timeline[limit][0], timeline[limit][1]["name"]
+    unindexed = [(1, facts.unindexed)] + [(e.history.epoch, e.unindexed) for e in facts.later]
+    for number, names in unindexed:
         items += [Item("orphan binlog", name, f"no index (a deletion cut short, or never "
-                       f"verified), before {first_kept}")
-                  for name in sorted(facts.unindexed, key=binlog_sort_key)
-                  if binlog_sort_key(name) < binlog_sort_key(first_kept)]
+                       f"verified), before {_label(kept_epoch, {'name': kept})}", number)
+                  for name in sorted(names, key=binlog_sort_key)
+                  if number < kept_epoch or number == kept_epoch
+                  and binlog_sort_key(name) < binlog_sort_key(kept)]
     return items
+
+
+def _label(epoch, index):
+    return index["name"] if epoch == 1 else f"{index['name']} (epoch {epoch})"
 
 
 def _after(facts, deletions):
     """The recovery windows once ``deletions`` are done."""
-    gone = {(item.kind, item.name) for item in deletions}
-    sealed = [i for i in facts.sealed if ("binlog", i["name"]) not in gone]
-    manifests = [m for m in facts.manifests if ("base", m["id"]) not in gone]
-    runs, _ = build_runs(facts.source, sealed, facts.partial)
-    return recovery_windows(facts.source, runs, manifests)
+    gone = {(item.kind, item.epoch, item.name) for item in deletions}
+    kept = lambda epoch, sealed: tuple(  # noqa: E731
+        i for i in sealed if ("binlog", epoch, i["name"]) not in gone)
+    manifests = [m for m in facts.manifests if ("base", 1, m["id"]) not in gone]
+    left = replace(facts, sealed=kept(1, facts.sealed), later=tuple(
+        replace(e, sealed=kept(e.history.epoch, e.sealed)) for e in facts.later))
+    return recovery_windows(facts.source, _runs(left), manifests)
 
 
 def format_window(window):

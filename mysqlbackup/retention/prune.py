@@ -12,27 +12,37 @@ import time
 
 from mysqlbackup.archive.lease import live_leases
 from mysqlbackup.archive.listing import ArchiveListing
-from mysqlbackup.archive.names import (BASE_INDEX, base_prefix, format_key, lease_prefix, parse_key,
-                                       retired_key)
+from mysqlbackup.archive.names import (BASE_INDEX, base_prefix, epoch_source, format_key,
+                                       lease_prefix, parse_key, retired_key)
 from mysqlbackup.archive.window import iso, recovery_windows
-from mysqlbackup.retention.policy import Facts, describe_plan, format_window, plan_retention
+from mysqlbackup.retention.policy import (EpochFacts, Facts, describe_plan, format_window,
+                                          plan_retention)
 
 
 def read_facts(listing, source, now):
     """The retention Facts of ``source`` from an ArchiveListing (indexes and manifests
-    read and validated; a damaged one raises CorruptBinlog: retention stops)."""
-    sealed, unindexed = [], []
-    for name in listing.sealed_names(source):
-        slots = listing.sealed[source][name]
-        if slots.get("index"):
-            sealed.append(listing.index(source, name))
-        elif slots.get("data"):
-            unindexed.append(name)
+    read and validated; a damaged one raises CorruptBinlog: retention stops), epoch
+    after epoch of its history."""
+    epochs = [EpochFacts(history, *_binlog_facts(listing, key_source))
+              for _, key_source, history in listing.epochs(source)]
     manifests = [listing.base_manifest(source, b) for b in listing.base_ids(source)]
     loose = [b for b, members in listing.bases[source].items() if BASE_INDEX not in members]
-    return Facts(source, tuple(sealed), tuple(manifests), listing.partial_index(source),
-                 tuple(unindexed), tuple(sorted(loose)),
-                 tuple(live_leases(listing, source, now)))
+    first = epochs[0]
+    return Facts(source, first.sealed, tuple(manifests), first.partial, first.unindexed,
+                 tuple(sorted(loose)), tuple(live_leases(listing, source, now)),
+                 tuple(epochs[1:]))
+
+
+def _binlog_facts(listing, key_source):
+    """(sealed indexes, merged partial index, unindexed names) of one epoch's files."""
+    sealed, unindexed = [], []
+    for name in listing.sealed_names(key_source):
+        slots = listing.sealed[key_source][name]
+        if slots.get("index"):
+            sealed.append(listing.index(key_source, name))
+        elif slots.get("data"):
+            unindexed.append(name)
+    return tuple(sealed), listing.partial_index(key_source), tuple(unindexed)
 
 
 class _Leases:
@@ -85,9 +95,10 @@ def execute(listing, plan, echo=print, clock=time.time):
             echo(f"stopped: a restore started (lease {lease_id}); nothing more is deleted "
                  "(run retain again)")
             return done, lease_id
+        where = epoch_source(plan.source, item.epoch)  # a binlog's epoch; bases: epoch 1
         if item.kind == "binlog":
-            retire(listing, plan.source, item, clock())
-        for key in object_keys(listing, plan.source, item):
+            retire(listing, where, item, clock())
+        for key in object_keys(listing, where, item):
             try:
                 store.remove(key)
             except FileNotFoundError:

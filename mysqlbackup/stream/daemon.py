@@ -22,9 +22,11 @@ from mysqlbackup.errors import ConnectionLost, LocalStateError, SourceError, Usa
 from mysqlbackup.loop import sleep_until
 from mysqlbackup.source.client import ReplicaClient, nudge_ack_receiver
 from mysqlbackup.stream import notify
-from mysqlbackup.stream.localdir import DirectoryLock, ResumePoint, list_binlogs, recover
+from mysqlbackup.durable import fsync_dir
+from mysqlbackup.stream.localdir import (DirectoryLock, ResumePoint, epoch_dir, list_binlogs,
+                                         recover)
 from mysqlbackup.stream.metrics import NULL_METRICS, open_metrics
-from mysqlbackup.stream.state import State, load_state
+from mysqlbackup.stream.state import State, load_state, save_state
 from mysqlbackup.stream.syncer import Syncer
 from mysqlbackup.stream.writer import BinlogWriter
 
@@ -214,13 +216,15 @@ def _stream_with(client, writer, opts, stop, on_syncer, attempt):
     info = client.connect()
     state = load_state(opts.directory)
     if _source_changed(info, state, opts):
-        point = _follow_point(opts, state)
+        state, point = _switch_epoch(opts, state, info)
     else:
-        point = recover(opts.directory, state) or _initial_point(client, opts)
+        point = (recover(epoch_dir(opts.directory, state and state.epoch), state)
+                 or _epoch_start(state) or _initial_point(client, opts))
     if point.cut_bytes:
         log.warning("cut %d bytes after %s:%d (%s)", point.cut_bytes, point.file, point.pos,
                     point.cut_reason, extra={"file": point.file, "position": point.pos,
                                              "cut_bytes": point.cut_bytes})
+    writer.files = epoch_dir(opts.directory, state and state.epoch)
     writer.open(point.file, point.pos)
     state = _base_state(state, info, opts, point)
     client.start_dump(point.file, point.pos)
@@ -274,19 +278,55 @@ def _source_changed(info, state, opts):
             f"{opts.directory} holds the binlogs of source {state.source_identity}, but "
             f"{opts.source.address} is {info.identity}: use another --dir, or "
             f"--follow-by-gtid to continue from the GTID position on the new source")
-    log.warning("source changed from %s to %s: following by GTID %s", state.source_identity,
-                info.identity, state.gtid, extra={"gtid": state.gtid})
+    log.warning("source changed from %s to %s: following by GTID", state.source_identity,
+                info.identity, extra={"gtid": state.gtid})
     return True
 
 
-def _follow_point(opts, state):
-    """Resume on a new source at the file that holds the transactions after our GTIDs."""
-    gtids = parse_gtid_set(state.gtid, state.flavor)
+def _switch_epoch(opts, state, info):
+    """Start the next epoch of the history on the new source (a failover followed by
+    GTID): (its State, saved, and the ResumePoint in the new server's file).
+
+    The old epoch ends at its durable end: the last transaction boundary of its local
+    files (``recover``: bytes fsynced and ACKed after the last checkpoint count). The new
+    server's file holding the next transaction is streamed whole from offset 4 into a
+    folder of its own (``epoch_dir``), so its bytes stay the new server's; the
+    transactions it shares with the old epoch are duplicates by GTID, skipped by every
+    reader. The checkpoint names the new epoch, with its history, before any byte of it
+    is written: a crash in between starts the switch again."""
+    end = recover(epoch_dir(opts.directory, state.epoch), state)
+    gtids = end.gtids if end is not None else None
+    if gtids is None:
+        raise LocalStateError(f"{opts.directory} has no GTID position to follow the new "
+                              f"source {info.identity} from")
     name = _locate_gtid(opts, gtids)
-    if os.path.exists(os.path.join(opts.directory, name)):
-        raise LocalStateError(f"the new source starts at {name}, which {opts.directory} "
-                              f"already holds from the old source: use another --dir")
-    return ResumePoint(name, 4, gtids)
+    epoch = (state.epoch or 1) + 1
+    folder = epoch_dir(opts.directory, epoch)
+    if os.path.isdir(folder) and list_binlogs(folder):
+        raise LocalStateError(f"{folder} already holds binlog files that the checkpoint "
+                              "does not name: move them out of the directory")
+    os.makedirs(folder, exist_ok=True)
+    fsync_dir(os.path.dirname(folder))
+    fsync_dir(opts.directory)
+    history = {"epoch": epoch, "server_id": info.server_id, "server_uuid": info.server_uuid,
+               "identity": info.identity, "first_file": name, "start_gtid": str(gtids),
+               "previous_file": end.file, "previous_pos": end.pos, "started_at": time.time()}
+    state = replace(state, epoch=epoch, epochs=(state.epochs or []) + [history],
+                    origin_identity=state.origin_identity or state.source_identity,
+                    file=name, pos=4, gtid=str(gtids), source_identity=info.identity,
+                    server_id=info.server_id, server_uuid=info.server_uuid)
+    save_state(opts.directory, state)
+    log.warning("epoch %d: following %s from %s after GTID %s (epoch %d ends at %s:%d)",
+                epoch, info.identity, name, gtids, epoch - 1, end.file, end.pos,
+                extra={"epoch": epoch, "file": name, "gtid": str(gtids)})
+    return state, ResumePoint(name, 4, gtids)
+
+
+def _epoch_start(state):
+    """Where a later epoch starts when the daemon stopped before its first file existed."""
+    if state is None or (state.epoch or 1) == 1:
+        return None
+    return ResumePoint(state.file, 4, parse_gtid_set(state.gtid, state.flavor))
 
 
 def _locate_gtid(opts, gtids):

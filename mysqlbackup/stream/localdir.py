@@ -27,6 +27,7 @@ from mysqlbackup.stream.state import ARCHIVE_STATE_FILE, LOCK_FILE, LOCK_HOLDER_
 
 log = logging.getLogger(__name__)
 
+EPOCHS = "epoch"  # the folder of later epochs' files: {dir}/epoch/{N}/ (a failover)
 _OURS = {STATE_FILE, STATE_FILE + ".tmp", LOCK_FILE, ARCHIVE_STATE_FILE,
          ARCHIVE_STATE_FILE + ".tmp", LOCK_HOLDER_FILE, LOCK_HOLDER_FILE + ".tmp"}
 
@@ -42,11 +43,18 @@ class ResumePoint:
     cut_reason: str = None
 
 
+def epoch_dir(directory, epoch):
+    """The folder of an epoch's local files: the backup directory for epoch 1 (the first
+    server streamed), ``{directory}/epoch/{N}`` for each server followed after a failover,
+    so that every server's files stay byte-identical to its own, whatever their names."""
+    return directory if (epoch or 1) == 1 else os.path.join(directory, EPOCHS, str(epoch))
+
+
 def list_binlogs(directory):
     """Local binlog file names, oldest first; refuse foreign files and non-binlogs."""
     names = []
     for entry in sorted(os.listdir(directory)):
-        if entry in _OURS:
+        if entry in _OURS or entry == EPOCHS and os.path.isdir(os.path.join(directory, entry)):
             continue
         path = os.path.join(directory, entry)
         if not is_binlog_name(entry) or not os.path.isfile(path):

@@ -37,6 +37,9 @@ class State:
     last_event_time: int = None      # timestamp of the last durable event header
     updated: float = None
     extra: dict = field(default_factory=dict)
+    epoch: int = 1                   # the history's epoch ``file`` belongs to (failovers)
+    epochs: list = None              # the history of each later epoch (archive.history)
+    origin_identity: str = None      # epoch 1's source: the archive's source name
 
 
 def save_state(directory, state, fsync=os.fsync):

@@ -5,7 +5,7 @@ import os
 import time
 
 from mysqlbackup.errors import mask_url
-from mysqlbackup.stream.localdir import list_binlogs, lock_holder
+from mysqlbackup.stream.localdir import epoch_dir, list_binlogs, lock_holder
 from mysqlbackup.stream.state import ARCHIVE_STATE_FILE, load_state
 
 
@@ -14,9 +14,10 @@ def collect_status(directory, now=None):
     now = time.time() if now is None else now
     if not os.path.isdir(directory):
         return {"directory": directory, "exists": False}
-    names = list_binlogs(directory)
-    files = [{"name": n, "size": os.path.getsize(os.path.join(directory, n))} for n in names]
     state = load_state(directory)
+    folder = epoch_dir(directory, state and state.epoch)  # the current epoch's files
+    names = list_binlogs(folder)
+    files = [{"name": n, "size": os.path.getsize(os.path.join(folder, n))} for n in names]
     lock = lock_holder(directory)
     archive = archive_view(_archive_report(directory), files, now)
     result = {"directory": directory, "exists": True, "files": files, "lock": lock,
@@ -31,6 +32,9 @@ def collect_status(directory, now=None):
         "gtid": state.gtid, "last_ack": state.last_ack, "source_position": state.source_position,
         "checkpoint_age_s": round(now - state.updated, 3) if state.updated else None,
         "lag_bytes": _lag_bytes(state), "lag_s": seconds_behind(state),
+        "epoch": state.epoch or 1,
+        "failovers": [{k: h.get(k) for k in ("epoch", "identity", "first_file", "start_gtid",
+                                              "started_at")} for h in state.epochs or ()],
     }
     return result
 
@@ -142,7 +146,9 @@ def format_status(status):
     ack = st["last_ack"]
     lines += [
         f"source:           {st['source']} ({st['source_identity']}, {st['flavor']})",
-        f"durable position: {st['durable_file']}:{st['durable_pos']}",
+        f"durable position: {st['durable_file']}:{st['durable_pos']}"
+        + (f" (epoch {st['epoch']}: {len(st['failovers'])} failover(s) followed)"
+           if st.get("failovers") else ""),
         f"gtid set:         {st['gtid'] or '-'}",
         "last ack:         " + (f"{ack['file']}:{ack['pos']}" if ack else "none"),
         "lag:              " + ("unknown" if st["lag_bytes"] is None

@@ -47,7 +47,8 @@ class BinlogWriter:
 
     def __init__(self, directory, fsync=os.fdatasync):
         # fdatasync: appended bytes and the file size (all a reader needs) reach the disk
-        self.directory = directory
+        self.directory = directory  # the backup directory (its checkpoint)
+        self.files = directory      # where the current epoch's files are (epoch_dir)
         self._fsync = fsync
         self.name = None
         self.fd = None
@@ -58,7 +59,7 @@ class BinlogWriter:
         self.failed = None    # the OSError that ended this writer, if any
 
     def path(self, name):
-        return os.path.join(self.directory, name)
+        return os.path.join(self.files, name)
 
     def open(self, name, pos):
         """Continue ``name`` at ``pos`` (cutting anything after it) or create it at pos 4."""
@@ -86,7 +87,7 @@ class BinlogWriter:
         os.lseek(self.fd, pos, os.SEEK_SET)
         self._fsync(self.fd)
         if not exists:
-            fsync_dir(self.directory)
+            fsync_dir(self.files)
         self.pos = self.synced_pos = self.written_back = pos
 
     def append(self, data):

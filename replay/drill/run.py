@@ -128,11 +128,11 @@ def skipped_on_purpose(plan, replay_opts, missing):
         return frozenset()
     from replay.job import attach_unit, decode_unit
     from replay.job import plan as plan_units
-    names = {s.name for s in plan.choice.spans if _holds_any(s, missing)}
+    keys = {s.key for s in plan.choice.spans if _holds_any(s, missing)}
     _, units, _ = plan_units(replay_opts)
     found, args = set(), (replay_opts.archive_url, replay_opts.archive_options,
                           replay_opts.keyring)
-    for unit in (u for u in units if u["name"] in names):
+    for unit in (u for u in units if (u["epoch"], u["name"]) in keys):
         result = decode_unit(unit, *args)
         if result["error"]:
             continue  # the restore read it whole; the gap stays a problem

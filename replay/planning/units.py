@@ -11,10 +11,18 @@ Once decoded, and before anything of it is applied, each unit is checked
 chain facts its bytes hold (GTID state before and after, the file its ROTATE
 names) against the unit's index, and (``check_link``) against the unit replayed
 before it. A mismatch is a CorruptBinlog naming the object.
+
+A source with a failover history is planned epoch after epoch (``plan_epochs``): each
+epoch's chain as above, and each switch checked (``history.switch_problem``). The
+units of a later epoch carry ``skip``: the GTID state where the epoch before it ends in
+the archive; their transactions within it are duplicates (the new server's first file
+holds the old server's transactions too) and are never applied.
 """
 
 from mysqlbackup.archive.check import check_chain
 from mysqlbackup.archive.codec import IdentityError, check_keys, codec_of, stored_of
+from mysqlbackup.archive.history import switch_problem
+from mysqlbackup.archive.window import contains
 from mysqlbackup.archive.names import binlog_key, format_key, partial_prefix
 from mysqlbackup.binlog.names import binlog_sort_key, next_binlog_name
 from mysqlbackup.errors import CorruptBinlog, MysqlBackupError, ResyncRequired, UsageError, mask_url
@@ -62,6 +70,40 @@ def plan_units(source, sealed, partial, start=None, stop=None, allow_gaps=False)
             break
         kept.append(unit)
     return sorted(kept, key=lambda u: binlog_sort_key(u["name"])), len(kept) < len(units)
+
+
+def plan_epochs(source, epochs, start=None, stop=None, allow_gaps=False):
+    """``plan_units`` over a source's epochs, oldest first: (units, cut).
+
+    ``epochs``: [(epoch, key source, EpochHistory or None, sealed, partial, listed)]
+    where sealed and partial are what ``plan_units`` takes, restricted to the files
+    asked for, and ``listed`` the (first, last) index of every file of the epoch the
+    archive holds (None when it holds none): the switches are checked on those."""
+    units, problems, previous, cut = [], [], None, False
+    for epoch, key_source, history, sealed, partial, listed in epochs:
+        if listed is None:
+            continue
+        skip = None
+        if previous is not None:
+            skip = previous[1].get("gtid_after")
+            problem = switch_problem(history, previous[1]["name"], skip, listed[0]["name"],
+                                     listed[0].get("gtid_before"), contains)
+            if problem:
+                problems.append(f"{key_source}: {problem}")
+        previous = listed
+        try:
+            more, cut = plan_units(key_source, sealed, partial, start, stop, allow_gaps)
+        except ResyncRequired as e:  # gathered: every hole of every epoch in one message
+            problems.append(str(e).removeprefix("the archive has holes: ").removesuffix(
+                " (--allow-gaps replays across them)"))
+            continue
+        units += [dict(unit, epoch=epoch, skip=skip) for unit in more]
+        if cut:
+            break
+    if problems and not allow_gaps:
+        raise ResyncRequired("the archive has holes: " + "; ".join(problems)
+                             + " (--allow-gaps replays across them)")
+    return units, cut
 
 
 def _partial_unit(source, partial, last_sealed, problems):
@@ -161,6 +203,13 @@ def check_link(previous, unit):
     replayed before it): the previous sealed file's ROTATE names another file, or its
     bytes end at another GTID state than the one this unit's bytes start from."""
     (prev, prev_facts), (cur, facts) = previous, unit
+    if prev.get("epoch", 1) != cur.get("epoch", 1):  # a failover: the switch was planned
+        if not contains(prev_facts.get("gtid_after"), facts.get("gtid_before")):
+            raise CorruptBinlog(f"starts after GTIDs {facts.get('gtid_before')!r}, but "
+                                f"{prev['name']} (epoch {prev.get('epoch', 1)}) ends at "
+                                f"{prev_facts.get('gtid_after')!r}: a hole at the failover; "
+                                "nothing of it was applied", cur["where"])
+        return
     if not prev["partial"]:
         expected = prev_facts.get("next_file") or next_binlog_name(prev["name"])
         if expected != cur["name"]:

@@ -83,8 +83,11 @@ def describe(plan):
     m, spans = plan.manifest, plan.choice.spans
     at = f"GTID {m['gtid']}" if m.get("gtid") else "no GTID"
     where = f", {m['binlog_file']}:{m['binlog_pos']}" if m.get("binlog_file") else ""
-    files = (f"{len(spans)} ({spans[0].name} to {spans[-1].name}"
+    files = (f"{len(spans)} ({spans[0].label} to {spans[-1].label}"
              + (", the last one partial)" if spans[-1].partial else ")"))
+    if spans[0].epoch != spans[-1].epoch:
+        files += (f", across {spans[-1].epoch - spans[0].epoch} failover(s): the new "
+                  "server's transactions the old one archived are skipped as duplicates")
     return [
         f"restore plan for {plan.source}",
         f"base: {m['id']} ({m['method']}), taken {m['start_time']} to {m['end_time']}, "
@@ -128,7 +131,7 @@ def _target_at(plan):
     if _reaches_end(plan):
         return (f"{last.last_commit or plan.manifest['end_time']}, GTID "
                 f"{last.last_gtid or plan.manifest.get('gtid') or '(none)'} (the last "
-                f"commit archived in {last.name})")
+                f"commit archived in {last.label})")
     if stop.datetime is not None:
         return f"just before {iso(stop.datetime)} (the stop datetime)"
     if stop.before_gtid is not None:

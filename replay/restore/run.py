@@ -235,8 +235,8 @@ def plan_restore(store, opts):
     replay_opts = ReplayOptions(opts.archive_url, opts.archive_options, source,
                                 restore_plan.replay_selection(table_selection(opts.selection)),
                                 False,
-                                opts.master, first_file=restore_plan.files[0],
-                                last_file=restore_plan.files[-1], keyring=opts.keyring)
+                                opts.master, first_file=restore_plan.choice.keys[0],
+                                last_file=restore_plan.choice.keys[-1], keyring=opts.keyring)
     manifest = restore_plan.manifest
     check_keys(restore_plan.base_object, manifest.get("codec", "zstd"), manifest.get("key_ids"),
                opts.keyring)

@@ -334,8 +334,8 @@ class Connection:
                     return out.packet(pk.eof_packet())
                 self._idle(end, out, server.options.poll_interval if follow else None)
                 if server.more_than(end):
-                    end, follow = self._stream(request, DumpStart(end.file, end.pos), out,
-                                               end)
+                    end, follow = self._stream(request, DumpStart(end.file, end.pos,
+                                                                  epoch=end.epoch), out, end)
         except DumpError as e:
             self._refuse(e.code, e.message, out)
         except MysqlBackupError as e:

@@ -64,6 +64,7 @@ class EndInfo:
     pos: int
     last_gtid: str = None
     reason: str = "end of the archive"
+    epoch: int = 1                # the epoch of the source's history ``file`` is in
 
 
 @dataclass
@@ -73,6 +74,7 @@ class DumpStart:
     file: str = ""
     pos: int = 4
     gtids: MariaGtidPos = None   # set: by GTID (MariaDB @slave_connect_state)
+    epoch: int = None            # the file's epoch when known (a dump resumed by serve)
 
 
 def read_error(what, file, first, last_event=4, last_byte=4):
@@ -132,7 +134,15 @@ def _file_start(units, start):
     names = [u["name"] for u in units]
     if start.file and start.file not in names:
         raise DumpError(NOT_IN_INDEX)
-    at = names.index(start.file) if start.file else 0
+    keys = [(u.get("epoch", 1), u["name"]) for u in units]
+    if start.epoch is not None and (start.epoch, start.file) in keys:
+        at = keys.index((start.epoch, start.file))
+    elif names.count(start.file) > 1:
+        raise DumpError(f"{start.file} is in several epochs of the archive's history (a "
+                        "failover to a server that reuses the file names): connect by GTID "
+                        "(MASTER_USE_GTID) to be served across it")
+    else:
+        at = names.index(start.file) if start.file else 0
     if start.pos < 4 or start.pos > file_end(units[at]):
         raise DumpError(read_error(IMPOSSIBLE_POSITION, start.file, start.pos))
     return at, start.pos
@@ -382,9 +392,11 @@ class _Walk:
 
     def __init__(self, start, ctx):
         self.ctx, self.start, self.state = ctx, start, start.gtids
+        self.duplicates = MariaGtidPos()
         self.reached = {d: False for d in self.state.domains} if self.state is not None else {}
         self.list_sent = self.state is None
         self.file, self.pos, self.end, self.last_gtid = None, 4, None, None
+        self.epoch = 1
         self.checksum = False
         if self.state is not None and self.state.domains:
             self.last_gtid = str(self.state)
@@ -394,6 +406,9 @@ class _Walk:
         ROTATE and FDE)."""
         ctx, name = self.ctx, unit["name"]
         self.file, self.pos, self.resumed = name, offset, resumed
+        self.epoch = unit.get("epoch", 1)
+        # a later epoch's first file: what the epoch before it ended with are duplicates
+        self.duplicates = MariaGtidPos.parse(unit.get("skip") or "")
         if not resumed:
             yield "event", pk.fake_rotate(name, offset, ctx.server_id, ctx.checksum)
         if first and self.state is not None:
@@ -454,9 +469,12 @@ class _Walk:
             self._refuse_held_stop(trx, decision)
             yield from self._skipped(trx)
             return
+        if trx.maria_gtid and self.duplicates.contains(*trx.maria_gtid):
+            self.pos = trx.end  # sent already from the epoch before (a failover)
+            return
         self._check_reached(trx)
         if decision == "stop":
-            self.end = EndInfo(self.file, self.pos, self.last_gtid, reason)
+            self.end = EndInfo(self.file, self.pos, self.last_gtid, reason, self.epoch)
             return
         events = trx.events if decision == "apply" else emptied(trx, checksum, fde)
         if not self.ctx.annotate:  # as a server does for a replica that did not ask
@@ -499,4 +517,5 @@ class _Walk:
             s, n = self.state.domains[missing[0]]
             raise DumpError(not_in_binlog(f"{missing[0]}-{s}-{n}"))
         yield "end", self.end or EndInfo(self.file, self.pos, self.last_gtid,
-                                         self.ctx.cut_reason or "end of the archive")
+                                         self.ctx.cut_reason or "end of the archive",
+                                         self.epoch)

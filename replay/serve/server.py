@@ -190,7 +190,7 @@ class _Server:
                              keyring=self.keyring)
         return plan(opts)
 
-    def newest_index(self, file, what):
+    def newest_index(self, file, what, epoch=None):
         """``_newest_index`` of the archive as it is now (one listing, at most one index
         read); None, with a warning about ``what``, when the store fails (looked at
         again later)."""
@@ -199,7 +199,7 @@ class _Server:
         try:
             listing = ArchiveListing(ArchiveStore(self.options.archive_url,
                                                   self.options.storage_options))
-            return _newest_index(listing, self.source, file)
+            return _newest_index(listing, self.source, file, epoch)
         except Exception as e:  # noqa: BLE001 - the archive may be back at the next look
             log.warning("%s failed: %s", what, mask_url(e))
             return None
@@ -208,10 +208,11 @@ class _Server:
         """True when the archive now holds a transaction past ``end``: one listing and
         at most one index read (a poll must stay cheap on a big archive), never a
         file whose index is not written yet. A store error: False (looked at again)."""
-        index = self.newest_index(end.file, "looking for newly archived transactions")
+        index = self.newest_index(end.file, "looking for newly archived transactions",
+                                  end.epoch)
         if index is None:
             return False
-        if binlog_sort_key(index["name"]) > binlog_sort_key(end.file):
+        if index.get("later"):
             return True
         return index["end"] > end.pos and index.get("last_gtid") not in (None, end.last_gtid)
 
@@ -458,10 +459,17 @@ class _Server:
                     del self.dumps[server_id]
 
 
-def _newest_index(listing, source, file):
+def _newest_index(listing, source, file, epoch=None):
     """The index of ``file`` (sealed, or its newest indexed segment), or of a file after
     it when the archive holds one with its index; None when neither. ``file`` None: the
-    index of the newest file that has one."""
+    index of the newest file that has one. Only the newest epoch of the source's history
+    is looked at: a ``file`` of an ``epoch`` before it is followed by that epoch's files
+    (``{"name": ...}`` of its first, as for a file after it)."""
+    number, source, _ = listing.epochs(source)[-1]
+    if file is not None and epoch is not None and epoch < number:
+        names = listing.sealed_names(source) + sorted(listing.segments[source],
+                                                      key=binlog_sort_key)
+        return {"name": names[0], "later": True} if names else None
     sealed = {n: slots for n, slots in listing.sealed[source].items() if "index" in slots}
     indexed = list(sealed) + [n for n, segs in listing.segments[source].items()
                               if any("index" in sl for sl in segs.values())]
@@ -472,7 +480,7 @@ def _newest_index(listing, source, file):
     key = binlog_sort_key(file)
     later = [n for n in indexed if binlog_sort_key(n) > key]
     if later:
-        return {"name": min(later, key=binlog_sort_key)}
+        return {"name": min(later, key=binlog_sort_key), "later": True}
     if file in sealed:
         return listing.read_index(sealed[file]["index"])
     done = [r for r, slots in listing.segments[source].get(file, {}).items() if "index" in slots]
