@@ -3,6 +3,7 @@ go on across a sound switch and break at an unsound one, the base chosen across 
 retention over epochs, and the replay's plan of epochs with duplicates to skip."""
 
 import json
+from dataclasses import replace
 
 import pytest
 
@@ -119,11 +120,18 @@ def test_retention_deletes_across_epochs_only_what_no_promised_moment_needs():
     promised = 1_900_000_000  # far later than every base: the newest one anchors
     plan = plan_retention(facts, promised + 86400, 86400)
     assert plan.anchor["id"] == base_b["id"]
-    # A's sealed file goes; its last file (segments, never deleted here) and B's stay
+    # A's files go, its last one (segments: A died before sealing it) too; B's stay, the
+    # window then starts in epoch 2 with nothing before it (no switch left to check)
     assert [(i.kind, i.epoch, i.name) for i in plan.deletions] == [
-        ("binlog", 1, "binlog.000001"), ("base", 1, "20261120T030500.000Z")]
-    assert [w.first_file for w in plan.after] == ["binlog.000002"]
-    assert plan.after[0].last_file == "binlog.000002 (epoch 2)"
+        ("binlog", 1, "binlog.000001"), ("binlog segments", 1, "binlog.000002"),
+        ("base", 1, "20261120T030500.000Z")]
+    assert [(w.first_file, w.last_file) for w in plan.after] == [
+        ("binlog.000001 (epoch 2)", "binlog.000002 (epoch 2)")]
+    # a base in A's last file keeps it and everything after
+    base_a = manifest("20261120T031500.000Z", "0-1-15", 15)
+    plan = plan_retention(replace(facts, manifests=(base_a,)), promised + 86400, 86400)
+    assert [(i.kind, i.epoch, i.name) for i in plan.deletions] == [
+        ("binlog", 1, "binlog.000001")]
 
 
 def units_of(files, key_source, partial=None):

@@ -111,8 +111,12 @@ def test_runbook_end_to_end(tmp_path):
     target = MariaDBSandbox(str(tmp_path / "target"), server_id=2).start()
     fresh = MariaDBSandbox(str(tmp_path / "new-primary"), server_id=3).start()
     replica = MariaDBSandbox(str(tmp_path / "replica"), server_id=4, semi_sync=False).start()
-    for server in (primary, target, fresh, replica):
+    standby = MariaDBSandbox(str(tmp_path / "standby"), server_id=5,
+                             extra_args=["--log-slave-updates"]).start()
+    after = MariaDBSandbox(str(tmp_path / "after-failover"), server_id=6).start()
+    for server in (primary, target, fresh, replica, standby, after):
         add_user(server, "restore", RESTORE_PASSWORD)
+    standby.replicate_from(primary)
     env = dict(os.environ, SOURCE_NAME="db1", PRIMARY_HOST="127.0.0.1",
                PRIMARY_PORT=str(primary.port),
                SOURCE_URL=f"mysql://mysqlbackup@127.0.0.1:{primary.port}",
@@ -127,6 +131,8 @@ def test_runbook_end_to_end(tmp_path):
                REPLICA_URL=f"mysql://restore@127.0.0.1:{replica.port}",
                REPLICA_HOST="127.0.0.1", REPLICA_PORT=str(replica.port),
                REPL_USER="restore", REPL_PASSWORD=RESTORE_PASSWORD,
+               STANDBY_HOST="127.0.0.1", STANDBY_PORT=str(standby.port),
+               STANDBY_SOURCE_URL=f"mysql://mysqlbackup@127.0.0.1:{standby.port}",
                PATH=os.path.dirname(sys.executable) + os.pathsep + os.environ["PATH"])
     os.makedirs(env["WORK_DIR"])
     book = Runbook(env)
@@ -165,6 +171,8 @@ def test_runbook_end_to_end(tmp_path):
         latest = checksums(primary, "shop")
         gtid = primary.execute("SELECT @@gtid_binlog_pos")[0][0]
         wait_for(lambda: archived_up_to(env, gtid), timeout=60, what="the archive")
+        wait_for(lambda: standby.execute("SELECT @@gtid_slave_pos")[0][0] == gtid,
+                 timeout=60, what="the standby to catch up")
         primary.proc.send_signal(signal.SIGKILL)  # the primary is lost
         primary.proc.wait()
         book.run_section("5. The primary is lost: restore the latest state")
@@ -181,9 +189,24 @@ def test_runbook_end_to_end(tmp_path):
                         for i in range(3)])  # the new primary's own writes reach it
         wait_for(lambda: checksums(replica, "shop") == checksums(fresh, "shop"), timeout=30,
                  what="the replica to follow the new primary")
+
+        book.run_section("9. The primary failed over to a replica")
+        wait_for(lambda: standby.status("Rpl_semi_sync_master_clients") == "1", timeout=30,
+                 what="the daemon as a semi-sync replica of the promoted standby")
+        traffic(standby, 300, 50)
+        gtid = standby.execute("SELECT @@gtid_binlog_pos")[0][0]
+        wait_for(lambda: archived_up_to(env, gtid), timeout=60, what="the archive")
+        health = book.run_section("2. Check health").splitlines()
+        assert health[0].startswith(f"OK {env['BACKUP_DIR']}: daemon pid "), health[0]
+        assert [line for line in health if line.startswith("db1  failover at ")
+                and "server_id 5" in line], health
+        assert len([line for line in health if line.startswith("db1  restorable from ")]) == 1
+        book.env["NEW_PRIMARY_URL"] = f"mysql://restore@127.0.0.1:{after.port}"
+        book.run_section("5. The primary is lost: restore the latest state")
+        assert checksums(after, "shop") == checksums(standby, "shop")
     finally:
         book.kill_background()
-        for server in (primary, target, fresh, replica):
+        for server in (primary, target, fresh, replica, standby, after):
             server.stop(remove=False)
 
 

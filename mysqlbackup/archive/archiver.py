@@ -206,6 +206,8 @@ class Archiver:
                    if k and k.kind == "retired"}
         for name in names:
             path = os.path.join(folder, name)
+            if name == end_file and name in retired:
+                break  # retain deleted its segments: no promised moment needs them
             if name == end_file:
                 held, stale = chain_end(self.store.list(partial_prefix(source, name)))
                 if held < end_pos:

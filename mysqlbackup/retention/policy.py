@@ -66,7 +66,8 @@ class EpochFacts:
 class Item:
     """One binlog file or base backup, and why it goes or stays."""
 
-    kind: str     # "binlog", "base", "orphan binlog" (no index), "orphan base" (no manifest)
+    kind: str     # "binlog", "binlog segments" (the last file of an earlier epoch: its
+    # server failed before sealing it), "base", "orphan binlog" (no index), "orphan base"
     name: str     # binlog file name or base id
     reason: str
     epoch: int = 1  # a binlog's epoch of the source's history
@@ -214,9 +215,9 @@ def _binlogs(facts, anchor, runs, order, protect):
     start = _first_position(runs, anchor, order)
     first = _label(*timeline[start][:2])
     limit = start if protect.from_position is None else min(start, protect.from_position)
-    items = [Item("binlog", index["name"], f"before {first}, the first file a restore "
-                  f"from base {anchor['id']} reads", epoch)
-             for epoch, index, sealed in timeline[:limit] if sealed]
+    items = [Item("binlog" if sealed else "binlog segments", index["name"],
+                  f"before {first}, the first file a restore from base {anchor['id']} reads",
+                  number) for number, index, sealed in timeline[:limit]]
     kept_epoch, kept = timeline[limit][0], timeline[limit][1]["name"]
     unindexed = [(1, facts.unindexed)] + [(e.history.epoch, e.unindexed) for e in facts.later]
     for number, names in unindexed:
@@ -235,11 +236,15 @@ def _label(epoch, index):
 def _after(facts, deletions):
     """The recovery windows once ``deletions`` are done."""
     gone = {(item.kind, item.epoch, item.name) for item in deletions}
-    kept = lambda epoch, sealed: tuple(  # noqa: E731
-        i for i in sealed if ("binlog", epoch, i["name"]) not in gone)
+    kept = lambda number, sealed: tuple(  # noqa: E731
+        i for i in sealed if ("binlog", number, i["name"]) not in gone)
+    last = lambda number, partial: None if partial and (  # noqa: E731
+        "binlog segments", number, partial["name"]) in gone else partial
     manifests = [m for m in facts.manifests if ("base", 1, m["id"]) not in gone]
-    left = replace(facts, sealed=kept(1, facts.sealed), later=tuple(
-        replace(e, sealed=kept(e.history.epoch, e.sealed)) for e in facts.later))
+    left = replace(facts, sealed=kept(1, facts.sealed), partial=last(1, facts.partial),
+                   later=tuple(replace(e, sealed=kept(e.history.epoch, e.sealed),
+                                       partial=last(e.history.epoch, e.partial))
+                               for e in facts.later))
     return recovery_windows(facts.source, _runs(left), manifests)
 
 

@@ -13,7 +13,7 @@ import time
 from mysqlbackup.archive.lease import live_leases
 from mysqlbackup.archive.listing import ArchiveListing
 from mysqlbackup.archive.names import (BASE_INDEX, base_prefix, epoch_source, format_key,
-                                       lease_prefix, parse_key, retired_key)
+                                       lease_prefix, parse_key, partial_prefix, retired_key)
 from mysqlbackup.archive.window import iso, recovery_windows
 from mysqlbackup.retention.policy import (EpochFacts, Facts, describe_plan, format_window,
                                           plan_retention)
@@ -69,6 +69,10 @@ def object_keys(listing, source, item):
     if item.kind in ("binlog", "orphan binlog"):
         slots = listing.sealed[source][item.name]
         return [k for k in (slots.get("index"), slots.get("data")) if k]
+    if item.kind == "binlog segments":  # every index first: the file leaves the chain
+        segments = [slots for _, slots in sorted(listing.segments[source][item.name].items())]
+        return [s["index"] for s in segments if "index" in s] + [
+            s["data"] for s in segments if "data" in s]
     members = listing.bases[source][item.name]
     return ([members[BASE_INDEX]] if BASE_INDEX in members else []) + sorted(
         key for member, key in members.items() if member != BASE_INDEX)
@@ -78,10 +82,12 @@ def retire(listing, source, item, now):
     """Mark a sealed binlog file as deleted by retention, before its index goes: the
     daemon's archiver, which uploads again what the store lost, leaves a local file
     with this size and sha256 alone (``Archiver._retired``)."""
-    index = listing.index(source, item.name)
+    index = (listing.index(source, item.name) if item.kind == "binlog"
+             else listing.partial_index(source))
     listing.store.put_json(format_key(retired_key(source, item.name)), {
         "kind": "retired", "source": source, "name": item.name, "size": index["size"],
-        "sha256": index["sha256"], "retired_at": iso(now), "reason": item.reason})
+        "sha256": index.get("sha256"), "retired_at": iso(now), "reason": item.reason,
+        "segments": item.kind == "binlog segments"})
 
 
 def execute(listing, plan, echo=print, clock=time.time):
@@ -96,7 +102,7 @@ def execute(listing, plan, echo=print, clock=time.time):
                  "(run retain again)")
             return done, lease_id
         where = epoch_source(plan.source, item.epoch)  # a binlog's epoch; bases: epoch 1
-        if item.kind == "binlog":
+        if item.kind in ("binlog", "binlog segments"):
             retire(listing, where, item, clock())
         for key in object_keys(listing, where, item):
             try:
@@ -105,6 +111,8 @@ def execute(listing, plan, echo=print, clock=time.time):
                 pass  # gone already (another retain run)
         if item.kind in ("base", "orphan base"):
             store.remove_empty_folder(base_prefix(plan.source, item.name))
+        if item.kind == "binlog segments":
+            store.remove_empty_folder(partial_prefix(where, item.name))
         echo(f"deleted {item.describe()}")
         done.append(item)
     return done, None
