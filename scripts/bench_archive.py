@@ -51,8 +51,9 @@ import boto3
 from moto.server import ThreadedMotoServer
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-from mysqlbackup.archive.archiver import (Archiver, FileRange, index_if_whole,  # noqa: E402
-                                          index_range, put_object)
+from mysqlbackup.archive.archiver import Archiver  # noqa: E402
+from mysqlbackup.archive.upload import (FileRange, index_if_whole, index_range,  # noqa: E402
+                                        put_object)
 from mysqlbackup.archive.codec import (DEFAULT_LEVEL, Codec, encode, keygen,  # noqa: E402
                                        read_recipients)
 from mysqlbackup.archive.index import IndexBuilder  # noqa: E402

@@ -6,7 +6,7 @@ import subprocess
 import sys
 import time
 
-from mysqlbackup.archive.archiver import chain_end
+from mysqlbackup.archive.upload import chain_end
 from mysqlbackup.archive.names import parse_key, partial_prefix
 from mysqlbackup.archive.store import ArchiveStore, parse_options
 from mysqlbackup.archive.verify import verify_archive

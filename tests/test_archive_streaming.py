@@ -13,7 +13,8 @@ import pytest
 
 from mysqlbackup.archive import archiver as archiver_module
 from mysqlbackup.archive import importer as importer_module
-from mysqlbackup.archive.archiver import Archiver, UploadMismatch
+from mysqlbackup.archive.archiver import Archiver
+from mysqlbackup.archive.upload import UploadMismatch
 from mysqlbackup.archive.index import IndexBuilder, build_index
 from mysqlbackup.archive.importer import import_directory
 from mysqlbackup.archive.store import ArchiveStore

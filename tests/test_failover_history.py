@@ -17,6 +17,7 @@ writes more, and restores to the end."""
 import contextlib
 import hashlib
 import json
+import os
 
 import pytest
 
@@ -296,3 +297,69 @@ def test_daemon_killed_right_after_the_switch_resumes_on_the_new_primary(tmp_pat
         assert checksums(target) == w["final"]
         verified = run_cli("verify", "--archive", w["url"], "--source-name", "db1")
         assert verified.returncode == 0, verified.stdout + verified.stderr
+
+
+def test_a_switch_while_the_archive_lags_behind_loses_nothing(make_server, tmp_path):
+    """The daemon on A archives once (at its start) and is then killed with kill -9 while
+    A's writes since sit in its local files only (the archive behind, an upload never
+    made); A dies; the daemon follows B in the same directory with --keep-local 0: epoch 1
+    is archived to its durable end from the local files (A's sealed file, and its last
+    file's segments to where the history says epoch 1 ends), then A's local files go, and
+    a restore to just before A's last transaction and one to the end equal those states."""
+    a = make_server(server_id=1)
+    b = make_server(server_id=2, extra_args=["--log-slave-updates"])
+    b.replicate_from(a)
+    url, directory = f"file://{tmp_path / 'archive'}", tmp_path / "backup"
+    store = ArchiveStore(url)
+    lagging = ("--archive", url, "--archive-interval", "3600", "--source-name", "db1",
+               "--follow-by-gtid")
+    daemon = Daemon(a, directory, *lagging).start()
+    try:
+        wait_semi_sync_client(a)
+        wait_for(lambda: (daemon.status().get("archive") or {}).get("last_success"),
+                 what="the archiver's first pass")
+        a.execute("CREATE DATABASE shop", "CREATE TABLE shop.items (id INT PRIMARY KEY, "
+                  "name VARCHAR(40), qty INT)", "CREATE TABLE shop.orders (id INT PRIMARY "
+                  "KEY AUTO_INCREMENT, item INT, qty INT)", "CREATE TABLE shop.notes (at INT, "
+                  "note VARCHAR(60))", *[f"INSERT INTO shop.items VALUES ({i}, 'i', {i})"
+                                          for i in range(30)])
+        base = run_cli("base", "--source", f"mysql://root@127.0.0.1:{a.port}", "--archive",
+                       url, "--source-name", "db1", password="", timeout=120)
+        assert base.returncode == 0, base.stderr
+        a.execute("FLUSH BINARY LOGS", *[f"INSERT INTO shop.orders (item, qty) VALUES ({i}, 1)"
+                                         for i in range(20)])
+        at_last = checksums(a)
+        last_on_a = last_gtid(a, "UPDATE shop.items SET qty = qty + 5")
+        wait_for(lambda: variable(b, "gtid_slave_pos") == variable(a, "gtid_binlog_pos"),
+                 what="B to catch up with A")
+        wait_durable(daemon, a)
+        assert store.list("db1/partial/binlog.000002") == []  # the archive lags behind
+    finally:
+        daemon.kill9()
+    a.proc.kill()
+    a.proc.wait()
+    b.execute("STOP SLAVE", "RESET SLAVE ALL")
+    daemon = Daemon(b, directory, "--archive", url, "--archive-interval", "0.2",
+                    "--source-name", "db1", "--follow-by-gtid", "--keep-local", "0").start()
+    try:
+        wait_streaming_from(daemon, b)
+        b.execute(*[f"INSERT INTO shop.notes VALUES ({i}, 'on B')" for i in range(10)])
+        final, end = checksums(b), variable(b, "gtid_binlog_pos")
+        wait_durable(daemon, b)
+        wait_archived_up_to(url, end)
+        history = json.loads(store.read("db1/epoch/2/history.json"))
+        assert history["start_gtid"] == last_on_a  # where A's durable end was
+        segments = sorted(k for k in store.list("db1/partial/binlog.000002")
+                          if k.endswith(".json"))
+        assert json.loads(store.read(segments[-1]))["end"] == history["previous_pos"]
+        wait_for(lambda: sorted(os.listdir(directory / "epoch" / "2")) and not [
+            n for n in os.listdir(directory) if n.startswith("binlog.")],
+            what="A's local files to go once epoch 1 is archived (--keep-local 0)")
+    finally:
+        assert daemon.stop() == 0, daemon.output()
+    before = make_server(server_id=95, semi_sync=False)
+    restore(url, before, "--stop-before-gtid", last_on_a)
+    assert checksums(before) == at_last
+    after = make_server(server_id=96, semi_sync=False)
+    restore(url, after)
+    assert checksums(after) == final

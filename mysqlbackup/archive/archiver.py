@@ -26,15 +26,16 @@ import json
 import logging
 import os
 import time
-from dataclasses import replace
 
-from mysqlbackup.archive.codec import CHUNK, PLAIN, Digest, encode, stored_fields, stored_of
+from mysqlbackup.archive.codec import CHUNK, PLAIN, Digest, stored_of
 from mysqlbackup.archive.history import EpochHistory, parse_history
 from mysqlbackup.archive.index import IndexBuilder, parse_index
 from mysqlbackup.archive.listing import archived_server_id
 from mysqlbackup.archive.names import (binlog_key, binlog_prefix, epoch_source, format_key,
                                        history_key, parse_key, partial_prefix, retired_key,
                                        retired_prefix, segment_key)
+from mysqlbackup.archive.upload import (UploadMismatch, chain_end, index_range,
+                                        remove_segments, upload_sealed, upload_segment)
 from mysqlbackup.binlog import events as ev
 from mysqlbackup.binlog.names import binlog_sort_key
 from mysqlbackup.binlog.transactions import TrxTracker
@@ -167,17 +168,21 @@ class Archiver:
         """Write each later epoch's history object (once, before any of its files), then
         archive what is left of each earlier epoch: its sealed files, and its last file's
         segments up to where the daemon's durable end was at the switch (its server is
-        gone: that file never seals). Once done, an epoch is not looked at again in this
-        process."""
+        gone: that file never seals). Once done, an epoch is not archived again in this
+        process; ``--keep-local`` then lets its local files go as it lets sealed ones go."""
         for history in histories:
             if history["epoch"] not in self.histories:
                 self._put_history(source, history)
         for history in histories:
-            done = history["epoch"] - 1
-            if done not in self.finished and done < self.epoch:
-                self._finish_epoch(source, done, history["previous_file"],
-                                   history["previous_pos"])
+            done, end = history["epoch"] - 1, (history["previous_file"],
+                                                history["previous_pos"])
+            if done >= self.epoch:
+                continue
+            if done not in self.finished:
+                self._finish_epoch(source, done, *end)
                 self.finished.add(done)
+            if self.retention is not None:
+                self._retain_epoch(source, done, *end)
 
     def _put_history(self, source, history):
         """The history object of an epoch: written once, never overwritten; another one
@@ -411,13 +416,41 @@ class Archiver:
         self.report["upload_in_progress"] = None
         self.retained_once, self.listed_at = True, None
 
-    def _still_archived(self, source, name):
+    def _still_archived(self, source, name, path=None):
         """Check the archived object is there and whole before the local copy goes."""
         data_key = format_key(binlog_key(source, name))
         index_key = format_key(binlog_key(source, name, index=True))
+        if not self.store.exists(index_key):
+            return False
         index = parse_index(self.store.read(index_key), index_key, name)
         return (self.store.info_size(data_key) == stored_of(index)[0]
-                and index["size"] == os.path.getsize(self._path(name)))
+                and index["size"] == os.path.getsize(path or self._path(name)))
+
+    def _retain_epoch(self, top, epoch, end_file, end_pos):
+        """``--keep-local`` over an earlier epoch's files: each goes once its archived copy
+        is verified (its last file: once its segments reach its end), or once retain
+        deleted it (its retired mark)."""
+        folder, source = epoch_dir(self.directory, epoch), epoch_source(top, epoch)
+        names = list_binlogs(folder)
+        mtime = lambda n: os.path.getmtime(os.path.join(folder, n))  # noqa: E731
+        retired = {k.name for k in map(parse_key, self.store.list(retired_prefix(source)))
+                   if k and k.kind == "retired"}
+        for name in self.retention.removable(names, mtime, self.clock()):
+            path = os.path.join(folder, name)
+            if name in retired:
+                why = "retain deleted it from the archive"
+            elif name == end_file and chain_end(
+                    self.store.list(partial_prefix(source, name)))[0] >= end_pos:
+                why = f"its archived segments reach its end in epoch {epoch} ({end_pos})"
+            elif name != end_file and self._still_archived(source, name, path):
+                why = "its archived copy is verified"
+            else:
+                continue
+            os.remove(path)
+            fsync_dir(folder)
+            self.report["removed_local"] = (self.report["removed_local"] + [name])[-20:]
+            log.info("removed local %s of epoch %d: %s", name, epoch, why,
+                     extra={"file": name, "epoch": epoch})
 
     # -- loop and report ------------------------------------------------------------------
 
@@ -485,127 +518,6 @@ def local_server_id(path):
     with open(path, "rb") as f:
         head = f.read(4 + ev.HEADER_LEN)
     return ev.parse_header(head, 4).server_id if len(head) == 4 + ev.HEADER_LEN else None
-
-
-class UploadMismatch(MysqlBackupError):
-    """An uploaded object read back with another size or sha256 than the local bytes."""
-
-
-class FileRange:
-    """``read(n)`` over exactly ``length`` bytes of a local file from ``start`` (a sealed
-    file up to its size when the pass began, a segment up to the durable end), a chunk
-    at a time; UploadMismatch when the file holds fewer (it changed while it was read)
-    instead of archiving fewer. A context manager (closes the file)."""
-
-    def __init__(self, path, start, length):
-        self.path, self.start, self.left = path, start, length
-        self.file = open(path, "rb")
-        self.file.seek(start)
-
-    def read(self, n=CHUNK):
-        n = min(n, self.left)
-        if n <= 0:
-            return b""
-        data = self.file.read(n)
-        if not data:
-            raise UploadMismatch(f"{self.path} ends at offset {self.file.tell()}, before the "
-                                 f"{self.left} bytes still to be read (changed while read)")
-        self.left -= len(data)
-        return data
-
-    def __enter__(self):
-        return self
-
-    def __exit__(self, *exc):
-        self.file.close()
-
-
-def index_range(path, builder, start, length):
-    """Feed ``length`` bytes of a local file from ``start`` to ``builder`` (an
-    IndexBuilder) a chunk at a time; returns its index."""
-    with FileRange(path, start, length) as raw:
-        for chunk in iter(raw.read, b""):
-            builder.update(chunk)
-    return builder.finish()
-
-
-def put_object(store, relative, read, codec, builder):
-    """Store the raw bytes ``read(n)`` gives (to their end) as ``relative`` in ``codec``'s
-    form, in one pass a chunk at a time: each chunk goes to ``builder`` (an
-    IndexBuilder: sha256 and index; or any digest with ``finish()``), through the codec
-    (zstd, age; plain: as it is) and into ``store.open_write``. The object is
-    published only when every byte was read, walked without fault (``finish()``:
-    a torn last event aborts it) and written. Returns ``builder.finish()``'s index
-    with the fields of the stored object (``codec.stored_fields``)."""
-    with store.open_write(relative) as out:
-        digests = encode(read, out.write, codec, builder)
-        index = builder.finish()
-    return dict(index, **stored_fields(codec, digests))
-
-
-def upload_sealed(store, path, source, name, predecessor, codec):
-    """Archive the sealed local file ``path`` as ``name`` of key source ``source``: read
-    once in chunks up to its size now, indexed, encoded and uploaded in that pass, read
-    back, then indexed (``index_if_whole``). Returns its index."""
-    size = os.path.getsize(path)
-    builder = IndexBuilder(name, predecessor, source=source, end=size)
-    with FileRange(path, 0, size) as raw:
-        index = put_object(store, format_key(binlog_key(source, name)), raw.read, codec,
-                           builder)
-    index_if_whole(store, binlog_key(source, name), index, f"copy of {name}")
-    return index
-
-
-def upload_segment(store, path, source, name, start, end, tracker, codec):
-    """Archive bytes [start, end) of the local file ``path`` (a durable prefix's new
-    part, ending on a transaction boundary) as a segment, its index written once it
-    reads back whole; ``tracker`` (the TrxTracker up to ``start``) moves on to ``end``."""
-    builder = IndexBuilder(name, start=start, tracker=tracker, source=source, end=end)
-    with FileRange(path, start, end - start) as raw:
-        index = put_object(store, format_key(segment_key(source, name, start, end)),
-                           raw.read, codec, builder)
-    index_if_whole(store, segment_key(source, name, start, end), index,
-                   f"segment {name}:{start}-{end}")
-    return index
-
-
-def index_if_whole(store, key, index, what):
-    """Read an uploaded object back and, only when its size and sha256 are the stored
-    ones its index says (``codec.stored_of``: the raw ones for a plain object), write
-    the index: the index is the mark that the object is whole and verified (the daemon
-    and ``archive import`` archive every binlog object so). No identity is needed.
-
-    ``key``: the object's ArchiveKey (uploaded already); ``what`` names it in the
-    UploadMismatch raised otherwise. Returns the object's stored size.
-    """
-    data_key = format_key(key)
-    size, digest = store.sha256(data_key)
-    if (size, digest) != stored_of(index):
-        want = stored_of(index)
-        raise UploadMismatch(f"archived {what} does not match: {size} bytes sha256 {digest}, "
-                             f"sent {want[0]} {want[1]}")
-    store.put_json(format_key(replace(key, is_index=True)), index)
-    return size
-
-
-def remove_segments(store, source, name):
-    """Remove the partial segments (and their folder on file://) of a sealed file."""
-    folder = partial_prefix(source, name)
-    for relative in store.list(folder):
-        store.remove(relative)
-    store.remove_empty_folder(folder)
-
-
-def chain_end(relatives):
-    """(end of the indexed segments contiguous from 0, the other segment objects)."""
-    keys = [(parse_key(r), r) for r in relatives]
-    indexed = {k.start: k.end for k, _ in keys if k and k.is_index}
-    end, chain = 0, set()
-    while end in indexed:
-        chain.add((end, indexed[end]))
-        end = indexed[end]
-    stale = [r for k, r in keys if k is None or (k.start, k.end) not in chain]
-    return end, stale
 
 
 def _size(path):

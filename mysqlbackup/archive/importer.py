@@ -35,13 +35,12 @@ holds for the source (its newest file, or the file after it), unless the source 
 import os
 from dataclasses import dataclass, field
 
-from mysqlbackup.archive.archiver import (FileRange, UploadMismatch, chain_end, index_if_whole,
-                                          index_range, put_object, remove_segments)
-from mysqlbackup.archive.check import check_chain, compare_index
 from mysqlbackup.archive.codec import PLAIN, Digest, check_keys, codec_of, decode, stored_of
-from mysqlbackup.archive.index import IndexBuilder
+from mysqlbackup.archive.index import IndexBuilder, check_chain, compare_index
 from mysqlbackup.archive.listing import ArchiveListing
 from mysqlbackup.archive.names import binlog_key, format_key, segment_key
+from mysqlbackup.archive.upload import (FileRange, UploadMismatch, chain_end, index_if_whole,
+                                        index_range, put_object, remove_segments)
 from mysqlbackup.binlog import events as ev
 from mysqlbackup.binlog.names import binlog_sort_key, parse_binlog_name
 from mysqlbackup.binlog.scan import check_magic, iter_events

@@ -8,9 +8,8 @@ nothing is held whole in memory."""
 
 import time
 
-from mysqlbackup.archive.check import check_chain, check_segments, compare_index
 from mysqlbackup.archive.codec import IdentityError, codec_of, decode, sniff, stored_of
-from mysqlbackup.archive.index import IndexBuilder
+from mysqlbackup.archive.index import IndexBuilder, check_chain, check_segments, compare_index
 from mysqlbackup.archive.listing import ArchiveListing
 from mysqlbackup.archive.names import (BASE_INDEX, base_key, base_prefix, binlog_key, format_key,
                                        partial_prefix, segment_key)

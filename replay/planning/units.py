@@ -19,9 +19,9 @@ the archive; their transactions within it are duplicates (the new server's first
 holds the old server's transactions too) and are never applied.
 """
 
-from mysqlbackup.archive.check import check_chain
 from mysqlbackup.archive.codec import IdentityError, check_keys, codec_of, stored_of
 from mysqlbackup.archive.history import switch_problem
+from mysqlbackup.archive.index import check_chain
 from mysqlbackup.archive.window import contains
 from mysqlbackup.archive.names import binlog_key, format_key, partial_prefix
 from mysqlbackup.binlog.names import binlog_sort_key, next_binlog_name
