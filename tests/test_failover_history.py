@@ -124,24 +124,47 @@ def restore(url, target, *stop):
     return result.stdout
 
 
+class Pair:
+    """A (server_id 1), its replica B (server_id 2, --log-slave-updates), the archive, the
+    daemon's directory, and the daemon now running (replaced as it follows a failover)."""
+
+    def __init__(self, root, a_args=(), **b_options):
+        self.a = MariaDBSandbox(str(root / "a"), server_id=1, semi_sync_timeout_ms=1000,
+                                extra_args=list(a_args))
+        self.b = MariaDBSandbox(str(root / "b"), server_id=2, semi_sync_timeout_ms=1000,
+                                extra_args=["--log-slave-updates"], **b_options)
+        self.url, self.directory = f"file://{root / 'archive'}", root / "backup"
+        self.daemon = None
+
+
+@contextlib.contextmanager
+def pair(root, a_args=(), **b_options):
+    """Start a Pair: both servers, B replicating A, the daemon on A (``daemon_args``) as
+    A's semi-sync replica; everything stopped at the end, the daemon's exit checked."""
+    if find_binary("mariadbd") is None:
+        pytest.fail("mariadbd not found: run scripts/test.sh, which installs mariadb-server")
+    p = Pair(root, a_args, **b_options)
+    try:
+        p.a.start()
+        p.b.start()
+        p.b.replicate_from(p.a)
+        p.daemon = Daemon(p.a, p.directory, *daemon_args(p.url)).start()
+        wait_semi_sync_client(p.a)
+        yield p
+    finally:
+        code = p.daemon.stop() if p.daemon is not None else None
+        p.a.stop(remove=True)
+        p.b.stop(remove=True)
+    assert code == 0, p.daemon.output()[-4000:]
+
+
 @contextlib.contextmanager
 def failover_history(root, kill9_after_switch=False):
     """Build the scenario under ``root``; yield what was recorded; stop everything."""
-    if find_binary("mariadbd") is None:
-        pytest.fail("mariadbd not found: run scripts/test.sh, which installs mariadb-server")
-    a = MariaDBSandbox(str(root / "a"), server_id=1, semi_sync_timeout_ms=1000)
-    b = MariaDBSandbox(str(root / "b"), server_id=2, semi_sync_timeout_ms=1000,
-                       extra_args=["--log-slave-updates"])
-    url = f"file://{root / 'archive'}"
-    directory = root / "backup"
-    daemon = None
-    w = {"url": url, "a": a, "b": b, "directory": directory}
-    try:
-        a.start()
-        b.start()
-        b.replicate_from(a)
-        daemon = Daemon(a, directory, *daemon_args(url)).start()
-        wait_semi_sync_client(a)
+    with pair(root) as p:
+        a, b, url, directory = p.a, p.b, p.url, p.directory
+        w = {"url": url, "a": a, "b": b, "directory": directory}
+        daemon = p.daemon
 
         # -- on A ----------------------------------------------------------------------
         a.execute("CREATE DATABASE shop",
@@ -183,11 +206,11 @@ def failover_history(root, kill9_after_switch=False):
         w["b_at_promotion"] = {name: variable(b, name) for name in (
             "gtid_binlog_pos", "gtid_slave_pos", "gtid_current_pos")}
         assert daemon.stop() == 0, daemon.output()
-        daemon = Daemon(b, directory, *daemon_args(url)).start()
+        daemon = p.daemon = Daemon(b, directory, *daemon_args(url)).start()
         wait_streaming_from(daemon, b)
         if kill9_after_switch:
             daemon.kill9()
-            daemon = Daemon(b, directory, *daemon_args(url)).start()
+            daemon = p.daemon = Daemon(b, directory, *daemon_args(url)).start()
             wait_streaming_from(daemon, b)
 
         # -- on B ----------------------------------------------------------------------
@@ -211,11 +234,6 @@ def failover_history(root, kill9_after_switch=False):
         running(daemon)
         w["sha256"] = {(server, name): sha256_of(s.binlog_path(name))
                        for server, s in (("a", a), ("b", b)) for name in ("binlog.000001",)}
-    finally:
-        code = daemon.stop() if daemon is not None else None
-        a.stop(remove=True)
-        b.stop(remove=True)
-    assert code == 0, daemon.output()
     yield w
 
 

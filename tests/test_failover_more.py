@@ -23,14 +23,14 @@ import pytest
 from mysqlbackup.archive.archiver import Archiver
 from mysqlbackup.archive.store import ArchiveStore
 from mysqlbackup.archive.window import epoch as epoch_seconds
-from mysqlbackup.sandbox import MariaDBSandbox, find_binary
 from mysqlbackup.stream.localdir import epoch_dir
-from tests.helpers import Daemon, caught_up, run_cli, wait_for, wait_semi_sync_client
+from tests.helpers import Daemon, caught_up, run_cli, wait_for
 from tests.test_failover_history import (
     archive_ls,
     checksums,
     daemon_args,
     last_gtid,
+    pair,
     restore,
     running,
     variable,
@@ -45,11 +45,6 @@ SCHEMA = ("CREATE DATABASE shop",
           "CREATE TABLE shop.notes (at INT, note VARCHAR(60))",  # no key: twice shows
           ("INSERT INTO shop.items SELECT seq, CONCAT('item ', seq), seq % 7 "
            "FROM shop.seq_1_to_100"))
-
-
-def require_mariadbd():
-    if find_binary("mariadbd") is None:
-        pytest.fail("mariadbd not found: run scripts/test.sh, which installs mariadb-server")
 
 
 def notes(where, n, start=0):
@@ -116,24 +111,12 @@ def stopped(out, reason):
 
 @contextlib.contextmanager
 def switch_back(root):
-    require_mariadbd()
     # both with --log-slave-updates: each one's binlog holds what it applied as a replica,
     # so each can be the primary the daemon follows by GTID
-    a = MariaDBSandbox(str(root / "a"), server_id=1, semi_sync_timeout_ms=1000,
-                       extra_args=["--log-slave-updates"])
-    b = MariaDBSandbox(str(root / "b"), server_id=2, semi_sync_timeout_ms=1000,
-                       extra_args=["--log-slave-updates"])
-    url, directory = f"file://{root / 'archive'}", root / "backup"
-    w = {"url": url, "directory": directory}
-    daemon = None
-    timings = w["timings"] = {}
-    t0 = time.monotonic()
-    try:
-        a.start()
-        b.start()
-        b.replicate_from(a)
-        daemon = Daemon(a, directory, *daemon_args(url)).start()
-        wait_semi_sync_client(a)
+    timings, t0 = {}, time.monotonic()
+    with pair(root, a_args=["--log-slave-updates"]) as p:
+        a, b, url, directory, daemon = p.a, p.b, p.url, p.directory, p.daemon
+        w = {"url": url, "directory": directory, "timings": timings}
 
         # -- epoch 1: A ----------------------------------------------------------------------
         a.execute(*SCHEMA, *orders(10, 1))
@@ -153,7 +136,7 @@ def switch_back(root):
         a.proc.kill()
         a.proc.wait()
         promote(b)
-        daemon = follow(daemon, b, directory, url)
+        daemon = p.daemon = follow(daemon, b, directory, url)
         b.execute(*notes("on B", 10, 100), "UPDATE shop.items SET name = CONCAT(name, ' B') "
                   "WHERE id % 4 = 0")
         w["at_2"] = checksums(b)
@@ -181,7 +164,7 @@ def switch_back(root):
         # -- planned switchover back to A: epoch 3 -----------------------------------------
         b.stop()
         promote(a)
-        daemon = follow(daemon, a, directory, url)
+        daemon = p.daemon = follow(daemon, a, directory, url)
         a.execute("UPDATE shop.items SET qty = qty * 2 WHERE id % 5 = 0", *notes("A again", 5))
         w["at_3"] = checksums(a)
         w["stop_on_a_again"] = last_gtid(a, "DELETE FROM shop.notes WHERE at < 3")
@@ -192,11 +175,6 @@ def switch_back(root):
         settle(daemon, a, directory, url)
         w["status"] = daemon.status()
         timings["epoch 3"] = time.monotonic() - t0
-    finally:
-        code = daemon.stop() if daemon is not None else None
-        a.stop(remove=True)
-        b.stop(remove=True)
-    assert code == 0, daemon.output()[-4000:]
     yield w
 
 
@@ -280,20 +258,10 @@ def test_switch_back_verify_and_one_window_two_failovers(back):
 
 @contextlib.contextmanager
 def other_basename(root):
-    require_mariadbd()
-    a = MariaDBSandbox(str(root / "a"), server_id=1, semi_sync_timeout_ms=1000)
-    b = MariaDBSandbox(str(root / "b"), server_id=2, semi_sync_timeout_ms=1000,
-                       extra_args=["--log-slave-updates"], log_bin_name="replica-bin")
-    url, directory = f"file://{root / 'archive'}", root / "backup"
-    w = {"url": url, "root": root, "directory": directory}
-    daemon = None
     t0 = time.monotonic()
-    try:
-        a.start()
-        b.start()
-        b.replicate_from(a)
-        daemon = Daemon(a, directory, *daemon_args(url)).start()
-        wait_semi_sync_client(a)
+    with pair(root, log_bin_name="replica-bin") as p:
+        a, b, url, directory, daemon = p.a, p.b, p.url, p.directory, p.daemon
+        w = {"url": url, "root": root, "directory": directory}
 
         a.execute(*SCHEMA, *orders(10, 1))
         w["base_a"] = take_base(a, url)
@@ -306,7 +274,7 @@ def other_basename(root):
         a.proc.kill()
         a.proc.wait()
         promote(b)
-        daemon = follow(daemon, b, directory, url)
+        daemon = p.daemon = follow(daemon, b, directory, url)
         b.execute(*notes("on B", 10, 100), "UPDATE shop.items SET name = CONCAT(name, ' B') "
                   "WHERE id % 4 = 0")
         w["at_b_stop"] = checksums(b)
@@ -320,11 +288,6 @@ def other_basename(root):
         w["b_files"] = b.binlog_files()
         settle(daemon, b, directory, url)
         w["seconds"] = time.monotonic() - t0
-    finally:
-        code = daemon.stop() if daemon is not None else None
-        a.stop(remove=True)
-        b.stop(remove=True)
-    assert code == 0, daemon.output()[-4000:]
     yield w
 
 

@@ -106,6 +106,20 @@ def archived_up_to(env, gtid):
     return bool(files) and files[-1]["last_gtid"] == gtid
 
 
+def healthy_after_traffic(book, server, first):
+    """Once the daemon is ``server``'s semi-sync replica: traffic on it, archived to its
+    last GTID, then the runbook's health section, whose first line must say OK; its
+    lines."""
+    wait_for(lambda: server.status("Rpl_semi_sync_master_clients") == "1", timeout=30,
+             what="the daemon as a semi-sync replica")
+    traffic(server, first, 50)
+    gtid = server.execute("SELECT @@gtid_binlog_pos")[0][0]
+    wait_for(lambda: archived_up_to(book.env, gtid), timeout=60, what="the archive")
+    health = book.run_section("2. Check health").splitlines()
+    assert health[0].startswith(f"OK {book.env['BACKUP_DIR']}: daemon pid "), health[0]
+    return health
+
+
 def test_runbook_end_to_end(tmp_path):
     primary = MariaDBSandbox(str(tmp_path / "primary")).start()
     target = MariaDBSandbox(str(tmp_path / "target"), server_id=2).start()
@@ -143,13 +157,7 @@ def test_runbook_end_to_end(tmp_path):
                         *[f"INSERT INTO shop.customers VALUES ({i}, 0)" for i in range(20)])
         traffic(primary, 1, 50)
         book.run_section("1. Set up")
-        wait_for(lambda: primary.status("Rpl_semi_sync_master_clients") == "1", timeout=30,
-                 what="the daemon as a semi-sync replica")
-        traffic(primary, 100, 50)
-        gtid = primary.execute("SELECT @@gtid_binlog_pos")[0][0]
-        wait_for(lambda: archived_up_to(env, gtid), timeout=60, what="the archive")
-        health = book.run_section("2. Check health").splitlines()
-        assert health[0].startswith(f"OK {env['BACKUP_DIR']}: daemon pid "), health[0]
+        health = healthy_after_traffic(book, primary, 100)
         assert health[1].startswith("mysqlbackup_seconds_behind_source "), health[1]
         assert any(line.startswith("db1  restorable from ") for line in health)
 
@@ -191,13 +199,7 @@ def test_runbook_end_to_end(tmp_path):
                  what="the replica to follow the new primary")
 
         book.run_section("9. The primary failed over to a replica")
-        wait_for(lambda: standby.status("Rpl_semi_sync_master_clients") == "1", timeout=30,
-                 what="the daemon as a semi-sync replica of the promoted standby")
-        traffic(standby, 300, 50)
-        gtid = standby.execute("SELECT @@gtid_binlog_pos")[0][0]
-        wait_for(lambda: archived_up_to(env, gtid), timeout=60, what="the archive")
-        health = book.run_section("2. Check health").splitlines()
-        assert health[0].startswith(f"OK {env['BACKUP_DIR']}: daemon pid "), health[0]
+        health = healthy_after_traffic(book, standby, 300)  # the promoted standby's
         assert [line for line in health if line.startswith("db1  failover at ")
                 and "server_id 5" in line], health
         assert len([line for line in health if line.startswith("db1  restorable from ")]) == 1
