@@ -31,3 +31,7 @@ if [ ! -x .venv/bin/python ]; then
     "$PY" -m venv .venv
 fi
 .venv/bin/python -m pip install -q --disable-pip-version-check -e ".[test]"
+
+# the live MySQL server of the tests (Debian sid's, in .mysql/tree, built once); where it
+# cannot be built, the reason is printed and the MySQL tests skip saying so
+scripts/mysql_tree.sh || echo "setup: no live MySQL server: its tests will skip" >&2

@@ -1,4 +1,5 @@
-"""Fixtures: real throwaway MariaDB servers (never a server the tests did not start)."""
+"""Fixtures: real throwaway MariaDB and MySQL servers (never a server the tests did not
+start)."""
 
 import os
 import shutil
@@ -35,6 +36,27 @@ def make_server(tmp_path_factory):
     def make(**kwargs):
         kwargs.setdefault("semi_sync_timeout_ms", 1000)
         server = MariaDBSandbox(str(tmp_path_factory.mktemp("server")), **kwargs)
+        servers.append(server)
+        return server.start()
+
+    yield make
+    for server in servers:
+        server.stop(remove=True)
+
+
+@pytest.fixture
+def make_mysql():
+    """Factory for throwaway MySQL servers (Debian sid's MySQL in .mysql/tree, through
+    chroot: sandbox_mysql); skips, saying why, where that tree cannot run here."""
+    from mysqlbackup.sandbox_mysql import MySQLSandbox, why_no_mysql
+    problem = why_no_mysql()
+    if problem:
+        pytest.skip(problem)
+    servers = []
+
+    def make(**kwargs):
+        kwargs.setdefault("semi_sync_timeout_ms", 1000)
+        server = MySQLSandbox(**kwargs)
         servers.append(server)
         return server.start()
 

@@ -86,6 +86,8 @@ def wait_semi_sync_client(server, timeout=20):
 
 
 def current_binlog(server):
+    if hasattr(server, "current_binlog"):  # MySQL 8.4+: SHOW BINARY LOG STATUS
+        return server.current_binlog()
     return server.execute("SHOW MASTER STATUS")[0][0]
 
 

