@@ -24,6 +24,20 @@ def durable_gtid(daemon, server):
     return (daemon.status().get("state") or {}).get("gtid") == gtid_executed(server)
 
 
+def last_of(server):
+    """The GTID of the server's own last transaction (UUID:N)."""
+    uuid = server.execute("SELECT @@server_uuid")[0][0]
+    own = next(part for part in gtid_executed(server).split(",") if part.startswith(uuid))
+    return f"{uuid}:{own.rsplit(':', 1)[1].rsplit('-', 1)[-1]}"
+
+
+def archived_last(url):
+    """The last GTID of the archive's newest file (None when unreadable or empty)."""
+    out = run_cli("archive", "ls", "--archive", url, "--json")
+    files = json.loads(out.stdout)["files"] if out.returncode == 0 else []
+    return files[-1]["last_gtid"] if files else None
+
+
 def sql_gtids(path):
     """The GTID of each transaction of a ``replay --sql`` file, in order."""
     with open(path) as f:
@@ -72,11 +86,7 @@ def test_archive_verify_ls_and_replay_sql(make_mysql, tmp_path):
                     "--archive", url, "--archive-interval", "0.2", "--source-name",
                     "my1").start()
     try:
-        wait_for(lambda: durable_gtid(daemon, server), what="the checkpoint at the end")
-        end = gtid_executed(server)
-        wait_for(lambda: any(f["last_gtid"] and f["last_gtid"].endswith(end.split("-")[-1])
-                             for f in json.loads(run_cli("archive", "ls", "--archive", url,
-                                                         "--json").stdout)["files"]),
+        wait_for(lambda: archived_last(url) == last_of(server),
                  what="the archive up to the last transaction")
     finally:
         assert daemon.stop() == 0, daemon.output()
@@ -89,3 +99,55 @@ def test_archive_verify_ls_and_replay_sql(make_mysql, tmp_path):
     assert replay.returncode == 0, replay.stdout + replay.stderr
     gtids = sql_gtids(sql)
     assert len(gtids) == len(set(gtids)) == 1 + 1 + 40  # CREATE DATABASE, TABLE, 40 rows
+
+
+def test_a_failover_to_a_promoted_replica_on_mysql(make_mysql, tmp_path):
+    """MySQL's failover, followed in the same directory: A primary, B its replica
+    (log_replica_updates, MySQL's default; the same binlog names), the daemon on A with
+    --follow-by-gtid; A killed, B promoted (STOP REPLICA; RESET REPLICA ALL), the daemon
+    started again on B: epoch 2 in the archive, verify exits 0, archive ls shows one
+    window and the failover, and replay --sql holds every transaction of B's
+    gtid_executed exactly once (B's copies of A's transactions skipped)."""
+    a = make_mysql(server_id=1)
+    b = make_mysql(server_id=2, semi_sync=False)
+    b.replicate_from(a)
+    url, directory = f"file://{tmp_path / 'archive'}", tmp_path / "dir"
+    options = ("--archive", url, "--archive-interval", "0.2", "--source-name", "my1",
+               "--follow-by-gtid")
+    daemon = Daemon(a, directory, "--start-file", a.binlog_files()[0], *options).start()
+    try:
+        wait_for(lambda: a.status("Rpl_semi_sync_source_clients") == "1", 30,
+                 what="the daemon as A's semi-sync replica")
+        a.execute("CREATE DATABASE d", "CREATE TABLE d.t (id INT PRIMARY KEY "
+                  "AUTO_INCREMENT, v INT)", *inserts(0, 20), "FLUSH BINARY LOGS",
+                  *inserts(20, 10))
+        wait_for(lambda: gtid_executed(b) == gtid_executed(a), what="B to catch up")
+        wait_for(lambda: durable_gtid(daemon, a), what="the daemon durable on A")
+    finally:
+        assert daemon.stop() == 0, daemon.output()
+    a.proc.kill()
+    a.proc.wait()
+    b.execute("STOP REPLICA", "RESET REPLICA ALL")
+    daemon = Daemon(b, directory, *options).start()
+    try:
+        wait_for(lambda: (daemon.status().get("state") or {}).get("epoch") == 2,
+                 what="the daemon on B, epoch 2")
+        b.execute("FLUSH BINARY LOGS", *inserts(100, 15), "DELETE FROM d.t WHERE v < 5")
+        wait_for(lambda: durable_gtid(daemon, b), what="the daemon durable on B")
+        end = b.execute("SELECT COUNT(*) FROM d.t")[0][0]
+        wait_for(lambda: archived_last(url) == last_of(b), what="the archive at B's last")
+    finally:
+        assert daemon.stop() == 0, daemon.output()
+    assert os.path.isdir(directory / "epoch" / "2")
+    verified = run_cli("verify", "--archive", url)
+    assert verified.returncode == 0, verified.stdout + verified.stderr
+    summary = json.loads(run_cli("archive", "ls", "--archive", url, "--json").stdout)
+    assert summary["holes"] == [] and summary["problems"] == [], summary
+    [failover] = summary["failovers"]
+    assert (failover["epoch"], failover["server_id"]) == (2, 2)
+    sql = tmp_path / "all.sql"
+    replay = run_cli("replay", "--archive", url, "--sql", str(sql), timeout=300)
+    assert replay.returncode == 0, replay.stdout + replay.stderr
+    gtids = sql_gtids(sql)
+    assert len(gtids) == len(set(gtids)), "a transaction replayed twice"
+    assert len(gtids) == 2 + 30 + 15 + 1 and end == 40
