@@ -33,3 +33,35 @@ def test_flavor_guess():
     assert guess_flavor("0-1-5") == "mariadb"
     assert guess_flavor(f"{UUID}:1-3") == "mysql"
     assert parse_gtid_set("", "mariadb").is_empty()
+
+
+TAGGED_UUID = "cdf976df-e97b-11f1-9636-02fc00000001"
+# a GTID_TAGGED event's body as MySQL 9.7.4 wrote it (uuid above, tag nightly, gno 1)
+TAGGED_BODY = bytes.fromhex(
+    "0278000000023503e503ec7d03a503f622c50359026c04f103000000020404060e6e696768746c79"
+    "08080a0c0c7ff041fa922a6106107d041283120b")
+
+
+def test_mysql_tagged_sets_parse_and_print_as_mysql_does():
+    text = f"{TAGGED_UUID}:1-3:abc:5:nightly:1-2"
+    gtids = MysqlGtidSet.parse(text)
+    assert str(gtids) == text
+    assert gtids.contains(f"{TAGGED_UUID}:nightly", 2) and not gtids.contains(TAGGED_UUID, 5)
+    joined = MysqlGtidSet.parse(f"{TAGGED_UUID}:1-216,{TAGGED_UUID}:NIGHTLY:1")
+    assert str(joined) == f"{TAGGED_UUID}:1-216:nightly:1"
+    for bad in (f"{TAGGED_UUID}:nightly", f"{TAGGED_UUID}:1-3:nightly", f"{TAGGED_UUID}:-x"):
+        with pytest.raises(UsageError):
+            MysqlGtidSet.parse(bad)
+
+
+def test_a_tagged_gtid_event_and_a_tagged_set_for_the_dump_decode():
+    from mysqlbackup.binlog import events as ev
+    from mysqlbackup.source.protocol import encode_mysql_gtid_set
+    event = bytes(ev.HEADER_LEN) + TAGGED_BODY + bytes(4)
+    assert ev.parse_mysql_gtid_tagged(event, True) == (f"{TAGGED_UUID}:nightly", 1)
+    gtids = MysqlGtidSet.parse(f"{TAGGED_UUID}:1-3:nightly:1-2")
+    encoded = bytes(ev.HEADER_LEN) + encode_mysql_gtid_set(gtids) + bytes(4)
+    assert ev.parse_previous_gtids(encoded, True) == gtids.sids  # the same binary form
+    for value in (0, 127, 128, 2 ** 20, 2 ** 56 - 1, 2 ** 56, 2 ** 64 - 1):
+        raw = ev.varlen_bytes(value)
+        assert ev._varlen(raw, 0) == (value, len(raw))

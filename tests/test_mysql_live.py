@@ -7,6 +7,7 @@ import json
 import os
 import re
 
+from mysqlbackup.binlog.gtid import MysqlGtidSet
 from tests.helpers import (Daemon, caught_up, current_binlog, read, run_cli,
                            same_except_in_use_flag, wait_for)
 
@@ -24,11 +25,11 @@ def durable_gtid(daemon, server):
     return (daemon.status().get("state") or {}).get("gtid") == gtid_executed(server)
 
 
-def last_of(server):
-    """The GTID of the server's own last transaction (UUID:N)."""
+def last_of(server, tag=None):
+    """The GTID of the server's own last transaction (UUID:N, or UUID:TAG:N)."""
     uuid = server.execute("SELECT @@server_uuid")[0][0]
-    own = next(part for part in gtid_executed(server).split(",") if part.startswith(uuid))
-    return f"{uuid}:{own.rsplit(':', 1)[1].rsplit('-', 1)[-1]}"
+    sid = f"{uuid}:{tag}" if tag else uuid
+    return f"{sid}:{MysqlGtidSet.parse(gtid_executed(server)).sids[sid][-1][1] - 1}"
 
 
 def archived_last(url):
@@ -42,6 +43,18 @@ def sql_gtids(path):
     """The GTID of each transaction of a ``replay --sql`` file, in order."""
     with open(path) as f:
         return [m[1] for m in re.finditer(r"^-- (\S+:\S+) \S+:\d+-\d+$", f.read(), re.M)]
+
+
+def tagged(server, tag, *statements):
+    """Run ``statements`` under GTIDs tagged ``tag`` (MySQL 8.4+: AUTOMATIC:TAG)."""
+    conn = server.root()
+    try:
+        with conn.cursor() as cur:
+            cur.execute(f"SET gtid_next = 'AUTOMATIC:{tag}'")
+            for sql in statements:
+                cur.execute(sql)
+    finally:
+        conn.close()
 
 
 def test_semi_sync_byte_identical_files_and_a_kill9_resume(make_mysql, tmp_path):
@@ -120,7 +133,8 @@ def test_a_failover_to_a_promoted_replica_on_mysql(make_mysql, tmp_path):
                  what="the daemon as A's semi-sync replica")
         a.execute("CREATE DATABASE d", "CREATE TABLE d.t (id INT PRIMARY KEY "
                   "AUTO_INCREMENT, v INT)", *inserts(0, 20), "FLUSH BINARY LOGS",
-                  *inserts(20, 10))
+                  *inserts(20, 7))
+        tagged(a, "nightly", *inserts(27, 3))  # the checkpoint the daemon follows: tagged
         wait_for(lambda: gtid_executed(b) == gtid_executed(a), what="B to catch up")
         wait_for(lambda: durable_gtid(daemon, a), what="the daemon durable on A")
     finally:
@@ -132,10 +146,12 @@ def test_a_failover_to_a_promoted_replica_on_mysql(make_mysql, tmp_path):
     try:
         wait_for(lambda: (daemon.status().get("state") or {}).get("epoch") == 2,
                  what="the daemon on B, epoch 2")
-        b.execute("FLUSH BINARY LOGS", *inserts(100, 15), "DELETE FROM d.t WHERE v < 5")
+        b.execute("FLUSH BINARY LOGS", *inserts(100, 13), "DELETE FROM d.t WHERE v < 5")
+        tagged(b, "nightly", *inserts(113, 2))
         wait_for(lambda: durable_gtid(daemon, b), what="the daemon durable on B")
         end = b.execute("SELECT COUNT(*) FROM d.t")[0][0]
-        wait_for(lambda: archived_last(url) == last_of(b), what="the archive at B's last")
+        wait_for(lambda: archived_last(url) == last_of(b, "nightly"),
+                 what="the archive at B's last")
     finally:
         assert daemon.stop() == 0, daemon.output()
     assert os.path.isdir(directory / "epoch" / "2")
@@ -151,3 +167,49 @@ def test_a_failover_to_a_promoted_replica_on_mysql(make_mysql, tmp_path):
     gtids = sql_gtids(sql)
     assert len(gtids) == len(set(gtids)), "a transaction replayed twice"
     assert len(gtids) == 2 + 30 + 15 + 1 and end == 40
+
+
+def test_tagged_gtids_end_to_end(make_mysql, tmp_path):
+    """GTIDs tagged with SET gtid_next = 'AUTOMATIC:TAG' (MySQL 8.4+) are tracked like any
+    other: the checkpoint holds them at once (MySQL's own text of gtid_executed), verify
+    and archive ls take them, replay --sql holds each, and --start-gtid with a tagged set
+    starts where the server says."""
+    server = make_mysql()
+    server.execute("CREATE DATABASE d", "CREATE TABLE d.t (id INT PRIMARY KEY "
+                   "AUTO_INCREMENT, v INT)")
+    url = f"file://{tmp_path / 'archive'}"
+    daemon = Daemon(server, tmp_path / "dir", "--start-file", server.binlog_files()[0],
+                    "--archive", url, "--archive-interval", "0.2").start()
+    try:
+        wait_for(lambda: server.status("Rpl_semi_sync_source_clients") == "1", 30,
+                 what="the daemon as a semi-sync replica")
+        server.execute(*inserts(0, 5))
+        tagged(server, "nightly", *inserts(5, 3))
+        server.execute(*inserts(8, 2))
+        assert ":nightly:1-3" in gtid_executed(server)
+        wait_for(lambda: durable_gtid(daemon, server), what="the checkpoint with the tags")
+        wait_for(lambda: archived_last(url) == last_of(server), what="the archive")
+    finally:
+        assert daemon.stop() == 0, daemon.output()
+    verified = run_cli("verify", "--archive", url)
+    assert verified.returncode == 0, verified.stdout + verified.stderr
+    listed = run_cli("archive", "ls", "--archive", url, "--json")
+    assert listed.returncode == 0 and json.loads(listed.stdout)["holes"] == [], listed.stderr
+    sql = tmp_path / "all.sql"
+    replay = run_cli("replay", "--archive", url, "--sql", str(sql), timeout=300)
+    assert replay.returncode == 0, replay.stdout + replay.stderr
+    uuid = server.execute("SELECT @@server_uuid")[0][0]
+    assert [g for g in sql_gtids(sql) if ":nightly:" in g] == [
+        f"{uuid}:nightly:{n}" for n in (1, 2, 3)]
+
+    server.execute("FLUSH BINARY LOGS")
+    start = gtid_executed(server)  # a set with a tag in it
+    at = server.current_binlog()
+    tagged(server, "nightly", *inserts(10, 1))
+    fresh = Daemon(server, tmp_path / "from-gtid", "--start-gtid", start).start()
+    try:
+        wait_for(lambda: caught_up(server, tmp_path / "from-gtid"), what="catch-up")
+    finally:
+        assert fresh.stop() == 0, fresh.output()
+    assert sorted(n for n in os.listdir(tmp_path / "from-gtid") if n.startswith("binlog.")) \
+        == [at]

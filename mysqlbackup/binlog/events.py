@@ -242,6 +242,56 @@ def parse_mysql_gtid(event, checksum):
 GTID_FORMAT_TAGGED = 1
 
 
+def parse_mysql_gtid_tagged(event, checksum):
+    """(``uuid:tag``, gno) of a MySQL 8.3+ GTID_TAGGED event.
+
+    Its body is a message of MySQL's serialization format: a version, the message's
+    size and its last non-ignorable field id, then fields, each its id and its value
+    (``_varlen`` unsigned, signed ones zigzag-coded): 0 flags, 1 the uuid (16 values, a
+    byte each), 2 gno (signed), 3 the tag (a length, then its text), then the commit
+    clock, timestamps and sizes, which are not needed here."""
+    body = event_body(event, checksum)
+    off, values = 0, {}
+    try:
+        for _ in range(3):  # version, size, last non-ignorable field id
+            off += _varlen(body, off)[1]
+        while off < len(body) and 3 not in values:
+            field, size = _varlen(body, off)
+            off += size
+            if field == 1:
+                raw = []
+                for _ in range(16):
+                    value, size = _varlen(body, off)
+                    raw.append(value)
+                    off += size
+                values[1] = str(uuid.UUID(bytes=bytes(raw)))
+            elif field == 3:
+                length, size = _varlen(body, off)
+                values[3] = bytes(body[off + size:off + size + length]).decode("ascii")
+                off += size + length
+            else:
+                value, size = _varlen(body, off)
+                values[field] = (value >> 1) ^ -(value & 1) if field == 2 else value
+                off += size
+    except (IndexError, ValueError, UnicodeDecodeError) as e:
+        raise CorruptBinlog(f"GTID_TAGGED event does not decode: {e}") from None
+    if 1 not in values or 2 not in values:
+        raise CorruptBinlog("GTID_TAGGED event without its uuid or gno")
+    tag = values.get(3)
+    return (f"{values[1]}:{tag}" if tag else values[1]), values[2]
+
+
+def varlen_bytes(value):
+    """The MySQL serialization variable-length form of an unsigned ``value``."""
+    extra = 0
+    while extra < 8 and value >= 1 << (7 * (extra + 1)):
+        extra += 1
+    if extra == 8:
+        return b"\xff" + value.to_bytes(8, "little")
+    raw = (value << (extra + 1)) | ((1 << extra) - 1)
+    return raw.to_bytes(extra + 1, "little")
+
+
 def parse_previous_gtids(event, checksum):
     """{uuid or 'uuid:tag': [(start, end_exclusive), ...]} of a PREVIOUS_GTIDS event.
 
@@ -298,6 +348,8 @@ def _varlen(buf, off):
     first, extra = buf[off], 0
     while extra < 8 and first >> extra & 1:
         extra += 1
+    if extra == 8:  # 0xff, then the value in 8 bytes
+        return int.from_bytes(bytes(buf[off + 1:off + 9]), "little"), 9
     raw = int.from_bytes(bytes(buf[off:off + extra + 1]), "little")
     return raw >> (extra + 1), extra + 1
 

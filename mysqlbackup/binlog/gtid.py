@@ -2,19 +2,22 @@
 
 * MariaDB: a position per replication domain, ``domain-server_id-seq_no``
   (``0-1-42,1-7-3``): the last transaction of each domain.
-* MySQL: ``uuid:interval[:interval...]`` per source (``3E11FA47-...:1-5:7``).
+* MySQL: ``uuid:interval[:interval...]`` per source (``3E11FA47-...:1-5:7``), tagged
+  GTIDs of MySQL 8.4+ after their tag (``3E11FA47-...:1-5:nightly:1-2``).
 
 Both classes offer ``add``, ``contains``, ``copy``, ``is_empty`` and ``str()``.
 """
 
-from mysqlbackup.errors import UsageError
+import re
 
+from mysqlbackup.errors import UsageError
 
 
 def _number(text):
     """True for a GTID's number: ASCII digits only ('²'.isdigit() is true too), at most
     20 of them (a 64-bit sequence number)."""
     return text.isascii() and text.isdigit() and len(text) <= 20
+
 
 class MariaGtidPos:
     """MariaDB GTID position: domain -> (server_id, seq_no) of its last transaction."""
@@ -62,6 +65,9 @@ class MariaGtidPos:
         return ",".join(f"{d}-{s}-{n}" for d, (s, n) in sorted(self.domains.items()))
 
 
+_TAG = re.compile(r"^[A-Za-z_][A-Za-z0-9_]{0,31}$")  # a MySQL GTID tag
+
+
 class MysqlGtidSet:
     """MySQL GTID set: uuid -> sorted disjoint list of [start, end) intervals."""
 
@@ -72,19 +78,27 @@ class MysqlGtidSet:
 
     @classmethod
     def parse(cls, text):
-        """Parse ``uuid:1-5:7,uuid2:1-3`` (whitespace and newlines allowed)."""
+        """Parse ``uuid:1-5:7,uuid2:1-3`` (whitespace and newlines allowed), tagged
+        GTIDs of MySQL 8.4+ included: ``uuid:1-3:nightly:1-2`` (after a tag, the
+        intervals are that tag's; a tag is kept as the key ``uuid:tag``)."""
         result = cls()
         for item in filter(None, (p.strip() for p in text.replace("\n", "").split(","))):
-            sid, *ranges = item.split(":")
-            while ranges and not ranges[0][:1].isdigit():  # MySQL 8.4 tag: uuid:tag:1-5
-                sid = f"{sid}:{ranges.pop(0)}"
-            if len(sid.split(":")[0]) != 36 or not ranges:
-                raise UsageError(f"bad MySQL GTID set item {item!r}: expected UUID:N[-M]")
-            for r in ranges:
-                lo, _, hi = r.partition("-")
+            uuid, *parts = item.split(":")
+            if len(uuid) != 36 or not parts:
+                raise UsageError(f"bad MySQL GTID set item {item!r}: expected "
+                                 "UUID[:TAG]:N[-M]")
+            sid, ranges = uuid, 0
+            for part in parts:
+                if _TAG.match(part):
+                    sid, ranges = f"{uuid}:{part.lower()}", 0
+                    continue
+                lo, _, hi = part.partition("-")
                 if not _number(lo) or (hi and not _number(hi)):
-                    raise UsageError(f"bad GTID interval {r!r} in {item!r}")
+                    raise UsageError(f"bad GTID interval {part!r} in {item!r}")
                 result.add_interval(sid, int(lo), int(hi or lo) + 1)
+                ranges += 1
+            if not ranges:
+                raise UsageError(f"bad MySQL GTID set item {item!r}: {sid} has no interval")
         return result
 
     def add(self, sid, gno):
@@ -117,10 +131,19 @@ class MysqlGtidSet:
         return isinstance(other, MysqlGtidSet) and self.sids == other.sids
 
     def __str__(self):
+        """MySQL's text: per uuid its untagged intervals, then each tag with its own
+        (``uuid:1-3:nightly:1-2``), uuids and tags in order."""
+        by_uuid = {}
+        for sid, ivs in self.sids.items():
+            uuid, _, tag = sid.partition(":")
+            by_uuid.setdefault(uuid, []).append((tag, ivs))
         items = []
-        for sid, ivs in sorted(self.sids.items()):
-            ranges = [f"{lo}" if hi == lo + 1 else f"{lo}-{hi - 1}" for lo, hi in ivs]
-            items.append(":".join([sid] + ranges))
+        for uuid, tagged in sorted(by_uuid.items()):
+            parts = [uuid]
+            for tag, ivs in sorted(tagged):
+                parts += ([tag] if tag else []) + [
+                    f"{lo}" if hi == lo + 1 else f"{lo}-{hi - 1}" for lo, hi in ivs]
+            items.append(":".join(parts))
         return ",".join(items)
 
 

@@ -131,8 +131,11 @@ class TrxTracker:
         if etype == ev.GTID:
             sid, gno = ev.parse_mysql_gtid(event, self.checksum)
             self.pending_gtid = ("mysql", sid, gno)
+        elif etype == ev.GTID_TAGGED:  # MySQL 8.4+: uuid:tag:gno
+            sid, gno = ev.parse_mysql_gtid_tagged(event, self.checksum)
+            self.pending_gtid = ("mysql", sid, gno)
         else:
-            self.pending_gtid = None  # anonymous, or tagged (not tracked in the set)
+            self.pending_gtid = None  # anonymous
         self.state = IN_STATEMENT
 
     def _on_query(self, event, etype):

@@ -9,6 +9,8 @@ is on for the connection] + one event; 0xFF is an error, 0xFE an end of stream.
 import struct
 import uuid
 
+from mysqlbackup.binlog import events as ev
+
 from mysqlbackup.errors import ProtocolError
 
 COM_REGISTER_SLAVE = 0x15
@@ -95,10 +97,20 @@ def binlog_dump_payload(server_id, file, pos, flags=BINLOG_SEND_ANNOTATE_ROWS_EV
 
 
 def encode_mysql_gtid_set(gtids):
-    """The binary form of a MysqlGtidSet used by COM_BINLOG_DUMP_GTID."""
-    out = [struct.pack("<Q", len(gtids.sids))]
-    for sid, intervals in sorted(gtids.sids.items()):
-        out.append(uuid.UUID(sid).bytes + struct.pack("<Q", len(intervals)))
+    """The binary form of a MysqlGtidSet used by COM_BINLOG_DUMP_GTID: the classic one,
+    or, when a GTID of the set is tagged (MySQL 8.4+), the tagged one (the format byte,
+    the count in 6 bytes, the format byte again; per entry the uuid, its tag as a
+    serialization length and text, then the intervals), as PREVIOUS_GTIDS holds it."""
+    entries = sorted(gtids.sids.items())
+    tagged = any(":" in sid for sid, _ in entries)
+    out = [bytes([ev.GTID_FORMAT_TAGGED]) + len(entries).to_bytes(6, "little")
+           + bytes([ev.GTID_FORMAT_TAGGED]) if tagged else struct.pack("<Q", len(entries))]
+    for sid, intervals in entries:
+        uuid_text, _, tag = sid.partition(":")
+        out.append(uuid.UUID(uuid_text).bytes)
+        if tagged:
+            out.append(ev.varlen_bytes(len(tag)) + tag.encode("ascii"))
+        out.append(struct.pack("<Q", len(intervals)))
         out.extend(struct.pack("<qq", lo, hi) for lo, hi in intervals)
     return b"".join(out)
 

@@ -24,7 +24,7 @@ COMPRESSED = {165: "MARIA_QUERY_COMPRESSED", 166: "compressed rows", 167: "compr
 # Events replay can apply; anything else inside a transaction is refused by name.
 APPLIABLE = ev.PLAIN_ROWS_EVENTS | {ev.QUERY, ev.XID, ev.TABLE_MAP, ev.INTVAR,
              ev.MARIA_ANNOTATE_ROWS, ev.ROWS_QUERY, ev.GTID, ev.ANONYMOUS_GTID,
-             ev.MARIA_GTID}
+             ev.GTID_TAGGED, ev.MARIA_GTID}
 HEADER_EVENTS = {ev.FORMAT_DESCRIPTION, ev.ROTATE, ev.STOP, ev.PREVIOUS_GTIDS,
                  ev.MARIA_GTID_LIST, ev.MARIA_BINLOG_CHECKPOINT}
 

@@ -23,8 +23,8 @@ from mysqlbackup.errors import CorruptBinlog
 LOG_EVENT_SUPPRESS_USE_F = 0x0008  # header flag: run without USE (CREATE/DROP DATABASE)
 BINLOG_CAP = 4 << 20  # raw bytes a BINLOG statement gathers before it ends at a statement
 ROW_EVENTS = ev.PLAIN_ROWS_EVENTS | {ev.TABLE_MAP}
-SKIPPED = {ev.MARIA_ANNOTATE_ROWS, ev.ROWS_QUERY, ev.GTID, ev.ANONYMOUS_GTID, ev.MARIA_GTID,
-           ev.XID}
+SKIPPED = {ev.MARIA_ANNOTATE_ROWS, ev.ROWS_QUERY, ev.GTID, ev.ANONYMOUS_GTID, ev.GTID_TAGGED,
+           ev.MARIA_GTID, ev.XID}
 
 
 def binlog_statement(events):
