@@ -213,3 +213,51 @@ def test_tagged_gtids_end_to_end(make_mysql, tmp_path):
         assert fresh.stop() == 0, fresh.output()
     assert sorted(n for n in os.listdir(tmp_path / "from-gtid") if n.startswith("binlog.")) \
         == [at]
+
+
+def checksum(server, table="d.t"):
+    return server.execute(f"CHECKSUM TABLE {table}")[0][1]
+
+
+def test_replay_into_a_mysql_target_keeps_the_gtids_and_applies_once(make_mysql, tmp_path):
+    """replay --target into an empty MySQL server: the rows equal the source's, each
+    transaction under its original GTID (tagged ones included), so the target's
+    gtid_executed is the source's; run again it applies nothing; stopped before a
+    GTID, the target holds exactly what came before it."""
+    source = make_mysql()
+    source.execute("CREATE DATABASE d", "CREATE TABLE d.t (id INT PRIMARY KEY "
+                   "AUTO_INCREMENT, v INT, s VARCHAR(20))")
+    url = f"file://{tmp_path / 'archive'}"
+    daemon = Daemon(source, tmp_path / "dir", "--start-file", source.binlog_files()[0],
+                    "--archive", url, "--archive-interval", "0.2").start()
+    try:
+        wait_for(lambda: source.status("Rpl_semi_sync_source_clients") == "1", 30,
+                 what="the daemon as a semi-sync replica")
+        source.execute(*inserts(0, 10), "UPDATE d.t SET s = 'x' WHERE v % 3 = 0")
+        tagged(source, "nightly", *inserts(10, 3))
+        at_stop = checksum(source)
+        source.execute("DELETE FROM d.t WHERE v < 4")
+        stop = last_of(source)  # the DELETE's GTID: a restore stops before it
+        source.execute("CREATE TABLE d.u (a INT PRIMARY KEY)", "INSERT INTO d.u VALUES (1)",
+                       *inserts(20, 5))
+        wait_for(lambda: archived_last(url) == last_of(source), what="the archive")
+    finally:
+        assert daemon.stop() == 0, daemon.output()
+    target = make_mysql(server_id=9, semi_sync=False)
+    spec = f"mysql://root@127.0.0.1:{target.port}"
+    done = run_cli("replay", "--archive", url, "--target", spec, password="", timeout=300)
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert (checksum(target), checksum(target, "d.u")) == (checksum(source),
+                                                          checksum(source, "d.u"))
+    assert gtid_executed(target) == gtid_executed(source)
+    again = run_cli("replay", "--archive", url, "--target", spec, password="", timeout=300)
+    assert again.returncode == 0 and gtid_executed(target) == gtid_executed(source), again.stderr
+    before = make_mysql(server_id=10, semi_sync=False)
+    cut = run_cli("replay", "--archive", url, "--target",
+                  f"mysql://root@127.0.0.1:{before.port}", "--stop-before-gtid", stop,
+                  password="", timeout=300)
+    assert cut.returncode == 0, cut.stdout + cut.stderr
+    assert checksum(before) == at_stop
+    sid, gno = stop.rsplit(":", 1)
+    held = MysqlGtidSet.parse(gtid_executed(before))
+    assert not held.contains(sid, int(gno)) and held.contains(sid, int(gno) - 1)

@@ -16,11 +16,11 @@ source's clock, as the base's ``end_time``).
 
 from dataclasses import dataclass, replace
 from datetime import datetime, timezone
-from typing import Optional, Tuple
+from typing import Optional
 
 from mysqlbackup.archive.history import switch_problem
 from mysqlbackup.archive.names import epoch_source
-from mysqlbackup.binlog.gtid import MariaGtidPos, guess_flavor, parse_gtid_set
+from mysqlbackup.binlog.gtid import MariaGtidPos, guess_flavor, holds, one_text, parse_gtid_set
 from mysqlbackup.binlog.names import next_binlog_name
 from mysqlbackup.binlog.position import Position
 from mysqlbackup.errors import MysqlBackupError, ResyncRequired, UsageError
@@ -39,14 +39,14 @@ class Stop:
     it) or a Position (stop before a transaction ending past it); none: the end."""
 
     datetime: Optional[float] = None
-    before_gtid: Optional[Tuple[int, int, int]] = None
+    before_gtid: Optional[tuple] = None  # gtid.parse_one: (d, s, n) or (uuid[:tag], gno)
     position: Optional[Position] = None
 
     def describe(self):
         if self.datetime is not None:
             return f"before {iso(self.datetime)}"
         if self.before_gtid is not None:
-            return "before GTID " + "-".join(map(str, self.before_gtid))
+            return "before GTID " + one_text(self.before_gtid)
         if self.position is not None:
             return f"at {self.position}"
         return "at the end of the archive"
@@ -251,9 +251,8 @@ def _stop_span(run, stop):
     ends before it (len(spans) - 1 for no stop or a datetime past the run)."""
     last = len(run.spans) - 1
     if stop.before_gtid is not None:
-        d, s, n = stop.before_gtid
         return next((i for i, sp in enumerate(run.spans)
-                     if sp.gtid_after and _maria(sp.gtid_after).contains(d, s, n)), None)
+                     if holds(sp.gtid_after, stop.before_gtid)), None)
     if stop.position is not None:
         return position_span(run.spans, stop.position.file)
     if stop.datetime is not None:
@@ -275,18 +274,12 @@ def position_span(spans, name):
     return at[0] if at else None
 
 
-def _maria(text):
-    value = _parse(text)
-    return value if isinstance(value, MariaGtidPos) else MariaGtidPos()
-
-
 def _before_stop(manifest, run, first, stop_at, stop):
     """Why the base holds transactions at or after the stop point (None: it does not)."""
     gtid = manifest.get("gtid")
     if stop.before_gtid is not None:
-        d, s, n = stop.before_gtid
-        if gtid and _maria(gtid).contains(d, s, n):
-            return f"it already holds GTID {d}-{s}-{n}"
+        if gtid and holds(gtid, stop.before_gtid):
+            return f"it already holds GTID {one_text(stop.before_gtid)}"
     elif stop.position is not None:
         at = manifest.get("binlog_file")
         if at and stop.position < Position(at, manifest.get("binlog_pos") or 0):

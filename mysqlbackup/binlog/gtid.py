@@ -157,6 +157,40 @@ def guess_flavor(text):
     return "mysql" if ":" in text else "mariadb"
 
 
+def parse_one(text):
+    """One transaction's GTID as a tuple: MariaDB ``D-S-N`` -> (domain, server_id, seq);
+    MySQL ``UUID:N`` or ``UUID:TAG:N`` -> (``uuid`` or ``uuid:tag``, gno), lowercase, as
+    a transaction's ``gtid_key`` is. UsageError when it is neither."""
+    text = (text or "").strip()
+    if ":" in text:
+        head, _, gno = text.rpartition(":")
+        one = MysqlGtidSet.parse(text)
+        if len(one.sids) != 1 or not _number(gno):
+            raise UsageError(f"bad GTID {text!r}: expected UUID[:TAG]:N")
+        return head.lower(), int(gno)
+    pos = MariaGtidPos.parse(text)
+    if len(pos.domains) != 1:
+        raise UsageError(f"bad GTID {text!r}: expected one DOMAIN-SERVER-SEQ or UUID[:TAG]:N")
+    (domain, (server_id, seq)), = pos.domains.items()
+    return domain, server_id, seq
+
+
+def one_text(gtid):
+    """The text of a tuple ``parse_one`` gives: ``D-S-N`` or ``UUID[:TAG]:N``."""
+    return f"{gtid[0]}:{gtid[1]}" if len(gtid) == 2 else "-".join(map(str, gtid))
+
+
+def holds(state, gtid):
+    """True when the GTID state text ``state`` (either flavor) holds transaction ``gtid``
+    (a ``parse_one`` tuple); False for a state of the other flavor or none."""
+    if not state:
+        return False
+    value = parse_gtid_set(state, guess_flavor(state))
+    if (len(gtid) == 2) != isinstance(value, MysqlGtidSet):
+        return False
+    return value.contains(*gtid)
+
+
 def gtid_text(gtid):
     """'0-1-5' / 'uuid:5' of a tracker's (flavor, ...) GTID tuple, or None."""
     if gtid is None:

@@ -2,7 +2,7 @@
 
 from datetime import datetime, timezone
 
-from mysqlbackup.binlog.gtid import MariaGtidPos
+from mysqlbackup.binlog.gtid import guess_flavor, parse_gtid_set, parse_one
 from mysqlbackup.binlog.position import parse_position
 from mysqlbackup.errors import UsageError
 from replay.decoding.rewrite import parse_rewrites
@@ -22,15 +22,16 @@ def parse_datetime(text):
 
 
 def parse_one_gtid(text, option):
-    pos = MariaGtidPos.parse(text)
-    if len(pos.domains) != 1:
-        raise UsageError(f"{option} takes one GTID (DOMAIN-SERVER-SEQ), got {text!r}")
-    (domain, (server_id, seq)), = pos.domains.items()
-    return domain, server_id, seq
+    """One GTID of either flavor (``gtid.parse_one``), the option named when it is bad."""
+    try:
+        return parse_one(text)
+    except UsageError:
+        raise UsageError(f"{option} takes one GTID (MariaDB DOMAIN-SERVER-SEQ or MySQL "
+                         f"UUID[:TAG]:N), got {text!r}") from None
 
 
 def parse_gtid_list(text, option):
-    """A set of single GTIDs: '0-1-5,0-1-9' (each one transaction)."""
+    """A set of single GTIDs: '0-1-5,0-1-9' or 'UUID:5,UUID:9' (each one transaction)."""
     out = set()
     for item in filter(None, (p.strip() for p in (text or "").split(","))):
         out.add(parse_one_gtid(item, option))
@@ -63,7 +64,8 @@ def build_selection(start_gtid=None, start_position=None, stop_datetime=None,
         if t.count(".") != 1:
             raise UsageError(f"bad --table {t!r}: expected DB.TABLE")
     return Selection(
-        start_gtids=MariaGtidPos.parse(start_gtid) if start_gtid else None,
+        start_gtids=(parse_gtid_set(start_gtid, guess_flavor(start_gtid)) if start_gtid
+                     else None),
         start_position=position(start_position, "--start-position"),
         stop_datetime=parse_datetime(stop_datetime) if stop_datetime else None,
         stop_before_gtid=(parse_one_gtid(stop_before_gtid, "--stop-before-gtid")

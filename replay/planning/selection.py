@@ -9,7 +9,8 @@ from dataclasses import dataclass, field, replace
 from datetime import datetime, timezone
 
 from mysqlbackup.binlog import events as ev
-from mysqlbackup.binlog.gtid import MariaGtidPos
+from mysqlbackup.archive.window import contains
+from mysqlbackup.binlog.gtid import one_text
 from mysqlbackup.binlog.position import Position
 from replay.decoding.assemble import table_of
 
@@ -23,10 +24,10 @@ BOOKKEEPING_SCHEMA = "mysqlbackup_replay"
 class Selection:
     """Start, stop, exclusions and filters of a replay."""
 
-    start_gtids: MariaGtidPos = None
+    start_gtids: object = None         # MariaGtidPos or MysqlGtidSet
     start_position: Position = None    # transactions starting before it skip
     stop_datetime: float = None        # epoch seconds (UTC): stop before the first at/after
-    stop_before_gtid: tuple = None     # (domain, server_id, seq)
+    stop_before_gtid: tuple = None     # (domain, server_id, seq) or (uuid[:tag], gno)
     stop_position: Position = None     # stop before a transaction ending past it
     exclude: set = field(default_factory=set)   # {(domain, server_id, seq)}
     databases: set = field(default_factory=set)
@@ -39,10 +40,9 @@ class Selection:
         if self.start_gtids is None:
             return False
         after = index.get("gtid_after")
-        if not after or "-" not in after:
+        if not after:
             return False
-        return all(self.start_gtids.contains(d, s, n)
-                   for d, (s, n) in MariaGtidPos.parse(after).domains.items())
+        return contains(str(self.start_gtids), after)
 
     def wholly_after(self, index):
         """True when the file ``index`` describes commits its first transaction at or
@@ -74,7 +74,7 @@ class Selection:
         if self.stop_datetime is not None and trx.commit_ts >= self.stop_datetime:
             return "stop datetime reached"
         if self.stop_before_gtid is not None and parts == self.stop_before_gtid:
-            return f"stop before GTID {'-'.join(map(str, parts))}"
+            return f"stop before GTID {one_text(parts)}"
         if self.stop_position and not Position(trx.file, trx.end - 1) < self.stop_position:
             return "stop position reached"
         return None

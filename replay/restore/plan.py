@@ -12,7 +12,7 @@ from dataclasses import dataclass, replace
 
 from mysqlbackup.archive.names import BASE_MEMBERS, base_key, format_key
 from mysqlbackup.archive.window import Stop, choose_base, epoch, iso
-from mysqlbackup.binlog.gtid import MariaGtidPos
+from mysqlbackup.binlog.gtid import one_text, parse_gtid_set
 from mysqlbackup.binlog.position import Position
 from mysqlbackup.errors import CorruptBinlog
 
@@ -55,11 +55,11 @@ class RestorePlan:
         return self.manifest["stored_size"] + self.binlog_bytes
 
     def replay_selection(self, selection):
-        """``selection`` starting where the base is: its GTID position (MariaDB), else
-        its binlog file:position."""
+        """``selection`` starting where the base is: its GTID position, else its binlog
+        file:position."""
         m = self.manifest
-        if m.get("gtid_flavor") == "mariadb" and m.get("gtid") is not None:
-            return replace(selection, start_gtids=MariaGtidPos.parse(m["gtid"]),
+        if m.get("gtid_flavor") in ("mariadb", "mysql") and m.get("gtid") is not None:
+            return replace(selection, start_gtids=parse_gtid_set(m["gtid"], m["gtid_flavor"]),
                            start_position=None)
         return replace(selection, start_gtids=None,
                        start_position=Position(m["binlog_file"], m["binlog_pos"]))
@@ -122,7 +122,7 @@ def _gtid_end(plan):
     if stop.datetime is not None:
         return f"through the last committed before {iso(stop.datetime)}"
     if stop.before_gtid is not None:
-        return "up to GTID " + "-".join(map(str, stop.before_gtid)) + " (not included)"
+        return "up to GTID " + one_text(stop.before_gtid) + " (not included)"
     return f"through the last transaction ending at or before {stop.position}"
 
 
@@ -135,5 +135,5 @@ def _target_at(plan):
     if stop.datetime is not None:
         return f"just before {iso(stop.datetime)} (the stop datetime)"
     if stop.before_gtid is not None:
-        return "just before GTID " + "-".join(map(str, stop.before_gtid))
+        return "just before GTID " + one_text(stop.before_gtid)
     return f"{stop.position} (the stop position)"

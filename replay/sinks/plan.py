@@ -7,7 +7,16 @@ and recorded after, both unlogged (``replay.sinks.target`` explains why).
 """
 
 from replay.sinks.session import BinlogPacket
-from replay.sinks.statements import gtid_session, transaction_steps
+from replay.sinks.statements import (MYSQL_GTID_AUTOMATIC, gtid_session, mysql_gtid,
+                                     transaction_steps)
+
+
+def add_gtid(gtids, trx):
+    """Add ``trx``'s GTID to ``gtids`` (a MariaGtidPos or a MysqlGtidSet) when it has one
+    of that flavor."""
+    key = trx.gtid_key
+    if key and (len(key) == 2) == (getattr(gtids, "flavor", "mariadb") == "mysql"):
+        gtids.add(*key)
 
 
 class Plan:
@@ -41,9 +50,14 @@ def plan_transaction(trx, fde, checksum, cap, checkpoint, source, quote, keep_gt
         current = []
     if current:
         packets.append(";\n".join(current))
+    # MySQL: a GTID set in gtid_next is spent by its commit and must be set again
+    automatic = f";\n{MYSQL_GTID_AUTOMATIC}" if session and mysql_gtid(trx) else ""
     if steps[-1][0] == "commit":
-        return Plan(trx, packets, f"{checkpoint};\nCOMMIT")
-    return _ddl_plan(trx, packets, checkpoint, quote(source), quote)
+        return Plan(trx, packets, f"{checkpoint};\nCOMMIT{automatic}")
+    plan = _ddl_plan(trx, packets, checkpoint, quote(source), quote)
+    if automatic:
+        plan.commit = f"{MYSQL_GTID_AUTOMATIC};\n{plan.commit}"
+    return plan
 
 
 def _ddl_plan(trx, packets, checkpoint, source, quote):
@@ -64,8 +78,7 @@ def checkpoint_sql(quote, source, trx, gtids, slot):
     """The checkpoint row of worker ``slot`` once ``trx`` is applied: its end, and the
     GTIDs applied (``gtids`` plus its own)."""
     gtids = gtids.copy()
-    if trx.maria_gtid:
-        gtids.add(*trx.maria_gtid)
+    add_gtid(gtids, trx)
     return ("INSERT INTO mysqlbackup_replay.checkpoint (source, worker, file, pos, gtid) "
             f"VALUES ({quote(source)}, {slot}, {quote(trx.file)}, "
             f"{trx.end}, {quote(str(gtids))}) ON DUPLICATE KEY UPDATE "

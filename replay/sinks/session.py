@@ -67,6 +67,9 @@ class TargetSession:
     def __init__(self, conn):
         self.conn, self.fde = conn, None
         self.fragment_stmt = None  # id of the prepared FRAGMENT_SET
+        # MySQL: a format description applied with BINLOG leaves gtid_next to be set
+        # (ANONYMOUS, refused under GTID_MODE=ON): the statement that sets it back
+        self.after_fde = None
 
     def run(self, *statements):
         """Run ``statements`` in order; the rows of the last one."""
@@ -91,7 +94,7 @@ class TargetSession:
     def use_fde(self, fde_event):
         """Send the file's format description once per connection (and per change)."""
         if fde_event != self.fde:
-            self.run(binlog_statement([fde_event]))
+            self.run(binlog_statement([fde_event]), *filter(None, [self.after_fde]))
             self.fde = fde_event
 
     def send(self, packet, fragments):

@@ -102,12 +102,25 @@ def row_events(trx):
     return [e for e in trx.events if e[4] in ROW_EVENTS]
 
 
+MYSQL_GTID_AUTOMATIC = "SET SESSION gtid_next='AUTOMATIC'"
+
+
 def gtid_session(trx):
-    """SET statement that makes the target log the transaction under its original GTID."""
-    if not trx.maria_gtid:
-        return None
-    domain, server_id, seq = trx.maria_gtid
-    return f"SET SESSION gtid_domain_id={domain}, server_id={server_id}, gtid_seq_no={seq}"
+    """SET statement that makes the target log the transaction under its original GTID:
+    MariaDB's domain, server_id and seq_no; MySQL's gtid_next (``mysql_gtid``: the
+    session must set it again after the commit, ``MYSQL_GTID_AUTOMATIC``)."""
+    if trx.maria_gtid:
+        domain, server_id, seq = trx.maria_gtid
+        return f"SET SESSION gtid_domain_id={domain}, server_id={server_id}, gtid_seq_no={seq}"
+    if mysql_gtid(trx):
+        return f"SET SESSION gtid_next='{trx.gtid}'"
+    return None
+
+
+def mysql_gtid(trx):
+    """True when ``trx`` has a MySQL GTID (UUID:N or UUID:TAG:N)."""
+    key = trx.gtid_key
+    return bool(key) and len(key) == 2
 
 
 def transaction_steps(trx, fde, checksum, cap=BINLOG_CAP):

@@ -20,16 +20,16 @@ import logging
 
 import pymysql
 
-from mysqlbackup.binlog.gtid import MariaGtidPos
+from mysqlbackup.binlog.gtid import MariaGtidPos, MysqlGtidSet, guess_flavor, parse_gtid_set
 from mysqlbackup.binlog.position import Position
 from mysqlbackup.binlog.query_vars import RESET_SESSION
 from mysqlbackup.errors import MysqlBackupError
 from replay.decoding.groups import batches
 from replay.sinks.base import Sink
 from replay.sinks.parallel import run_batch
-from replay.sinks.plan import checkpoint_sql, plan_transaction
+from replay.sinks.plan import add_gtid, checkpoint_sql, plan_transaction
 from replay.sinks.session import LOCK_WAIT_TIMEOUT, connect
-from replay.sinks.statements import (BINLOG_CAP, binlog_chunks, errors_if_already_applied,
+from replay.sinks.statements import (BINLOG_CAP, MYSQL_GTID_AUTOMATIC, binlog_chunks, errors_if_already_applied,
                                      mergeable, row_events)
 
 log = logging.getLogger(__name__)
@@ -73,18 +73,24 @@ class TargetApplier(Sink):
         self.sessions += [connect(self.spec) for _ in range(1, self.workers)]
         for session in self.sessions:
             session.run(f"SET SESSION innodb_lock_wait_timeout={LOCK_WAIT_TIMEOUT}")
+            session.after_fde = None if self.mariadb else MYSQL_GTID_AUTOMATIC
         return self
 
     def _load_state(self):
         """Applied GTIDs and position: the target's binlog and the newest checkpoint row
         (commits are in order, so the newest row's position covers all before it)."""
         run = self.sessions[0].run
-        rows = run("SELECT @@log_bin, @@gtid_binlog_pos, @@max_allowed_packet, VERSION()")
+        rows = run("SELECT @@log_bin, @@max_allowed_packet, VERSION()")
         self.binlog = bool(int(rows[0][0]))
-        self.mariadb = "mariadb" in rows[0][3].lower()
-        self.cap = min(self.cap, int(rows[0][2]) // 4)  # base64 takes 4/3; room to spare
-        if self.binlog and rows[0][1] and self.keep_gtids:
-            self.applied = MariaGtidPos.parse(rows[0][1])
+        self.mariadb = "mariadb" in rows[0][2].lower()
+        self.cap = min(self.cap, int(rows[0][1]) // 4)  # base64 takes 4/3; room to spare
+        if self.mariadb:
+            state = run("SELECT @@gtid_binlog_pos")[0][0] if self.binlog else ""
+        else:  # MySQL keeps gtid_executed with or without a binlog (gtid_mode=ON)
+            state = run("SELECT @@gtid_executed")[0][0].replace("\n", "")
+            self.applied = MysqlGtidSet()
+        if state and self.keep_gtids:
+            self.applied = parse_gtid_set(state, "mariadb" if self.mariadb else "mysql")
         pending = run("SELECT file, start FROM mysqlbackup_replay.pending_ddl WHERE source = "
                       f"{self._quote(self.source)}")
         self.pending_ddl = Position(pending[0][0], int(pending[0][1])) if pending else None
@@ -92,13 +98,14 @@ class TargetApplier(Sink):
                                    f"WHERE source = {self._quote(self.source)}"):
             if self.position is None or self.position <= Position(file, int(pos)):
                 self.position = Position(file, int(pos))
-            for d, (s, n) in MariaGtidPos.parse(gtid or "").domains.items():
-                self.applied.add(d, s, n)
+            if gtid:
+                _union(self.applied, parse_gtid_set(gtid, guess_flavor(gtid)))
 
     def is_applied(self, trx):
         """True when the target already has this transaction."""
-        if trx.maria_gtid:
-            return self.applied.contains(*trx.maria_gtid)
+        key = trx.gtid_key
+        if key and (len(key) == 2) == (self.applied.flavor == "mysql"):
+            return self.applied.contains(*key)
         return self.position is not None and trx.end_position <= self.position
 
     def apply_many(self, transactions, fde_event, checksum, fde):
@@ -108,7 +115,7 @@ class TargetApplier(Sink):
         share one commit (up to ``merge`` of them), the checkpoint row inside it;
         a target with a binlog gets every transaction under its own GTID, commit
         groups side by side on the workers (``apply_group``)."""
-        if self.merge > 1 and not self.binlog:
+        if self.merge > 1 and not self.binlog and self.mariadb:  # MySQL: gtid_executed
             for unit in self._merge_units(transactions, checksum, fde):
                 if len(unit) > 1:
                     self._apply_merged(unit, fde_event, fde, checksum)
@@ -146,8 +153,7 @@ class TargetApplier(Sink):
         rolled back and applied one by one (which names the transaction at fault)."""
         gtids = self.applied.copy()
         for trx in unit[:-1]:
-            if trx.maria_gtid:
-                gtids.add(*trx.maria_gtid)
+            add_gtid(gtids, trx)
         chunks = binlog_chunks([e for t in unit for e in row_events(t)], fde, self.cap)
         session = self.sessions[0]
         try:
@@ -183,8 +189,7 @@ class TargetApplier(Sink):
         gtids, plans = self.applied.copy(), []
         for i, trx in enumerate(batch):
             plans.append(self._plan(trx, fde, checksum, gtids, i % n))  # slot i % n: worker
-            if trx.maria_gtid:
-                gtids.add(*trx.maria_gtid)
+            add_gtid(gtids, trx)
         turn = run_batch(self.sessions[:n], plans, fde_event, self.mariadb)
         for plan in plans[:turn.next]:
             self._mark(plan.trx)
@@ -248,8 +253,7 @@ class TargetApplier(Sink):
                                 self._quote, self.keep_gtids)
 
     def _mark(self, trx):
-        if trx.maria_gtid:
-            self.applied.add(*trx.maria_gtid)
+        add_gtid(self.applied, trx)
         self.position = trx.end_position
 
     def _quote(self, value):
@@ -260,6 +264,17 @@ class TargetApplier(Sink):
         for session in self.sessions:
             session.close()
         self.sessions = []
+
+
+def _union(gtids, more):
+    """Add every transaction of ``more`` (a set of the same flavor) to ``gtids``."""
+    if isinstance(more, MysqlGtidSet) and isinstance(gtids, MysqlGtidSet):
+        for sid, intervals in more.sids.items():
+            for lo, hi in intervals:
+                gtids.add_interval(sid, lo, hi)
+    elif isinstance(more, MariaGtidPos) and isinstance(gtids, MariaGtidPos):
+        for d, (s, n) in more.domains.items():
+            gtids.add(d, s, n)
 
 
 def _server_refused(error):
