@@ -200,8 +200,10 @@ def test_switch_back_premises(back):
 
 
 def test_switch_back_restore_before_the_first_switch(back, make_server):
-    target = make_server(server_id=91, semi_sync=False)
-    stopped(restore(back["url"], target, "--stop-before-gtid", back["stop_on_a"]),
+    """(--apply native: the statements path is proved across a switch by the restores
+    between the switches and to the end, and by test_failover_history)"""
+    target = make_server(server_id=91, log_bin=False, semi_sync=False)
+    stopped(native(back["url"], target, "--stop-before-gtid", back["stop_on_a"]),
             f"stop before GTID {back['stop_on_a']}")
     assert checksums(target) == back["at_1"]
 
@@ -214,8 +216,8 @@ def test_switch_back_restore_between_the_switches(back, make_server):
 
 
 def test_switch_back_restore_after_the_second_switch(back, make_server):
-    target = make_server(server_id=93, semi_sync=False)
-    stopped(restore(back["url"], target, "--stop-before-gtid", back["stop_on_a_again"]),
+    target = make_server(server_id=93, log_bin=False, semi_sync=False)
+    stopped(native(back["url"], target, "--stop-before-gtid", back["stop_on_a_again"]),
             f"stop before GTID {back['stop_on_a_again']}")
     assert checksums(target) == back["at_3"]
 
@@ -321,20 +323,10 @@ def test_other_basename_restore_before_a_gtid_of_b(renamed, make_server):
     assert checksums(target) == renamed["at_b_stop"]
 
 
-def test_other_basename_restore_to_the_end(renamed, make_server):
-    """From B's base (the newest), and from A's base across the switch."""
-    target = make_server(server_id=96, semi_sync=False)
-    stopped(restore(renamed["url"], target), "end of the archive")
-    assert checksums(target) == renamed["final"]
-    across = make_server(server_id=97, semi_sync=False)
-    out = restore(renamed["url"], across, "--base", renamed["base_a"])
-    stopped(out, "end of the archive")
-    assert checksums(across) == renamed["final"]
-
-
 # -- 3. --apply native (the target's applier fed by serve) across the switch ----------------
 
 def test_native_apply_to_the_end_across_the_switch(renamed, make_server):
+    """From A's base (--base), across the switch to B's files."""
     target = make_server(server_id=98, log_bin=False, semi_sync=False)
     out = native(renamed["url"], target, "--base", renamed["base_a"])
     stopped(out, "end of the archive")
