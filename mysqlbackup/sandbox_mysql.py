@@ -8,12 +8,17 @@ mode on, the semi-sync plugins loaded and the source side on, users as installed
 (``caching_sha2_password``, the default), ``skip_name_resolve``. The same interface as
 ``sandbox.MariaDBSandbox`` (start, stop, execute, status, binlog_files, binlog_path,
 replicate_from, url), so tests and helpers take either.
+
+MySQL's client tools (mysqldump, mysql, mysqlbinlog) exist only inside the tree:
+``client_wrappers`` writes host-side commands of their names that run them there, for
+a PATH that the tool under test searches.
 """
 
 import os
 import shutil
 import signal
 import subprocess
+import sys
 import time
 import uuid
 
@@ -199,3 +204,80 @@ class MySQLSandbox:
     def binlog_path(self, name):
         """Path of one of the server's binlog files."""
         return os.path.join(self.datadir, name)
+
+
+CLIENT_TOOLS = ("mysqldump", "mysql", "mysqlbinlog")
+_WRAPPER = """#!{python}
+# {name} of the MySQL tree {tree}, run there through chroot (mysqlbackup.sandbox_mysql.
+# client_wrappers). An options file named on the command line (--defaults-file=PATH,
+# --defaults-extra-file=PATH) is copied into a private (0700) folder inside the tree for
+# the tool to read, and removed when the tool ends, however it ends (even killed).
+import os
+import shutil
+import sys
+import tempfile
+
+TREE, BINARY, CHROOT = {tree!r}, {binary!r}, {chroot!r}
+OPTIONS = ("--defaults-extra-file=", "--defaults-file=")
+
+
+def main():
+    args, scratch = [], None
+    for arg in sys.argv[1:]:
+        prefix = next((p for p in OPTIONS if arg.startswith(p)), None)
+        if prefix:
+            if scratch is None:
+                inside = os.path.join(TREE, "tmp")
+                os.makedirs(inside, exist_ok=True)
+                scratch = tempfile.mkdtemp(prefix="mysqlbackup-wrapper-", dir=inside)
+            copy = os.path.join(scratch, f"{{len(args)}}.cnf")
+            with open(arg[len(prefix):], "rb") as src:
+                data = src.read()
+            fd = os.open(copy, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+            with os.fdopen(fd, "wb") as dst:
+                dst.write(data)
+            arg = prefix + copy[len(TREE):]
+        args.append(arg)
+    argv = [CHROOT, TREE, BINARY, *args]
+    if scratch is not None:
+        # the tool is this process (exec: its pid, its signals, its exit code); a child
+        # waits for the end of a pipe only the tool holds, then removes the copy
+        read_end, write_end = os.pipe()
+        if os.fork() == 0:
+            os.close(write_end)
+            null = os.open(os.devnull, os.O_RDWR)
+            for fd in (0, 1, 2):  # not the caller's pipes: they end with the tool
+                os.dup2(null, fd)
+            os.setsid()
+            try:
+                while os.read(read_end, 1):
+                    pass
+            finally:
+                shutil.rmtree(scratch, ignore_errors=True)
+                os._exit(0)
+        os.close(read_end)
+        os.set_inheritable(write_end, True)
+    os.execv(CHROOT, argv)
+
+
+main()
+"""
+
+
+def client_wrappers(directory, tree=None, names=CLIENT_TOOLS):
+    """Write executable host-side commands ``names`` (mysqldump, mysql, mysqlbinlog) into
+    ``directory`` that run the tree's own tool of that name through chroot (which needs
+    root; its path found now: the PATH they run with may lack it), arguments, stdin,
+    stdout, stderr, pid and exit code passed through; return ``directory``, to put first
+    on PATH. An options file named on the command line is made visible inside the tree
+    (a private copy, removed afterwards); other paths in the arguments are the tree's."""
+    tree = tree or mysql_tree()
+    chroot = shutil.which("chroot") or shutil.which("chroot", path="/usr/sbin:/usr/bin")
+    os.makedirs(directory, exist_ok=True)
+    for name in names:
+        path = os.path.join(directory, name)
+        with open(path, "w", encoding="utf-8") as f:
+            f.write(_WRAPPER.format(python=sys.executable, name=name, tree=tree,
+                                    binary=f"/usr/bin/{name}", chroot=chroot))
+        os.chmod(path, 0o755)
+    return str(directory)

@@ -8,11 +8,12 @@ snapshot's binlog position near the top and its GTID position at the end::
     ...
     -- SET GLOBAL gtid_slave_pos='0-1-3';
 
-MySQL (``mysqldump --source-data=2 --set-gtid-purged=ON``) writes both near the top::
+MySQL (``mysqldump --source-data=2 --set-gtid-purged=ON``) writes both near the top
+(9.7: the GTID set first), read together under its FLUSH TABLES WITH READ LOCK::
 
-    -- CHANGE REPLICATION SOURCE TO SOURCE_LOG_FILE='binlog.000002', SOURCE_LOG_POS=157;
     SET @@GLOBAL.GTID_PURGED=/*!80000 '+'*/ 'uuid:1-5,
     uuid2:1-3';
+    -- CHANGE REPLICATION SOURCE TO SOURCE_LOG_FILE='binlog.000002', SOURCE_LOG_POS=157;
 
 A data row never starts a line with these texts (the dump escapes newlines inside
 values), but a routine's body is printed as written and could: the first binlog
@@ -52,17 +53,24 @@ class Snapshot:
     gtid: str            # GTID position (MariaDB) or executed set (MySQL); '' when empty
 
 
-def dump_argv(tool, options_path, spec, flavor, users=True):
+def dump_argv(tool, options_path, spec, flavor, users=True, skip_tables=()):
     """The dump client's arguments (the password is in ``options_path``); ``users``
-    False: MariaDB's accounts are not dumped by the tool (``base.users`` writes them)."""
+    False: MariaDB's accounts are not dumped by the tool (``base.users`` writes them).
+
+    MySQL's mysqldump has no ``--ignore-database`` (nor ``--gtid``, ``--master-data``,
+    ``--system``): it leaves out sys, performance_schema and information_schema by
+    itself, and the tables of the mysql schema (``skip_tables``: their names, read
+    from the source) one ``--ignore-table`` each; a database created while the dump
+    starts is in it or in the binlogs after it, never in neither."""
     argv = [tool, f"--defaults-extra-file={options_path}", f"--host={spec.host}",
             f"--port={spec.port}", "--protocol=tcp", "--single-transaction", "--quick",
             "--routines", "--events", "--triggers", "--hex-blob",
             "--default-character-set=utf8mb4", "--all-databases"]
-    argv += [f"--ignore-database={name}" for name in SYSTEM_SCHEMAS[:2]]
     if flavor == "mariadb":
+        argv += [f"--ignore-database={name}" for name in SYSTEM_SCHEMAS[:2]]
         return argv + ["--master-data=2", "--gtid", "--insert-ignore"] + (
             ["--system=users"] if users else [])
+    argv += [f"--ignore-table={SYSTEM_SCHEMAS[0]}.{name}" for name in skip_tables]
     return argv + ["--source-data=2", "--set-gtid-purged=ON", "--no-tablespaces"]
 
 

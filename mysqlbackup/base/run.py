@@ -8,15 +8,15 @@ import time
 from mysqlbackup import __version__
 from mysqlbackup.archive.manifest import (METHODS, build_manifest,
                                           format_manifest)
-from mysqlbackup.archive.names import (BASE_MEMBERS, base_key,
+from mysqlbackup.archive.names import (BASE_MEMBERS, base_key, base_prefix,
                                        check_source_name, format_base_id,
                                        format_key)
 from mysqlbackup.base import dump, physical, server, users
-from mysqlbackup.base.client import ToolProcess, find_tool, options_file
+from mysqlbackup.base.client import ToolProcess, find_client, find_tool, options_file
 from mysqlbackup.base.userscan import UsersScan
 from mysqlbackup.base.upload import (BASE_CODEC, Progress, check_stored, remove_quietly,
                                      upload_stream)
-from mysqlbackup.binlog.gtid import MariaGtidPos
+from mysqlbackup.binlog.gtid import parse_gtid_set
 from mysqlbackup.errors import UsageError
 
 log = logging.getLogger(__name__)
@@ -41,9 +41,10 @@ class _Run:
 
 @contextlib.contextmanager
 def _start_dump(spec, facts):
-    tool = find_tool(dump.CLIENTS[facts.flavor])
+    tool, version = find_client(dump.CLIENTS[facts.flavor], facts.flavor)
     parser = dump.SnapshotParser(facts.flavor)
     accounts = _accounts(spec) if facts.flavor == "mariadb" else None
+    skip = _system_tables(spec) if facts.flavor == "mysql" else ()
     ours = bool(accounts and accounts.ignored)  # the tool would fail on them: we write them
     scan = UsersScan()  # what the dump's accounts will need of the user who loads them
 
@@ -51,10 +52,11 @@ def _start_dump(spec, facts):
         parser.feed(chunk)
         scan.feed(chunk)
 
-    with options_file(spec) as options:
-        argv = dump.dump_argv(tool, options, spec, facts.flavor, users=not ours)
+    with options_file(spec, flavor=facts.flavor) as options:
+        argv = dump.dump_argv(tool, options, spec, facts.flavor, users=not ours,
+                              skip_tables=skip)
         process = ToolProcess(argv)
-        details = {"tool": tool, "arguments": argv[2:]}
+        details = {"tool": tool, "tool_version": version, "arguments": argv[2:]}
         if ours:
             details.update(skipped_accounts=accounts.ignored)
         run = _Run(process, parser, observe, details, users.section(accounts) if ours else b"")
@@ -63,6 +65,15 @@ def _start_dump(spec, facts):
             yield run
         finally:
             process.kill()
+
+
+def _system_tables(spec):
+    """The tables of MySQL's mysql schema, which its mysqldump is told to leave out."""
+    conn = server.connect(spec)
+    try:
+        return server.schema_tables(conn, dump.SYSTEM_SCHEMAS[0])
+    finally:
+        conn.close()
 
 
 def _accounts(spec):
@@ -122,29 +133,42 @@ def take_base(spec, store, source_name=None, method="dump", report=None, codec=B
     if store.exists(index):
         raise UsageError(f"base {base_id} of {source} already exists in {store.url}")
     began = time.monotonic()
-    with STARTERS[method](spec, facts) as run:
-        finished = {}
+    with _nothing_left(store, base_prefix(source, base_id)):
+        with STARTERS[method](spec, facts) as run:
+            finished = {}
 
-        def before_commit():
-            run.process.finish()
-            where = f"{run.process.name} of {source}"
-            finished["snapshot"] = run.parser.snapshot(where)
-            finished["end"] = _after(spec, facts, finished["snapshot"], where)
+            def before_commit():
+                run.process.finish()
+                where = f"{run.process.name} of {source}"
+                finished["snapshot"] = run.parser.snapshot(where)
+                finished["end"] = _after(spec, facts, finished["snapshot"], where)
 
-        uploaded = upload_stream(run.read, store, member, run.observe,
-                                 before_commit, Progress(report), codec)
-        if run.users is not None:  # restore --users apply reads these, not the base
-            run.users.finish()
-            run.details.update(accounts=run.users.accounts, needs=run.users.needs())
-    check_stored(store, member, uploaded)
-    manifest = _manifest(facts, source, base_id, method, start, finished, uploaded,
-                         dict(run.details, elapsed=round(time.monotonic() - began, 3)), codec)
-    try:
-        store.put_bytes(index, format_manifest(manifest))
-    except BaseException:
-        remove_quietly(store, member)  # no manifest: the object must not linger either
-        raise
+            uploaded = upload_stream(run.read, store, member, run.observe,
+                                     before_commit, Progress(report), codec)
+            if run.users is not None:  # restore --users apply reads these, not the base
+                run.users.finish()
+                run.details.update(accounts=run.users.accounts, needs=run.users.needs())
+        check_stored(store, member, uploaded)
+        manifest = _manifest(facts, source, base_id, method, start, finished, uploaded,
+                             dict(run.details, elapsed=round(time.monotonic() - began, 3)),
+                             codec)
+        try:
+            store.put_bytes(index, format_manifest(manifest))
+        except BaseException:
+            remove_quietly(store, member)  # no manifest: the object must not linger either
+            raise
     return manifest
+
+
+@contextlib.contextmanager
+def _nothing_left(store, folder):
+    """On an error, the base's ``folder`` goes too (file://: ``open_write`` made it;
+    the object in it was never published, or was removed again)."""
+    try:
+        yield
+    except BaseException:
+        store.remove_empty_folder(folder)
+        raise
 
 
 def _prepare(spec, method):
@@ -159,26 +183,44 @@ def _prepare(spec, method):
 
 
 def _after(spec, facts, snapshot, where):
-    """The source's clock once the tool has finished; on MariaDB, the snapshot's GTID
-    must be what the server says its binlog position stands for (BINLOG_GTID_POS),
-    else DumpError: a misread position would start a restore at the wrong place."""
+    """The source's clock once the tool has finished; the snapshot's GTID must be what
+    the server says its binlog position stands for (MariaDB: BINLOG_GTID_POS; MySQL:
+    its binlog read up to there, ``server.mysql_gtid_at``), else DumpError: a misread
+    position would start a restore at the wrong place."""
     conn = server.connect(spec)
     try:
         if facts.flavor == "mariadb":
             check_gtid(snapshot, server.binlog_gtid_pos(conn, snapshot.position), where)
+        elif facts.flavor == "mysql":
+            expected, why_not = server.mysql_gtid_at(conn, snapshot.position)
+            if why_not:
+                log.warning("base: the GTID set at %s is not checked against the binlog: "
+                            "%s", snapshot.position, why_not)
+            check_gtid(snapshot, expected, where, "mysql")
         return server.source_now(conn)
     finally:
         conn.close()
 
 
-def check_gtid(snapshot, expected, where):
+def check_gtid(snapshot, expected, where, flavor="mariadb"):
     """DumpError unless ``snapshot``'s GTID is ``expected`` (None: the server cannot
     tell, its binlog file is gone already: nothing to compare)."""
     if expected is None:
         return
-    if MariaGtidPos.parse(snapshot.gtid) != MariaGtidPos.parse(expected):
-        raise dump.DumpError(f"{where}: GTID {snapshot.gtid!r} at {snapshot.position}, but "
-                             f"the source says BINLOG_GTID_POS there is {expected!r}")
+    if parse_gtid_set(snapshot.gtid, flavor) != parse_gtid_set(expected, flavor):
+        says = ("BINLOG_GTID_POS there is" if flavor == "mariadb"
+                else "its binlog there follows the GTID set")
+        raise dump.DumpError(f"{where}: GTID {gtid_text(snapshot, flavor)!r} at "
+                             f"{snapshot.position}, but the source says {says} "
+                             f"{expected!r}")
+
+
+def gtid_text(snapshot, flavor):
+    """The snapshot's GTID as the manifest holds it: MySQL's set on one line (mysqldump
+    writes one uuid a line), as MySQL prints it; MariaDB's as the dump says it."""
+    if flavor != "mysql":
+        return snapshot.gtid
+    return str(parse_gtid_set(snapshot.gtid, flavor))
 
 
 def _manifest(facts, source, base_id, method, start, finished, uploaded, details, codec):
@@ -186,7 +228,7 @@ def _manifest(facts, source, base_id, method, start, finished, uploaded, details
     return build_manifest(
         id=base_id, source=source, method=method, member=BASE_MEMBERS[method],
         compression="zstd", start_time=server.utc_text(start),
-        end_time=server.utc_text(finished["end"]), gtid=snapshot.gtid,
+        end_time=server.utc_text(finished["end"]), gtid=gtid_text(snapshot, facts.flavor),
         gtid_flavor=facts.flavor, binlog_file=snapshot.position.file,
         binlog_pos=snapshot.position.offset, server_uuid=facts.server_uuid,
         server_id=facts.server_id, server_version=facts.version,

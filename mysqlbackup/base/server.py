@@ -7,7 +7,9 @@ from datetime import datetime, timezone
 
 import pymysql
 
+from mysqlbackup.base.dump import DumpError
 from mysqlbackup.binlog import events as ev
+from mysqlbackup.binlog.gtid import MysqlGtidSet
 from mysqlbackup.errors import SourceError
 from mysqlbackup.source.client import ServerInfo
 from mysqlbackup.source.connect import connect as tls_connect
@@ -15,14 +17,19 @@ from mysqlbackup.source.connect import denied, tls_failure
 
 CONNECT_TIMEOUT = 10
 _GLOBAL_GRANT = re.compile(r"^GRANT (?P<privs>.+?) ON \*\.\* TO ", re.S)
-_UNKNOWN_VARIABLE, _ACCESS_DENIED = 1193, 1045
+_UNKNOWN_VARIABLE, _ACCESS_DENIED, _SPECIFIC_ACCESS_DENIED = 1193, 1045, 1227
+_GTID_NEXT = re.compile(r"GTID_NEXT\s*=\s*'(?P<gtid>[^']+)'")
+BINLOG_PAGE = 10000   # rows of SHOW BINLOG EVENTS per statement
 # what each method needs, as alternatives: any one name of a tuple will do
 BINLOG_MONITOR = ("BINLOG MONITOR", "REPLICATION CLIENT", "SUPER")
 NEEDED = {
     ("dump", "mariadb"): (("SELECT",), ("SHOW VIEW",), ("TRIGGER",), ("EVENT",),
                           BINLOG_MONITOR),
+    # mysqldump 9.7 --single-transaction --source-data --set-gtid-purged=ON
+    # --no-tablespaces (measured): FLUSH TABLES WITH READ LOCK (RELOAD or FLUSH_TABLES),
+    # SHOW BINARY LOG STATUS (REPLICATION CLIENT); no PROCESS, no LOCK TABLES
     ("dump", "mysql"): (("SELECT",), ("SHOW VIEW",), ("TRIGGER",), ("EVENT",),
-                        ("RELOAD",), ("REPLICATION CLIENT", "SUPER")),
+                        ("RELOAD", "FLUSH_TABLES"), ("REPLICATION CLIENT", "SUPER")),
     ("physical", "mariadb"): (("RELOAD",), ("PROCESS",), ("LOCK TABLES",), BINLOG_MONITOR),
     ("physical", "mysql"): (("RELOAD",), ("PROCESS",), ("LOCK TABLES",), BINLOG_MONITOR),
 }
@@ -96,6 +103,68 @@ def binlog_gtid_pos(conn, position):
     no longer has that binlog file)."""
     return query(conn, "SELECT BINLOG_GTID_POS(%s, %s)",
                  (position.file, position.offset))[0][0]
+
+
+def schema_tables(conn, schema):
+    """The names of the tables of ``schema``."""
+    return [row[0] for row in query(
+        conn, "SELECT table_name FROM information_schema.tables WHERE table_schema = %s "
+        "ORDER BY 1", (schema,))]
+
+
+def mysql_gtid_at(conn, position):
+    """(the GTID set a MySQL source had executed at ``position``, None) from its binlog
+    (SHOW BINLOG EVENTS): the file's Previous_gtids and every GTID before the
+    position: what MySQL has in place of MariaDB's BINLOG_GTID_POS. (None, why) when
+    it cannot tell: the file is gone, or the user may not read the binlog
+    (REPLICATION SLAVE). DumpError when ``position`` starts no event of the file.
+
+    Reads the file up to the position, a page of BINLOG_PAGE events at a time (the
+    events of a compressed transaction are listed after it, at the position that ends
+    it: the next page starts there)."""
+    if position.file not in [row[0] for row in query(conn, "SHOW BINARY LOGS")]:
+        return None, f"the source no longer has {position.file}"
+    executed, at, end = MysqlGtidSet(), 4, None
+    while True:
+        try:
+            with conn.cursor() as cur:
+                cur.execute("SHOW BINLOG EVENTS IN %s FROM %s LIMIT %s",
+                            (position.file, at, BINLOG_PAGE))
+                rows = cur.fetchall()
+        except pymysql.err.MySQLError as e:
+            if (e.args[0] if e.args else 0) == _SPECIFIC_ACCESS_DENIED:
+                return None, ("the user may not read it (SHOW BINLOG EVENTS needs "
+                              "REPLICATION SLAVE)")
+            raise SourceError(f"the source refused 'SHOW BINLOG EVENTS IN "
+                              f"{position.file!r}': {e.args[-1]}") from None
+        for _, pos, kind, _, end_pos, info in rows:
+            if pos >= position.offset:
+                end = pos
+                break
+            if kind == "Previous_gtids":
+                _merge(executed, MysqlGtidSet.parse(info or ""))
+            elif kind.startswith("Gtid"):  # Gtid, Gtid_tagged_log_event
+                m = _GTID_NEXT.search(info or "")
+                if m:
+                    _merge(executed, MysqlGtidSet.parse(m["gtid"]))
+            end = end_pos
+        else:
+            following = max((row[4] for row in rows), default=at)
+            if len(rows) == BINLOG_PAGE and following > at:
+                at = following
+                continue
+        break
+    if end != position.offset:
+        raise DumpError(f"{position} starts no event of the source's binlog (an event "
+                        f"{'starts' if end > position.offset else 'ends'} at "
+                        f"{position.file}:{end})")
+    return str(executed), None
+
+
+def _merge(into, other):
+    for sid, intervals in other.sids.items():
+        for lo, hi in intervals:
+            into.add_interval(sid, lo, hi)
 
 
 def utc_text(epoch):
