@@ -20,9 +20,13 @@ def cli_env(password=REPL_PASSWORD):
     return env
 
 
-def run_cli(*args, password=REPL_PASSWORD, timeout=60):
-    """Run ``mysqlbackup ARGS`` to completion; return the CompletedProcess."""
-    return subprocess.run([sys.executable, "-m", "mysqlbackup", *args], env=cli_env(password),
+def run_cli(*args, password=REPL_PASSWORD, timeout=60, path=None):
+    """Run ``mysqlbackup ARGS`` to completion; return the CompletedProcess. ``path``:
+    its PATH (e.g. the MySQL client wrappers first)."""
+    env = cli_env(password)
+    if path is not None:
+        env["PATH"] = path
+    return subprocess.run([sys.executable, "-m", "mysqlbackup", *args], env=env,
                           capture_output=True, text=True, timeout=timeout)
 
 

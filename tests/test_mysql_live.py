@@ -261,3 +261,43 @@ def test_replay_into_a_mysql_target_keeps_the_gtids_and_applies_once(make_mysql,
     sid, gno = stop.rsplit(":", 1)
     held = MysqlGtidSet.parse(gtid_executed(before))
     assert not held.contains(sid, int(gno)) and held.contains(sid, int(gno) - 1)
+
+
+def test_restore_into_an_empty_mysql_server(make_mysql, tmp_path):
+    """base (MySQL's mysqldump) + binlogs, restored into an empty MySQL server: to just
+    before a bad DELETE and to the end, each equal to the source then (CHECKSUM TABLE),
+    the target's gtid_executed the source's at that moment."""
+    from mysqlbackup.sandbox_mysql import client_wrappers
+    path = str(client_wrappers(tmp_path / "bin")) + os.pathsep + os.environ["PATH"]
+    source = make_mysql()
+    source.execute("CREATE DATABASE d", "CREATE TABLE d.t (id INT PRIMARY KEY "
+                   "AUTO_INCREMENT, v INT, s VARCHAR(20))", *inserts(0, 20))
+    url = f"file://{tmp_path / 'archive'}"
+    daemon = Daemon(source, tmp_path / "dir", "--start-file", source.binlog_files()[0],
+                    "--archive", url, "--archive-interval", "0.2", "--source-name",
+                    "my1").start()
+    try:
+        wait_for(lambda: source.status("Rpl_semi_sync_source_clients") == "1", 30,
+                 what="the daemon as a semi-sync replica")
+        base = run_cli("base", "--source", f"mysql://root@127.0.0.1:{source.port}",
+                       "--archive", url, "--source-name", "my1", password="",
+                       timeout=120, path=path)
+        assert base.returncode == 0, base.stdout + base.stderr
+        source.execute(*inserts(20, 10), "FLUSH BINARY LOGS", "UPDATE d.t SET s = 'y'")
+        tagged(source, "nightly", *inserts(30, 2))
+        before, gtids_before = checksum(source), gtid_executed(source)
+        source.execute("DELETE FROM d.t WHERE v > 10")
+        bad = last_of(source)
+        source.execute(*inserts(40, 3))
+        wait_for(lambda: archived_last(url) == last_of(source), what="the archive")
+    finally:
+        assert daemon.stop() == 0, daemon.output()
+    for stop, rows, gtids in ((("--stop-before-gtid", bad), before, gtids_before),
+                              ((), checksum(source), gtid_executed(source))):
+        target = make_mysql(server_id=20 + len(stop), semi_sync=False)
+        done = run_cli("restore", "--archive", url, "--source-name", "my1", "--target",
+                       f"mysql://root@127.0.0.1:{target.port}", *stop, password="",
+                       timeout=300, path=path)
+        assert done.returncode == 0, done.stdout + done.stderr
+        assert checksum(target) == rows, done.stdout
+        assert gtid_executed(target) == gtids, done.stdout

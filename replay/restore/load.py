@@ -20,7 +20,7 @@ import tempfile
 import time
 
 from mysqlbackup.archive.codec import Digest, decode
-from mysqlbackup.base.client import find_tool, options_file
+from mysqlbackup.base.client import ToolError, find_client, find_tool, options_file
 from mysqlbackup.errors import CorruptBinlog, MysqlBackupError
 from mysqlbackup.base.userscan import IMPORT_ROLE, UsersScan
 
@@ -31,6 +31,18 @@ CLIENTS = ("mariadb", "mysql")
 
 class LoadError(MysqlBackupError):
     """The target's client refused the base's dump, or could not be started."""
+
+
+def load_client(manifest):
+    """The client that loads the base: the base's own product's (MySQL's ``mysql`` for a
+    MySQL base: MariaDB's may lack MySQL's authentication plugins), else whichever of
+    ``mariadb`` and ``mysql`` is on PATH."""
+    if manifest.get("gtid_flavor") == "mysql":
+        try:
+            return find_client(("mysql",), "mysql")[0]
+        except ToolError:
+            pass  # the other product's client, as before: it loads plain SQL too
+    return find_tool(CLIENTS)
 
 
 def client_args(client, spec, option_file, logged=False):
@@ -53,7 +65,7 @@ def load_dump(store, key, manifest, spec, progress=None, transform=None, keyring
     Raises CorruptBinlog naming the object when it is not its manifest's, LoadError
     when the client fails (its last error line, where the load stopped and what to do).
     ``keyring`` opens an encrypted base."""
-    client = find_tool(CLIENTS)
+    client = load_client(manifest)
     watch = UsersScan()  # what the client was sent: numbered lines, databases, users
     with options_file(spec) as option_file, tempfile.TemporaryFile() as errors:
         proc = subprocess.Popen(client_args(client, spec, option_file, logged),
