@@ -119,8 +119,11 @@ def test_a_failover_to_a_promoted_replica_on_mysql(make_mysql, tmp_path):
     (log_replica_updates, MySQL's default; the same binlog names), the daemon on A with
     --follow-by-gtid; A killed, B promoted (STOP REPLICA; RESET REPLICA ALL), the daemon
     started again on B: epoch 2 in the archive, verify exits 0, archive ls shows one
-    window and the failover, and replay --sql holds every transaction of B's
-    gtid_executed exactly once (B's copies of A's transactions skipped)."""
+    window and the failover, replay --sql holds every transaction of B's gtid_executed
+    exactly once (B's copies of A's transactions skipped), and restores from A's base
+    across the switch (to just before a DELETE on B, and to the end) equal B then."""
+    from mysqlbackup.sandbox_mysql import client_wrappers
+    path = str(client_wrappers(tmp_path / "bin")) + os.pathsep + os.environ["PATH"]
     a = make_mysql(server_id=1)
     b = make_mysql(server_id=2, semi_sync=False)
     b.replicate_from(a)
@@ -132,8 +135,11 @@ def test_a_failover_to_a_promoted_replica_on_mysql(make_mysql, tmp_path):
         wait_for(lambda: a.status("Rpl_semi_sync_source_clients") == "1", 30,
                  what="the daemon as A's semi-sync replica")
         a.execute("CREATE DATABASE d", "CREATE TABLE d.t (id INT PRIMARY KEY "
-                  "AUTO_INCREMENT, v INT)", *inserts(0, 20), "FLUSH BINARY LOGS",
-                  *inserts(20, 7))
+                  "AUTO_INCREMENT, v INT)", *inserts(0, 20))
+        base = run_cli("base", "--source", f"mysql://root@127.0.0.1:{a.port}", "--archive",
+                       url, "--source-name", "my1", password="", timeout=120, path=path)
+        assert base.returncode == 0, base.stdout + base.stderr
+        a.execute("FLUSH BINARY LOGS", *inserts(20, 7))
         tagged(a, "nightly", *inserts(27, 3))  # the checkpoint the daemon follows: tagged
         wait_for(lambda: gtid_executed(b) == gtid_executed(a), what="B to catch up")
         wait_for(lambda: durable_gtid(daemon, a), what="the daemon durable on A")
@@ -146,7 +152,10 @@ def test_a_failover_to_a_promoted_replica_on_mysql(make_mysql, tmp_path):
     try:
         wait_for(lambda: (daemon.status().get("state") or {}).get("epoch") == 2,
                  what="the daemon on B, epoch 2")
-        b.execute("FLUSH BINARY LOGS", *inserts(100, 13), "DELETE FROM d.t WHERE v < 5")
+        b.execute("FLUSH BINARY LOGS", *inserts(100, 13))
+        before_delete = checksum(b)
+        b.execute("DELETE FROM d.t WHERE v < 5")
+        delete = last_of(b)
         tagged(b, "nightly", *inserts(113, 2))
         wait_for(lambda: durable_gtid(daemon, b), what="the daemon durable on B")
         end = b.execute("SELECT COUNT(*) FROM d.t")[0][0]
@@ -167,6 +176,13 @@ def test_a_failover_to_a_promoted_replica_on_mysql(make_mysql, tmp_path):
     gtids = sql_gtids(sql)
     assert len(gtids) == len(set(gtids)), "a transaction replayed twice"
     assert len(gtids) == 2 + 30 + 15 + 1 and end == 40
+    for stop, rows in ((("--stop-before-gtid", delete), before_delete), ((), checksum(b))):
+        target = make_mysql(server_id=30 + len(stop), semi_sync=False)
+        done = run_cli("restore", "--archive", url, "--source-name", "my1", "--target",
+                       f"mysql://root@127.0.0.1:{target.port}", *stop, password="",
+                       timeout=300, path=path)
+        assert done.returncode == 0, done.stdout + done.stderr
+        assert checksum(target) == rows, done.stdout
 
 
 def test_tagged_gtids_end_to_end(make_mysql, tmp_path):
