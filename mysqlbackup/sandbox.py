@@ -33,7 +33,67 @@ def free_port():
         return s.getsockname()[1]
 
 
-class MariaDBSandbox:
+class SandboxServer:
+    """What every throwaway server shares (``basedir``, ``datadir``, ``socket``, ``port``
+    and ``proc`` set by its class): stop, context manager, root connections, SQL."""
+
+    def stop(self, remove=False):
+        """SIGTERM the server (by its pid) and wait; optionally delete its files."""
+        if self.proc is not None and self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGTERM)
+            try:
+                self.proc.wait(timeout=60)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait()
+        self.proc = None
+        if remove:
+            shutil.rmtree(self.basedir, ignore_errors=True)
+
+    def __enter__(self):
+        return self.start()
+
+    def __exit__(self, *exc):
+        self.stop(remove=True)
+
+    # -- SQL helpers -------------------------------------------------------------
+
+    @property
+    def url(self):
+        """Source URL for the replication user (password goes in the environment)."""
+        return f"mysql://{REPL_USER}@127.0.0.1:{self.port}"
+
+    def root(self, database=None, autocommit=True, charset="utf8mb4"):
+        """A new root connection over the unix socket."""
+        return pymysql.connect(unix_socket=self.socket, user="root", database=database,
+                               autocommit=autocommit, connect_timeout=5, charset=charset)
+
+    def execute(self, *statements):
+        """Run statements as root; return the rows of the last one."""
+        conn = self.root()
+        try:
+            with conn.cursor() as cur:
+                for sql in statements:
+                    cur.execute(sql)
+                return cur.fetchall()
+        finally:
+            conn.close()
+
+    def status(self, name):
+        """Value of one SHOW GLOBAL STATUS variable, as a string."""
+        rows = self.execute(f"SHOW GLOBAL STATUS LIKE '{name}'")
+        return rows[0][1] if rows else None
+
+    def binlog_files(self):
+        """Names of the binlog files the server has, oldest first."""
+        return [row[0] for row in self.execute("SHOW BINARY LOGS")]
+
+    def binlog_path(self, name):
+        """Path of one of the server's binlog files."""
+        return os.path.join(self.datadir, name)
+
+
+class MariaDBSandbox(SandboxServer):
     """One throwaway mariadbd; use as a context manager or call start()/stop()."""
 
     def __init__(self, basedir=None, server_id=1, log_bin=True, semi_sync=True,
@@ -126,64 +186,9 @@ class MariaDBSandbox:
             "CREATE USER IF NOT EXISTS 'root'@'127.0.0.1'",
             "GRANT ALL ON *.* TO 'root'@'127.0.0.1' WITH GRANT OPTION")
 
-    def stop(self, remove=False):
-        """SIGTERM the server (by its pid) and wait; optionally delete its files."""
-        if self.proc is not None and self.proc.poll() is None:
-            self.proc.send_signal(signal.SIGTERM)
-            try:
-                self.proc.wait(timeout=60)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait()
-        self.proc = None
-        if remove:
-            shutil.rmtree(self.basedir, ignore_errors=True)
-
-    def __enter__(self):
-        return self.start()
-
-    def __exit__(self, *exc):
-        self.stop(remove=True)
-
-    # -- SQL helpers -------------------------------------------------------------
-
-    @property
-    def url(self):
-        """Source URL for the replication user (password goes in the environment)."""
-        return f"mysql://{REPL_USER}@127.0.0.1:{self.port}"
-
-    def root(self, database=None, autocommit=True, charset="utf8mb4"):
-        """A new root connection over the unix socket."""
-        return pymysql.connect(unix_socket=self.socket, user="root", database=database,
-                               autocommit=autocommit, connect_timeout=5, charset=charset)
-
-    def execute(self, *statements):
-        """Run statements as root; return the rows of the last one."""
-        conn = self.root()
-        try:
-            with conn.cursor() as cur:
-                for sql in statements:
-                    cur.execute(sql)
-                return cur.fetchall()
-        finally:
-            conn.close()
-
-    def status(self, name):
-        """Value of one SHOW GLOBAL STATUS variable, as a string."""
-        rows = self.execute(f"SHOW GLOBAL STATUS LIKE '{name}'")
-        return rows[0][1] if rows else None
-
-    def binlog_files(self):
-        """Names of the binlog files the server has, oldest first."""
-        return [row[0] for row in self.execute("SHOW BINARY LOGS")]
-
     def replicate_from(self, primary):
         """Make this server a GTID replica of ``primary`` (the real MariaDB applier)."""
         self.execute(
             f"CHANGE MASTER TO MASTER_HOST='127.0.0.1', MASTER_PORT={primary.port}, "
             f"MASTER_USER='{REPL_USER}', MASTER_PASSWORD='{REPL_PASSWORD}', "
             f"MASTER_USE_GTID=slave_pos", "START SLAVE")
-
-    def binlog_path(self, name):
-        """Path of one of the server's binlog files."""
-        return os.path.join(self.datadir, name)

@@ -16,7 +16,6 @@ a PATH that the tool under test searches.
 
 import os
 import shutil
-import signal
 import subprocess
 import sys
 import time
@@ -24,7 +23,7 @@ import uuid
 
 import pymysql
 
-from mysqlbackup.sandbox import REPL_PASSWORD, REPL_USER, free_port
+from mysqlbackup.sandbox import REPL_PASSWORD, REPL_USER, SandboxServer, free_port
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 TREE_ENV = "MYSQLBACKUP_MYSQL_TREE"
@@ -46,7 +45,7 @@ def why_no_mysql(tree=None):
     return None
 
 
-class MySQLSandbox:
+class MySQLSandbox(SandboxServer):
     """One throwaway mysqld in the tree; use as a context manager or start()/stop()."""
 
     flavor = "mysql"
@@ -139,56 +138,7 @@ class MySQLSandbox:
             "CREATE USER IF NOT EXISTS 'root'@'127.0.0.1'",
             "GRANT ALL ON *.* TO 'root'@'127.0.0.1' WITH GRANT OPTION")
 
-    def stop(self, remove=False):
-        """SIGTERM the server and wait; optionally delete its files."""
-        if self.proc is not None and self.proc.poll() is None:
-            self.proc.send_signal(signal.SIGTERM)
-            try:
-                self.proc.wait(timeout=60)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait()
-        self.proc = None
-        if remove:
-            shutil.rmtree(self.basedir, ignore_errors=True)
-
-    def __enter__(self):
-        return self.start()
-
-    def __exit__(self, *exc):
-        self.stop(remove=True)
-
-    # -- SQL helpers -------------------------------------------------------------
-
-    @property
-    def url(self):
-        """Source URL for the replication user (password goes in the environment)."""
-        return f"mysql://{REPL_USER}@127.0.0.1:{self.port}"
-
-    def root(self, database=None, autocommit=True, charset="utf8mb4"):
-        """A new root connection over the unix socket."""
-        return pymysql.connect(unix_socket=self.socket, user="root", database=database,
-                               autocommit=autocommit, connect_timeout=5, charset=charset)
-
-    def execute(self, *statements):
-        """Run statements as root; return the rows of the last one."""
-        conn = self.root()
-        try:
-            with conn.cursor() as cur:
-                for sql in statements:
-                    cur.execute(sql)
-                return cur.fetchall()
-        finally:
-            conn.close()
-
-    def status(self, name):
-        """Value of one SHOW GLOBAL STATUS variable, as a string."""
-        rows = self.execute(f"SHOW GLOBAL STATUS LIKE '{name}'")
-        return rows[0][1] if rows else None
-
-    def binlog_files(self):
-        """Names of the binlog files the server has, oldest first."""
-        return [row[0] for row in self.execute("SHOW BINARY LOGS")]
+    # -- SQL helpers beyond SandboxServer's -------------------------------------
 
     def current_binlog(self):
         return self.execute("SHOW BINARY LOG STATUS")[0][0]
@@ -201,9 +151,6 @@ class MySQLSandbox:
             f"SOURCE_PASSWORD='{REPL_PASSWORD}', SOURCE_AUTO_POSITION=1, "
             "GET_SOURCE_PUBLIC_KEY=1", "START REPLICA")
 
-    def binlog_path(self, name):
-        """Path of one of the server's binlog files."""
-        return os.path.join(self.datadir, name)
 
 
 CLIENT_TOOLS = ("mysqldump", "mysql", "mysqlbinlog")
