@@ -111,10 +111,15 @@ def test_binlog_statements_are_cut_only_where_a_row_statement_ends(shared_binlog
     assert binlog_chunks(rows, fde, cap=1 << 20) == [rows]
 
 
-def test_compressed_transactions_are_refused_not_dropped(shared_binlog):
+def test_compressed_transactions_become_the_plain_events_they_hold(shared_binlog):
+    """A MySQL TRANSACTION_PAYLOAD (zstd) is decoded into its events, whole and
+    checksummed as the file's own (binlog/compressed.py; more in test_compressed.py)."""
     data = read(shared_binlog("rust_mysql_common/transaction_compression.000001"))
-    with pytest.raises(Exception, match="TRANSACTION_PAYLOAD event"):
-        assemble(data, "transaction_compression.000001")
+    transactions, incomplete, _ = assemble(data, "transaction_compression.000001")
+    assert transactions and incomplete is None
+    kinds = [[e[4] for e in trx.events] for trx in transactions]
+    assert all(ev.TRANSACTION_PAYLOAD not in k for k in kinds)
+    assert [ev.ANONYMOUS_GTID, ev.QUERY, ev.TABLE_MAP, 30, ev.XID] in kinds  # 30: WRITE_ROWS_V2
 
 
 def index(name, before, after, next_file=None):

@@ -13,6 +13,7 @@ replay all use the same rules, so they agree on where a transaction ends:
 * INTVAR / RAND / USER_VAR / load blocks belong to the statement that follows.
 """
 
+from mysqlbackup.binlog import compressed as cz
 from mysqlbackup.binlog import events as ev
 from mysqlbackup.binlog.gtid import MariaGtidPos, MysqlGtidSet
 
@@ -68,7 +69,7 @@ class TrxTracker:
             self._on_previous_gtids(event)
         elif etype in (ev.MARIA_GTID, ev.GTID, ev.ANONYMOUS_GTID, ev.GTID_TAGGED):
             self._on_gtid(event, etype)
-        elif etype in (ev.QUERY, ev.EXECUTE_LOAD_QUERY):
+        elif etype in (ev.QUERY, ev.EXECUTE_LOAD_QUERY, cz.MARIA_QUERY_COMPRESSED):
             self._on_query(event, etype)
         elif etype in _ENDERS or (etype == ev.TRANSACTION_PAYLOAD and self.state != OUTSIDE):
             self._end_group()
@@ -142,6 +143,9 @@ class TrxTracker:
         kind = "other"
         if etype == ev.QUERY:
             kind = classify_sql(ev.parse_query(event, self.checksum, self.fde, max_sql=64).sql)
+        elif etype == cz.MARIA_QUERY_COMPRESSED:  # MariaDB log_bin_compress: its text zipped
+            kind = classify_sql(cz.maria_statement_head(event, self.checksum, self.fde).decode(
+                "utf-8", "replace"))
         if kind == "begin":
             self.state = IN_TRX
         elif kind == "commit" or self.state != IN_TRX:

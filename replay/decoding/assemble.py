@@ -7,24 +7,33 @@ start/end position, commit time, the tables it touches, its raw events, its
 commit group (``replay.groups``) and how many rows events it holds. A
 group still open at the end of the bytes is incomplete: it is returned apart,
 never as a transaction.
+
+Compressed events (MySQL's TRANSACTION_PAYLOAD, MariaDB's compressed query and rows
+events: ``mysqlbackup.binlog.compressed``) come out as the plain events they stand for,
+so that every sink and the change table see plain events: a transaction's ``events``
+are plain, while its ``start``/``end`` and, detached, its ``event_lengths`` are those of
+the events in the file (``attach_events`` / ``StreamAttach`` decompress again as they
+cut them). A payload is decompressed a chunk at a time, one inner event held; its inner
+events must be what a transaction holds after its GTID event (``INNER``).
 """
 
 
+from mysqlbackup.binlog import compressed as cz
 from mysqlbackup.binlog import events as ev
 from mysqlbackup.binlog.gtid import gtid_text
-from mysqlbackup.binlog.scan import EventStream, check_magic, iter_events
+from mysqlbackup.binlog.scan import EventStream, check_magic, iter_events, read_fde
 from mysqlbackup.binlog.transactions import OUTSIDE, TrxTracker
 from mysqlbackup.errors import CorruptBinlog
 from replay.decoding.groups import commit_group
 from replay.decoding.transaction import Transaction
 
-COMPRESSED = {165: "MARIA_QUERY_COMPRESSED", 166: "compressed rows", 167: "compressed rows",
-              168: "compressed rows", 169: "compressed rows", 170: "compressed rows",
-              171: "compressed rows", ev.TRANSACTION_PAYLOAD: "TRANSACTION_PAYLOAD"}
 # Events replay can apply; anything else inside a transaction is refused by name.
 APPLIABLE = ev.PLAIN_ROWS_EVENTS | {ev.QUERY, ev.XID, ev.TABLE_MAP, ev.INTVAR,
              ev.MARIA_ANNOTATE_ROWS, ev.ROWS_QUERY, ev.GTID, ev.ANONYMOUS_GTID,
              ev.GTID_TAGGED, ev.MARIA_GTID}
+_COMPRESSED = cz.COMPRESSED
+# What a TRANSACTION_PAYLOAD may hold: a transaction's events after its GTID event.
+INNER = APPLIABLE - {ev.GTID, ev.ANONYMOUS_GTID, ev.GTID_TAGGED, ev.MARIA_GTID}
 HEADER_EVENTS = {ev.FORMAT_DESCRIPTION, ev.ROTATE, ev.STOP, ev.PREVIOUS_GTIDS,
                  ev.MARIA_GTID_LIST, ev.MARIA_BINLOG_CHECKPOINT}
 
@@ -71,10 +80,24 @@ class Assembler:
         if self.current is None and etype not in HEADER_EVENTS:
             self.current = {"file": self.name, "start": off, "events": [], "lengths": [],
                             "first": bytes(event), "rows": 0, "tables": set()}
-        tracker.feed(event)
+        if etype not in _COMPRESSED:
+            plain = None
+            tracker.feed(event)
+        elif etype == ev.TRANSACTION_PAYLOAD:  # its inner events, one at a time, below
+            plain = _inner_checked(cz.plain_events(event, off, tracker.checksum, tracker.fde,
+                                                   self.name), off, self.name)
+            tracker.feed(event)
+        else:  # MariaDB's: the tracker reads the statement it holds
+            plain = (cz.maria_plain(event, tracker.checksum, tracker.fde, self.name, off),)
+            tracker.feed(plain[0])
         _note(self.facts, event, etype, tracker, self.whole)
         if self.current is not None:
-            _collect(self.current, event, tracker, self.keep_events)
+            self.current["lengths"].append(len(event))
+            if plain is None:
+                _collect(self.current, event, tracker, self.keep_events)
+            else:
+                for piece in plain:
+                    _collect(self.current, piece, tracker, self.keep_events)
         if self.current is not None and tracker.state == OUTSIDE:
             self.transactions.append(_finish(self.current, off + len(event), event, tracker,
                                              self.keep_events))
@@ -154,15 +177,38 @@ def _is_torn(error):
 
 
 def _refuse(etype, off, name):
-    if etype in COMPRESSED:
-        raise CorruptBinlog(f"{COMPRESSED[etype]} event (compressed binlog): replay does not "
-                            f"decode it yet; replay this range with the server's own tools",
-                            name, off)
-    if etype not in APPLIABLE and etype not in HEADER_EVENTS and etype != ev.INCIDENT:
+    if etype not in APPLIABLE and etype not in _COMPRESSED and etype not in HEADER_EVENTS \
+            and etype != ev.INCIDENT:
         raise CorruptBinlog(f"{ev.event_name(etype)} event: replay cannot apply it", name, off)
     if etype == ev.INCIDENT:
         raise CorruptBinlog("INCIDENT event: the source lost events here; resync required",
                             name, off)
+
+
+def _inner_checked(events, off, name):
+    for event in events:
+        if event[4] not in INNER:
+            raise CorruptBinlog(f"TRANSACTION_PAYLOAD holds a {ev.event_name(event[4])} "
+                                "event: replay cannot apply it", name, off)
+        yield event
+
+
+def expand_events(events, start, fde, checksum, name):
+    """The plain events of the consecutive events ``events`` of file ``name`` (the first
+    at offset ``start``): each compressed one replaced by those it stands for."""
+    if not any(e[4] in cz.COMPRESSED for e in events):
+        return events
+    out, off = [], start
+    for event in events:
+        if event[4] == ev.TRANSACTION_PAYLOAD:
+            out.extend(_inner_checked(cz.plain_events(event, off, checksum, fde, name),
+                                      off, name))
+        elif event[4] in cz.MARIA_COMPRESSED:
+            out.append(cz.maria_plain(event, checksum, fde, name, off))
+        else:
+            out.append(event)
+        off += len(event)
+    return out
 
 
 def _note(facts, event, etype, tracker, whole):
@@ -183,7 +229,6 @@ def _collect(current, event, tracker, keep_events=True):
         q = ev.parse_query(event, tracker.checksum, tracker.fde, max_sql=16)
         if q.sql.strip().upper() not in ("BEGIN", "COMMIT"):
             current["db"] = q.db
-    current["lengths"].append(len(event))
     current["rows"] += etype in ev.ROWS_EVENTS
     if keep_events:
         current["events"].append(bytes(event))
@@ -204,25 +249,50 @@ def _finish(current, end, last_event, tracker, keep_events=True):
 
 
 def detach_events(transactions, data):
-    """A decode result without its bytes: each transaction keeps its events' lengths
-    (they are consecutive from its start), plus (size, CRC32) of the whole ``data``
-    so that whoever attaches the bytes again can prove they are the ones decoded."""
+    """A decode result without its bytes: each transaction keeps the lengths of its
+    events in ``data`` (consecutive from its start; a compressed event's own, not those of
+    the plain events it holds), plus (size, CRC32) of the whole ``data`` so that whoever
+    attaches the bytes again can prove they are the ones decoded."""
     for trx in transactions:
-        trx.event_lengths, trx.events = [len(e) for e in trx.events], None
+        trx.event_lengths, trx.events = _stored_lengths(data, trx.start, trx.end), None
     return len(data), ev.crc32(data)
+
+
+def _stored_lengths(data, start, end):
+    lengths, pos = [], start
+    while pos < end:
+        lengths.append(ev.parse_header(data, pos).size)
+        pos += lengths[-1]
+    return lengths
 
 
 def attach_events(transactions, data, name, fingerprint):
     """Give transactions detached by ``detach_events`` their events back from ``data``
     (the same object, read again); refuses bytes that are not the decoded ones."""
     _check_fingerprint(len(data), ev.crc32(data), name, fingerprint)
-    view = memoryview(data)
+    view, plain = memoryview(data), _Plain(data)
     for trx in transactions:
         pos, events = trx.start, []
         for n in trx.event_lengths:
             events.append(bytes(view[pos:pos + n]))
             pos += n
-        trx.events, trx.event_lengths = events, None
+        trx.events, trx.event_lengths = plain.of(trx, events), None
+
+
+class _Plain:
+    """Turns a transaction's events cut from a file into plain ones (``expand_events``),
+    with the file's format description, read from the file's first bytes when needed."""
+
+    def __init__(self, head=b""):
+        self.head, self.fde = head, None
+
+    def of(self, trx, events):
+        if not any(e[4] in cz.COMPRESSED for e in events):
+            return events
+        if self.fde is None:
+            self.fde = read_fde(self.head, trx.file)[1]
+        checksum = self.fde.checksum_alg == ev.CHECKSUM_CRC32
+        return expand_events(events, trx.start, self.fde, checksum, trx.file)
 
 
 def _check_fingerprint(size, crc, name, fingerprint):
@@ -243,11 +313,14 @@ class StreamAttach:
         self._todo = sorted(transactions, key=lambda t: t.start)
         self._next, self._pieces, self._held, self._cut = 0, [], 0, []
         self.size, self.crc = 0, 0
+        self._head = bytearray()  # the magic and format description, for ``_Plain``
 
     def feed(self, data):
         """The next bytes of the file (from its offset 0 on)."""
         at, self.size = self.size, self.size + len(data)
         self.crc = ev.crc32(data, self.crc)
+        if len(self._head) < _FDE_HEAD and len(self._head) == at:
+            self._head += data[:_FDE_HEAD - at]
         view = memoryview(data)
         while self._next < len(self._todo):
             trx = self._todo[self._next]
@@ -266,8 +339,19 @@ class StreamAttach:
         """Give every transaction its events; CorruptBinlog (as ``attach_events``) when
         the bytes fed are not the ones decoded."""
         _check_fingerprint(self.size, self.crc, name, fingerprint)
+        plain = _Plain(_fde_head(self._head))
         for trx, events in zip(self._todo, self._cut):
-            trx.events, trx.event_lengths = events, None
+            trx.events, trx.event_lengths = plain.of(trx, events), None
+
+
+_FDE_HEAD = 4 + 4096  # the magic and a format description event (a few hundred bytes)
+
+
+def _fde_head(head):
+    """The magic and whole format description event at the start of ``head``."""
+    if len(head) >= 4 + ev.HEADER_LEN:
+        return bytes(head[:4 + ev.parse_header(head, 4).size])
+    return bytes(head)
 
 
 def _split(data, lengths):

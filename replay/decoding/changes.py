@@ -8,7 +8,7 @@ queried. TABLE_MAP events fill a table map local to the transaction, as the
 library's stream does, and the rows events after them are decoded against it.
 Every event's CRC32 is checked again by the library (``_is_event_valid``).
 MariaDB writes version 1 rows events (types 23-25), MySQL version 2 (30-32);
-both decode alike (compressed rows events are refused earlier, by assemble).
+both decode alike (compressed events come here as the plain ones they hold: assemble).
 
 Column names come from the TABLE_MAP optional metadata, which the source writes
 only with ``binlog_row_metadata=FULL``; without them decoding stops with an
@@ -21,7 +21,9 @@ image, the before image for a delete; None when the table has no primary key),
 ``before`` / ``after`` (JSON of the row images; None for an insert / a delete),
 ``gtid`` ('0-1-42'), ``commit_time`` (UTC datetime), ``file``, ``position``
 (start offset of the rows event in its binlog file, from the event header's end
-position minus its size) and ``row_index`` (the row's index within its event).
+position minus its size) and ``row_index`` (the row's index within its event; the rows
+events of one TRANSACTION_PAYLOAD share its position, and their rows are numbered on
+across them).
 
 Values in the JSON images, encoded deterministically:
 
@@ -35,14 +37,19 @@ Values in the JSON images, encoded deterministically:
   "2024-02-29"; TIME: "[-]HH:MM:SS[.ffffff]" (hours may exceed 24); YEAR: integer;
 - ENUM: its string; SET: a JSON list of the members in the column's order
   ([] when empty); BIT: a string of '0'/'1', most significant bit first;
-  MariaDB JSON (a LONGTEXT): its text;
+  MariaDB JSON (a LONGTEXT): its text; MySQL JSON (type 245, binary in the
+  rows event): its text as MySQL prints it (``SELECT col``): keys in stored
+  order, integers and doubles as MySQL writes them, DECIMAL with its scale,
+  dates and times quoted (``replay.decoding.mysqljson``); a top-level string
+  keeps its quotes ('"hello"'), the JSON null literal is 'null' (SQL NULL: null);
 - NULL: null. A zero or invalid DATE/DATETIME ('0000-00-00') also becomes
   null: the library does not return it. A column missing from a row image
   (binlog_row_image=MINIMAL or NOBLOB) is absent from the JSON object.
 
 Statements are not row changes: DDL (and TRUNCATE) are left out of the change
 table; statement-based DML (binlog_format STATEMENT or MIXED) is refused, never
-silently dropped.
+silently dropped. So is MySQL's PARTIAL_UPDATE_ROWS (binlog_row_value_options=
+PARTIAL_JSON: a JSON column's after image may be a diff, not the document).
 """
 
 import base64
@@ -59,7 +66,9 @@ from pymysqlreplication.packet import BinLogPacketWrapper
 
 from mysqlbackup.binlog import events as ev
 from mysqlbackup.errors import CorruptBinlog, MysqlBackupError
+from replay.decoding.mysqljson import json_text
 
+PARTIAL_UPDATE_ROWS = 39  # MySQL: an update whose JSON columns may be diffs (PARTIAL_JSON)
 OPS = {23: "insert", 30: "insert", 24: "update", 31: "update", 25: "delete", 32: "delete"}
 _LIBRARY_EVENTS = frozenset({row_event.TableMapEvent, row_event.WriteRowsEvent,
                              row_event.UpdateRowsEvent, row_event.DeleteRowsEvent})
@@ -104,7 +113,7 @@ class _Control:
 def iter_changes(trx, fde, checksum):
     """Yield one change dict per row of the transaction's rows events, in binlog order."""
     reader = Reader.of(fde, checksum)
-    table_map, keys = {}, {}
+    table_map, keys, at = {}, {}, [None, 0]  # position, rows numbered at it so far
     for event in trx.events:
         etype = event[4]
         if etype == ev.TABLE_MAP:
@@ -112,7 +121,13 @@ def iter_changes(trx, fde, checksum):
             keys[table.table_id] = primary_key(table)
         elif etype in OPS:
             rows_event = _library_event(event, table_map, reader, trx)
-            yield from _changes(rows_event, event, keys, trx)
+            yield from _changes(rows_event, event, keys, trx, at)
+        elif etype == PARTIAL_UPDATE_ROWS:
+            raise ChangeDecodeError(
+                f"{_where(trx, event)}: PARTIAL_UPDATE_ROWS event (the source logs JSON "
+                f"updates as diffs: binlog_row_value_options=PARTIAL_JSON): --parquet cannot "
+                f"rebuild the documents it changes; set binlog_row_value_options='' on the "
+                f"source")
         elif etype == ev.QUERY:
             _refuse_statement_dml(event, fde, checksum, trx)
 
@@ -131,8 +146,9 @@ def _library_event(event, table_map, reader, trx):
     # A stream packet is the OK byte then the event. Without a checksum the library
     # still stops reading TABLE_MAP metadata 4 bytes before the end: pad 4 bytes.
     data = b"\x00" + bytes(event) + (b"" if reader.checksum else b"\x00" * ev.CRC_LEN)
+    wrapper = _MySQLPacket if reader.dbms == "mysql" else BinLogPacketWrapper
     try:
-        packet = BinLogPacketWrapper(
+        packet = wrapper(
             MysqlPacket(data, "utf8"), table_map, _Control(reader.dbms), reader.version,
             use_checksum=reader.checksum, allowed_events=_LIBRARY_EVENTS, only_tables=None,
             ignored_tables=None, only_schemas=None, ignored_schemas=None,
@@ -152,6 +168,16 @@ def _library_event(event, table_map, reader, trx):
     return decoded
 
 
+class _MySQLPacket(BinLogPacketWrapper):
+    """The library's packet for a MySQL source: a JSON column (type 245) is read as the
+    text MySQL prints for it (``replay.decoding.mysqljson``), not the library's guess."""
+
+    def read_binary_json(self, size, is_partial):
+        if is_partial:  # PARTIAL_UPDATE_ROWS never gets here (iter_changes refuses it)
+            raise ValueError("partial JSON update")
+        return json_text(self.read(self.read_uint_by_size(size)))
+
+
 def primary_key(table):
     """Names of a TABLE_MAP's primary key columns, in key order ([] without one)."""
     meta = table.optional_metadata
@@ -159,8 +185,10 @@ def primary_key(table):
     return [table.columns[i].name for i in indexes]
 
 
-def _changes(rows_event, event, keys, trx):
+def _changes(rows_event, event, keys, trx, at):
     op, position = OPS[event[4]], _position(event)
+    if at[0] != position:
+        at[:] = [position, 0]
     try:
         rows = rows_event.rows
     except Exception as e:  # noqa: BLE001 - any library failure is this event's
@@ -170,7 +198,8 @@ def _changes(rows_event, event, keys, trx):
                                 f"{rows_event.packet.read_bytes} of {rows_event.event_size}")
     columns = {c.name: c for c in rows_event.columns}
     pk = keys.get(rows_event.table_id, [])
-    for index, row in enumerate(rows):
+    at[1] += len(rows)
+    for index, row in enumerate(rows, at[1] - len(rows)):
         before, after = _images(op, row, columns)
         yield {"op": op, "db": rows_event.schema, "table": rows_event.table,
                "pk": _key(pk, before, after), "before": _json(before), "after": _json(after),
@@ -224,7 +253,7 @@ def encode_value(value, column=None):
     if isinstance(value, (set, frozenset)):
         order = (column.set_values if column is not None else None) or sorted(value)
         return [member for member in order if member in value]
-    if isinstance(value, dict):  # MySQL JSON, as the library decodes it
+    if isinstance(value, dict):  # nested values (MySQL JSON comes as its text instead)
         return {_text(k): encode_value(v) for k, v in value.items()}
     if isinstance(value, (list, tuple)):
         return [encode_value(v) for v in value]

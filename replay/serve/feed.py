@@ -28,6 +28,7 @@ import tempfile
 import threading
 from dataclasses import dataclass
 
+from mysqlbackup.binlog import compressed as cz
 from mysqlbackup.binlog import events as ev
 from mysqlbackup.binlog.gtid import MariaGtidPos, gtid_text
 from mysqlbackup.binlog.scan import EventStream
@@ -302,7 +303,9 @@ class Grouper:
         """The item ``event`` completes, or None while a transaction is open."""
         tracker = self.tracker
         count = tracker.transactions
-        tracker.feed(event)
+        # a compressed statement (MariaDB, log_bin_compress): the tracker reads its text
+        tracker.feed(cz.maria_plain(event, tracker.checksum, tracker.fde, self.name, off)
+                     if event[4] == cz.MARIA_QUERY_COMPRESSED else event)
         if self.current is None:
             if tracker.state == OUTSIDE and tracker.transactions == count:
                 return "header", off, event
@@ -340,6 +343,8 @@ def emptied(trx, checksum, fde):
     for event in trx.events:  # forward: a spooled transaction is read back one event a time
         if event[4] == ev.QUERY:
             statement = event
+        elif event[4] == cz.MARIA_QUERY_COMPRESSED:  # its header kept, sent plain
+            statement = cz.maria_plain(event, checksum, fde, trx.file)
     if statement is None:
         raise DumpError(f"cannot skip the transaction at {trx.file}:{trx.start}: no "
                         "statement event to empty")
