@@ -381,3 +381,13 @@ def test_a_switch_while_the_archive_lags_behind_loses_nothing(make_server, tmp_p
     after = make_server(server_id=96, semi_sync=False)
     restore(url, after)
     assert checksums(after) == final
+
+
+def test_drill_across_the_switch(history, tmp_path):
+    """The monthly drill on the archive with its failover: a scratch server restored to
+    the end, every transaction the indexes list between the base and the end logged
+    once (A's and B's, B's copies of A's skipped), every table answering CHECKSUM."""
+    drill = run_cli("drill", "--archive", history["url"], "--source-name", "db1",
+                    "--workdir", str(tmp_path), timeout=300)
+    assert drill.returncode == 0, drill.stdout + drill.stderr
+    assert "drill passed" in drill.stdout.splitlines(), drill.stdout
