@@ -201,3 +201,15 @@ def backup_dir(files, directory, source_identity):
     save_state(str(directory), State(file=last, pos=os.path.getsize(files[-1]),
                                      source_identity=source_identity))
     return directory
+
+
+def tagged(server, *statements, tag="nightly"):
+    """Run ``statements`` under GTIDs tagged ``tag`` (MySQL 8.4+: AUTOMATIC:TAG)."""
+    conn = server.root()
+    try:
+        with conn.cursor() as cur:
+            cur.execute(f"SET gtid_next = 'AUTOMATIC:{tag}'")
+            for sql in statements:
+                cur.execute(sql)
+    finally:
+        conn.close()

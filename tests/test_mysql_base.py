@@ -30,7 +30,7 @@ from mysqlbackup.sandbox import find_binary
 from mysqlbackup.sandbox_mysql import mysql_tree
 from mysqlbackup.source.spec import SourceSpec
 from mysqlbackup.source.tls import TlsSettings
-from tests.helpers import cli_env, wait_for
+from tests.helpers import cli_env, tagged, wait_for
 
 USER, PASSWORD = "backup", "b'ack\"up\\pw"
 GRANTS = "SELECT, SHOW VIEW, TRIGGER, EVENT, REPLICATION CLIENT"
@@ -123,18 +123,6 @@ def gtid_at(path, position):
             parse = ev.parse_mysql_gtid if kind == ev.GTID else ev.parse_mysql_gtid_tagged
             executed.add(*parse(event, True))
     return executed, position in starts
-
-
-def tagged(server, *statements, tag="nightly"):
-    """Run ``statements`` under GTIDs tagged ``tag`` (MySQL 8.4+: AUTOMATIC:TAG)."""
-    conn = server.root()
-    try:
-        with conn.cursor() as cur:
-            cur.execute(f"SET gtid_next = 'AUTOMATIC:{tag}'")
-            for sql in statements:
-                cur.execute(sql)
-    finally:
-        conn.close()
 
 
 class Writer(threading.Thread):

@@ -8,7 +8,7 @@ import os
 import re
 
 from mysqlbackup.binlog.gtid import MysqlGtidSet
-from tests.helpers import (Daemon, caught_up, current_binlog, read, run_cli,
+from tests.helpers import (Daemon, caught_up, current_binlog, read, run_cli, tagged,
                            same_except_in_use_flag, wait_for)
 
 
@@ -43,18 +43,6 @@ def sql_gtids(path):
     """The GTID of each transaction of a ``replay --sql`` file, in order."""
     with open(path) as f:
         return [m[1] for m in re.finditer(r"^-- (\S+:\S+) \S+:\d+-\d+$", f.read(), re.M)]
-
-
-def tagged(server, tag, *statements):
-    """Run ``statements`` under GTIDs tagged ``tag`` (MySQL 8.4+: AUTOMATIC:TAG)."""
-    conn = server.root()
-    try:
-        with conn.cursor() as cur:
-            cur.execute(f"SET gtid_next = 'AUTOMATIC:{tag}'")
-            for sql in statements:
-                cur.execute(sql)
-    finally:
-        conn.close()
 
 
 def test_semi_sync_byte_identical_files_and_a_kill9_resume(make_mysql, tmp_path):
@@ -140,7 +128,7 @@ def test_a_failover_to_a_promoted_replica_on_mysql(make_mysql, tmp_path):
                        url, "--source-name", "my1", password="", timeout=120, path=path)
         assert base.returncode == 0, base.stdout + base.stderr
         a.execute("FLUSH BINARY LOGS", *inserts(20, 7))
-        tagged(a, "nightly", *inserts(27, 3))  # the checkpoint the daemon follows: tagged
+        tagged(a, *inserts(27, 3), tag="nightly")  # the checkpoint the daemon follows: tagged
         wait_for(lambda: gtid_executed(b) == gtid_executed(a), what="B to catch up")
         wait_for(lambda: durable_gtid(daemon, a), what="the daemon durable on A")
     finally:
@@ -156,7 +144,7 @@ def test_a_failover_to_a_promoted_replica_on_mysql(make_mysql, tmp_path):
         before_delete = checksum(b)
         b.execute("DELETE FROM d.t WHERE v < 5")
         delete = last_of(b)
-        tagged(b, "nightly", *inserts(113, 2))
+        tagged(b, *inserts(113, 2), tag="nightly")
         wait_for(lambda: durable_gtid(daemon, b), what="the daemon durable on B")
         end = b.execute("SELECT COUNT(*) FROM d.t")[0][0]
         wait_for(lambda: archived_last(url) == last_of(b, "nightly"),
@@ -200,7 +188,7 @@ def test_tagged_gtids_end_to_end(make_mysql, tmp_path):
         wait_for(lambda: server.status("Rpl_semi_sync_source_clients") == "1", 30,
                  what="the daemon as a semi-sync replica")
         server.execute(*inserts(0, 5))
-        tagged(server, "nightly", *inserts(5, 3))
+        tagged(server, *inserts(5, 3), tag="nightly")
         server.execute(*inserts(8, 2))
         assert ":nightly:1-3" in gtid_executed(server)
         wait_for(lambda: durable_gtid(daemon, server), what="the checkpoint with the tags")
@@ -221,7 +209,7 @@ def test_tagged_gtids_end_to_end(make_mysql, tmp_path):
     server.execute("FLUSH BINARY LOGS")
     start = gtid_executed(server)  # a set with a tag in it
     at = server.current_binlog()
-    tagged(server, "nightly", *inserts(10, 1))
+    tagged(server, *inserts(10, 1), tag="nightly")
     fresh = Daemon(server, tmp_path / "from-gtid", "--start-gtid", start).start()
     try:
         wait_for(lambda: caught_up(server, tmp_path / "from-gtid"), what="catch-up")
@@ -250,7 +238,7 @@ def test_replay_into_a_mysql_target_keeps_the_gtids_and_applies_once(make_mysql,
         wait_for(lambda: source.status("Rpl_semi_sync_source_clients") == "1", 30,
                  what="the daemon as a semi-sync replica")
         source.execute(*inserts(0, 10), "UPDATE d.t SET s = 'x' WHERE v % 3 = 0")
-        tagged(source, "nightly", *inserts(10, 3))
+        tagged(source, *inserts(10, 3), tag="nightly")
         at_stop = checksum(source)
         source.execute("DELETE FROM d.t WHERE v < 4")
         stop = last_of(source)  # the DELETE's GTID: a restore stops before it
@@ -300,7 +288,7 @@ def test_restore_into_an_empty_mysql_server(make_mysql, tmp_path):
                        timeout=120, path=path)
         assert base.returncode == 0, base.stdout + base.stderr
         source.execute(*inserts(20, 10), "FLUSH BINARY LOGS", "UPDATE d.t SET s = 'y'")
-        tagged(source, "nightly", *inserts(30, 2))
+        tagged(source, *inserts(30, 2), tag="nightly")
         before, gtids_before = checksum(source), gtid_executed(source)
         source.execute("DELETE FROM d.t WHERE v > 10")
         bad = last_of(source)

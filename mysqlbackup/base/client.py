@@ -13,7 +13,7 @@ import tempfile
 import threading
 
 from mysqlbackup.errors import MysqlBackupError
-from mysqlbackup.source.tls import client_options
+from mysqlbackup.source.tls import certificate_options, client_options
 
 STDERR_LINES = 200
 
@@ -115,13 +115,7 @@ def mysql_client_options(tls):
     mysql): ``ssl-mode`` takes our modes by their own names. Where the connection may
     be clear text, ``get-server-public-key``: caching_sha2_password (MySQL's default)
     then sends the password RSA-encrypted, as PyMySQL does, instead of failing."""
-    entries = [("ssl-mode", tls.mode.upper().replace("-", "_"))]
-    if tls.verify_cert:
-        entries.append(("ssl-ca", tls.ca))
-    if tls.cert:
-        entries.append(("ssl-cert", tls.cert))
-    if tls.key:
-        entries.append(("ssl-key", tls.key))
+    entries = [("ssl-mode", tls.mode.upper().replace("-", "_"))] + certificate_options(tls)
     if not tls.required:
         entries.append(("get-server-public-key", None))
     return entries

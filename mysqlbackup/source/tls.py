@@ -98,18 +98,25 @@ def context_args(tls):
             "certfile": tls.cert, "keyfile": tls.key}
 
 
-def client_options(tls):
-    """Options-file entries (name, value or None) for MariaDB's own clients (mariadb,
-    mariadb-dump, mariadb-backup: MariaDB 10.11 names)."""
-    if not tls.enabled:
-        return [("skip-ssl", None)]  # nothing after it: an ssl-* option turns TLS back on
-    entries = [("ssl", None)]
+def certificate_options(tls):
+    """The ``ssl-ca``, ``ssl-cert``, ``ssl-key`` entries that MariaDB's and MySQL's clients
+    both take (the CA only where the server's certificate is checked)."""
+    entries = []
     if tls.verify_cert:
         entries.append(("ssl-ca", tls.ca))
     if tls.cert:
         entries.append(("ssl-cert", tls.cert))
     if tls.key:
         entries.append(("ssl-key", tls.key))
+    return entries
+
+
+def client_options(tls):
+    """Options-file entries (name, value or None) for MariaDB's own clients (mariadb,
+    mariadb-dump, mariadb-backup: MariaDB 10.11 names)."""
+    if not tls.enabled:
+        return [("skip-ssl", None)]  # nothing after it: an ssl-* option turns TLS back on
+    entries = [("ssl", None)] + certificate_options(tls)
     if tls.verify_identity:
         entries.append(("ssl-verify-server-cert", None))
     return entries
