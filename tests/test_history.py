@@ -7,10 +7,10 @@ from dataclasses import replace
 
 import pytest
 
-from mysqlbackup.archive.history import EpochHistory, parse_history, switch_problem
 from mysqlbackup.archive.names import (epoch_source, format_key, history_key, parse_key,
                                        segment_key, split_epoch)
-from mysqlbackup.archive.window import Stop, build_runs, choose_base, contains
+from mysqlbackup.archive.window import (EpochHistory, Stop, build_runs, choose_base,
+                                        parse_history, switch_problem)
 from mysqlbackup.errors import CorruptBinlog, ResyncRequired, UsageError
 from mysqlbackup.retention.policy import EpochFacts, Facts, plan_retention
 from replay.planning.units import plan_epochs
@@ -70,16 +70,15 @@ def test_a_history_object_reads_back_and_a_damaged_one_is_named():
 
 
 def test_switch_problems():
-    ok = switch_problem(HISTORY, "binlog.000002", "0-1-20", "binlog.000001", "", contains)
+    ok = switch_problem(HISTORY, "binlog.000002", "0-1-20", "binlog.000001", "")
     assert ok is None
     # the archive of A ends before B's first archived file starts: a hole
-    gap = switch_problem(HISTORY, "binlog.000002", "0-1-20", "binlog.000001", "0-1-21",
-                         contains)
+    gap = switch_problem(HISTORY, "binlog.000002", "0-1-20", "binlog.000001", "0-1-21")
     assert "GTID hole at the switch to server-id-2" in gap
     # A's archive holds transactions past where B took over: not in B's history
-    past = switch_problem(HISTORY, "binlog.000002", "0-1-22", "binlog.000001", "", contains)
+    past = switch_problem(HISTORY, "binlog.000002", "0-1-22", "binlog.000001", "")
     assert "past where server-id-2 took over (0-1-20)" in past
-    other = switch_problem(HISTORY, "binlog.000002", "0-1-20", "binlog.000002", "", contains)
+    other = switch_problem(HISTORY, "binlog.000002", "0-1-20", "binlog.000002", "")
     assert "starts with binlog.000001" in other
 
 

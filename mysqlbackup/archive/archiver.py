@@ -28,7 +28,7 @@ import os
 import time
 
 from mysqlbackup.archive.codec import CHUNK, PLAIN, Digest, stored_of
-from mysqlbackup.archive.history import EpochHistory, parse_history
+from mysqlbackup.archive.window import EpochHistory, parse_history
 from mysqlbackup.archive.index import IndexBuilder, parse_index
 from mysqlbackup.archive.listing import archived_server_id
 from mysqlbackup.archive.names import (binlog_key, binlog_prefix, epoch_source, format_key,

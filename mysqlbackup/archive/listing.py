@@ -9,11 +9,11 @@ the listing hands out carries its epoch (``index["epoch"]``, not stored)."""
 
 from collections import defaultdict
 
-from mysqlbackup.archive.history import parse_history
 from mysqlbackup.archive.index import parse_index
 from mysqlbackup.archive.manifest import parse_manifest
 from mysqlbackup.archive.names import (BASE_INDEX, binlog_key, epoch_source, format_key,
                                        history_key, parse_key, partial_prefix, split_epoch)
+from mysqlbackup.archive.window import build_runs, parse_history
 from mysqlbackup.binlog.names import binlog_sort_key
 from mysqlbackup.errors import CorruptBinlog
 
@@ -130,7 +130,6 @@ class ArchiveListing:
         epoch after epoch: the sealed files with an index, then the epoch's newest
         file's segments merged (contiguous from offset 0, up to the first without an
         index)."""
-        from mysqlbackup.archive.window import build_runs
         epochs = [(history, self.indexed(key_source), self.partial_index(key_source))
                   for _, key_source, history in self.epochs(source)]
         (_, sealed, partial), later = epochs[0], epochs[1:]

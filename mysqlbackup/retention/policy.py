@@ -56,7 +56,7 @@ class Facts:
 class EpochFacts:
     """The binlogs of one later epoch of the source's history (after a failover)."""
 
-    history: object                # archive.history.EpochHistory
+    history: object                # archive.window.EpochHistory
     sealed: tuple                  # index dicts of its sealed files with an index
     partial: Optional[dict] = None  # its newest file's merged index
     unindexed: tuple = ()          # its sealed binlog objects without an index (names)

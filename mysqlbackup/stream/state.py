@@ -38,7 +38,7 @@ class State:
     updated: float = None
     extra: dict = field(default_factory=dict)
     epoch: int = 1                   # the history's epoch ``file`` belongs to (failovers)
-    epochs: list = None              # the history of each later epoch (archive.history)
+    epochs: list = None              # the history of each later epoch (archive.window.EpochHistory)
     origin_identity: str = None      # epoch 1's source: the archive's source name
 
 

@@ -13,16 +13,15 @@ names) against the unit's index, and (``check_link``) against the unit replayed
 before it. A mismatch is a CorruptBinlog naming the object.
 
 A source with a failover history is planned epoch after epoch (``plan_epochs``): each
-epoch's chain as above, and each switch checked (``history.switch_problem``). The
+epoch's chain as above, and each switch checked (``window.switch_problem``). The
 units of a later epoch carry ``skip``: the GTID state where the epoch before it ends in
 the archive; their transactions within it are duplicates (the new server's first file
 holds the old server's transactions too) and are never applied.
 """
 
 from mysqlbackup.archive.codec import IdentityError, check_keys, codec_of, stored_of
-from mysqlbackup.archive.history import switch_problem
 from mysqlbackup.archive.index import check_chain
-from mysqlbackup.archive.window import contains
+from mysqlbackup.archive.window import contains, switch_problem
 from mysqlbackup.archive.names import binlog_key, format_key, partial_prefix
 from mysqlbackup.binlog.names import binlog_sort_key, next_binlog_name
 from mysqlbackup.errors import CorruptBinlog, MysqlBackupError, ResyncRequired, UsageError, mask_url
@@ -87,7 +86,7 @@ def plan_epochs(source, epochs, start=None, stop=None, allow_gaps=False):
         if previous is not None:
             skip = previous[1].get("gtid_after")
             problem = switch_problem(history, previous[1]["name"], skip, listed[0]["name"],
-                                     listed[0].get("gtid_before"), contains)
+                                     listed[0].get("gtid_before"))
             if problem:
                 problems.append(f"{key_source}: {problem}")
         previous = listed
