@@ -223,11 +223,14 @@ def plan(opts):
     epochs, names = [], {}
     for epoch, key_source, history in listing.epochs(source):
         sealed_names = listing.sealed_names(key_source)
-        indexes = {n: listing.index(key_source, n) for n in sealed_names}
-        sealed = [(n, listing.sealed[key_source][n].get("data"), indexes[n])
+        sealed = [(n, listing.sealed[key_source][n].get("data"), listing.index(key_source, n))
                   for n in sealed_names if _within((epoch, n), opts)]
         partial = _newest_partial(listing, key_source)
-        listed = _listed([indexes[n] for n in sealed_names if indexes[n]], partial)
+        indexed = [n for n in sealed_names if listing.sealed[key_source][n].get("index")]
+        # the switches need only each epoch's first and last index: the others outside the
+        # files asked for are not read
+        ends = {n: listing.index(key_source, n) for n in indexed[:1] + indexed[-1:]}
+        listed = _listed(list(ends.values()), partial)
         names[epoch] = set(sealed_names) | ({partial[0]} if partial else set())
         if partial and not _within((epoch, partial[0]), opts):
             partial = None
