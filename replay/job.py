@@ -26,7 +26,8 @@ from mysqlbackup.errors import CorruptBinlog, MysqlBackupError, UsageError, mask
 from replay.decoding.rewrite import rewrite_transaction
 from replay.planning.selection import Selection
 from replay.planning.units import (check_decoded, check_digests, check_link, check_listed_sizes,
-                                   check_unit_keys, pick_source, plan_epochs)
+                                   check_unit_keys, drop_before_start, pick_source,
+                                   plan_epochs)
 from replay.progress import Progress
 
 log = logging.getLogger(__name__)
@@ -239,6 +240,7 @@ def plan(opts):
                              opts.selection.wholly_after, opts.allow_gaps)
     if len(names) > 1:
         _mark_positions(units, opts.selection, names)
+    units = drop_before_start(units, opts.selection.start_position)
     check_listed_sizes(units, listing.sizes, opts.allow_gaps)
     check_unit_keys(units, opts.keyring)
     return source, units, cut

@@ -81,7 +81,10 @@ def test_archive_verify_ls_and_replay_sql(make_mysql, tmp_path):
     server = make_mysql()
     server.execute("CREATE DATABASE d", "CREATE TABLE d.t (id INT PRIMARY KEY "
                    "AUTO_INCREMENT, v INT)", *inserts(0, 20), "FLUSH BINARY LOGS",
-                   *inserts(20, 20))
+                   *inserts(20, 5))
+    first = server.binlog_files()[0]
+    start = "%s:%s" % server.execute("SHOW BINARY LOG STATUS")[0][:2]
+    server.execute(*inserts(25, 15))
     url = f"file://{tmp_path / 'archive'}"
     daemon = Daemon(server, tmp_path / "dir", "--start-file", server.binlog_files()[0],
                     "--archive", url, "--archive-interval", "0.2", "--source-name",
@@ -100,6 +103,21 @@ def test_archive_verify_ls_and_replay_sql(make_mysql, tmp_path):
     assert replay.returncode == 0, replay.stdout + replay.stderr
     gtids = sql_gtids(sql)
     assert len(gtids) == len(set(gtids)) == 1 + 1 + 40  # CREATE DATABASE, TABLE, 40 rows
+    # --start-position: the files before its own are never read (the first one's archived
+    # bytes spoiled in place, same size, go unnoticed); its own is read from its start
+    sealed = tmp_path / "archive" / "my1" / "binlog"
+    spoiled, = [p for p in sealed.iterdir() if p.name.startswith(first)
+                and not p.name.endswith(".json")]
+    data = bytearray(spoiled.read_bytes())
+    data[len(data) // 2:] = bytes(len(data) - len(data) // 2)
+    spoiled.write_bytes(bytes(data))
+    later = tmp_path / "later.sql"
+    replay = run_cli("replay", "--archive", url, "--sql", str(later), "--start-position",
+                     start, timeout=300)
+    assert replay.returncode == 0, replay.stdout + replay.stderr
+    assert sql_gtids(later) == gtids[-15:]
+    whole = run_cli("replay", "--archive", url, "--sql", str(tmp_path / "x.sql"))
+    assert whole.returncode == 6 and first in whole.stderr, whole.stderr
 
 
 def test_a_failover_to_a_promoted_replica_on_mysql(make_mysql, tmp_path):

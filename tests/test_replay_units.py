@@ -5,12 +5,13 @@ from dataclasses import replace
 import pytest
 
 from mysqlbackup.binlog import events as ev
+from mysqlbackup.binlog.position import Position
 from mysqlbackup.binlog.scan import iter_events
 from mysqlbackup.errors import CorruptBinlog, ResyncRequired, UsageError
 from replay.decoding.assemble import assemble, attach_events, detach_events
 from replay.decoding.transaction import Transaction
 from replay.planning.options import build_selection, parse_datetime
-from replay.planning.units import pick_source, plan_units
+from replay.planning.units import drop_before_start, pick_source, plan_units
 from replay.sinks.statements import step_sql, transaction_steps
 from tests.helpers import read
 
@@ -143,6 +144,18 @@ def test_plan_skips_files_before_the_start_and_after_the_stop():
     units, cut = plan_units("s", sealed, None, start=lambda ix: ix["name"] == "b.000001",
                             stop=lambda ix: ix["name"] == "b.000004")
     assert [u["name"] for u in units] == ["b.000002", "b.000003"] and cut
+
+
+def test_files_before_the_start_position_are_never_read():
+    """Its own file stays (its earlier transactions are skipped one by one); with a
+    history, a unit's epoch against the start's decides before the file names do."""
+    one = [{"name": f"b.00000{i}"} for i in range(1, 5)]
+    assert [u["name"] for u in drop_before_start(one, Position("b.000003", 400))] == [
+        "b.000003", "b.000004"]
+    assert drop_before_start(one, None) == one
+    two = [{"name": "b.000005", "position": (-1, 0)}, {"name": "b.000001", "position": (0, 0)},
+           {"name": "b.000002", "position": (0, 0)}, {"name": "b.000001", "position": (1, 0)}]
+    assert drop_before_start(two, Position("b.000002", 4)) == two[2:]
 
 
 def test_pick_source():

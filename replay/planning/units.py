@@ -105,6 +105,24 @@ def plan_epochs(source, epochs, start=None, stop=None, allow_gaps=False):
     return units, cut
 
 
+def drop_before_start(units, start):
+    """``units`` less those wholly before the start position ``start`` (a Position, or
+    None: all kept), never read: a unit of an epoch before the start's, or of the start's
+    epoch (or of any, when the start's file is in none) and of a file before the
+    start's. ``unit["position"][0]`` is the unit's epoch against the start's (-1, 0, 1;
+    absent: one epoch). The start's own file stays: its transactions before the
+    position are skipped one by one (``Selection.decide``)."""
+    if start is None:
+        return units
+    first = binlog_sort_key(start.file)
+    return [u for u in units if not _before_start(u.get("position", (0, 0))[0],
+                                                    binlog_sort_key(u["name"]), first)]
+
+
+def _before_start(epoch_against_start, name_key, start_key):
+    return epoch_against_start < 0 or (epoch_against_start == 0 and name_key < start_key)
+
+
 def _partial_unit(source, partial, last_sealed, problems):
     name, segments = partial
     pos, keys, indexes, objects = 0, [], [], []
