@@ -6,10 +6,13 @@ traffic, an accidental DROP TABLE, the DROP's GTID found in `mysqlbackup replay 
 output, `mysqlbackup restore --stop-before-gtid` (planned with --dry-run first) into a
 second throwaway server, and CHECKSUM TABLE of the primary just before the drop
 against the restored server. Exits non-zero when anything differs.
+
+MariaDB by default (Debian's mariadbd); --mysql runs the same drill on MySQL servers
+from the tree scripts/mysql_tree.sh builds (.mysql/tree, run through chroot), with
+MySQL's own mysqldump and mysql for `base` and `restore`.
 """
 
 import argparse
-import filecmp
 import os
 import random
 import re
@@ -22,7 +25,9 @@ import time
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 from mysqlbackup.archive.names import binlog_key, format_key  # noqa: E402
 from mysqlbackup.archive.store import ArchiveStore  # noqa: E402
+from mysqlbackup.binlog.events import LOG_EVENT_BINLOG_IN_USE_F  # noqa: E402
 from mysqlbackup.sandbox import REPL_PASSWORD, MariaDBSandbox  # noqa: E402
+from mysqlbackup.sandbox_mysql import MySQLSandbox, client_wrappers, why_no_mysql  # noqa: E402
 
 SOURCE = "db1"
 TABLES = ["shop.customers", "shop.items", "shop.orders"]
@@ -34,11 +39,22 @@ SCHEMA = [
     "stock INT)",
     "CREATE TABLE shop.orders (id INT PRIMARY KEY AUTO_INCREMENT, customer INT, item INT, "
     "qty INT, at DATETIME, KEY (customer))",
-    "INSERT INTO shop.customers SELECT seq, CONCAT('customer ', seq), "
-    "ELT(1 + seq % 4, 'Lyon', 'Oslo', 'Porto', 'Turku') FROM shop.seq_1_to_2000",
-    "INSERT INTO shop.items SELECT seq, CONCAT('item ', seq), seq % 97 + 0.99, 100 "
-    "FROM shop.seq_1_to_500",
+    # generated rows: MySQL has no seq_1_to_N tables (nor a recursive CTE this deep by
+    # default), and one statement each serves both flavours
+    "INSERT INTO shop.customers VALUES " + ", ".join(
+        f"({i}, 'customer {i}', '{('Lyon', 'Oslo', 'Porto', 'Turku')[i % 4]}')"
+        for i in range(1, 2001)),
+    "INSERT INTO shop.items VALUES " + ", ".join(
+        f"({i}, 'item {i}', {i % 97 + 0.99}, 100)" for i in range(1, 501)),
 ]
+
+# What differs between the flavours; the drill itself is one.
+FLAVOURS = {
+    "mariadb": dict(name="MariaDB", server=MariaDBSandbox, dump="mariadb-dump",
+                    semi_sync="Rpl_semi_sync_master", gtids="SELECT @@gtid_binlog_pos"),
+    "mysql": dict(name="MySQL", server=MySQLSandbox, dump="MySQL's mysqldump",
+                  semi_sync="Rpl_semi_sync_source", gtids="SELECT @@gtid_executed"),
+}
 
 
 def step(title):
@@ -87,11 +103,22 @@ def main():
                         "new temp dir, removed at the end unless --keep)")
     parser.add_argument("--transactions", type=int, default=1000)
     parser.add_argument("--keep", action="store_true", help="keep the work directory")
+    parser.add_argument("--mysql", action="store_true", help="the drill on MySQL (the "
+                        "tree scripts/mysql_tree.sh builds) instead of MariaDB")
     args = parser.parse_args()
+    flavour = FLAVOURS["mysql" if args.mysql else "mariadb"]
+    if args.mysql and why_no_mysql():
+        why = why_no_mysql()
+        if "mysql_tree.sh" not in why:
+            why += " (scripts/mysql_tree.sh builds the MySQL tree)"
+        raise SystemExit(f"demo: --mysql cannot run here: {why}")
     workdir = args.dir or tempfile.mkdtemp(prefix="mysqlbackup-demo-")
+    if args.mysql:  # MySQL's client tools, in the tree, for `base` and `restore`
+        bin_dir = client_wrappers(os.path.join(workdir, "bin"))
+        os.environ["PATH"] = bin_dir + os.pathsep + os.environ["PATH"]
     started = time.monotonic()
     try:
-        ok = drill(workdir, args.transactions)
+        ok = drill(workdir, args.transactions, flavour)
     finally:
         if not (args.keep or args.dir):
             shutil.rmtree(workdir, ignore_errors=True)
@@ -99,19 +126,21 @@ def main():
     return 0 if ok else 1
 
 
-def drill(workdir, transactions):
+def drill(workdir, transactions, flavour):
     backup, archive = os.path.join(workdir, "backup"), f"file://{workdir}/archive"
-    with MariaDBSandbox(semi_sync_timeout_ms=1000) as primary:
-        step("1. A throwaway MariaDB primary")
+    server, semi_sync = flavour["server"], flavour["semi_sync"]
+    with server(semi_sync_timeout_ms=1000) as primary:
+        step(f"1. A throwaway {flavour['name']} primary")
         primary.execute(*SCHEMA)
         say(f"127.0.0.1:{primary.port}, schema shop: {', '.join(TABLES)}")
-        daemon = start_daemon(primary, backup, archive)
+        daemon = start_daemon(primary, backup, archive, semi_sync)
         try:
-            step("3. A base backup into the archive (mariadb-dump --single-transaction)")
+            step(f"3. A base backup into the archive ({flavour['dump']} "
+                 "--single-transaction)")
             cli("base", "--source", f"mysql://root@127.0.0.1:{primary.port}", "--archive",
                 archive, "--source-name", SOURCE)
             step(f"4. Traffic: {transactions} transactions")
-            traffic(primary, transactions)
+            traffic(primary, transactions, semi_sync, flavour["gtids"])
             before, drop_file = accident(primary)
             step("6. The backup: mysqlbackup status, then the files against the server's")
             wait_for(lambda: caught_up(primary, backup), "the daemon to catch up")
@@ -124,13 +153,13 @@ def drill(workdir, transactions):
             daemon.wait(30)
         same_files = compare_files(primary, backup)
     gtid = find_drop(workdir, archive)
-    with MariaDBSandbox(server_id=2, log_bin=False, semi_sync=False) as target:
+    with server(server_id=2, log_bin=False, semi_sync=False) as target:
         restore(archive, gtid, target)
         same_tables = compare_tables(before, target)
     return same_files and same_tables
 
 
-def start_daemon(primary, backup, archive):
+def start_daemon(primary, backup, archive, semi_sync):
     step("2. The daemon: semi-sync replica into a local directory and a file:// archive")
     args = ["stream", "--source", primary.url, "--server-id", "100", "--dir", backup,
             "--archive", archive, "--archive-interval", "0.5", "--source-name", SOURCE]
@@ -138,16 +167,16 @@ def start_daemon(primary, backup, archive):
     env = dict(os.environ, MYSQLBACKUP_PASSWORD=REPL_PASSWORD)
     daemon = subprocess.Popen([sys.executable, "-m", "mysqlbackup", "--log-level", "warning",
                                *args], env=env)
-    wait_for(lambda: primary.status("Rpl_semi_sync_master_clients") == "1",
+    wait_for(lambda: primary.status(f"{semi_sync}_clients") == "1",
              "the daemon to connect as a semi-sync replica")
-    say("connected as a semi-sync replica (Rpl_semi_sync_master_clients = 1)")
+    say(f"connected as a semi-sync replica ({semi_sync}_clients = 1)")
     return daemon
 
 
-def traffic(primary, count):
+def traffic(primary, count, semi_sync, gtids):
     """New orders, stock and city updates, cancelled orders; one commit each."""
     rng = random.Random(12)
-    yes0, seq0 = int(primary.status("Rpl_semi_sync_master_yes_tx")), last_seq(primary)
+    yes0, seq0 = int(primary.status(f"{semi_sync}_yes_tx")), last_seq(primary, gtids)
     conn = primary.root(autocommit=False)
     start = time.monotonic()
     with conn.cursor() as cur:
@@ -170,16 +199,17 @@ def traffic(primary, count):
             conn.commit()
     elapsed = time.monotonic() - start
     conn.close()
-    yes = int(primary.status("Rpl_semi_sync_master_yes_tx")) - yes0
-    logged = last_seq(primary) - seq0
+    yes = int(primary.status(f"{semi_sync}_yes_tx")) - yes0
+    logged = last_seq(primary, gtids) - seq0
     say(f"{count} transactions in {elapsed:.1f} s; {logged} changed rows and were binlogged "
         f"(the rest matched nothing), {yes} acknowledged by the daemon after fsync "
         f"(semi-sync yes_tx)")
 
 
-def last_seq(server):
-    """Sequence number of the server's last binlogged GTID (one domain here)."""
-    return int(server.execute("SELECT @@gtid_binlog_pos")[0][0].split("-")[-1])
+def last_seq(server, gtids):
+    """Sequence number of the server's last binlogged GTID (one domain or UUID here:
+    MariaDB's D-S-N, MySQL's UUID:1-N)."""
+    return int(re.search(r"(\d+)\s*$", server.execute(gtids)[0][0]).group(1))
 
 
 def accident(primary):
@@ -187,7 +217,7 @@ def accident(primary):
     application goes on writing afterwards."""
     before = checksums(primary, TABLES)
     step("5. The accident: DROP TABLE shop.orders (and the application goes on)")
-    drop_file = primary.execute("SHOW MASTER STATUS")[0][0]
+    drop_file = primary.binlog_files()[-1]  # the one the server writes now
     primary.execute("DROP TABLE shop.orders")
     primary.execute(*[f"UPDATE shop.items SET stock = stock + 10 WHERE id = {i}"
                       for i in range(1, 21)])
@@ -204,12 +234,25 @@ def caught_up(server, directory):
 
 
 def compare_files(primary, backup):
-    files = primary.binlog_files()[:-1]
-    same = [f for f in files if filecmp.cmp(os.path.join(backup, f), primary.binlog_path(f),
-                                            shallow=False)]
-    say(f"{len(same)}/{len(files)} closed binlog files in {backup} byte-identical to the "
-        f"server's")
+    """Every file byte for byte; the active one but for its in-use flag (the server's
+    says in use, the copy may not)."""
+    files = primary.binlog_files()
+    same = [f for f in files if same_bytes(os.path.join(backup, f), primary.binlog_path(f),
+                                           active=f == files[-1])]
+    say(f"{len(same)}/{len(files)} binlog files in {backup} byte-identical to the server's "
+        f"(the active {files[-1]}: all but its in-use flag)")
     return len(same) == len(files)
+
+
+def same_bytes(local, remote, active):
+    if not os.path.exists(local):
+        return False
+    with open(local, "rb") as a, open(remote, "rb") as b:
+        mine, theirs = bytearray(a.read()), bytearray(b.read())
+    if active and len(mine) == len(theirs) > 21:  # the format description's flags
+        mine[21] &= ~LOG_EVENT_BINLOG_IN_USE_F
+        theirs[21] &= ~LOG_EVENT_BINLOG_IN_USE_F
+    return mine == theirs
 
 
 def find_drop(workdir, archive):
@@ -222,7 +265,7 @@ def find_drop(workdir, archive):
     with open(sql, "rb") as f:
         for line in f:
             text = line.decode("utf-8", "replace").rstrip("\n")
-            if text.startswith("-- ") and re.match(r"-- [\d-]+ \S+:\d+-\d+$", text):
+            if re.match(r"-- \S+ \S+:\d+-\d+$", text):  # D-S-N, UUID:N, UUID:TAG:N
                 header = text
             elif re.search(r"DROP TABLE\b.*\borders\b", text, re.I):
                 found = header

@@ -5,6 +5,7 @@
 # its GTID found in `mysqlbackup replay --sql` output, `mysqlbackup status` and a byte-for-byte
 # comparison of the files, `mysqlbackup restore --stop-before-gtid` (--dry-run first) into a
 # second throwaway server, and CHECKSUM TABLE of both. Exits non-zero when anything differs.
+# `scripts/demo.sh --mysql`: the same drill on MySQL (the tree scripts/mysql_tree.sh builds).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 scripts/setup.sh
