@@ -3,6 +3,7 @@
 files and a kill -9 resume, the archive verified and listed, replay --sql, tagged GTIDs
 end to end, and a failover to a promoted replica followed in the same directory."""
 
+import datetime
 import json
 import os
 import re
@@ -285,10 +286,21 @@ def test_replay_into_a_mysql_target_keeps_the_gtids_and_applies_once(make_mysql,
     assert not held.contains(sid, int(gno)) and held.contains(sid, int(gno) - 1)
 
 
+def next_second(server):
+    """The server clock's next whole second (ISO 8601, UTC), once the clock has reached
+    it: what commits from now on commits at or after it, what committed before, before."""
+    now = server.execute("SELECT UNIX_TIMESTAMP()")[0][0]
+    wait_for(lambda: server.execute("SELECT UNIX_TIMESTAMP()")[0][0] > now, timeout=5,
+             what="the server's clock to reach the next second")
+    return datetime.datetime.fromtimestamp(now + 1, datetime.timezone.utc).strftime(
+        "%Y-%m-%dT%H:%M:%SZ")
+
+
 def test_restore_into_an_empty_mysql_server(make_mysql, tmp_path):
     """base (MySQL's mysqldump) + binlogs, restored into an empty MySQL server: to just
-    before a bad DELETE and to the end, each equal to the source then (CHECKSUM TABLE),
-    the target's gtid_executed the source's at that moment."""
+    before a bad DELETE (named by its GTID, by a datetime, by a position) and to the end,
+    each equal to the source then (CHECKSUM TABLE), the target's gtid_executed the
+    source's at that moment."""
     from mysqlbackup.sandbox_mysql import client_wrappers
     path = str(client_wrappers(tmp_path / "bin")) + os.pathsep + os.environ["PATH"]
     source = make_mysql()
@@ -308,15 +320,20 @@ def test_restore_into_an_empty_mysql_server(make_mysql, tmp_path):
         source.execute(*inserts(20, 10), "FLUSH BINARY LOGS", "UPDATE d.t SET s = 'y'")
         tagged(source, *inserts(30, 2), tag="nightly")
         before, gtids_before = checksum(source), gtid_executed(source)
+        position = "%s:%s" % source.execute("SHOW BINARY LOG STATUS")[0][:2]
+        moment = next_second(source)  # the DELETE commits at or after it, the rest before
         source.execute("DELETE FROM d.t WHERE v > 10")
         bad = last_of(source)
         source.execute(*inserts(40, 3))
         wait_for(lambda: archived_last(url) == last_of(source), what="the archive")
     finally:
         assert daemon.stop() == 0, daemon.output()
-    for stop, rows, gtids in ((("--stop-before-gtid", bad), before, gtids_before),
-                              ((), checksum(source), gtid_executed(source))):
-        target = make_mysql(server_id=20 + len(stop), semi_sync=False)
+    stops = [("--stop-before-gtid", bad), ("--stop-datetime", moment),
+             ("--stop-position", position), ()]
+    for n, stop in enumerate(stops):
+        rows, gtids = ((before, gtids_before) if stop else
+                       (checksum(source), gtid_executed(source)))
+        target = make_mysql(server_id=20 + n, semi_sync=False)
         done = run_cli("restore", "--archive", url, "--source-name", "my1", "--target",
                        f"mysql://root@127.0.0.1:{target.port}", *stop, password="",
                        timeout=300, path=path)
