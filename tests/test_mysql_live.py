@@ -7,6 +7,7 @@ import datetime
 import json
 import os
 import re
+import subprocess
 
 from mysqlbackup.binlog.gtid import MysqlGtidSet
 from tests.helpers import (Daemon, caught_up, current_binlog, read, run_cli, tagged,
@@ -104,6 +105,16 @@ def test_archive_verify_ls_and_replay_sql(make_mysql, tmp_path):
     assert replay.returncode == 0, replay.stdout + replay.stderr
     gtids = sql_gtids(sql)
     assert len(gtids) == len(set(gtids)) == 1 + 1 + 40  # CREATE DATABASE, TABLE, 40 rows
+    # the file applies with MySQL's own client: the rows and the GTIDs are the source's
+    from mysqlbackup.sandbox_mysql import client_wrappers
+    target = make_mysql(server_id=7, semi_sync=False)
+    with open(sql, "rb") as f:
+        loaded = subprocess.run([os.path.join(client_wrappers(tmp_path / "bin"), "mysql"),
+                                 "-h127.0.0.1", f"-P{target.port}", "-uroot"], stdin=f,
+                                capture_output=True, timeout=120)
+    assert loaded.returncode == 0, loaded.stderr
+    assert checksum(target) == checksum(server)
+    assert gtid_executed(target) == gtid_executed(server)
     # --start-position: the files before its own are never read (the first one's archived
     # bytes spoiled in place, same size, go unnoticed); its own is read from its start
     sealed = tmp_path / "archive" / "my1" / "binlog"

@@ -1,7 +1,11 @@
 """--sql FILE: the replay written out as SQL for review (a dry run; file I/O)."""
 
 from replay.sinks.base import Sink
-from replay.sinks.statements import binlog_statement, gtid_session, step_sql, transaction_steps
+from replay.sinks.statements import (MYSQL_GTID_AUTOMATIC, binlog_statement, gtid_session,
+                                     mysql_gtid, step_sql, transaction_steps)
+
+HEADER = ("-- mysqlbackup replay: apply with `mariadb < FILE` or MySQL's `mysql < FILE`, as "
+          "a user with SUPER (MySQL: BINLOG_ADMIN and REPLICATION_APPLIER)\n")
 
 
 class SqlFileSink(Sink):
@@ -15,7 +19,7 @@ class SqlFileSink(Sink):
         # binary: a statement from the binlog keeps its own bytes (its character set is
         # set just before it, as mysqlbinlog does)
         self.f = open(self.path, "wb")
-        self._write("-- mysqlbackup replay: apply with `mariadb < FILE` (user with SUPER)\n")
+        self._write(HEADER)
         return self
 
     def _write(self, text):
@@ -33,6 +37,8 @@ class SqlFileSink(Sink):
         for kind, what in transaction_steps(trx, fde, checksum):
             self._write(step_sql(kind, what))
             self._write(";\n")
+        if session and mysql_gtid(trx):  # MySQL wants gtid_next set again before anything
+            self._write(MYSQL_GTID_AUTOMATIC + ";\n")
 
     def close(self):
         """Close the file."""
