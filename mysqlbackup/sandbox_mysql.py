@@ -51,8 +51,12 @@ class MySQLSandbox(SandboxServer):
     flavor = "mysql"
 
     def __init__(self, server_id=1, log_bin=True, semi_sync=True, semi_sync_timeout_ms=2000,
-                 extra_args=(), log_bin_name="binlog", tree=None):
+                 extra_args=(), log_bin_name="binlog", tree=None, files=None):
+        """``files``: {name: host path} copied into the server's folder (mode 0600) before
+        it starts, e.g. its TLS certificate and key, which ``extra_args`` then name by
+        ``inside(name)`` (mysqld sees only the tree)."""
         self.tree = tree or mysql_tree()
+        self.files = dict(files or {})
         self.inner = f"/srv/mysqlbackup/{uuid.uuid4().hex[:12]}"  # its folder, in the chroot
         self.basedir = self.tree + self.inner
         self.datadir = os.path.join(self.basedir, "data")
@@ -72,6 +76,9 @@ class MySQLSandbox(SandboxServer):
         if problem:
             raise RuntimeError(problem)
         os.makedirs(self.basedir, exist_ok=True)
+        for name, source in self.files.items():
+            shutil.copyfile(source, os.path.join(self.basedir, name))
+            os.chmod(os.path.join(self.basedir, name), 0o600)
         self.port = self.port or free_port()
         self._write_options()
         if not os.path.isdir(os.path.join(self.datadir, "mysql")):
@@ -84,6 +91,10 @@ class MySQLSandbox(SandboxServer):
         self._wait_ready()
         self._create_users()
         return self
+
+    def inside(self, name):
+        """The path mysqld (in the chroot) knows the file ``name`` of its folder by."""
+        return f"{self.inner}/{name}"
 
     def _chroot(self, *args, check=False):
         done = subprocess.run(["chroot", self.tree, *args], stdout=subprocess.PIPE,
@@ -158,7 +169,9 @@ _WRAPPER = """#!{python}
 # {name} of the MySQL tree {tree}, run there through chroot (mysqlbackup.sandbox_mysql.
 # client_wrappers). An options file named on the command line (--defaults-file=PATH,
 # --defaults-extra-file=PATH) is copied into a private (0700) folder inside the tree for
-# the tool to read, and removed when the tool ends, however it ends (even killed).
+# the tool to read, and so is each host file a TLS option names in it or on the command
+# line (ssl-ca, ssl-cert, ssl-key, ssl-crl, server-public-key-path: the option then names
+# the copy); the copies are removed when the tool ends, however it ends (even killed).
 import os
 import shutil
 import sys
@@ -166,29 +179,87 @@ import tempfile
 
 TREE, BINARY, CHROOT = {tree!r}, {binary!r}, {chroot!r}
 OPTIONS = ("--defaults-extra-file=", "--defaults-file=")
+FILES = ("ssl-ca", "ssl-cert", "ssl-key", "ssl-crl", "server-public-key-path")
+
+
+class Scratch:
+    \"\"\"The private folder inside the tree, made at the first copy.\"\"\"
+
+    def __init__(self):
+        self.path, self.count = None, 0
+
+    def write(self, data, suffix):
+        \"\"\"A new 0600 file holding ``data``; its path inside the tree.\"\"\"
+        if self.path is None:
+            inside = os.path.join(TREE, "tmp")
+            os.makedirs(inside, exist_ok=True)
+            self.path = tempfile.mkdtemp(prefix="mysqlbackup-wrapper-", dir=inside)
+        self.count += 1
+        copy = os.path.join(self.path, f"{{self.count}}{{suffix}}")
+        fd = os.open(copy, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+        with os.fdopen(fd, "wb") as dst:
+            dst.write(data)
+        return copy[len(TREE):]
+
+    def file(self, path):
+        \"\"\"The tree's name for the host file ``path`` (a copy); a path that is no host
+        file is left as it is (a path of the tree's own).\"\"\"
+        if not os.path.isfile(path):
+            return path
+        with open(path, "rb") as src:
+            return self.write(src.read(), ".file")
+
+    def options(self, path):
+        \"\"\"A copy of the options file ``path`` whose TLS file options name copies.\"\"\"
+        with open(path, "rb") as src:
+            lines = src.read().decode("utf-8", "surrogateescape").splitlines(True)
+        for i, line in enumerate(lines):
+            name, equals, value = line.partition("=")
+            key = name.strip().lower().replace("_", "-")
+            key = key[len("loose-"):] if key.startswith("loose-") else key
+            if equals and key in FILES:
+                lines[i] = f'{{name.strip()}}="{{self.file(unquote(value.strip()))}}"\\n'
+        return self.write("".join(lines).encode("utf-8", "surrogateescape"), ".cnf")
+
+
+def unquote(value):
+    \"\"\"An options file's value as the tool reads it (quoted: backslash escapes).\"\"\"
+    if len(value) >= 2 and value[0] == value[-1] and value[0] in "'\\"":
+        out, chars = [], iter(value[1:-1])
+        for c in chars:
+            out.append(next(chars, "") if c == "\\\\" else c)
+        return "".join(out)
+    return value
+
+
+def tls_option(arg):
+    \"\"\"The TLS file option ``arg`` (--ssl-ca=PATH or --ssl-ca) names, or None.\"\"\"
+    if not arg.startswith("--"):
+        return None
+    name = arg[2:].partition("=")[0].replace("_", "-")
+    return name if name in FILES else None
 
 
 def main():
-    args, scratch = [], None
-    for arg in sys.argv[1:]:
+    args, scratch, given = [], Scratch(), iter(sys.argv[1:])
+    for arg in given:
         prefix = next((p for p in OPTIONS if arg.startswith(p)), None)
         if prefix:
-            if scratch is None:
-                inside = os.path.join(TREE, "tmp")
-                os.makedirs(inside, exist_ok=True)
-                scratch = tempfile.mkdtemp(prefix="mysqlbackup-wrapper-", dir=inside)
-            copy = os.path.join(scratch, f"{{len(args)}}.cnf")
-            with open(arg[len(prefix):], "rb") as src:
-                data = src.read()
-            fd = os.open(copy, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
-            with os.fdopen(fd, "wb") as dst:
-                dst.write(data)
-            arg = prefix + copy[len(TREE):]
+            arg = prefix + scratch.options(arg[len(prefix):])
+        elif tls_option(arg) and "=" in arg:
+            name, _, path = arg.partition("=")
+            arg = f"{{name}}={{scratch.file(path)}}"
+        elif tls_option(arg):
+            args.append(arg)
+            arg = next(given, None)
+            if arg is None:
+                break
+            arg = scratch.file(arg)
         args.append(arg)
     argv = [CHROOT, TREE, BINARY, *args]
-    if scratch is not None:
+    if scratch.path is not None:
         # the tool is this process (exec: its pid, its signals, its exit code); a child
-        # waits for the end of a pipe only the tool holds, then removes the copy
+        # waits for the end of a pipe only the tool holds, then removes the copies
         read_end, write_end = os.pipe()
         if os.fork() == 0:
             os.close(write_end)
@@ -200,7 +271,7 @@ def main():
                 while os.read(read_end, 1):
                     pass
             finally:
-                shutil.rmtree(scratch, ignore_errors=True)
+                shutil.rmtree(scratch.path, ignore_errors=True)
                 os._exit(0)
         os.close(read_end)
         os.set_inheritable(write_end, True)
@@ -217,7 +288,9 @@ def client_wrappers(directory, tree=None, names=CLIENT_TOOLS):
     root; its path found now: the PATH they run with may lack it), arguments, stdin,
     stdout, stderr, pid and exit code passed through; return ``directory``, to put first
     on PATH. An options file named on the command line is made visible inside the tree
-    (a private copy, removed afterwards); other paths in the arguments are the tree's."""
+    (a private copy, removed afterwards), and so are the host files its TLS options or
+    the command line's (``--ssl-ca`` and the like) name; other paths in the arguments
+    are the tree's."""
     tree = tree or mysql_tree()
     chroot = shutil.which("chroot") or shutil.which("chroot", path="/usr/sbin:/usr/bin")
     os.makedirs(directory, exist_ok=True)

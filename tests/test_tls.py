@@ -14,8 +14,6 @@ and the source's performance_schema shows the daemon's Binlog Dump thread with a
 ``Ssl_cipher`` (the per-connection status, read from the server's side).
 """
 
-import datetime
-import ipaddress
 import os
 import types
 
@@ -30,11 +28,9 @@ from mysqlbackup.source.spec import SourceSpec
 from mysqlbackup.source.tls import TlsSettings, client_options, context_args, pymysql_mode
 from tests.helpers import Daemon, caught_up, current_binlog, run_cli, wait_for
 
-x509 = pytest.importorskip("cryptography.x509", reason="the test's certificates need the "
-                           "cryptography package (a test dependency in setup.cfg)")
-from cryptography.hazmat.primitives import hashes, serialization  # noqa: E402
-from cryptography.hazmat.primitives.asymmetric import ec  # noqa: E402
-from cryptography.x509.oid import NameOID  # noqa: E402
+pytest.importorskip("cryptography.x509", reason="the test's certificates need the "
+                    "cryptography package (a test dependency in setup.cfg)")
+from tests.pki import make_pki  # noqa: E402
 
 USER, PASSWORD = "tlsuser", "tls-secret-1"
 
@@ -103,46 +99,11 @@ def test_cli_takes_the_mysql_spelling_and_refuses_a_mode_without_its_ca(tmp_path
 
 # -- certificates and servers -------------------------------------------------------------
 
-def _name(cn):
-    return x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, cn)])
-
-
-def _issue(directory, stem, cn, issuer=None, ca=False, sans=()):
-    """A key and a certificate (PEM files STEM.key, STEM.pem) signed by ``issuer``
-    ((key, certificate)), or self-signed; returns (key, certificate)."""
-    key = ec.generate_private_key(ec.SECP256R1())
-    now = datetime.datetime.now(datetime.timezone.utc)
-    signer_key, signer_name = issuer if issuer else (key, None)
-    builder = (x509.CertificateBuilder().subject_name(_name(cn)).issuer_name(
-                   signer_name.subject if signer_name else _name(cn))
-               .public_key(key.public_key()).serial_number(x509.random_serial_number())
-               .not_valid_before(now - datetime.timedelta(hours=1))
-               .not_valid_after(now + datetime.timedelta(days=1))
-               .add_extension(x509.BasicConstraints(ca=ca, path_length=None), critical=True))
-    if sans:
-        builder = builder.add_extension(x509.SubjectAlternativeName(list(sans)),
-                                        critical=False)
-    cert = builder.sign(signer_key, hashes.SHA256())
-    (directory / f"{stem}.key").write_bytes(key.private_bytes(
-        serialization.Encoding.PEM, serialization.PrivateFormat.TraditionalOpenSSL,
-        serialization.NoEncryption()))
-    (directory / f"{stem}.pem").write_bytes(cert.public_bytes(serialization.Encoding.PEM))
-    return key, cert
-
-
 @pytest.fixture(scope="module")
 def pki(tmp_path_factory):
-    """Paths of the CA, server (127.0.0.1/localhost), other host, client and wrong CA."""
-    d = tmp_path_factory.mktemp("pki")
-    ca = _issue(d, "ca", "mysqlbackup test CA", ca=True)
-    _issue(d, "server", "source", ca, sans=[x509.IPAddress(ipaddress.ip_address("127.0.0.1")),
-                                            x509.DNSName("localhost")])
-    _issue(d, "otherhost", "target", ca, sans=[x509.DNSName("db.example.com")])
-    _issue(d, "client", USER, ca)
-    _issue(d, "wrongca", "another CA", ca=True)
-    return {stem: str(d / f"{stem}.pem") for stem in
-            ("ca", "server", "otherhost", "client", "wrongca")} | {
-        "client_key": str(d / "client.key")}
+    """Paths of the CA, server (127.0.0.1/localhost), other host, client and wrong CA
+    (tests.pki)."""
+    return make_pki(tmp_path_factory.mktemp("pki"), USER)
 
 
 def tls_server(root, pki, cert, **kwargs):
