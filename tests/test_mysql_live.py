@@ -351,3 +351,7 @@ def test_restore_into_an_empty_mysql_server(make_mysql, tmp_path):
         assert done.returncode == 0, done.stdout + done.stderr
         assert checksum(target) == rows, done.stdout
         assert gtid_executed(target) == gtids, done.stdout
+    drill = run_cli("drill", "--archive", url, "--source-name", "my1")
+    assert (drill.returncode, drill.stdout) == (2, ""), drill.stdout + drill.stderr
+    assert drill.stderr.startswith("mysqlbackup: error: drill restores into a scratch "
+                                   "mariadbd and cannot drill a MySQL archive yet"), drill.stderr

@@ -18,7 +18,7 @@ from dataclasses import dataclass, field
 from mysqlbackup.binlog import events as ev
 from mysqlbackup.binlog.gtid import MariaGtidPos
 from mysqlbackup.binlog.scan import EventStream
-from mysqlbackup.errors import MysqlBackupError
+from mysqlbackup.errors import MysqlBackupError, UsageError
 from mysqlbackup.sandbox import MariaDBSandbox
 from mysqlbackup.source.spec import SourceSpec
 from replay.drill.check import check_applied, expected_of, missing_gtids, on_bookkeeping
@@ -60,6 +60,9 @@ def run_drill(opts, progress=None):
     """Run the drill; returns a DrillReport (``problems`` empty when it passed)."""
     progress = progress or (lambda line: None)
     report = DrillReport()
+    planned = _plan(opts.restore, report)  # before any scratch server: bad input costs none
+    if planned is None:
+        return report
     basedir = tempfile.mkdtemp(prefix="mysqlbackup-drill-", dir=opts.workdir)
     server = MariaDBSandbox(basedir, server_id=SCRATCH_SERVER_ID, semi_sync=False)
     try:
@@ -67,7 +70,7 @@ def run_drill(opts, progress=None):
         server.start()
         report.lines.append(f"scratch server: mariadbd on 127.0.0.1:{server.port}, datadir "
                             f"{server.datadir} (started in {time.monotonic() - started:.1f}s)")
-        _restore_and_check(opts, server, report, progress)
+        _restore_and_check(opts, planned, server, report, progress)
     finally:
         server.stop()
         if opts.keep:
@@ -77,18 +80,33 @@ def run_drill(opts, progress=None):
     return report
 
 
-def _restore_and_check(opts, server, report, progress):
-    from dataclasses import replace
-
+def _plan(ropts, report):
+    """(RestorePlan, ReplayOptions) of the drill's restore, planned from the archive
+    alone; None with the problem in ``report`` when none can be. A MySQL archive is
+    refused (UsageError): the scratch server is a mariadbd, and the check reads MariaDB
+    GTIDs."""
     from mysqlbackup.archive.store import ArchiveStore
-    from replay.restore.run import plan_restore, run_restore
-    ropts = replace(opts.restore, target=SourceSpec("127.0.0.1", server.port, "root", ""))
+    from replay.restore.run import plan_restore
     try:
         plan, replay_opts = plan_restore(ArchiveStore(ropts.archive_url, ropts.archive_options),
                                          ropts)
     except MysqlBackupError as e:
         report.problems.append(f"no restore can be planned: {e}")
-        return
+        return None
+    if plan.manifest.get("gtid_flavor") == "mysql":
+        raise UsageError(f"drill restores into a scratch mariadbd and cannot drill a MySQL "
+                         f"archive yet (base {plan.manifest['id']} is of MySQL "
+                         f"{plan.manifest.get('server_version', '')}): restore it into a "
+                         "MySQL server of your own (mysqlbackup restore) and compare")
+    return plan, replay_opts
+
+
+def _restore_and_check(opts, planned, server, report, progress):
+    from dataclasses import replace
+
+    from replay.restore.run import run_restore
+    ropts = replace(opts.restore, target=SourceSpec("127.0.0.1", server.port, "root", ""))
+    plan, replay_opts = planned
     report.base_id = plan.manifest["id"]
     started = time.monotonic()
     try:
