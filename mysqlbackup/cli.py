@@ -129,26 +129,37 @@ def _ssl_mode(ctx, param, value):
 class CommandGroup(click.Group):
     """The ``mysqlbackup`` group: the backup commands are defined here; commands of
     other packages (``replay``) register under the ``mysqlbackup.commands`` entry-point
-    group and are loaded only when listed or run, so this package never imports them."""
+    group (``mysqlbackup.archive_commands`` for ``mysqlbackup archive ...``) and are
+    loaded only when listed or run, so this package never imports them."""
+
+    plugin_group = "mysqlbackup.commands"
 
     def list_commands(self, ctx):
-        return sorted(set(super().list_commands(ctx)) | set(_plugins()))
+        return sorted(set(super().list_commands(ctx)) | set(_plugins(self.plugin_group)))
 
     def get_command(self, ctx, name):
         command = super().get_command(ctx, name)
-        if command is None and name in _plugins():
-            command = _plugins()[name].load()
+        plugins = _plugins(self.plugin_group)
+        if command is None and name in plugins:
+            command = plugins[name].load()
         if command is not None and ctx.auto_envvar_prefix:
             config.name_envvars(command, f"{ctx.auto_envvar_prefix}_{name}")
         return command
 
 
-def _plugins():
-    """{name: entry point} of the installed ``mysqlbackup.commands``."""
+class ArchiveGroup(CommandGroup):
+    """``mysqlbackup archive``: its commands, and those registered under the
+    ``mysqlbackup.archive_commands`` entry-point group."""
+
+    plugin_group = "mysqlbackup.archive_commands"
+
+
+def _plugins(group_name):
+    """{name: entry point} of the installed entry points of ``group_name``."""
     from importlib.metadata import entry_points
     found = entry_points()
-    group = (found.select(group="mysqlbackup.commands") if hasattr(found, "select")
-             else found.get("mysqlbackup.commands", ()))
+    group = (found.select(group=group_name) if hasattr(found, "select")
+             else found.get(group_name, ()))
     return {ep.name: ep for ep in group}
 
 
@@ -343,7 +354,7 @@ def verify(archive_url, archive_option, source_name, identity, deep):
     sys.exit(1 if problems else 0)
 
 
-@main.group()
+@main.group(cls=ArchiveGroup)
 def archive():
     """Look at the archive."""
 
