@@ -6,6 +6,7 @@ client refused in one line, and a failed base that leaves nothing in the archive
 
 import os
 import re
+import shutil
 import signal
 import subprocess
 import sys
@@ -30,7 +31,7 @@ from mysqlbackup.sandbox import find_binary
 from mysqlbackup.sandbox_mysql import mysql_tree
 from mysqlbackup.source.spec import SourceSpec
 from mysqlbackup.source.tls import TlsSettings
-from tests.helpers import cli_env, tagged, wait_for
+from tests.helpers import cli_env, run_cli, tagged, wait_for
 
 USER, PASSWORD = "backup", "b'ack\"up\\pw"
 GRANTS = "SELECT, SHOW VIEW, TRIGGER, EVENT, REPLICATION CLIENT"
@@ -336,6 +337,127 @@ def test_mysqls_client_logs_in_through_our_options_file(quiet, wrappers, mode):
     assert bool(cipher) == (mode != "disabled"), done.stdout
 
 
+APP_PASSWORD = "app'pw\\\"ü"
+ACCOUNTS = ("'app'@'%'", "'reader'@'%'", "'locked'@'%'")
+
+
+def test_a_mysql_bases_accounts_restore_with_users_apply_and_skip(make_mysql, wrappers,
+                                                                  tmp_path):
+    """A source with an app user (a password, database, table and column grants, a role
+    granted and set as its default) and a locked account: the base holds them between
+    our lines, hashes as hex, MySQL's reserved accounts left out; restored into an empty
+    MySQL server with --users apply, the app user logs in with its password under its
+    default role, and every account's SHOW CREATE USER (the hash too) and SHOW GRANTS
+    are the source's; with --users skip, none of them is made. A backup user who may
+    not read the mysql schema is refused in one line."""
+    import pymysql
+    from mysqlbackup.base import users
+    source = make_mysql()
+    add_user(source, GRANTS + ", RELOAD, REPLICATION SLAVE")
+    quoted = APP_PASSWORD.replace("\\", "\\\\").replace("'", "\\'")
+    source.execute(
+        "CREATE DATABASE shop", "CREATE TABLE shop.items (id INT PRIMARY KEY, note TEXT)",
+        "INSERT INTO shop.items VALUES (1, 'one'), (2, 'two')",
+        "CREATE ROLE 'reader'@'%'", "GRANT SELECT ON shop.* TO 'reader'@'%'",
+        f"CREATE USER 'app'@'%' IDENTIFIED BY '{quoted}'",
+        "GRANT INSERT, UPDATE ON shop.* TO 'app'@'%'",
+        "GRANT SELECT (note), DELETE ON shop.items TO 'app'@'%'",
+        "GRANT 'reader'@'%' TO 'app'@'%'", "SET DEFAULT ROLE 'reader'@'%' TO 'app'@'%'",
+        "CREATE USER 'locked'@'%' IDENTIFIED BY 'locked-pw' ACCOUNT LOCK")
+    path = first_on_path(wrappers)
+    url = f"file://{tmp_path / 'archive'}"
+    done = base(source, url, path, "--source-name", "my1")
+    assert done.returncode == 0 and done.stderr == "", done.stderr
+
+    store = ArchiveStore(url)
+    [manifest] = manifests(store)
+    details = manifest["details"]
+    assert "skipped_accounts" not in details and "accounts_unread" not in details
+    # app, locked, backup, and the sandbox's repl and root@127.0.0.1; reader is a role
+    assert details["accounts"] == 5
+    assert {"CREATE USER", "GRANT OPTION", "ROLE_ADMIN", "INSERT", "DELETE"} <= set(
+        details["needs"])
+    sql = zstandard.ZstdDecompressor().stream_reader(
+        store.read(format_key(base_key("my1", manifest["id"], manifest["member"])))).read()
+    begin, end = sql.index(b"-- mysqlbackup users: begin\n"), sql.index(
+        b"-- mysqlbackup users: end\n")
+    assert sql.count(b"-- mysqlbackup users: ") == 2 and sql[end:].count(b"\n") == 1
+    conn = source_server.connect(SourceSpec("127.0.0.1", source.port, USER, PASSWORD))
+    try:  # what base wrote is what the source's accounts read now
+        assert sql[begin:] == users.section(users.survey_mysql(conn))
+    finally:
+        conn.close()
+    section = sql[begin:].decode()
+    assert re.search(r"^CREATE USER IF NOT EXISTS `app`@`%` IDENTIFIED WITH "
+                     r"'caching_sha2_password' AS 0x[0-9A-F]{140} REQUIRE NONE ", section, re.M)
+    assert "CREATE ROLE IF NOT EXISTS `reader`@`%`;" in section
+    assert not [n for n in ("`mysql.sys`", "`mysql.session`", "`mysql.infoschema`",
+                            "`root`@`localhost`") if n in section]
+    # a restore replays the binlogs after its base: the source's files go to the archive
+    source.execute("FLUSH BINARY LOGS")
+    copy = tmp_path / "binlogs"
+    copy.mkdir()
+    for name in source.binlog_files():
+        shutil.copyfile(source.binlog_path(name), copy / name)
+    imported = run_cli("archive", "import", str(copy), "--archive", url, "--source-name", "my1")
+    assert imported.returncode == 0, imported.stderr
+
+    def restore(target, mode):
+        done = run_cli("restore", "--archive", url, "--source-name", "my1", "--target",
+                       f"mysql://root@127.0.0.1:{target.port}", "--users", mode,
+                       password="", timeout=300, path=path)
+        assert done.returncode == 0, done.stdout + done.stderr
+        assert target.execute("SELECT note FROM shop.items ORDER BY id") == (("one",), ("two",))
+        return done
+
+    def shown(server, what):  # (hashes as hex: the same text when the same bytes)
+        return [server.execute("SET SESSION print_identified_with_as_hex = ON",
+                               f"SHOW {what} {account}") for account in ACCOUNTS]
+
+    target = make_mysql(server_id=2, semi_sync=False)
+    restore(target, "apply")
+    for what in ("CREATE USER", "GRANTS FOR"):
+        assert shown(target, what) == shown(source, what), what
+    app = pymysql.connect(host="127.0.0.1", port=target.port, user="app",  # (PyMySQL's
+                          password=APP_PASSWORD.encode(), database="shop")  # str: latin-1)
+    try:
+        with app.cursor() as cur:
+            cur.execute("SELECT CURRENT_USER(), CURRENT_ROLE()")
+            assert cur.fetchall() == (("app@%", "`reader`@`%`"),)
+            cur.execute("SELECT id FROM items ORDER BY id")  # through the role
+            assert cur.fetchall() == ((1,), (2,))
+    finally:
+        app.close()
+    with pytest.raises(pymysql.err.OperationalError) as refused:
+        pymysql.connect(host="127.0.0.1", port=target.port, user="locked",
+                        password="locked-pw")
+    assert refused.value.args[0] == 3118  # ER_ACCOUNT_HAS_BEEN_LOCKED
+    with pytest.raises(pymysql.err.OperationalError) as refused:
+        pymysql.connect(host="127.0.0.1", port=target.port, user="app", password="wrong")
+    assert refused.value.args[0] == 1045
+
+    target = make_mysql(server_id=3, semi_sync=False)
+    stock = target.execute("SELECT user, host FROM mysql.user ORDER BY 1, 2")
+    skipped = restore(target, "skip")
+    assert "users: 5 accounts and 1 role of the base left out (--users skip)" in \
+        skipped.stdout + skipped.stderr
+    assert target.execute("SELECT user, host FROM mysql.user ORDER BY 1, 2") == stock
+
+    # a backup user without SELECT on the mysql schema (a partial revoke): refused before
+    # mysqldump runs (it would fail on the schema's tables), nothing in the archive
+    source.execute("SET GLOBAL partial_revokes = ON")
+    add_user(source, GRANTS + ", RELOAD, REPLICATION SLAVE", user="blind")
+    source.execute("REVOKE SELECT ON mysql.* FROM 'blind'@'127.0.0.1'")
+    done = base(source, url, path, "--source-name", "my2", user="blind")
+    assert done.returncode == 3, done.stderr
+    assert done.stderr.splitlines() == [
+        f"mysqlbackup: error: the source user blind@127.0.0.1:{source.port} may not read the "
+        f"mysql schema (SELECT command denied to user 'blind'@'127.0.0.1' for table 'user'), "
+        f"which base --method dump of a MySQL source needs: the accounts are read there, and "
+        f"mysqldump reads its tables (GRANT SELECT ON mysql.* TO ...)"]
+    assert [n for n in store.list() if n.startswith("my2/")] == []
+
+
 def children_named(parent, name):
     """Pids of ``parent``'s child processes running ``name``."""
     found = []
@@ -415,3 +537,4 @@ def test_a_mysql_gtid_set_that_is_not_the_positions_is_refused():
                             f"the source says its binlog there follows the GTID set "
                             f"'{uuid1}:1-4,{uuid2}:1-3'")
     assert gtid_text(snapshot, "mysql") == f"{uuid1}:1-5,{uuid2}:1-3"
+

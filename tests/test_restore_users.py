@@ -1,6 +1,10 @@
 """restore --users: the users section of a dump found, left out and read for what it
 needs; the target user's SHOW GRANTS read; a failed load's line (pure: real
-mariadb-dump 10.11 text, fed in chunks of every size)."""
+mariadb-dump 10.11 text, fed in chunks of every size). A MySQL base's section as base
+writes it (users.survey_mysql against a stand-in connection, users.section) and as
+restore reads it."""
+
+import types
 
 import pytest
 
@@ -263,3 +267,197 @@ def test_the_plan_line_and_the_manifest_fields():
         "grants are not)"]
     Plan.manifest = {"method": "physical"}
     assert users_lines(opts, Plan) == []
+
+
+# -- a MySQL base's section: written by base (not mysqldump), read back, left out -----------
+
+HEX = "0x2441243030" + "41" * 65
+APP = (f"CREATE USER `app`@`%` IDENTIFIED WITH 'caching_sha2_password' AS {HEX} DEFAULT ROLE "
+       "`r 1`@`h``x`,`reader`@`%` REQUIRE NONE PASSWORD EXPIRE DEFAULT ACCOUNT UNLOCK PASSWORD "
+       "HISTORY DEFAULT PASSWORD REUSE INTERVAL DEFAULT PASSWORD REQUIRE CURRENT DEFAULT "
+       "ATTRIBUTE '{\"comment\": \"it\\'s DEFAULT ROLE `x` REQUIRE\"}'")
+ROLE = ("CREATE USER `reader`@`%` IDENTIFIED WITH 'caching_sha2_password' REQUIRE NONE PASSWORD "
+        "EXPIRE ACCOUNT LOCK PASSWORD HISTORY DEFAULT PASSWORD REUSE INTERVAL DEFAULT PASSWORD "
+        "REQUIRE CURRENT DEFAULT")
+LOCKED = (f"CREATE USER `locked`@`%` IDENTIFIED WITH 'caching_sha2_password' AS {HEX} REQUIRE "
+          "NONE PASSWORD EXPIRE DEFAULT ACCOUNT LOCK PASSWORD HISTORY DEFAULT PASSWORD REUSE "
+          "INTERVAL DEFAULT PASSWORD REQUIRE CURRENT DEFAULT")
+MYSQL_ACCOUNTS = [
+    ("`app`@`%`", APP, ["GRANT USAGE ON *.* TO `app`@`%`",
+                        "GRANT INSERT, UPDATE ON `shop`.* TO `app`@`%`",
+                        "GRANT SELECT (`note`) ON `shop`.`items` TO `app`@`%`",
+                        "GRANT `r 1`@`h``x`,`reader`@`%` TO `app`@`%`"]),
+    ("`locked`@`%`", LOCKED, ["GRANT USAGE ON *.* TO `locked`@`%`"]),
+    ("`r 1`@`h``x`", ROLE.replace("`reader`@`%`", "`r 1`@`h``x`"),
+     ["GRANT USAGE ON *.* TO `r 1`@`h``x`"]),
+    ("`reader`@`%`", ROLE, ["GRANT USAGE ON *.* TO `reader`@`%`",
+                            "GRANT SELECT ON `shop`.* TO `reader`@`%`"])]
+
+
+def mysql_section_text():
+    from mysqlbackup.base.users import Accounts, section
+    return section(Accounts(users=MYSQL_ACCOUNTS, flavor="mysql"))
+
+
+def test_a_mysql_users_section_creates_then_grants_then_sets_default_roles():
+    from mysqlbackup.base.users import Accounts, section
+    app = APP.replace(" DEFAULT ROLE `r 1`@`h``x`,`reader`@`%`", "")
+    assert mysql_section_text().decode().splitlines() == [
+        "-- mysqlbackup users: begin",
+        "CREATE ROLE IF NOT EXISTS `r 1`@`h``x`;",
+        "CREATE ROLE IF NOT EXISTS `reader`@`%`;",
+        app.replace("CREATE USER ", "CREATE USER IF NOT EXISTS ") + ";",
+        LOCKED.replace("CREATE USER ", "CREATE USER IF NOT EXISTS ") + ";",
+        *[g + ";" for _, _, grants in MYSQL_ACCOUNTS for g in grants],
+        "ALTER USER `app`@`%` DEFAULT ROLE `r 1`@`h``x`,`reader`@`%`;",
+        "-- mysqlbackup users: end"]
+    assert section(Accounts(flavor="mysql")) == b""  # no account but the reserved ones
+
+
+def test_default_roles_and_the_shape_of_a_role():
+    from mysqlbackup.base.users import create_statement, reserved, split_default_roles
+    create, roles = split_default_roles(APP)
+    assert roles == "`r 1`@`h``x`,`reader`@`%`"
+    assert " DEFAULT ROLE `r 1`" not in create and create.endswith(" REQUIRE\"}'")
+    assert split_default_roles(LOCKED) == (LOCKED, None)
+    tail_only = LOCKED + " ATTRIBUTE '{\"comment\": \"a DEFAULT ROLE b\"}'"
+    assert split_default_roles(tail_only) == (tail_only, None)  # after REQUIRE: a value
+    assert create_statement("`reader`@`%`", ROLE) == "CREATE ROLE IF NOT EXISTS `reader`@`%`"
+    commented = ROLE + " ATTRIBUTE '{\"comment\": \"x\"}'"
+    assert create_statement("`reader`@`%`", commented) == commented.replace(
+        "CREATE USER ", "CREATE USER IF NOT EXISTS ")
+    assert create_statement("`locked`@`%`", LOCKED).startswith(
+        "CREATE USER IF NOT EXISTS `locked`@`%` IDENTIFIED WITH 'caching_sha2_password' AS 0x")
+    for user, host, locked in (("root", "localhost", False), ("mysql.sys", "LOCALHOST", False),
+                               ("mysql.session", "localhost", True),
+                               ("mysql.infoschema", "localhost", True),
+                               ("mysql.future", "localhost", True)):
+        assert reserved(user, host, locked), (user, host)
+    for user, host, locked in (("root", "127.0.0.1", False), ("root", "%", False),
+                               ("mysql.future", "localhost", False),
+                               ("mysql.sys", "%", True), ("app", "localhost", True)):
+        assert not reserved(user, host, locked), (user, host)
+
+
+class FakeCursor:
+    """Answers SQL as a MySQL server would (``answers``: text -> rows, or an error)."""
+
+    def __init__(self, answers, asked):
+        self.answers, self.asked, self.rows = answers, asked, ()
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        return False
+
+    def execute(self, sql):
+        self.asked.append(sql)
+        self.rows = self.answers.get(sql, ())
+        if isinstance(self.rows, Exception):
+            raise self.rows
+
+    def fetchall(self):
+        return self.rows
+
+
+def fake_connection(answers, asked=None):
+    asked = [] if asked is None else asked
+    return types.SimpleNamespace(cursor=lambda: FakeCursor(answers, asked))
+
+
+def test_the_mysql_survey_leaves_out_reserved_and_dropped_accounts_and_refuses_blind_users():
+    import pymysql
+    from mysqlbackup.base.users import survey_mysql
+    from mysqlbackup.errors import SourceError
+    listing = "SELECT user, host, account_locked FROM mysql.user ORDER BY user, host"
+    gone = pymysql.err.OperationalError(1396, "Operation SHOW CREATE USER failed for 'gone'@'%'")
+    asked = []
+    conn = fake_connection({
+        listing: ((b"app", b"%", b"N"), (b"gone", b"%", b"N"), (b"mysql.sys", b"localhost", b"Y"),
+                  (b"root", b"localhost", b"N")),
+        "SHOW CREATE USER `app`@`%`": ((APP,),), "SHOW GRANTS FOR `app`@`%`": (("GRANT X",),),
+        "SHOW CREATE USER `gone`@`%`": gone}, asked)
+    found = survey_mysql(conn)
+    assert (found.users, found.unread) == ([("`app`@`%`", APP, ["GRANT X"])], None)
+    assert asked[0] == "SET SESSION print_identified_with_as_hex = ON"
+    assert not [q for q in asked if "mysql.sys" in q or "`root`" in q]
+
+    old = fake_connection({"SET SESSION print_identified_with_as_hex = ON":
+                          pymysql.err.OperationalError(1193, "Unknown system variable")})
+    found = survey_mysql(old)
+    assert found.users == [] and found.unread == (
+        "the source cannot print password hashes as hex (print_identified_with_as_hex: MySQL "
+        "8.0.17 and later)")
+
+    denied = pymysql.err.OperationalError(1142, "SELECT command denied to user 'b'@'h' for "
+                                                "table 'user'")
+    with pytest.raises(SourceError) as e:
+        survey_mysql(fake_connection({listing: denied}), "the source user b@h:1")
+    assert str(e.value) == (
+        "the source user b@h:1 may not read the mysql schema (SELECT command denied to user "
+        "'b'@'h' for table 'user'), which base --method dump of a MySQL source needs: the "
+        "accounts are read there, and mysqldump reads its tables (GRANT SELECT ON mysql.* TO "
+        "...)")
+    secret = fake_connection({listing: ((b"b", b"h", b"N"),), "SHOW CREATE USER `b`@`h`": ((
+        "CREATE USER `b`@`h` IDENTIFIED WITH 'caching_sha2_password' AS <secret> REQUIRE NONE",),)})
+    with pytest.raises(SourceError, match=r"\(SHOW CREATE USER hides its password hash\)"):
+        survey_mysql(secret)
+
+
+MYSQL_HEAD = b"""\
+-- MySQL dump 10.13  Distrib 9.7.4, for Linux (x86_64)
+SET @@GLOBAL.GTID_PURGED=/*!80000 '+'*/ 'u:1-5';
+
+--
+-- Current Database: `shop`
+--
+
+USE `shop`;
+
+--
+-- Table structure for table `items`
+--
+
+DROP TABLE IF EXISTS `items`;
+CREATE TABLE `items` (
+  `id` int NOT NULL
+);
+SET @@SESSION.SQL_LOG_BIN = @MYSQLDUMP_TEMP_LOG_BIN;
+/*!40103 SET TIME_ZONE=@OLD_TIME_ZONE */;
+
+-- Dump completed on 2026-11-26 12:28:29
+"""
+
+
+def test_a_mysql_section_left_out_and_read_for_what_it_needs():
+    """No import role: a role granted needs ROLE_ADMIN of the loader (MySQL's root holds
+    it, and PROXY on ''@''); left out whatever the chunks, and by a --table restore."""
+    from replay.restore.dumpfilter import DumpFilter
+    dump = MYSQL_HEAD + mysql_section_text()
+    for size in (1, 7, 4096):
+        users = UsersFilter()
+        assert fed(users, dump, size) == MYSQL_HEAD
+        assert users.left_out() == "2 accounts and 2 roles"
+        assert users.roles == {"reader@%", "r 1@h`x"}
+        assert users.needs() == ["CREATE USER", "GRANT OPTION", "INSERT", "ROLE_ADMIN",
+                                 "SELECT", "UPDATE"]
+    only = DumpFilter({"shop.items"})
+    assert b"USER" not in only.feed(dump) + only.finish()
+    scan = UsersScan()
+    fed(scan, dump, 4096)
+    line = line_of(dump, b"GRANT `r 1`")
+    failed = load_failure({"id": "B1", "raw_size": 10, "gtid_flavor": "mysql"}, "mysql", 1,
+                          f"ERROR 1227 (42000) at line {line}: Access denied; you need (at "
+                          f"least one of) the ROLE_ADMIN privilege(s)", 10, scan)
+    assert (f"the load stopped at line {line} of the dump, in the users section, after every "
+            "database's data" in failed and "(or with --users skip, to leave the accounts "
+            "out) to load" in failed and "import_role" not in failed), failed
+    root = TargetGrants("root@localhost", [
+        "GRANT SELECT, INSERT, UPDATE, CREATE USER ON *.* TO `root`@`localhost` WITH GRANT "
+        "OPTION", "GRANT ROLE_ADMIN,SYSTEM_USER ON *.* TO `root`@`localhost` WITH GRANT OPTION",
+        "GRANT PROXY ON ``@`` TO `root`@`localhost` WITH GRANT OPTION"])
+    assert root.proxy and root.missing(scan.needs() + ["PROXY"]) == []
+    admin = TargetGrants("admin@%", ["GRANT SELECT, INSERT, UPDATE, CREATE USER ON *.* TO "
+                                     "`admin`@`%` WITH GRANT OPTION"])
+    assert admin.missing(scan.needs()) == ["ROLE_ADMIN"]

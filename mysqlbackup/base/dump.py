@@ -55,7 +55,8 @@ class Snapshot:
 
 def dump_argv(tool, options_path, spec, flavor, users=True, skip_tables=()):
     """The dump client's arguments (the password is in ``options_path``); ``users``
-    False: MariaDB's accounts are not dumped by the tool (``base.users`` writes them).
+    False: MariaDB's accounts are not dumped by the tool (``base.users`` writes them, as
+    it always writes MySQL's: mysqldump is never given ``--users``).
 
     MySQL's mysqldump has no ``--ignore-database`` (nor ``--gtid``, ``--master-data``,
     ``--system``): it leaves out sys, performance_schema and information_schema by

@@ -43,9 +43,11 @@ class _Run:
 def _start_dump(spec, facts):
     tool, version = find_client(dump.CLIENTS[facts.flavor], facts.flavor)
     parser = dump.SnapshotParser(facts.flavor)
-    accounts = _accounts(spec) if facts.flavor == "mariadb" else None
+    accounts = _accounts(spec, facts.flavor)
     skip = _system_tables(spec) if facts.flavor == "mysql" else ()
-    ours = bool(accounts and accounts.ignored)  # the tool would fail on them: we write them
+    # we write the accounts: MySQL's always (users.py says why); MariaDB's when the
+    # source ignores some (mariadb-dump would fail on them)
+    ours = facts.flavor == "mysql" or bool(accounts.ignored)
     scan = UsersScan()  # what the dump's accounts will need of the user who loads them
 
     def observe(chunk):
@@ -57,8 +59,10 @@ def _start_dump(spec, facts):
                               skip_tables=skip)
         process = ToolProcess(argv)
         details = {"tool": tool, "tool_version": version, "arguments": argv[2:]}
-        if ours:
+        if accounts.ignored:
             details.update(skipped_accounts=accounts.ignored)
+        if accounts.unread:
+            details.update(accounts_unread=accounts.unread)
         run = _Run(process, parser, observe, details, users.section(accounts) if ours else b"")
         run.users = scan
         try:
@@ -76,17 +80,22 @@ def _system_tables(spec):
         conn.close()
 
 
-def _accounts(spec):
-    """The source's accounts (``users.survey``); a warning names those it ignores."""
+def _accounts(spec, flavor):
+    """The source's accounts (``users.survey``, MySQL's ``users.survey_mysql``: SourceError
+    when the user may not read them); a warning names those it ignores, or says why none
+    could be read."""
     conn = server.connect(spec)
     try:
-        found = users.survey(conn)
+        found = (users.survey_mysql(conn, f"the source user {spec.user}@{spec.address}")
+                 if flavor == "mysql" else users.survey(conn))
     finally:
         conn.close()
     if found.ignored:
         log.warning("base: %d account(s) the source ignores (skip_name_resolve: a host that is "
                     "a name) left out of the base: %s", len(found.ignored),
                     ", ".join(found.ignored))
+    if found.unread:
+        log.warning("base: the accounts are left out of the base: %s", found.unread)
     return found
 
 

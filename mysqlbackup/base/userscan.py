@@ -18,7 +18,9 @@ after every database's data, before the trailer::
     /*M!100203 EXECUTE IMMEDIATE CONCAT('SET ROLE ', @current_role) */;
 
 A base the tool wrote the section of itself puts it between ``-- mysqlbackup users:
-begin`` and ``-- mysqlbackup users: end`` (same statements). A section starts at the
+begin`` and ``-- mysqlbackup users: end`` (a MariaDB base: the same statements; a
+MySQL base: ``CREATE ROLE IF NOT EXISTS `r`@`%```, ``CREATE USER IF NOT EXISTS``,
+``GRANT``, ``ALTER USER ... DEFAULT ROLE``, no import role). A section starts at the
 first line starting ``CREATE USER IF NOT EXISTS `` (or at the begin line) and ends
 with the ``EXECUTE IMMEDIATE`` line (or the end line); a section without its last
 line ends at the trailer's first line (blank, ``-- ...`` or ``/*!40103 SET TIME_ZONE``).
@@ -29,9 +31,11 @@ event's body, printed as written) count.
 ``UsersScan`` lists what a section needs of the user that loads it (``needs``):
 ``CREATE USER`` (accounts and roles), ``GRANT OPTION`` (a GRANT of privileges, USAGE
 too), ``PROXY`` (a ``GRANT PROXY`` line: the loader needs ``PROXY ON ''@'%' WITH GRANT
-OPTION``, or the server refuses it with ERROR 1698), then each privilege granted (held
-on ``*.*``: ``ALL PRIVILEGES`` covers all; UPDATE for ``SET DEFAULT ROLE ... FOR`` and
-``GRANT ... IDENTIFIED BY``, which write the mysql schema: ERROR 1044 without). It
+OPTION``, or the server refuses it with ERROR 1698; MySQL's ``''@''`` will do too),
+then each privilege granted (held on ``*.*``: ``ALL PRIVILEGES`` covers all; UPDATE for
+``SET DEFAULT ROLE ... FOR`` and ``GRANT ... IDENTIFIED BY``, which write the mysql
+schema: ERROR 1044 without; ROLE_ADMIN for a role granted outside the dump's import
+role: MySQL's ``GRANT `r`@`%` TO ...``, ERROR 1227 without). It
 also numbers the lines and follows the ``-- Current Database:`` and ``USE`` lines, so
 that a failed load can say where it stopped. ``UsersFilter`` is the
 same scan returning the stream without its users sections (``restore --users skip``).
@@ -63,7 +67,9 @@ OUTSIDE = (FIRST, BEGIN_MARK, DELIMITED, USE, CURRENT)
 CREATE_USER, GRANT_OPTION, PROXY = "CREATE USER", "GRANT OPTION", "PROXY"
 ALL = "ALL PRIVILEGES"
 WRITE_MYSQL = "UPDATE"  # what SET DEFAULT ROLE FOR and GRANT ... IDENTIFIED BY need
-_ROLE = re.compile(rb"CREATE ROLE IF NOT EXISTS ('(?:[^'\\]|\\.|'')*'|`(?:[^`]|``)*`|[^\s*;]+)")
+ROLE_ADMIN = "ROLE_ADMIN"  # what MySQL's GRANT role TO account needs (no import role there)
+_NAME = rb"('(?:[^'\\]|\\.|'')*'|`(?:[^`]|``)*`|[^\s*;@]+)"
+_ROLE = re.compile(rb"CREATE ROLE IF NOT EXISTS " + _NAME + rb"(?:@" + _NAME + rb")?")
 
 
 class UsersScan:
@@ -80,6 +86,7 @@ class UsersScan:
         self.marks = [(1, "head")]   # (first line, what: 'head', 'db NAME', 'users', 'tail')
         self.sections = 0            # users sections seen (whole or begun)
         self._section = None         # None (outside), "dump" or "marked" (between marks)
+        self._import_role = False    # the section made the dump's import role (MariaDB)
         self._delimited = False      # inside DELIMITER ;; ... DELIMITER ;
         self._held = b""             # the start of an incomplete line that may be ours
         self._at_start = True        # the next byte starts a line
@@ -204,6 +211,7 @@ class UsersScan:
             self.marks.append((self.line, "db " + name.decode("utf-8", "replace")))
         elif line.startswith((FIRST, BEGIN_MARK)):
             self._section = "marked" if line.startswith(BEGIN_MARK) else "dump"
+            self._import_role = False
             self.sections += 1
             self.marks.append((self.line, "users"))
             return True
@@ -225,16 +233,21 @@ class UsersScan:
             return
         role = _ROLE.search(text)
         if role:
-            name = role[1].strip(b"'`").decode("utf-8", "replace")
-            if name != IMPORT_ROLE:
-                self.roles.add(name)
+            name = _unquote(role[1].decode("utf-8", "replace"))
+            if name == IMPORT_ROLE:
+                self._import_role = True
+            else:  # a MySQL role is an account: its host too
+                self.roles.add(name if role[2] is None else
+                               name + "@" + _unquote(role[2].decode("utf-8", "replace")))
             return
         if b"SET DEFAULT ROLE " in text:  # another account's: written into mysql.*
             self.privileges.add(WRITE_MYSQL)
             return
         if text.startswith(b"GRANT "):
             grant = parse_grant(text.rstrip(b";").decode("utf-8", "replace"))
-            if grant is None:  # a role granted: the dump's import role administers it
+            if grant is None:  # a role granted: the dump's import role administers it,
+                if not self._import_role:  # else (MySQL) the loader needs ROLE_ADMIN
+                    self.privileges.add(ROLE_ADMIN)
                 return
             privileges, _, _, _ = grant
             if privileges == [PROXY]:
@@ -352,7 +365,7 @@ class TargetGrants:
     """What the target user holds, from ``SELECT CURRENT_USER()`` and its ``SHOW GRANTS
     FOR CURRENT_USER()`` rows: the privileges on ``*.*`` (a role's are not counted: the
     dump's users section runs under a role of its own), their grant option, and PROXY
-    on ''@'%' with grant option."""
+    on ''@'%' (MySQL: ''@'') with grant option."""
 
     def __init__(self, current_user, rows):
         self.user, _, self.host = current_user.rpartition("@")
@@ -365,7 +378,8 @@ class TargetGrants:
             if user != self.user or host.lower() != self.host.lower():
                 continue  # a role's grants (listed when it is active)
             if privileges == [PROXY]:
-                self.proxy = self.proxy or (option and _account(target) == ("", "%"))
+                self.proxy = self.proxy or (option and _account(target) in (("", "%"),
+                                                                            ("", "")))
             elif target.replace("`", "") == "*.*":
                 self.privileges.update(privileges)
                 self.grant_option = self.grant_option or option

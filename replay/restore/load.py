@@ -101,12 +101,13 @@ def load_failure(manifest, client, code, error, streamed, watch):
     where = (f"at line {at[1]} of the dump, {watch.where(int(at[1]))}" if at
              else f"with the stream {watch.where()}")
     users = "users section" in where
+    leftover = ("" if manifest.get("gtid_flavor") == "mysql" else  # no import role there
+                f"; the dump's {IMPORT_ROLE} may be left on the target")
     return (f"the target refused the base {manifest['id']} ({client} exited {code}): {error}; "
             f"the load stopped {where} ({streamed / 1e6:.1f} of "
             f"{manifest['raw_size'] / 1e6:.1f} MB of the dump streamed), and the target "
             "holds what came before: run the same restore again"
-            + (" (or with --users skip, to leave the accounts out; the dump's "
-               f"{IMPORT_ROLE} may be left on the target)" if users else "")
+            + (f" (or with --users skip, to leave the accounts out{leftover})" if users else "")
             + " to load the base again from its start over it, or restore into a new "
             "empty server")
 
