@@ -267,3 +267,19 @@ def test_verify_identity_refuses_a_certificate_for_another_host(world, pki):
         f"certificate of 127.0.0.1:{port} is not valid for that host name "
         f"(--target-ssl-mode verify-identity): IP address mismatch, certificate is not "
         f"valid for '127.0.0.1'.")
+
+
+def test_a_verify_identity_restore_loads_with_mysqls_option_names(world, pki):
+    """The base is loaded by MySQL's own client with MySQL's TLS option names
+    (``ssl-mode=VERIFY_IDENTITY``): MariaDB's (``ssl-verify-server-cert``) made it exit
+    "unknown option" after the tool's own connection had passed."""
+    target = tls_mysql(pki, "server", TARGET_GRANTS, server_id=4, semi_sync=False)
+    try:
+        done = run_cli("restore", "--archive", world.archive, "--source-name", "db1",
+                       "--target", url(target), "--target-ssl-mode", "verify-identity",
+                       "--target-ssl-ca", pki["ca"], *client_cert(pki, "--target-ssl"),
+                       password=PASSWORD, timeout=300, path=world.path)
+        assert done.returncode == 0, done.stderr + done.stdout
+        assert checksums(target) == world.final
+    finally:
+        target.stop(remove=True)

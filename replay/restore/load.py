@@ -20,7 +20,8 @@ import tempfile
 import time
 
 from mysqlbackup.archive.codec import Digest, decode
-from mysqlbackup.base.client import ToolError, find_client, find_tool, options_file
+from mysqlbackup.base.client import (ToolError, find_client, find_tool, options_file,
+                                     tool_product)
 from mysqlbackup.errors import CorruptBinlog, MysqlBackupError
 from mysqlbackup.base.userscan import IMPORT_ROLE, UsersScan
 
@@ -34,15 +35,17 @@ class LoadError(MysqlBackupError):
 
 
 def load_client(manifest):
-    """The client that loads the base: the base's own product's (MySQL's ``mysql`` for a
-    MySQL base: MariaDB's may lack MySQL's authentication plugins), else whichever of
-    ``mariadb`` and ``mysql`` is on PATH."""
+    """(path, product) of the client that loads the base: the base's own product's
+    (MySQL's ``mysql`` for a MySQL base: MariaDB's may lack MySQL's authentication
+    plugins), else whichever of ``mariadb`` and ``mysql`` is on PATH. The product
+    ("mariadb" or "mysql") names the options it takes (TLS: ``client.options_text``)."""
     if manifest.get("gtid_flavor") == "mysql":
         try:
-            return find_client(("mysql",), "mysql")[0]
+            return find_client(("mysql",), "mysql")[0], "mysql"
         except ToolError:
             pass  # the other product's client, as before: it loads plain SQL too
-    return find_tool(CLIENTS)
+    path = find_tool(CLIENTS)
+    return path, tool_product(path)[0]
 
 
 def client_args(client, spec, option_file, logged=False):
@@ -65,9 +68,9 @@ def load_dump(store, key, manifest, spec, progress=None, transform=None, keyring
     Raises CorruptBinlog naming the object when it is not its manifest's, LoadError
     when the client fails (its last error line, where the load stopped and what to do).
     ``keyring`` opens an encrypted base."""
-    client = load_client(manifest)
+    client, product = load_client(manifest)
     watch = UsersScan()  # what the client was sent: numbered lines, databases, users
-    with options_file(spec) as option_file, tempfile.TemporaryFile() as errors:
+    with options_file(spec, flavor=product) as option_file, tempfile.TemporaryFile() as errors:
         proc = subprocess.Popen(client_args(client, spec, option_file, logged),
                                 stdin=subprocess.PIPE,
                                 stdout=subprocess.DEVNULL, stderr=errors)
