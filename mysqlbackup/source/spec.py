@@ -31,20 +31,25 @@ class SourceSpec:
 
 
 def parse_source_url(url):
-    """Parse ``mysql://USER@HOST[:PORT]`` into (user, host, port); refuse a password in it."""
+    """Parse ``mysql://USER@HOST[:PORT]`` (a source's or a target's) into (user, host,
+    port); refuse a password in it. The errors name the URL, never the option: the same
+    parser serves --source, --target and --replica-source."""
     parts = urlsplit(url)
     if parts.scheme not in ("mysql", "mariadb") or not parts.hostname:
-        raise UsageError(f"bad source URL {mask_url(url)!r}: expected mysql://USER@HOST:PORT")
+        raise UsageError(f"bad server URL {mask_url(url)!r}: expected mysql://USER@HOST:PORT")
     if parts.password is not None:
         raise UsageError("do not put the password in the URL: use the MYSQLBACKUP_PASSWORD "
                          "environment variable or --password-file")
     if not parts.username:
-        raise UsageError(f"bad source URL {mask_url(url)!r}: the user is missing "
+        raise UsageError(f"bad server URL {mask_url(url)!r}: the user is missing "
                          f"(mysql://USER@HOST:PORT)")
     try:
-        port = parts.port or 3306
+        port = 3306 if parts.port is None else parts.port
     except ValueError:
-        raise UsageError(f"bad port in source URL {mask_url(url)!r}") from None
+        port = None
+    if not port:
+        raise UsageError(f"bad port in server URL {mask_url(url)!r}: a number from 1 to "
+                         "65535 (default 3306)")
     return unquote(parts.username), parts.hostname, port
 
 
