@@ -4,8 +4,13 @@ Starts ``mariadbd`` from PATH (or /usr/sbin) with a temporary datadir on a free
 loopback port, binlog ROW + CRC32 + GTID strict mode + FULL row metadata and
 semi-sync primary enabled, creates a replication user, and stops it by pid.
 It never touches a server it did not start.
+
+A datadir is initialised once per process (``datadir_from_template``) and copied for
+each server: the same files ``mariadb-install-db`` (or ``mysqld --initialize``) would
+write, in a tenth of the time.
 """
 
+import atexit
 import logging
 import os
 import shutil
@@ -31,6 +36,52 @@ def free_port():
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         return s.getsockname()[1]
+
+
+_TEMPLATES = {}   # {key: path of this process's initialised datadir}
+TEMPLATE_PREFIX = "mysqlbackup-template-"
+
+
+def datadir_from_template(datadir, key, parent, make):
+    """Fill ``datadir`` (absent) with a copy of the datadir ``make(path)`` initialises,
+    once per process and ``key``, under ``parent`` (on the datadir's file system: the
+    copy is cheap). The template goes at the process's exit; a killed process's are
+    swept by the next one to make its own."""
+    template = _TEMPLATES.get(key)
+    if template is None or not os.path.isdir(template):
+        _sweep_templates(parent)
+        template = os.path.join(parent, f"{TEMPLATE_PREFIX}{os.getpid()}-{key}")
+        shutil.rmtree(template, ignore_errors=True)
+        try:
+            make(template)
+        except BaseException:
+            shutil.rmtree(template, ignore_errors=True)
+            raise
+        _TEMPLATES[key] = template
+        atexit.register(shutil.rmtree, template, True)
+    shutil.copytree(template, datadir, symlinks=True)
+
+
+def _sweep_templates(parent):
+    """Remove the templates of processes that no longer run."""
+    try:
+        names = os.listdir(parent)
+    except OSError:
+        return
+    for name in names:
+        pid = name[len(TEMPLATE_PREFIX):].split("-", 1)[0]
+        if name.startswith(TEMPLATE_PREFIX) and pid.isdigit() and not _alive(int(pid)):
+            shutil.rmtree(os.path.join(parent, name), ignore_errors=True)
+
+
+def _alive(pid):
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
 
 
 class SandboxServer:
@@ -117,7 +168,9 @@ class MariaDBSandbox(SandboxServer):
     def start(self):
         """Initialise the datadir if needed, start the server, create the repl user."""
         if not os.path.isdir(os.path.join(self.datadir, "mysql")):
-            self._install_db()
+            shutil.rmtree(self.datadir, ignore_errors=True)
+            datadir_from_template(self.datadir, "mariadb", tempfile.gettempdir(),
+                                  self._install_db)
         self.port = self.port or free_port()
         self.proc = subprocess.Popen(self._server_args(), stdout=subprocess.DEVNULL,
                                      stderr=subprocess.DEVNULL, start_new_session=True)
@@ -125,12 +178,14 @@ class MariaDBSandbox(SandboxServer):
         self._create_users()
         return self
 
-    def _install_db(self):
+    @staticmethod
+    def _install_db(datadir):
+        """mariadb-install-db into ``datadir`` (the accounts as installed)."""
         tool = find_binary("mariadb-install-db")
         if tool is None:
             raise RuntimeError("mariadb-install-db not found: apt-get install mariadb-server")
-        os.makedirs(self.datadir, exist_ok=True)
-        args = [tool, "--no-defaults", "--user=root", f"--datadir={self.datadir}",
+        os.makedirs(datadir, exist_ok=True)
+        args = [tool, "--no-defaults", "--user=root", f"--datadir={datadir}",
                 "--auth-root-authentication-method=normal", "--skip-test-db"]
         for attempt in (1, 2):  # seen failing once in a while under load: say why, retry
             done = subprocess.run(args, stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
@@ -139,9 +194,9 @@ class MariaDBSandbox(SandboxServer):
             output = done.stdout.decode(errors="replace").strip()
             log.warning("mariadb-install-db exited %d (attempt %d): %s", done.returncode,
                         attempt, output[-2000:])
-            shutil.rmtree(self.datadir, ignore_errors=True)
-            os.makedirs(self.datadir)
-        raise RuntimeError(f"mariadb-install-db failed twice for {self.datadir}: "
+            shutil.rmtree(datadir, ignore_errors=True)
+            os.makedirs(datadir)
+        raise RuntimeError(f"mariadb-install-db failed twice for {datadir}: "
                            f"{output[-2000:]}")
 
     def _server_args(self):

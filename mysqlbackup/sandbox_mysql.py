@@ -23,7 +23,8 @@ import uuid
 
 import pymysql
 
-from mysqlbackup.sandbox import REPL_PASSWORD, REPL_USER, SandboxServer, free_port
+from mysqlbackup.sandbox import (REPL_PASSWORD, REPL_USER, SandboxServer, datadir_from_template,
+                                 free_port)
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 TREE_ENV = "MYSQLBACKUP_MYSQL_TREE"
@@ -82,8 +83,11 @@ class MySQLSandbox(SandboxServer):
         self.port = self.port or free_port()
         self._write_options()
         if not os.path.isdir(os.path.join(self.datadir, "mysql")):
-            self._chroot("/usr/sbin/mysqld", f"--defaults-file={self.inner}/my.cnf",
-                         "--initialize-insecure", check=True)
+            shutil.rmtree(self.datadir, ignore_errors=True)
+            key = f"mysql-{self.log_bin_name if self.log_bin else 'nobinlog'}"
+            datadir_from_template(self.datadir, key, os.path.join(self.tree, "srv",
+                                                                 "mysqlbackup"), self._initialize)
+            os.unlink(os.path.join(self.datadir, "auto.cnf"))  # its own server_uuid at start
         self.proc = subprocess.Popen(
             ["chroot", self.tree, "/usr/sbin/mysqld", f"--defaults-file={self.inner}/my.cnf",
              *self.extra_args], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
@@ -91,6 +95,12 @@ class MySQLSandbox(SandboxServer):
         self._wait_ready()
         self._create_users()
         return self
+
+    def _initialize(self, datadir):
+        """mysqld --initialize-insecure into ``datadir`` (a host path inside the tree)."""
+        self._chroot("/usr/sbin/mysqld", f"--defaults-file={self.inner}/my.cnf",
+                     f"--datadir={datadir[len(self.tree):]}", "--initialize-insecure",
+                     check=True)
 
     def inside(self, name):
         """The path mysqld (in the chroot) knows the file ``name`` of its folder by."""
