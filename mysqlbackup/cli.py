@@ -10,7 +10,7 @@ import click
 from mysqlbackup import config, logs
 from mysqlbackup.archive.names import check_source_name
 from mysqlbackup.binlog.gtid import guess_flavor, parse_gtid_set
-from mysqlbackup.errors import MysqlBackupError, mask_url
+from mysqlbackup.errors import ExitCode, MysqlBackupError, exit_code_rows, mask_url
 from mysqlbackup.source.spec import PASSWORD_ENV, source_from_options
 from mysqlbackup.source.tls import DEFAULT_MODE, MODES, TlsSettings
 from mysqlbackup.stream import health
@@ -183,8 +183,19 @@ def _print_version(ctx, param, value):
     ctx.exit()
 
 
+def exit_codes_help(width=78):
+    """The exit-code table (``errors.EXIT_CODES``) as help text click prints unwrapped."""
+    import textwrap
+    lines = ["\b", "Exit codes (the same for every command):"]
+    for code, _, meaning in exit_code_rows():
+        lines += textwrap.wrap(meaning, width, initial_indent=f"  {code:>2}  ",
+                               subsequent_indent=" " * 6)
+    return "\n".join(lines)
+
+
 @click.group(cls=CommandGroup, context_settings={"help_option_names": ["-h", "--help"],
-                                                 "auto_envvar_prefix": config.ENV_PREFIX})
+                                                 "auto_envvar_prefix": config.ENV_PREFIX},
+             epilog=exit_codes_help())
 @click.option("--config", "config_path", metavar="FILE", is_eager=True, callback=_read_config,
               expose_value=False, type=click.Path(dir_okay=False), envvar="MYSQLBACKUP_CONFIG",
               help="TOML file of option values: top-level keys for every command that has "
@@ -312,12 +323,30 @@ def status(directory, as_json, check, max_lag, max_stale, max_archive_lag):
     sys.exit(code)
 
 
-def open_store(archive_url, archive_option):
+def open_store(archive_url, archive_option, write=False):
+    """The ArchiveStore of --archive. A reader's store is checked where it is listed
+    (``ArchiveListing.require``); a writer's (``write``: base, archive import) before
+    it starts: a file or a missing bucket is refused, a missing file:// root is created
+    by the first write."""
     from mysqlbackup.archive.store import (ArchiveStore,  # fsspec loads only when needed
                                            parse_options)
     if not archive_url:
         raise click.UsageError("--archive URL is required")
-    return ArchiveStore(archive_url, parse_options(archive_option))
+    store = ArchiveStore(archive_url, parse_options(archive_option))
+    if write:
+        store.check_writable()
+    return store
+
+
+def read_listing(archive_url, archive_option, source_name):
+    """(ArchiveListing, the sources to read) of a reading command: a malformed
+    --source-name is refused before the store is asked, then the listing's refusals
+    (no archive there, no such source, the store failing) in one line each."""
+    from mysqlbackup.archive.listing import ArchiveListing
+    if source_name:
+        check_source_name(source_name)
+    listing = ArchiveListing(open_store(archive_url, archive_option))
+    return listing, listing.require(source_name)
 
 
 @main.command()
@@ -331,7 +360,9 @@ def verify(archive_url, archive_option, source_name, identity, deep):
     """Check everything archived: magic, every event's CRC32, the chain of files
     (each ROTATE names the next, GTID sets continue), and each index against its file.
 
-    Exits 0 only when all holds; otherwise prints every problem with file and offset.
+    Exits 0 only when all holds; otherwise prints every problem with file and offset
+    (exit 1; an empty archive is one). No archive at the URL, no such source, or a
+    store that fails: one line and its own exit code (mysqlbackup --help).
     On a live archive, an upload still in flight (its index not written yet, younger
     than 10 minutes) or an object removed since the listing (its file was sealed) is
     a NOTE, not a problem. Encrypted objects: without an identity, their stored size
@@ -343,7 +374,7 @@ def verify(archive_url, archive_option, source_name, identity, deep):
     keyring = keyring_from(identity)
     if deep and keyring is None:
         raise click.UsageError("--deep needs --identity FILE (or $MYSQLBACKUP_IDENTITY)")
-    store = open_store(archive_url, archive_option)
+    store = read_listing(archive_url, archive_option, source_name)[0].store
     notes = []
     checked, problems = verify_archive(store, source_name, notes=notes, keyring=keyring)
     for note in notes:
@@ -351,7 +382,7 @@ def verify(archive_url, archive_option, source_name, identity, deep):
     for problem in problems:
         click.echo(f"PROBLEM {problem}")
     click.echo(f"{checked} objects checked, {len(problems)} problems")
-    sys.exit(1 if problems else 0)
+    sys.exit(ExitCode.FAILED if problems else ExitCode.OK)
 
 
 @main.group(cls=ArchiveGroup)
@@ -369,13 +400,12 @@ def archive_ls(archive_url, archive_option, source_name, as_json):
     """List archived files with their GTID and time ranges, the base backups, and per
     source the window in which any moment can be restored (a base backup, then every
     binlog after it without a hole), naming each hole that splits it."""
-    from mysqlbackup.archive.listing import ArchiveListing
     from mysqlbackup.archive.verify import format_recovery, list_archive, recovery_summary
-    listing = ArchiveListing(open_store(archive_url, archive_option))
+    listing, sources = read_listing(archive_url, archive_option, source_name)
     rows = list_archive(listing.store, source_name, listing)
     summary = recovery_summary(listing, source_name)
     if as_json:
-        click.echo(json.dumps({"files": rows, **summary}, indent=1))
+        click.echo(json.dumps({"files": rows, "sources": sources, **summary}, indent=1))
         return
     for r in rows:
         file = r["file"] if r["epoch"] == 1 else f"{r['file']} (epoch {r['epoch']})"
@@ -384,7 +414,10 @@ def archive_ls(archive_url, archive_option, source_name, as_json):
                    f"{r['first_commit']} .. {r['last_commit']}")
     for line in format_recovery(summary):
         click.echo(line)
-    if not summary["windows"]:
+    if not sources:
+        click.echo(f"archive {listing.store.url} is empty: nothing archived yet (stream "
+                   "--archive and base write to it)")
+    elif not summary["windows"]:
         click.echo("no moment is restorable yet: no base backup sits in the archived "
                    "binlogs (mysqlbackup base)")
 
@@ -409,7 +442,7 @@ def inspect(paths, as_json):
     else:
         for report in reports:
             click.echo("\n".join(format_report(report)))
-    sys.exit(1 if any(r["error"] for r in reports) else 0)
+    sys.exit(ExitCode.FAILED if any(r["error"] for r in reports) else ExitCode.OK)
 
 
 @main.command()
@@ -437,8 +470,10 @@ def base(source, password_file, tls, archive_url, archive_option, source_name, m
     from mysqlbackup.archive.codec import make_codec
     from mysqlbackup.base.run import take_base
     codec = make_codec(compress, encrypt_to)
-    store = open_store(archive_url, archive_option)
+    if source_name:
+        check_source_name(source_name)
     spec = source_from_options(source, password_file, tls=tls)
+    store = open_store(archive_url, archive_option, write=True)
 
     def report(raw, stored):
         click.echo(f"base: {raw / 2**20:.1f} MiB read, {stored / 2**20:.1f} MiB stored",
@@ -470,9 +505,10 @@ def retain(archive_url, archive_option, source_name, window, keep_base, dry_run)
     from mysqlbackup.retention.prune import retain as run_retain
     from mysqlbackup.retention.policy import parse_duration
     seconds = parse_duration(window)
-    store = open_store(archive_url, archive_option)
-    run_retain(store, seconds, keep_base, dry_run, source_name and
-               check_source_name(source_name), echo=click.echo)
+    if source_name:
+        check_source_name(source_name)
+    run_retain(open_store(archive_url, archive_option), seconds, keep_base, dry_run,
+               source_name or None, echo=click.echo, strict=True)
 
 
 @archive.command("import")
@@ -497,8 +533,9 @@ def archive_import(directory, archive_url, archive_option, source_name, torn_tai
     with the start of a longer encrypted sealed file)."""
     from mysqlbackup.archive.codec import keyring_from, make_codec
     from mysqlbackup.archive.importer import import_directory
-    import_directory(open_store(archive_url, archive_option), directory,
-                     check_source_name(source_name), torn_tail, click.echo,
+    check_source_name(source_name)
+    import_directory(open_store(archive_url, archive_option, write=True), directory,
+                     source_name, torn_tail, click.echo,
                      make_codec(compress, encrypt_to), keyring_from(identity))
 
 

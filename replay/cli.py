@@ -9,6 +9,7 @@ import click
 
 from mysqlbackup.cli import (archive_options, handle_errors, identity_option, source_name_option,
                              ssl_options)
+from mysqlbackup.archive.names import check_source_name
 from mysqlbackup.errors import mask_url
 from mysqlbackup.source.spec import PASSWORD_ENV, source_from_options
 from replay.restore.run import APPLY_MODES
@@ -78,6 +79,8 @@ def replay(archive_url, archive_option, source_name, target, target_password_fil
         raise click.UsageError("give exactly one of --target, --sql and --parquet")
     if apply_mode == "native" and not target:
         raise click.UsageError("--apply native applies to a server: give --target")
+    if source_name:
+        check_source_name(source_name)  # before the store is asked
     from mysqlbackup.archive.codec import keyring_from
     from mysqlbackup.archive.store import parse_options
     from replay.job import ReplayOptions, run_replay

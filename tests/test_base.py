@@ -247,7 +247,7 @@ def test_full_store_is_one_line_and_leaves_nothing(source, tmp_path):
         fs.fill(leave=8192)
         url = f"file://{tmp_path / 'small' / 'archive'}"
         result = base_cli(source, url)
-        assert result.returncode == 1
+        assert result.returncode == 11  # ExitCode.STORE
         [line] = errors_of(result.stderr)
         assert re.match(rf"mysqlbackup: error: archive {re.escape(url)}: write server-id-31/base/"
                         rf"\d{{8}}T\d{{6}}\.\d{{3}}Z/dump\.sql\.zst failed: OSError: \[Errno 28\] "

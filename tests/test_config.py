@@ -42,12 +42,12 @@ def test_top_level_keys_go_to_every_command_the_table_wins(tmp_path):
                              '[restore]\nsource_name = "db8"\ndry-run = true\n')
     # a plugin command (loaded through the entry point) takes the file's values
     result = invoke("--config", config, "restore")
-    assert result.exit_code == 2
-    assert result.stderr == "mysqlbackup: error: the archive has no source 'db8' (it has: " \
-                            "nothing)\n"
+    assert result.exit_code == 10  # ExitCode.NO_SUCH_SOURCE
+    assert result.stderr == f"mysqlbackup: error: archive file://{empty}: no source 'db8' " \
+                            "in it (it is empty: nothing archived yet)\n"
     result = invoke("--config", config, "replay", "--sql", str(tmp_path / "x.sql"))
-    assert result.stderr == "mysqlbackup: error: the archive has no source 'db7' (it has: " \
-                            "nothing)\n"
+    assert result.stderr == f"mysqlbackup: error: archive file://{empty}: no source 'db7' " \
+                            "in it (it is empty: nothing archived yet)\n"
 
 
 def test_env_reaches_plugin_and_nested_commands(tmp_path):
@@ -56,13 +56,13 @@ def test_env_reaches_plugin_and_nested_commands(tmp_path):
     result = invoke("restore", env={"MYSQLBACKUP_RESTORE_ARCHIVE": f"file://{empty}",
                                     "MYSQLBACKUP_RESTORE_DRY_RUN": "1",
                                     "MYSQLBACKUP_RESTORE_SOURCE_NAME": "db9"})
-    assert result.stderr == "mysqlbackup: error: the archive has no source 'db9' (it has: " \
-                            "nothing)\n"
+    assert result.stderr == f"mysqlbackup: error: archive file://{empty}: no source 'db9' " \
+                            "in it (it is empty: nothing archived yet)\n"
     for name in ("MYSQLBACKUP_ARCHIVE_LS_ARCHIVE", "MYSQLBACKUP_ARCHIVE_LS_ARCHIVE_URL"):
         result = invoke("archive", "ls", env={name: f"file://{empty}"})
         assert (result.exit_code, result.output) == (0, (
-            "no moment is restorable yet: no base backup sits in the archived binlogs "
-            "(mysqlbackup base)\n")), name
+            f"archive file://{empty} is empty: nothing archived yet (stream --archive and "
+            "base write to it)\n")), name
     # a flag from the environment, and from the file's table for a nested command
     result = invoke("archive", "ls", env={"MYSQLBACKUP_ARCHIVE_LS_ARCHIVE": f"file://{empty}",
                                           "MYSQLBACKUP_ARCHIVE_LS_JSON": "true"})

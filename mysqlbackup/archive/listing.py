@@ -5,17 +5,73 @@ their indexes validated on the way in. ``verify`` and the replay's plan start he
 The binlogs of a source are grouped by *key source*: the source itself for epoch 1,
 ``{source}/epoch/{N}`` for a later epoch (``names.epoch_source``); ``epochs`` lists a
 source's epochs with their histories, and ``chain`` follows them in order. Every index
-the listing hands out carries its epoch (``index["epoch"]``, not stored)."""
+the listing hands out carries its epoch (``index["epoch"]``, not stored).
+
+A reader asks for its sources through ``require`` (or ``sources`` and
+``select_sources``): a URL that is no archive (ArchiveNotFound), a source it does not
+hold (SourceNotFound) and a malformed source name (UsageError) are refused there, in
+one line naming the archive; an existing empty archive lists no source. A writer
+(``archive import``, the daemon's retention) takes the listing as it is: nothing is
+refused until something asks for the sources."""
 
 from collections import defaultdict
 
 from mysqlbackup.archive.index import parse_index
 from mysqlbackup.archive.manifest import parse_manifest
-from mysqlbackup.archive.names import (BASE_INDEX, binlog_key, epoch_source, format_key,
-                                       history_key, parse_key, partial_prefix, split_epoch)
+from mysqlbackup.archive.names import (BASE_INDEX, binlog_key, check_source_name, epoch_source,
+                                       format_key, history_key, parse_key, partial_prefix,
+                                       split_epoch)
 from mysqlbackup.archive.window import build_runs, parse_history
 from mysqlbackup.binlog.names import binlog_sort_key
-from mysqlbackup.errors import CorruptBinlog
+from mysqlbackup.errors import CorruptBinlog, SourceNotFound, UsageError
+
+
+class SourceList(list):
+    """The sources of an archive, oldest name first, with what a reader must know of it:
+    ``url`` (masked) and ``problem``, the ArchiveNotFound to raise when the URL is no
+    archive (None when it is one)."""
+
+    def __init__(self, names, url=None, problem=None):
+        super().__init__(names)
+        self.url, self.problem = url, problem
+
+
+def select_sources(sources, wanted=None):
+    """The sources a reader reads: ``[wanted]``, or all of ``sources`` (a SourceList; a
+    plain list stands for an archive not named). Raises ArchiveNotFound when the URL is
+    no archive, UsageError for a malformed name (``../x``), SourceNotFound when the
+    archive does not hold ``wanted``; an empty archive and no ``wanted``: []."""
+    if wanted:
+        check_source_name(wanted)
+    problem = getattr(sources, "problem", None)
+    if problem is not None:
+        raise problem
+    if not wanted:
+        return list(sources)
+    if wanted not in sources:
+        raise SourceNotFound(f"{_archive(sources)}: no source {wanted!r} in it ("
+                             + (f"it holds: {', '.join(sources)})" if sources
+                                else "it is empty: nothing archived yet)"))
+    return [wanted]
+
+
+def one_source(sources, wanted=None):
+    """The one source a reader reads (replay, restore, serve, drill): ``wanted``, or the
+    only one of the archive. Besides ``select_sources``' refusals: SourceNotFound for an
+    empty archive, UsageError when it holds several and none was named."""
+    found = select_sources(sources, wanted)
+    if not found:
+        raise SourceNotFound(f"{_archive(sources)} is empty: no source to read (nothing "
+                             "archived yet)")
+    if len(found) != 1:
+        raise UsageError(f"{_archive(sources)} holds {len(found)} sources ("
+                         f"{', '.join(found)}): name one with --source-name")
+    return found[0]
+
+
+def _archive(sources):
+    url = getattr(sources, "url", None)
+    return f"archive {url}" if url else "the archive"
 
 
 class ArchiveListing:
@@ -32,6 +88,7 @@ class ArchiveListing:
         self._history = {}                  # key source -> EpochHistory, as read
         self.stray = []
         self.sizes = store.list(sizes=True)  # object -> size, as listed
+        self.problem = store.root_problem(self.sizes)  # ArchiveNotFound: no archive there
         for relative in self.sizes:
             key = parse_key(relative)
             if key is None:
@@ -53,9 +110,16 @@ class ArchiveListing:
                 group.setdefault((key.start, key.end), {})[slot] = relative
 
     def sources(self):
-        """The sources of the archive (a later epoch's key source is its source's)."""
-        return sorted({split_epoch(s)[0] for s in set(self.sealed) | set(self.segments)}
-                      | set(self.bases))
+        """The sources of the archive (a later epoch's key source is its source's), as a
+        SourceList: what ``select_sources`` and ``one_source`` take."""
+        return SourceList(sorted({split_epoch(s)[0] for s in set(self.sealed)
+                                  | set(self.segments)} | set(self.bases)),
+                          self.store.url, self.problem)
+
+    def require(self, wanted=None):
+        """The sources a reader reads (``select_sources``): ``[wanted]`` or all of them;
+        the shared refusals (no archive there, no such source, a malformed name)."""
+        return select_sources(self.sources(), wanted)
 
     def epochs(self, source):
         """[(epoch, key source, EpochHistory or None for epoch 1)] of ``source``, oldest

@@ -22,15 +22,12 @@ import fsspec
 
 from mysqlbackup.archive.names import TMP_MARK
 from mysqlbackup.durable import open_durably
-from mysqlbackup.errors import MysqlBackupError, UsageError, mask_url
+from mysqlbackup.errors import (ArchiveNotFound, MysqlBackupError, StoreError, UsageError,
+                                mask_url)
 
 CHUNK = 4 << 20
 MIN_RATE = 1 << 20          # bytes/s an upload or read may not fall below
 ASYNC_CALL_TIME = 120.0     # the time limit of one call on an async store other than s3
-
-
-class StoreError(MysqlBackupError):
-    """A request to the archive store failed: unreachable, timed out, refused."""
 
 
 _BUGS = (TypeError, AttributeError, NameError, KeyError, IndexError, AssertionError)
@@ -206,6 +203,59 @@ class ArchiveStore:
 
     def path(self, relative):
         return f"{self.root}/{relative}"
+
+    def root_problem(self, listed):
+        """Why the root is not an archive, as an ArchiveNotFound (None: it is one, maybe
+        empty), given what ``list`` found there. A file:// root must be a directory; on
+        a bucket store (s3, gcs, azure) an empty listing is an empty archive when the
+        bucket exists (a prefix exists only through its objects); elsewhere the root
+        must exist as a directory. A non-empty listing costs no request; a failed
+        request raises StoreError."""
+        if "" in listed:  # the root itself is an object
+            return self._not_archive("a file, not a directory" if self.local
+                                     else "an object, not a prefix")
+        if listed:
+            return None
+        bucket = self._bucket()
+        where = bucket if bucket is not None else self.root
+        try:
+            self.fs.invalidate_cache(where)
+            info = self.fs.info(where, **self._limit())
+        except (FileNotFoundError, NotADirectoryError):
+            return self._not_archive(f"no such bucket {bucket!r}" if bucket is not None
+                                     else "no such directory")
+        except Exception as e:  # noqa: BLE001 - refused, unreachable, timed out
+            raise StoreError(f"archive {self.url}: cannot read it: {self._describe(e)}") \
+                from e
+        if info.get("type") != "directory":
+            return self._not_archive("a file, not a directory")
+        return None
+
+    def check_writable(self):
+        """A writer's check before it starts (base, archive import): a missing file://
+        root is fine (its first write creates it, nothing is made before), a root or a
+        folder above it that is a file, or a bucket the store does not have, raises
+        ArchiveNotFound before anything runs (a failed request: StoreError)."""
+        if self.local:
+            path = self.root or "/"
+            while not os.path.lexists(path) and os.path.dirname(path) != path:
+                path = os.path.dirname(path)
+            if os.path.exists(path) and not os.path.isdir(path):
+                raise self._not_archive("a file, not a directory" if path == self.root
+                                        else f"{path} is a file")
+        elif self._bucket() is not None:
+            problem = self.root_problem({})
+            if problem is not None:
+                raise problem
+
+    def _bucket(self):
+        """The bucket of the root on a bucket store (s3, gcs, azure), else None."""
+        if self.local or not _protocols(self.fs) & set(KEYED_PROTOCOLS):
+            return None
+        return self.root.split("/", 1)[0]
+
+    def _not_archive(self, why):
+        return ArchiveNotFound(f"archive {self.url}: not an archive: {why}")
 
     @_request
     def put_bytes(self, relative, data):

@@ -46,13 +46,14 @@ from mysqlbackup.archive.names import epoch_source
 from mysqlbackup.binlog.gtid import MariaGtidPos, guess_flavor, holds, one_text, parse_gtid_set
 from mysqlbackup.binlog.names import next_binlog_name
 from mysqlbackup.binlog.position import Position
-from mysqlbackup.errors import CorruptBinlog, MysqlBackupError, ResyncRequired, UsageError
+from mysqlbackup.errors import (CorruptBinlog, ExitCode, MysqlBackupError, ResyncRequired,
+                                UsageError)
 
 
 class NoBaseError(MysqlBackupError):
     """No base backup in the archive can start a restore to the stop point asked for."""
 
-    exit_code = 7
+    exit_code = ExitCode.RESYNC
 
 
 @dataclass(frozen=True)

@@ -118,15 +118,21 @@ def execute(listing, plan, echo=print, clock=time.time):
     return done, None
 
 
-def retain(store, window, keep_base=0, dry_run=False, source=None, echo=print, now=None):
+def retain(store, window, keep_base=0, dry_run=False, source=None, echo=print, now=None,
+           strict=False):
     """Plan and (unless ``dry_run``) apply retention to every source (or ``source``) of
     the archive; returns the list of plans. Prints the window before, each deletion
     (or would-be deletion) and why, and the window after (read again from the archive
-    after a real run)."""
+    after a real run). ``strict`` (the ``retain`` command): a URL that is no archive
+    and a ``source`` it does not hold are refused (``ArchiveListing.require``); the
+    daemon's retention is not strict: nothing archived yet is nothing to do."""
     now = time.time() if now is None else now
     listing = ArchiveListing(store)
+    sources = listing.require(source) if strict else [source] if source else listing.sources()
+    if not sources:
+        echo(f"archive {store.url} is empty: nothing to delete")
     plans = []
-    for src in ([source] if source else listing.sources()):
+    for src in sources:
         plan = plan_retention(read_facts(listing, src, now), now, window, keep_base)
         plans.append(plan)
         for line in describe_plan(plan):

@@ -5,6 +5,9 @@ import sys
 
 import click
 
+from mysqlbackup.errors import ExitCode
+
+from mysqlbackup.archive.names import check_source_name
 from mysqlbackup.cli import archive_options, handle_errors, identity_option, source_name_option
 
 
@@ -28,7 +31,9 @@ def drill(archive_url, archive_option, source_name, stop_datetime, workdir, keep
     indexes list up to the stop point was applied exactly once and that every table
     answers CHECKSUM TABLE. Prints the RTO (the restore's wall time). Exits 0 when all
     holds, 1 naming what failed (e.g. the base whose stored dump is not its manifest's):
-    fit for a monthly timer."""
+    fit for a monthly timer. An archive that cannot be read (no archive there, no such
+    source, the store failing) or bad input exits with its own code, as every
+    command does (mysqlbackup --help)."""
     from mysqlbackup.archive.codec import keyring_from
     from mysqlbackup.archive.store import parse_options
     from replay.drill.run import DrillOptions, run_drill
@@ -36,6 +41,8 @@ def drill(archive_url, archive_option, source_name, stop_datetime, workdir, keep
     from replay.restore.run import RestoreOptions
     if not archive_url:
         raise click.UsageError("--archive is required")
+    if source_name:
+        check_source_name(source_name)  # before the store is asked
     restore = RestoreOptions(archive_url, None, parse_options(archive_option), source_name,
                              build_selection(stop_datetime=stop_datetime), master=master,
                              stop_text=f"--stop-datetime {stop_datetime}" if stop_datetime
@@ -47,4 +54,4 @@ def drill(archive_url, archive_option, source_name, stop_datetime, workdir, keep
     for problem in report.problems:
         click.echo(f"FAILED {problem}")
     click.echo("drill FAILED" if report.problems else "drill passed")
-    sys.exit(1 if report.problems else 0)
+    sys.exit(ExitCode.FAILED if report.problems else ExitCode.OK)

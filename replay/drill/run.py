@@ -18,7 +18,7 @@ from dataclasses import dataclass, field
 from mysqlbackup.binlog import events as ev
 from mysqlbackup.binlog.gtid import MariaGtidPos
 from mysqlbackup.binlog.scan import EventStream
-from mysqlbackup.errors import MysqlBackupError, UsageError
+from mysqlbackup.errors import ExitCode, MysqlBackupError, StoreError, UsageError
 from mysqlbackup.sandbox import MariaDBSandbox
 from mysqlbackup.source.spec import SourceSpec
 from replay.drill.check import check_applied, expected_of, missing_gtids, on_bookkeeping
@@ -32,7 +32,7 @@ READ_CHUNK = 4 << 20
 class DrillFailed(MysqlBackupError):
     """The drill's restore or one of its checks failed."""
 
-    exit_code = 1
+    exit_code = ExitCode.FAILED
 
 
 @dataclass
@@ -82,14 +82,18 @@ def run_drill(opts, progress=None):
 
 def _plan(ropts, report):
     """(RestorePlan, ReplayOptions) of the drill's restore, planned from the archive
-    alone; None with the problem in ``report`` when none can be. A MySQL archive is
-    refused (UsageError): the scratch server is a mariadbd, and the check reads MariaDB
-    GTIDs."""
+    alone; None with the problem in ``report`` when none can be. Bad input and an
+    archive that cannot be read (UsageError: among them no archive there, no such
+    source; StoreError) are no drill result: raised, they exit with their own code. A
+    MySQL archive is refused (UsageError): the scratch server is a mariadbd, and the
+    check reads MariaDB GTIDs."""
     from mysqlbackup.archive.store import ArchiveStore
     from replay.restore.run import plan_restore
     try:
         plan, replay_opts = plan_restore(ArchiveStore(ropts.archive_url, ropts.archive_options),
                                          ropts)
+    except (UsageError, StoreError):
+        raise
     except MysqlBackupError as e:
         report.problems.append(f"no restore can be planned: {e}")
         return None

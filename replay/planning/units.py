@@ -21,25 +21,21 @@ holds the old server's transactions too) and are never applied.
 
 from mysqlbackup.archive.codec import IdentityError, check_keys, codec_of, stored_of
 from mysqlbackup.archive.index import check_chain
+from mysqlbackup.archive.listing import one_source
 from mysqlbackup.archive.window import contains, switch_problem
 from mysqlbackup.archive.names import binlog_key, format_key, partial_prefix
 from mysqlbackup.binlog.names import binlog_sort_key, next_binlog_name
-from mysqlbackup.errors import CorruptBinlog, MysqlBackupError, ResyncRequired, UsageError, mask_url
+from mysqlbackup.errors import CorruptBinlog, MysqlBackupError, ResyncRequired, mask_url
 
 CHAIN_FACTS = ("gtid_before", "gtid_after", "next_file")
 
 
 def pick_source(sources, wanted):
-    """The one source to replay: ``wanted``, or the only one in the archive."""
-    if wanted:
-        if wanted not in sources:
-            raise UsageError(f"the archive has no source {wanted!r} (it has: "
-                             f"{', '.join(sources) or 'nothing'})")
-        return wanted
-    if len(sources) != 1:
-        raise UsageError(f"the archive holds {len(sources)} sources ({', '.join(sources)}): "
-                         f"name one with --source-name")
-    return sources[0]
+    """The one source to replay: ``wanted``, or the only one in the archive
+    (``listing.one_source``: ArchiveNotFound when the URL is no archive, SourceNotFound
+    when it does not hold ``wanted`` or is empty, UsageError for a malformed name or
+    several sources and none named)."""
+    return one_source(sources, wanted)
 
 
 def plan_units(source, sealed, partial, start=None, stop=None, allow_gaps=False):

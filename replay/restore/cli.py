@@ -4,6 +4,7 @@ spark-submit adds it in ``replay/spark_main.py``."""
 
 import click
 
+from mysqlbackup.archive.names import check_source_name
 from mysqlbackup.cli import (archive_options, handle_errors, identity_option, source_name_option,
                              ssl_options)
 from mysqlbackup.source.spec import PASSWORD_ENV, source_from_options
@@ -75,6 +76,8 @@ def restore(archive_url, archive_option, source_name, target, target_password_fi
         raise click.UsageError("--archive is required")
     if not target and not dry_run:
         raise click.UsageError("--target is required (or --dry-run)")
+    if source_name:
+        check_source_name(source_name)  # before the store is asked
     stops = [(o, v) for o, v in (("--stop-datetime", stop_datetime), ("--stop-before-gtid",
              stop_before_gtid), ("--stop-position", stop_position)) if v]
     if len(stops) > 1:

@@ -6,6 +6,7 @@ import threading
 
 import click
 
+from mysqlbackup.archive.names import check_source_name
 from mysqlbackup.cli import archive_options, handle_errors, identity_option, source_name_option
 from mysqlbackup.errors import UsageError, mask_url
 from replay.serve.limits import HANDSHAKE_TIMEOUT, MAX_CONNECTIONS, MAX_HANDSHAKES
@@ -87,6 +88,8 @@ def serve(archive_url, archive_option, source_name, listen, user, password_file,
     from replay.serve.server import ServeOptions, start_server
     if not archive_url:
         raise UsageError("--archive is required")
+    if source_name:
+        check_source_name(source_name)  # before the store is asked
     password = read_password(password_file, (PASSWORD_ENV,))
     if not password:
         raise UsageError(f"no password for {user}: set ${PASSWORD_ENV} or --password-file")

@@ -217,8 +217,8 @@ def test_cli_bad_input_and_a_real_run(archive, tmp_path):
     done = cli("--listen", "127.0.0.1:1")
     assert (done.returncode, done.stderr) == (2, "mysqlbackup: error: --archive is required\n")
     done = cli("--archive", archive, "--source-name", "nope", "--listen", "127.0.0.1:0")
-    assert done.returncode == 2
-    assert done.stderr == "mysqlbackup: error: the archive has no source 'nope' (it has: db1)\n"
+    assert done.returncode == 10  # ExitCode.NO_SUCH_SOURCE
+    assert done.stderr == f"mysqlbackup: error: archive {archive}: no source 'nope' in it (it holds: db1)\n"
     done = cli("--archive", archive, "--listen", "localhost")
     assert done.stderr == ("mysqlbackup: error: bad --listen 'localhost': expected HOST:PORT, "
                            "e.g. 127.0.0.1:3307\n")
