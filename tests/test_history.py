@@ -149,3 +149,9 @@ def test_the_replay_plans_epochs_in_order_with_the_duplicates_to_skip():
     with pytest.raises(ResyncRequired, match="db1/epoch/2: epoch 2: GTID hole at the switch"):
         plan_epochs("db1", bad)
     assert len(plan_epochs("db1", bad, allow_gaps=True)[0]) == 2
+    holed = [(1, "db1", None, [(A[0]["name"], None, A[0])], None, (A[0], A[0])), epochs[1]]
+    with pytest.raises(ResyncRequired) as e:  # each epoch's holes gathered in one line
+        plan_epochs("db1", holed)
+    assert str(e.value) == ("resync required: the archive has holes: db1/binlog/binlog.000001: "
+                            "not verified or missing its object (--allow-gaps replays across "
+                            "them)")

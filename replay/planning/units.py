@@ -89,7 +89,7 @@ def plan_epochs(source, epochs, start=None, stop=None, allow_gaps=False):
         try:
             more, cut = plan_units(key_source, sealed, partial, start, stop, allow_gaps)
         except ResyncRequired as e:  # gathered: every hole of every epoch in one message
-            problems.append(str(e).removeprefix("the archive has holes: ").removesuffix(
+            problems.append(e.reason.removeprefix("the archive has holes: ").removesuffix(
                 " (--allow-gaps replays across them)"))
             continue
         units += [dict(unit, epoch=epoch, skip=skip) for unit in more]
