@@ -1,6 +1,8 @@
 #!/usr/bin/env bash
-# Set up a fresh machine: MariaDB server/client (and mariadb-backup) from Debian when missing,
-# and a virtualenv in .venv with the package and its test extras. Safe to re-run.
+# Set up a fresh machine: MariaDB server/client (and mariadb-backup), a Java 17 runtime and
+# Chromium (headless: the docs site's test) from Debian when missing, and a virtualenv in .venv
+# with the package and its test and docs extras. Safe to re-run. It apt-installs packages:
+# for a throwaway machine or CI (on a MySQL host, mariadb-server would replace MySQL's packages).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -26,11 +28,18 @@ if ! command -v java >/dev/null 2>&1; then
     DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq openjdk-17-jre-headless >/dev/null
 fi
 
+if ! command -v chromium >/dev/null 2>&1; then
+    echo "setup: installing chromium (headless: tests/test_docs.py opens the docs site)" >&2
+    SUDO=""; [ "$(id -u)" -ne 0 ] && SUDO="sudo"
+    $SUDO apt-get update -qq
+    DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq chromium >/dev/null
+fi
+
 PY="${PYTHON:-python3}"
 if [ ! -x .venv/bin/python ]; then
     "$PY" -m venv .venv
 fi
-.venv/bin/python -m pip install -q --disable-pip-version-check -e ".[test]"
+.venv/bin/python -m pip install -q --disable-pip-version-check -e ".[test,docs]"
 
 # the live MySQL server of the tests (Debian sid's, in .mysql/tree, built once); where it
 # cannot be built, the reason is printed and the MySQL tests skip saying so
