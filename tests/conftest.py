@@ -3,6 +3,7 @@ start)."""
 
 import os
 import shutil
+import subprocess
 
 import pytest
 
@@ -10,6 +11,63 @@ from mysqlbackup.sandbox import MariaDBSandbox, find_binary
 
 SHARED_BINLOGS = os.path.join(os.path.dirname(os.path.dirname(os.path.dirname(
     os.path.abspath(__file__)))), "shared", "binlogs")
+
+
+# The suite's tiers (pytest markers), set on each test from what it uses
+# (``pytest_collection_modifyitems``): ``scripts/test.sh -m unit`` runs in under a minute.
+TIERS = {
+    "unit": "no server, Spark, S3 or subprocess: pure code, in process (any test marked "
+            "nothing else; one that starts a process anyway fails, naming it)",
+    "server": "starts a database server, moto's S3 server, or a process (the CLI, the "
+              "daemon, a client tool)",
+    "spark": "uses the run's Spark session",
+    "mysql": "needs a live MySQL server (the .mysql/tree sandbox)",
+    "torture": "the long fault-injection runs",
+}
+# fixtures that put a test in a tier (a module's own server fixtures: its pytestmark)
+FIXTURE_TIERS = {"primary": "server", "make_server": "server", "source_files": "server",
+                 "make_mysql": "mysql", "spark": "spark", "s3": "server"}
+
+
+def pytest_configure(config):
+    for name, meaning in TIERS.items():
+        config.addinivalue_line("markers", f"{name}: {meaning}")
+
+
+def pytest_collection_modifyitems(config, items):
+    """Each test's tiers: its marks, its fixtures' (FIXTURE_TIERS; the S3 side of the
+    ``archive`` fixture), and ``unit`` when it has none of the others."""
+    for item in items:
+        tiers = {m.name for m in item.iter_markers() if m.name in TIERS}
+        tiers |= {FIXTURE_TIERS[f] for f in item.fixturenames if f in FIXTURE_TIERS}
+        callspec = getattr(item, "callspec", None)
+        if callspec is not None and callspec.params.get("archive") == "s3":
+            tiers.add("server")
+        if "mysql" in tiers:
+            tiers.add("server")
+        if not tiers - {"unit"}:
+            tiers.add("unit")
+        for name in sorted(tiers):
+            item.add_marker(name)
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_protocol(item, nextitem):
+    """A ``unit`` test may start no process: Popen raises for it, naming the command,
+    so a test that needs one is marked for its tier instead of slowing the unit tier."""
+    if item.get_closest_marker("unit") is None:
+        yield
+        return
+    real = subprocess.Popen.__init__
+
+    def refuse(self, args, *rest, **kwargs):
+        raise RuntimeError(f"{item.nodeid} is in the unit tier but starts a process "
+                           f"({args!r}): mark it (pytestmark = pytest.mark.server)")
+    subprocess.Popen.__init__ = refuse
+    try:
+        yield
+    finally:
+        subprocess.Popen.__init__ = real
 
 
 def _require_mariadbd():
@@ -135,6 +193,15 @@ class S3Endpoint:
         boto3.client("s3", endpoint_url=self.endpoint, region_name="us-east-1").create_bucket(
             Bucket=name)
         return f"s3://{name}/backups"
+
+
+@pytest.fixture(scope="session")
+def spark():
+    """One local Spark session (2 cores) for the whole run: a JVM starts once."""
+    from replay.job import spark_session
+    session = spark_session("local[2]")
+    yield session
+    session.stop()
 
 
 @pytest.fixture(scope="session", autouse=True)

@@ -52,6 +52,7 @@ def keys(tmp_path_factory):
     return {name: keygen(root, name) for name in ("everyday", "offline", "stranger")}
 
 
+@pytest.mark.server
 @pytest.mark.parametrize("compression", ["none", "zstd"])
 @pytest.mark.parametrize("encrypted", [False, True])
 @pytest.mark.parametrize("data", [b"", b"\xfebin", os.urandom(3000) + b"row" * 400_000],
@@ -76,6 +77,7 @@ def test_codec_round_trips(keys, compression, encrypted, data):
         assert stored == data
 
 
+@pytest.mark.server
 def test_by_hand_with_the_age_format_and_the_zstd_tool(keys, tmp_path):
     """What docs/archive-format.md says: age (here pyrage's plain decrypt, the format's
     reference library) then the zstd command line give the raw bytes back."""
@@ -92,6 +94,7 @@ def test_by_hand_with_the_age_format_and_the_zstd_tool(keys, tmp_path):
         assert out.stdout == data
 
 
+@pytest.mark.server
 def test_each_fault_is_named(keys):
     codec = Codec("zstd", 3, read_recipients(keys["everyday"][1]))
     stored, _ = encode_bytes(b"\xfebin" + b"e" * 300_000 + os.urandom(2000), codec)
@@ -128,6 +131,7 @@ def test_old_indexes_and_manifests_mean_plain_and_zstd(source_files):
             validate_index(dict(index, **bad), "x")
 
 
+@pytest.mark.server
 def test_keygen_never_overwrites_and_key_files_are_checked(tmp_path, keys):
     ident, recip, text = keygen(tmp_path, "k")
     assert stat.S_IMODE(os.stat(ident).st_mode) == 0o600
@@ -204,6 +208,7 @@ def world(tmp_path_factory, keys):
     primary.stop(remove=True)
 
 
+@pytest.mark.server
 def test_objects_are_encrypted_and_local_files_byte_identical(world, keys):
     store, primary = ArchiveStore(world["url"]), world["primary"]
     listing = ArchiveListing(store)
@@ -234,6 +239,7 @@ def verify_cli(url, *extra, env_identity=None):
                            *extra], env=env, capture_output=True, text=True, timeout=120)
 
 
+@pytest.mark.server
 def test_verify_without_and_with_the_identity(world, keys):
     outside = verify_cli(world["url"])
     assert outside.returncode == 0, outside.stdout
@@ -273,6 +279,7 @@ def damaged_copy(world, tmp_path):
     return f"file://{tmp_path / 'archive'}", ArchiveStore(f"file://{tmp_path / 'archive'}")
 
 
+@pytest.mark.server
 def test_flipped_cut_and_reencrypted_objects_are_named(world, keys, tmp_path):
     url, store = damaged_copy(world, tmp_path)
     names = ArchiveListing(store).sealed_names("db1")
@@ -375,6 +382,7 @@ def test_mixed_archive_plain_then_compressed_after_a_restart(make_server, tmp_pa
     assert checksums(target) == checksums(server)
 
 
+@pytest.mark.server
 def test_verify_deep_decodes_the_base_against_its_manifest(world, keys, tmp_path):
     """A base whose stored form matches its manifest (the manifest rewritten to it) but
     whose insides do not: only the identity sees it, and names the object."""
@@ -416,6 +424,7 @@ def test_verify_deep_decodes_the_base_against_its_manifest(world, keys, tmp_path
                        f"{manifest['raw_sha256'][:16]}...: not the base that was taken")
 
 
+@pytest.mark.server
 def test_allow_gaps_refuses_a_cut_encoded_last_segment_by_name(world, keys, tmp_path):
     """A plain cut last segment is replayed as far as it holds (test_replay_checks); an
     encoded one is refused, naming it and saying why, before anything is applied."""

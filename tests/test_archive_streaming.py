@@ -387,6 +387,7 @@ def test_archiver_import_and_verify_peak_rss_does_not_grow_with_the_file(tmp_pat
     assert (index["size"], index["transactions"]) == (size, 5)
 
 
+@pytest.mark.server
 def test_the_default_zstd_level_is_the_measured_one():
     """Level 1 (codec.DEFAULT_LEVEL, chosen by scripts/bench_archive.py): the daemon,
     archive import and base backups alike."""

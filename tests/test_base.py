@@ -115,6 +115,7 @@ def manifests(store):
 
 # -- the dump end to end -------------------------------------------------------------------
 
+@pytest.mark.server
 def test_dump_base_loads_into_a_new_server_with_equal_checksums(source, target, archive):
     url, options = archive
     before = source.execute("SHOW MASTER STATUS")[0][:2]
@@ -171,6 +172,7 @@ def assert_users_restore(source, target, sql):
         assert len(target.execute(f"SHOW {what}")) == 1, what
 
 
+@pytest.mark.server
 def test_without_ignored_accounts_the_dump_tool_writes_them(source, target, tmp_path):
     """A source without accounts it ignores: mariadb-dump --system=users writes them, as
     before, and nothing is named as left out."""
@@ -209,6 +211,7 @@ def assert_nothing_indexed(url, tmp_dir=None):
         assert [f for _, _, files in os.walk(tmp_dir) for f in files if ".tmp-" in f] == []
 
 
+@pytest.mark.server
 def test_missing_dump_client_is_one_line(source, tmp_path):
     url = f"file://{tmp_path / 'archive'}"
     env = dict(cli_env(BACKUP_PASSWORD), PATH=str(tmp_path))  # no mariadb-dump there
@@ -222,6 +225,7 @@ def test_missing_dump_client_is_one_line(source, tmp_path):
     assert_nothing_indexed(url)
 
 
+@pytest.mark.server
 @pytest.mark.parametrize("method, missing", [("dump", "SHOW VIEW, TRIGGER, EVENT"),
                                              ("physical", "RELOAD, PROCESS, LOCK TABLES")])
 def test_user_without_privileges_is_refused_before_anything_runs(source, tmp_path, method,
@@ -239,6 +243,7 @@ def test_user_without_privileges_is_refused_before_anything_runs(source, tmp_pat
     assert not os.path.exists(tmp_path / "archive")
 
 
+@pytest.mark.server
 def test_full_store_is_one_line_and_leaves_nothing(source, tmp_path):
     if not can_mount_tmpfs():
         pytest.skip("needs root and mount(8) for a small tmpfs")
@@ -255,6 +260,7 @@ def test_full_store_is_one_line_and_leaves_nothing(source, tmp_path):
         assert_nothing_indexed(url, tmp_path / "small" / "archive")
 
 
+@pytest.mark.server
 def test_dump_client_failing_midway_is_one_line_and_leaves_nothing(source, tmp_path):
     """The dump is stopped while it waits for a locked table, after it has streamed
     the tables before it: its own last error line is ours, and nothing is indexed."""
@@ -307,6 +313,7 @@ def gtid_seq(server):
     return int(pos.split("-")[2])
 
 
+@pytest.mark.server
 def test_base_while_the_daemon_streams_and_writers_commit(source, target, tmp_path):
     """No FLUSH TABLES WITH READ LOCK, writers commit throughout, and the base's
     position is exact: its rows are the transactions up to its GTID, and the
@@ -453,6 +460,7 @@ def test_privileges_from_show_grants():
 
 # -- physical -----------------------------------------------------------------------------
 
+@pytest.mark.server
 def test_physical_base_restores_into_a_new_datadir_and_serves_equal_tables(source, tmp_path,
                                                                             archive):
     from mysqlbackup.sandbox import free_port
@@ -492,6 +500,7 @@ def test_physical_base_restores_into_a_new_datadir_and_serves_equal_tables(sourc
     assert lines[0] == f"restore: {datadir} holds base {manifest['id']} prepared: starting it"
 
 
+@pytest.mark.server
 def test_physical_restore_refuses_a_datadir_in_use(source, tmp_path):
     from mysqlbackup.errors import UsageError
     from replay.restore.physical import restore_physical

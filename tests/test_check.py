@@ -92,6 +92,7 @@ def restorable(world):
             f"{world['base']['id']}, "), last
 
 
+@pytest.mark.server
 def test_healthy(world):
     prefix, _ = restorable(world)
     code, lines = run_check("--archive", world["url"], "--source-name", "db1",
@@ -103,6 +104,7 @@ def test_healthy(world):
     assert code == 0 and re.fullmatch(re.escape(prefix) + r"\d+[smhd] ago\)", lines[0]), lines
 
 
+@pytest.mark.server
 def test_healthy_json(world):
     code, lines = run_check("--archive", world["url"], "--dir", str(world["healthy"]),
                             "--json")
@@ -119,6 +121,7 @@ def test_healthy_json(world):
     assert source["checks"][2]["detail"] == "no object of the plan is encrypted"
 
 
+@pytest.mark.server
 def test_base_less(world):
     path, url = copy_archive(world, "base-less")
     shutil.rmtree(path / "db1" / "base")
@@ -132,6 +135,7 @@ def test_base_less(world):
                                     "base_age": None, "archive_lag": None}
 
 
+@pytest.mark.server
 def test_stale_base(world):
     base = world["base"]
     wait_for(lambda: time.time() - epoch(base["end_time"]) > 1.5, what="the base to age")
@@ -144,6 +148,7 @@ def test_stale_base(world):
     assert code == 0, lines
 
 
+@pytest.mark.server
 def test_lagging(world):
     lagging = world["lagging"]
     wait_for(lambda: (archive_lag(lagging) or 0) > 1.5, what="an archive lag over 1 s")
@@ -164,6 +169,7 @@ def test_lagging(world):
     assert code == 0 and re.search(r"; archive \d+ s behind the daemon\)$", lines[0]), lines
 
 
+@pytest.mark.server
 def test_daemon_of_another_archive(world):
     path, url = copy_archive(world, "elsewhere")
     code, lines = run_check("--archive", url, "--dir", str(world["healthy"]))
@@ -172,6 +178,7 @@ def test_daemon_of_another_archive(world):
     assert lines[0] == "CHECK CRITICAL - source db1: archive_lag failed"
 
 
+@pytest.mark.server
 def test_hole(world):
     path, url = copy_archive(world, "hole")
     middle = world["files"][-3]["file"]  # sealed, after the base
@@ -187,6 +194,7 @@ def test_hole(world):
     assert f"db1/binlog/{middle} is missing" in lines[1], lines
 
 
+@pytest.mark.server
 def test_a_second_source_without_base(world):
     path, url = copy_archive(world, "two-sources")
     shutil.copytree(path / "db1" / "binlog", path / "db2" / "binlog")
@@ -203,6 +211,7 @@ def test_a_second_source_without_base(world):
                                  "db1, db2)"])
 
 
+@pytest.mark.server
 def test_wrong_url(world, tmp_path):
     code, lines = run_check("--archive", f"file://{tmp_path / 'nothing'}")
     assert (code, lines) == (3, [f"CHECK UNKNOWN - the archive cannot be read: archive "
@@ -219,6 +228,7 @@ def test_wrong_url(world, tmp_path):
     assert (code, lines[1:]) == (2, [f"db1 archive_lag: {tmp_path / 'none'} does not exist"])
 
 
+@pytest.mark.server
 def test_store_unreachable(world):
     code, lines = run_check("--archive", "s3://bucket/x",
                             "--archive-option", "endpoint_url=http://127.0.0.1:1")
@@ -227,6 +237,7 @@ def test_store_unreachable(world):
         "EndpointConnectionError: "), lines
 
 
+@pytest.mark.server
 def test_encrypted_base_keys(world, tmp_path):
     """A base stored encrypted (its manifest says so): without --identity its key is not
     checked (OK, keys null); with an identity that is not its key: CRITICAL."""

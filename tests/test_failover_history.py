@@ -243,6 +243,7 @@ def history(tmp_path_factory):
         yield w
 
 
+@pytest.mark.server
 def test_the_history_recorded_is_the_one_meant(history):
     """The scenario's own premises: A's files and B's files share names."""
     assert history["a_files"] == ["binlog.000001", "binlog.000002"]
@@ -252,6 +253,7 @@ def test_the_history_recorded_is_the_one_meant(history):
     assert history["final"][DROPPED] is None
 
 
+@pytest.mark.server
 def test_each_servers_files_are_archived_under_an_epoch_of_their_own(history):
     """A's binlog.000001 and B's binlog.000001 are both archived, each byte-identical to
     its own server's file; B's epoch has its history object; A's last file stays as its
@@ -292,6 +294,7 @@ def test_restore_to_the_end_is_the_new_primary(history, make_server):
     assert ("orders",) not in target.execute("SHOW TABLES FROM shop")
 
 
+@pytest.mark.server
 def test_verify_and_archive_ls_show_one_window_across_the_switch(history):
     url = history["url"]
     verified = run_cli("verify", "--archive", url, "--source-name", "db1")
@@ -383,6 +386,7 @@ def test_a_switch_while_the_archive_lags_behind_loses_nothing(make_server, tmp_p
     assert checksums(after) == final
 
 
+@pytest.mark.server
 def test_drill_across_the_switch(history, tmp_path):
     """The monthly drill on the archive with its failover: a scratch server restored to
     the end, every transaction the indexes list between the base and the end logged

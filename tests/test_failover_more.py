@@ -185,6 +185,7 @@ def back(tmp_path_factory):
         yield w
 
 
+@pytest.mark.server
 def test_switch_back_premises(back):
     """A kept its port and came back from its datadir; its third file starts epoch 3;
     the recorded states differ from each other."""
@@ -242,6 +243,7 @@ def test_switch_back_native_apply_to_the_end_and_between_the_switches(back, make
     assert checksums(between) == back["at_2"], out
 
 
+@pytest.mark.server
 def test_switch_back_verify_and_one_window_two_failovers(back):
     verify(back["url"])
     summary = json.loads(archive_ls(back["url"], "--json"))
@@ -300,6 +302,7 @@ def renamed(tmp_path_factory):
         yield w
 
 
+@pytest.mark.server
 def test_other_basename_premises_and_one_window(renamed):
     assert renamed["b_files"][:2] == ["replica-bin.000001", "replica-bin.000002"]
     assert renamed["base_a"] < renamed["base_b"]

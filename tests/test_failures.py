@@ -6,6 +6,8 @@ import shutil
 import threading
 import time
 
+import pytest
+
 from mysqlbackup.sandbox import free_port
 from tests.helpers import (Daemon, caught_up, current_binlog, maria_gtids, read, run_cli,
                            same_except_in_use_flag, wait_for)
@@ -145,6 +147,7 @@ def test_wrong_password(primary, tmp_path):
     one_error_line(result, 3, "access denied for repl@127.0.0.1")
 
 
+@pytest.mark.server
 def test_unreachable_host(tmp_path):
     result = run_cli(*stream_args(f"mysql://repl@127.0.0.1:{free_port()}", tmp_path / "d"))
     one_error_line(result, 3, "cannot connect to 127.0.0.1:")

@@ -50,6 +50,7 @@ def _clock(ts):
     return time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(ts))
 
 
+@pytest.mark.server
 def test_second_daemon_names_the_first_and_status_shows_the_holder(server, tmp_path):
     directory = str(tmp_path / "d")
     before = time.time()
@@ -91,6 +92,7 @@ def test_second_daemon_names_the_first_and_status_shows_the_holder(server, tmp_p
         assert again.stop() == 0
 
 
+@pytest.mark.server
 def test_check_stale_then_behind(server, tmp_path):
     directory = str(tmp_path / "d")
     daemon = _started(server, directory, "--heartbeat", "30")
@@ -141,6 +143,7 @@ def _archived_end(archive, name):
     return max(ends, default=4)
 
 
+@pytest.mark.server
 def test_check_archive_behind(server, tmp_path):
     directory, archive = str(tmp_path / "d"), str(tmp_path / "archive")
     os.makedirs(archive)
@@ -179,6 +182,7 @@ def test_check_archive_behind(server, tmp_path):
         assert daemon.stop() == 0
 
 
+@pytest.mark.server
 def test_check_missing_directory(tmp_path):
     code, line = _check(tmp_path / "none")
     assert (code, line) == (1, f"UNHEALTHY {tmp_path / 'none'}: {tmp_path / 'none'} does not "

@@ -66,6 +66,7 @@ def test_counts_match_the_manifest(path, counts):
         assert report["error"] is None, report["error"]
 
 
+@pytest.mark.server
 def test_cli_over_every_file_names_each_problem():
     paths = [os.path.join(SHARED_BINLOGS, p) for p, _ in ROWS]
     result = run_cli("inspect", *paths)
@@ -79,6 +80,7 @@ def test_cli_over_every_file_names_each_problem():
     assert out.count("ERROR at offset") == 2
 
 
+@pytest.mark.server
 def test_cli_json_of_good_files_exits_0():
     good = [os.path.join(SHARED_BINLOGS, p) for p, _ in ROWS if p not in EXPECTED_ERRORS]
     result = run_cli("inspect", "--json", *good)

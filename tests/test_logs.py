@@ -6,8 +6,10 @@ import json
 import logging
 from datetime import datetime, timedelta, timezone
 
+import pytest
+
 from mysqlbackup import speedups
-from mysqlbackup.logs import JsonFormatter, MaskingFormatter, TEXT_FORMAT
+from mysqlbackup.logs import TEXT_FORMAT, JsonFormatter, MaskingFormatter
 from tests.helpers import Daemon, caught_up, run_cli, wait_for
 
 
@@ -77,6 +79,7 @@ def test_daemon_logs_json_lines_with_positions(primary, tmp_path, monkeypatch):
     assert archived["gtid"].count("-") == 2  # the file's last GTID, D-S-N
 
 
+@pytest.mark.server
 def test_failing_command_ends_with_one_json_line(tmp_path):
     done = run_cli("--log-format", "json", "stream", "--source", "mysql://repl@127.0.0.1:1",
                    "--server-id", "914", "--dir", str(tmp_path / "d"))
@@ -88,6 +91,7 @@ def test_failing_command_ends_with_one_json_line(tmp_path):
         "event": "cannot connect to 127.0.0.1:1: Connection refused"}
 
 
+@pytest.mark.server
 def test_error_with_a_position_carries_it(tmp_path):
     (tmp_path / "binlog.000001").write_bytes(b"\xfebin" + b"\x00" * 30)
     done = run_cli("--log-format", "json", "archive", "import", str(tmp_path), "--archive",

@@ -66,6 +66,7 @@ def dump_thread(server):
     return rows[0][0] if len(rows) == 1 else None
 
 
+@pytest.mark.server
 def test_metrics_move_with_traffic_archive_and_reconnect(server, tmp_path):
     port = free_port()
     archive = tmp_path / "archive"
@@ -177,6 +178,7 @@ def _check_reconnect(server, port, directory):
              what="10 more durable transactions")
 
 
+@pytest.mark.server
 def test_metrics_port_in_use_fails_at_start_with_one_line(tmp_path):
     """Nothing else happens first: no connection to the (unreachable) source."""
     with socket.socket() as held:

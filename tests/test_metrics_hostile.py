@@ -225,6 +225,7 @@ server.close()
 """
 
 
+@pytest.mark.server
 def test_server_survives_emfile_at_accept():
     """The process out of descriptors: asyncio's accept loop complains (one line, no
     traceback) and accepts again a second later, once descriptors are free."""

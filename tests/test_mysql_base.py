@@ -245,6 +245,7 @@ def test_base_during_traffic_records_the_gtid_its_position_stands_for(make_mysql
     assert b"Current Database: `sys`" not in sql
 
 
+@pytest.mark.server
 def test_mysql_source_with_only_mariadbs_client_is_refused_in_one_line(quiet, tmp_path):
     """mysqldump on PATH is MariaDB's (Debian's link to mariadb-dump): refused before it
     runs, in one line naming it, and nothing in the archive. A user without the
@@ -320,6 +321,7 @@ def test_a_killed_dump_leaves_nothing_in_the_archive(make_mysql, wrappers, tmp_p
                           if n.startswith("mysqlbackup-wrapper-")], what="the copy removed")
 
 
+@pytest.mark.server
 @pytest.mark.parametrize("mode", ["disabled", "preferred", "required"])
 def test_mysqls_client_logs_in_through_our_options_file(quiet, wrappers, mode):
     """In each TLS mode, with caching_sha2_password's cache emptied (clear text then
@@ -476,6 +478,7 @@ def children_named(parent, name):
 
 # -- the tool on PATH, the command line, the options file (no server) -----------------------
 
+@pytest.mark.server
 def test_mariadb_source_with_only_mysqls_client_is_refused(wrappers, monkeypatch):
     monkeypatch.setenv("PATH", wrappers)
     path, version = find_client(("mysqldump",), "mysql")

@@ -315,6 +315,7 @@ def _doc(image):
     return None if image is None else json.loads(image)["doc"]
 
 
+@pytest.mark.server
 def test_the_change_table_holds_what_select_shows(live):
     final = dict(live.server.execute("SELECT id, doc FROM j.docs"))
     last, deleted = {}, {}
@@ -392,6 +393,7 @@ def _as_mysqlbinlog_prints(text):
     return json.loads(text)
 
 
+@pytest.mark.server
 def test_mysqlbinlog_prints_the_same_values(live):
     ours = [(r["op"], _as_mysqlbinlog_prints(_doc(r["before"])),
              _as_mysqlbinlog_prints(_doc(r["after"]))) for r in live.rows]

@@ -29,6 +29,8 @@ pytest.importorskip("cryptography.x509", reason="the test's certificates need th
                     "cryptography package (a test dependency in setup.cfg)")
 from tests.pki import make_pki  # noqa: E402
 
+pytestmark = pytest.mark.mysql
+
 USER, PASSWORD = "tlsuser", "tls-secret-1"
 # what README documents: stream (REPLICATION SLAVE, REPLICATION CLIENT, SELECT) and
 # base --method dump on MySQL (SELECT, SHOW VIEW, TRIGGER, EVENT, RELOAD or FLUSH_TABLES,

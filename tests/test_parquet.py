@@ -203,6 +203,7 @@ def replayed(source):
     return result, out
 
 
+@pytest.mark.server
 def test_replay_writes_the_exact_change_table(source, replayed):
     result, out = replayed
     assert result.returncode == 0, result.stdout + result.stderr
@@ -226,6 +227,7 @@ def test_replay_writes_the_exact_change_table(source, replayed):
     assert pads.dataset(str(out), format="parquet").to_table().num_rows == 9
 
 
+@pytest.mark.server
 def test_a_destination_with_a_change_table_is_refused(source, replayed):
     _, out = replayed
     with pytest.raises(UsageError, match="already holds a change table"):
@@ -235,6 +237,7 @@ def test_a_destination_with_a_change_table_is_refused(source, replayed):
     assert "already holds a change table (_SUCCESS ...)" in again.stderr
 
 
+@pytest.mark.server
 def test_parts_rotate_and_hold_the_same_rows(source, replayed, archive):
     # the sink alone on the server's own files, two rows a part, file:// and S3 (moto)
     from mysqlbackup.archive.store import parse_options

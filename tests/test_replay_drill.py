@@ -20,14 +20,6 @@ from tests.helpers import REPO, Daemon, backup_dir, cli_env, wait_archived_to_th
 TABLES = ["shop.customers", "shop.orders", "shop.ledger", "crm.notes"]
 
 
-@pytest.fixture(scope="module")
-def spark():
-    from replay.job import spark_session
-    session = spark_session("local[2]")
-    yield session
-    session.stop()
-
-
 def workload(server, round_):
     """Inserts, updates, deletes over several tables; the first round also creates them."""
     if round_ == 0:

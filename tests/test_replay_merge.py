@@ -19,14 +19,6 @@ TABLES = ["m.t", "m.log"]
 
 
 @pytest.fixture(scope="module")
-def spark():
-    from replay.job import spark_session
-    session = spark_session("local[2]")
-    yield session
-    session.stop()
-
-
-@pytest.fixture(scope="module")
 def merged_source(tmp_path_factory):
     """An archive of single-row transactions, a DDL, a MyISAM write and a multi-row
     transaction; the GTID of the insert of id 12 (for the conflict test)."""

@@ -3,8 +3,6 @@
 import threading
 import time
 
-import pytest
-
 from mysqlbackup.archive.archiver import Archiver
 from mysqlbackup.archive.store import ArchiveStore
 from mysqlbackup.source.spec import SourceSpec
@@ -36,14 +34,6 @@ def test_batches_follow_the_mysql_logical_clock():
            trx(4, ("mysql", 3, 4)), trx(5, ("mysql", 3, 5))]
     assert [[t.gtid for t in b] for b in batches(txs)] == [
         ["0-1-1"], ["0-1-2", "0-1-3"], ["0-1-4", "0-1-5"]]
-
-
-@pytest.fixture(scope="module")
-def spark():
-    from replay.job import spark_session
-    session = spark_session("local[2]")
-    yield session
-    session.stop()
 
 
 def concurrent_writes(server, clients=4, per_client=40):

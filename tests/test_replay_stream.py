@@ -141,6 +141,7 @@ def big(tmp_path_factory):
     return workdir, binlogs, archives
 
 
+@pytest.mark.server
 @pytest.mark.parametrize("kind", ["plain", "zstd+age"])
 def test_a_decode_task_holds_an_event_not_the_file(big, kind):
     workdir, binlogs, archives = big

@@ -34,14 +34,6 @@ WRITERS = 3
 SMALL = 300  # small transactions at the end: a replay with --merge 1 slow enough to kill
 
 
-@pytest.fixture(scope="module")
-def spark():
-    from replay.job import spark_session
-    session = spark_session("local[2]")
-    yield session
-    session.stop()
-
-
 class Writer(threading.Thread):
     """Autocommit inserts of unique ids into shop.writes until stopped."""
 
@@ -317,6 +309,7 @@ def test_hole_between_base_and_stop_refused_before_the_target(world, make_server
     assert leases(url) == held
 
 
+@pytest.mark.server
 def test_dry_run_prints_the_plan_and_a_hole_before_the_base_is_no_obstacle(world):
     listing = ArchiveListing(ArchiveStore(world["url"]))
     names = listing.sealed_names("db1")
@@ -531,6 +524,7 @@ def test_table_restore_into_another_schema_of_a_live_server(world, make_server, 
 
 # -- a physical base -------------------------------------------------------------------------
 
+@pytest.mark.server
 def test_physical_base_restored_into_a_new_datadir_then_replayed(world, tmp_path):
     """restore --datadir: the physical base (taken after the dump base) extracted and
     prepared, a server started on it at the target's port, then every binlog after it."""

@@ -6,12 +6,14 @@ import subprocess
 import sys
 
 import pyspark
+import pytest
 
 from mysqlbackup.archive.archiver import Archiver
 from mysqlbackup.archive.store import ArchiveStore
 from tests.helpers import REPO, backup_dir
 
 
+@pytest.mark.server
 def test_spark_submit_with_py_files_zip(tmp_path, shared_binlog):
     local = backup_dir([shared_binlog("rust_mysql_common/mariadb-bin.000001")],
                        tmp_path / "local", "demo")

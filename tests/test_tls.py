@@ -198,6 +198,7 @@ def _stream_and_base(w, pki):
 
 # -- the whole path over TLS --------------------------------------------------------------
 
+@pytest.mark.server
 def test_clear_text_login_of_the_user_is_refused_by_both_servers(world, pki):
     """What makes every success below a TLS connection with the client certificate."""
     import pymysql
@@ -208,6 +209,7 @@ def test_clear_text_login_of_the_user_is_refused_by_both_servers(world, pki):
         assert e.value.args[0] == 1045
 
 
+@pytest.mark.server
 def test_stream_base_restore_all_over_tls(world):
     assert world.daemon_exit == 0, world.daemon_output
     assert world.dump_ciphers and all(world.dump_ciphers), world.dump_ciphers  # e.g. TLS_AES..
@@ -229,6 +231,7 @@ def one_error_line(result, code, only=True):
     return lines[-1]
 
 
+@pytest.mark.server
 def test_ssl_mode_disabled_against_require_secure_transport(world, tmp_path):
     port = world.source.port
     hint = (f"mysqlbackup: error: access denied for {USER}@127.0.0.1:{port}: clear text "
@@ -242,6 +245,7 @@ def test_ssl_mode_disabled_against_require_secure_transport(world, tmp_path):
     assert one_error_line(base, 3).startswith(hint)
 
 
+@pytest.mark.server
 def test_wrong_ca_names_the_certificate_problem(world, pki, tmp_path):
     port = world.source.port
     wrong = ["--ssl-mode", "verify-ca", "--ssl-ca", pki["wrongca"], *client_cert(pki)]
@@ -256,6 +260,7 @@ def test_wrong_ca_names_the_certificate_problem(world, pki, tmp_path):
     assert one_error_line(base, 3) == line
 
 
+@pytest.mark.server
 def test_verify_identity_refuses_a_certificate_for_another_host(world, pki):
     restore = run_cli("restore", "--archive", world.archive, "--source-name", "db1",
                       "--target", url(world.target), "--target-ssl-mode", "verify-identity",

@@ -18,6 +18,8 @@ import pytest
 from tests import faults
 from tests.helpers import REPO
 
+pytestmark = pytest.mark.torture
+
 TORTURE = os.path.join(REPO, "scripts", "torture.py")
 
 

@@ -89,6 +89,7 @@ def mid_way(replica, gate, last):
              what=f"the replica at transaction {gate - 1}")
 
 
+@pytest.mark.server
 def test_restart_of_serve_mid_stream(big_archive, replica, tmp_path):
     """serve killed (kill -9 of `mysqlbackup serve`), then stopped (ServeHandle.stop)
     while the replica is mid-way through a big stream (when serve is gone, it has
