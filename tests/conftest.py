@@ -227,10 +227,16 @@ def s3(aws_env):
     endpoint.stop()
 
 
-@pytest.fixture(params=["file", "s3"])
+STORES = ["file", "s3"]
+
+
+@pytest.fixture
 def archive(request, tmp_path):
-    """(URL, --archive-option list) of an empty archive: file:// or S3 through moto."""
-    if request.param == "file":
+    """(URL, --archive-option list) of an empty archive: file://, or S3 through moto for
+    a test parametrized ``@pytest.mark.parametrize("archive", STORES, indirect=True)``
+    (the store contract, tests/test_store.py, and the few runs where the store's own
+    behaviour matters: one end to end, streamed uploads, listings and their timing)."""
+    if getattr(request, "param", "file") == "file":
         return f"file://{tmp_path / 'archive'}", []
     endpoint = request.getfixturevalue("s3")
     bucket = "mb-" + os.urandom(6).hex()

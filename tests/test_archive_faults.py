@@ -22,6 +22,7 @@ from mysqlbackup.archive.verify import list_archive, verify_archive
 from mysqlbackup.errors import CorruptBinlog, UsageError
 from mysqlbackup.sandbox import free_port
 from mysqlbackup.stream.state import ARCHIVE_STATE_FILE, State, save_state
+from tests.conftest import STORES
 from tests.helpers import Daemon, backup_dir, read, run_cli, wait_for
 
 SOURCE = "src-1"
@@ -149,6 +150,7 @@ class RacingStore(ArchiveStore):
         return found
 
 
+@pytest.mark.parametrize("archive", STORES, indirect=True)
 def test_segments_sealed_between_listing_and_reading_are_skipped(archive, tmp_path,
                                                                  source_files):
     active_files = source_files[:3]  # the third file is the active one at first
@@ -360,6 +362,7 @@ def _reuploaded(daemon):
     return report if report.get("reuploaded") else None
 
 
+@pytest.mark.parametrize("archive", STORES, indirect=True)
 def test_periodic_listing_uploads_again_what_the_store_lost(archive, tmp_path, source_files):
     directory = backup_dir(source_files, tmp_path / "local", SOURCE)
     store = open_store(archive)

@@ -6,11 +6,13 @@ import subprocess
 import sys
 import time
 
+import pytest
+
 from mysqlbackup.archive.upload import chain_end
 from mysqlbackup.archive.names import parse_key, partial_prefix
 from mysqlbackup.archive.store import ArchiveStore, parse_options
 from mysqlbackup.archive.verify import verify_archive
-from tests.conftest import S3Endpoint
+from tests.conftest import STORES, S3Endpoint
 from tests.helpers import (REPO, Daemon, backup_dir, current_binlog, read, wait_for,
                            wait_semi_sync_client)
 
@@ -36,6 +38,7 @@ def segments_data(store, source, name):
     return b"".join(store.read(f"{source}/partial/{name}/{s:012d}-{e:012d}") for s, e in keys)
 
 
+@pytest.mark.parametrize("archive", STORES, indirect=True)
 def test_daemon_archives_byte_identical_files(archive, make_server, tmp_path):
     server = make_server()
     url, options = archive

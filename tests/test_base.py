@@ -21,6 +21,7 @@ from mysqlbackup.base.server import (NEEDED, global_privileges,
 from mysqlbackup.binlog.position import Position
 from mysqlbackup.sandbox import MariaDBSandbox, find_binary
 from tests.faults import Tmpfs, can_mount_tmpfs
+from tests.conftest import STORES
 from tests.helpers import Daemon, caught_up, cli_env, run_cli, wait_for
 
 BACKUP_USER, BACKUP_PASSWORD = "backup", "b'ack\"up\\pw"
@@ -525,6 +526,7 @@ def test_a_gtid_that_is_not_the_positions_is_refused():
 
 # -- ArchiveStore.open_write ----------------------------------------------------------------
 
+@pytest.mark.parametrize("archive", STORES, indirect=True)
 def test_open_write_streams_parts_and_an_error_publishes_nothing(archive, monkeypatch):
     """Several parts on S3 (moto's real multipart API; part size at S3's 5 MiB minimum),
     one durable rename on file://; an error mid-way leaves neither an object nor, on S3,
