@@ -141,6 +141,14 @@ def _table_map(event, table_map, reader, trx):
     return table
 
 
+def decode_event(event, table_map, reader, trx):
+    """The decoder's event object for one raw TABLE_MAP or rows event (what
+    ``iter_changes`` reads; ``replay.decoding.rowtext`` writes its rows as comments),
+    ``table_map`` filled as the library's stream fills it; ChangeDecodeError (or
+    CorruptBinlog) naming the file and position when it does not decode."""
+    return _library_event(event, table_map, reader, trx)
+
+
 def _library_event(event, table_map, reader, trx):
     """The library's event object for one raw event, checked."""
     # A stream packet is the OK byte then the event. Without a checksum the library
