@@ -1,6 +1,8 @@
-"""The ``mysqlbackup`` command line (click): thin wrappers around the library."""
+"""The ``mysqlbackup`` command line (click): thin wrappers around the library. The
+options the commands share are in ``cliopts`` (one decorator each, the same name and
+meaning everywhere), the groups (plugins, ``--config`` after the command name, the
+environment checked) in ``cligroup``."""
 
-import functools
 import json
 import signal
 import sys
@@ -10,168 +12,20 @@ import click
 from mysqlbackup import config, logs
 from mysqlbackup.archive.names import check_source_name
 from mysqlbackup.binlog.gtid import guess_flavor, parse_gtid_set
-from mysqlbackup.errors import ExitCode, MysqlBackupError, exit_code_rows, mask_url
-from mysqlbackup.source.spec import PASSWORD_ENV, source_from_options
-from mysqlbackup.source.tls import DEFAULT_MODE, MODES, TlsSettings
+from mysqlbackup.cligroup import ArchiveGroup, CommandGroup, CommandWithSubcommands, read_config
+from mysqlbackup.cliopts import (archive_options, codec_options,  # noqa: F401 (plugins' too)
+                                 dir_option, example, handle_errors, identity_option,
+                                 json_option, source_name_option, source_options, ssl_options,
+                                 yes_option)
+from mysqlbackup.errors import ExitCode, UsageError, exit_code_rows
+from mysqlbackup.source.spec import source_from_options
 from mysqlbackup.stream import health
 
-
-def handle_errors(func):
-    """Turn a MysqlBackupError into one line on stderr and its exit code."""
-    @functools.wraps(func)
-    def wrapper(*args, **kwargs):
-        try:
-            return func(*args, **kwargs)
-        except MysqlBackupError as e:
-            if logs.json_lines():  # --log-format json: the error as one JSON line too
-                logs.log_error(e)
-            else:
-                click.echo(f"mysqlbackup: error: {mask_url(e)}", err=True)
-            sys.exit(e.exit_code)
-    return wrapper
-
-
-def source_options(func):
-    """--source and --password-file (the password itself never goes on the command line)."""
-    func = click.option("--password-file", type=click.Path(dir_okay=False),
-                        help=f"File whose first line is the password (else ${PASSWORD_ENV}).")(func)
-    return click.option("--source", required=True, metavar="mysql://USER@HOST:PORT",
-                        help="The primary to back up; the user needs REPLICATION SLAVE, "
-                             "REPLICATION CLIENT (MariaDB: BINLOG MONITOR too).")(func)
-
-
-def archive_options(func):
-    """--archive URL and repeatable --archive-option KEY=VALUE (fsspec storage options)."""
-    func = click.option("--archive-option", "archive_option", multiple=True,
-                        metavar="KEY=VALUE",
-                        help="fsspec storage option, repeatable (e.g. endpoint_url=http://"
-                             "127.0.0.1:9000 for MinIO); AWS credentials come from the usual "
-                             "AWS environment variables.")(func)
-    return click.option("--archive", "archive_url", metavar="URL",
-                        help="Object storage root: file:///path, s3://bucket/prefix, or any "
-                             "installed fsspec protocol.")(func)
-
-
-def source_name_option(func):
-    return click.option("--source-name", help="Name of the source in the archive (default: "
-                        "its server_uuid, or server-id-N).")(func)
-
-
-def dir_option(func):
-    return click.option("--dir", "directory", required=True, type=click.Path(file_okay=False),
-                        help="Local directory for the binlog files and the checkpoint.")(func)
-
-
-def codec_options(default="zstd:1"):
-    """--compress and --encrypt-to: how new archive objects are stored (archive.codec;
-    the default level is codec.DEFAULT_LEVEL's, chosen by measurement: see there)."""
-    def decorate(func):
-        func = click.option("--encrypt-to", "encrypt_to", multiple=True, metavar="FILE",
-                            type=click.Path(dir_okay=False),
-                            help="Encrypt new archive objects (age, X25519) to the public "
-                            "keys (age1...) in FILE; repeatable (an offline recovery key "
-                            "beside the everyday one). Only public keys are needed here.")(func)
-        return click.option("--compress", default=default, show_default=True,
-                            metavar="zstd[:LEVEL]|none",
-                            help="Compression of new archive objects (local files stay "
-                            "byte-identical).")(func)
-    return decorate
-
-
-def identity_option(func):
-    """--identity: the age identity file that opens encrypted archive objects."""
-    return click.option("--identity", metavar="FILE", type=click.Path(dir_okay=False),
-                        help="age identity file (AGE-SECRET-KEY-1...) to read encrypted "
-                        "archive objects (default: the file $MYSQLBACKUP_IDENTITY names).")(func)
-
-
-def ssl_options(prefix=""):
-    """--PREFIXssl-mode, -ssl-ca, -ssl-cert, -ssl-key of one server connection (the
-    MySQL client's names and meanings), handed to the command as one TlsSettings:
-    the parameter ``tls`` (prefix ``target-``: ``target_tls``)."""
-    flag, param = f"--{prefix}ssl", prefix.replace("-", "_")
-    parts = ("mode", "ca", "cert", "key")
-
-    def decorate(func):
-        @functools.wraps(func)
-        def wrapper(*args, **kwargs):
-            values = {part: kwargs.pop(f"{param}ssl_{part}") for part in parts}
-            try:
-                kwargs[f"{param}tls"] = TlsSettings(option=flag, **values)
-            except MysqlBackupError as e:
-                raise click.UsageError(str(e)) from None
-            return func(*args, **kwargs)
-        pem = click.Path(exists=True, dir_okay=False)
-        for option in (
-                click.option(f"{flag}-key", type=pem, help="Its private key (PEM)."),
-                click.option(f"{flag}-cert", type=pem, help="Client certificate (PEM), for a "
-                             "user REQUIRE X509."),
-                click.option(f"{flag}-ca", type=pem, help="CA certificate(s) (PEM) the "
-                             "server's certificate must chain to (verify-ca, verify-identity)."),
-                click.option(f"{flag}-mode", default=DEFAULT_MODE, show_default=True,
-                             metavar="|".join(MODES), callback=_ssl_mode,
-                             help="disabled: clear text; preferred: TLS when the server "
-                             "offers it; required: TLS, no certificate check; verify-ca: and "
-                             "the chain checked; verify-identity: and the host name.")):
-            wrapper = option(wrapper)
-        return wrapper
-    return decorate
-
-
-def _ssl_mode(ctx, param, value):
-    """The mode as MODES spells it (VERIFY_CA, as the MySQL client takes it, too)."""
-    mode = value.lower().replace("_", "-")
-    if mode not in MODES:
-        raise click.BadParameter(f"{value!r} is not one of {', '.join(MODES)}")
-    return mode
-
-
-class CommandGroup(click.Group):
-    """The ``mysqlbackup`` group: the backup commands are defined here; commands of
-    other packages (``replay``) register under the ``mysqlbackup.commands`` entry-point
-    group (``mysqlbackup.archive_commands`` for ``mysqlbackup archive ...``) and are
-    loaded only when listed or run, so this package never imports them."""
-
-    plugin_group = "mysqlbackup.commands"
-
-    def list_commands(self, ctx):
-        return sorted(set(super().list_commands(ctx)) | set(_plugins(self.plugin_group)))
-
-    def get_command(self, ctx, name):
-        command = super().get_command(ctx, name)
-        plugins = _plugins(self.plugin_group)
-        if command is None and name in plugins:
-            command = plugins[name].load()
-        if command is not None and ctx.auto_envvar_prefix:
-            config.name_envvars(command, f"{ctx.auto_envvar_prefix}_{name}")
-        return command
-
-
-class ArchiveGroup(CommandGroup):
-    """``mysqlbackup archive``: its commands, and those registered under the
-    ``mysqlbackup.archive_commands`` entry-point group."""
-
-    plugin_group = "mysqlbackup.archive_commands"
-
-
-def _plugins(group_name):
-    """{name: entry point} of the installed entry points of ``group_name``."""
-    from importlib.metadata import entry_points
-    found = entry_points()
-    group = (found.select(group=group_name) if hasattr(found, "select")
-             else found.get(group_name, ()))
-    return {ep.name: ep for ep in group}
-
-
-@handle_errors
-def _read_config(ctx, param, path):
-    """--config FILE: its settings become the commands' defaults (click's default_map,
-    under the command line and the environment); checked against every command."""
-    if path:
-        ctx.default_map = config.build_default_map(config.load_toml(path), path,
-                                                   ctx.command, ctx)
-        ctx.meta["mysqlbackup.config"] = path
-    return path
+ARCHIVE = "s3://backups/mysql"  # the archive of the help's examples
+STREAM_SOURCE_HELP = ("The primary to back up; the user needs REPLICATION SLAVE, REPLICATION "
+                      "CLIENT (MariaDB: BINLOG MONITOR too).")
+BASE_SOURCE_HELP = ("The server to back up; its user needs the privileges listed in this "
+                    "help. Required, except for base list.")
 
 
 def _print_version(ctx, param, value):
@@ -195,13 +49,17 @@ def exit_codes_help(width=78):
 
 @click.group(cls=CommandGroup, context_settings={"help_option_names": ["-h", "--help"],
                                                  "auto_envvar_prefix": config.ENV_PREFIX},
-             epilog=exit_codes_help())
-@click.option("--config", "config_path", metavar="FILE", is_eager=True, callback=_read_config,
+             epilog=exit_codes_help() + "\n\n" + example(
+                 "mysqlbackup --config /etc/mysqlbackup/db1.toml stream",
+                 "mysqlbackup stream --config /etc/mysqlbackup/db1.toml"))
+@click.option("--config", "config_path", metavar="FILE", is_eager=True, callback=read_config,
               expose_value=False, type=click.Path(dir_okay=False), envvar="MYSQLBACKUP_CONFIG",
               help="TOML file of option values: top-level keys for every command that has "
-                   "the option, a table per command ([stream], [\"archive ls\"]). Every option "
-                   "can also come from MYSQLBACKUP_<COMMAND>_<OPTION>; the command line wins "
-                   "over the environment, which wins over the file. No passwords in it.")
+                   "the option, a table per command ([stream], [\"archive ls\"]); before or "
+                   "after the command name. Every option can also come from "
+                   "MYSQLBACKUP_<COMMAND>_<OPTION> (a variable of the command that runs "
+                   "naming none of its options is refused); the command line wins over the "
+                   "environment, which wins over the file. No passwords in it.")
 @click.option("--log-level", default="info", show_default=True,
               type=click.Choice(["debug", "info", "warning", "error"]))
 @click.option("--log-format", default="text", show_default=True,
@@ -215,10 +73,10 @@ def main(log_level, log_format):
     logs.configure(log_level, log_format)
 
 
-
-
-@main.command()
-@source_options
+@main.command(epilog=example(
+    f"mysqlbackup stream --source mysql://repl@db1:3306 --server-id 901 --dir "
+    f"/var/lib/mysqlbackup/db1 --archive {ARCHIVE} --source-name db1 --keep-local 36h"))
+@source_options(STREAM_SOURCE_HELP)
 @ssl_options()
 @click.option("--server-id", type=click.IntRange(1, 2**32 - 1), required=True,
               help="Replica server_id; unique among the source's replicas.")
@@ -233,7 +91,7 @@ def main(log_level, log_format):
 @click.option("--follow-by-gtid", is_flag=True, help="Accept a new source (failover) under "
               "the same directory and continue from the durable GTID position.")
 @archive_options
-@source_name_option
+@source_name_option("write")
 @click.option("--archive-interval", type=click.FloatRange(0.1, 3600), default=2.0,
               show_default=True, help="Seconds between uploads of the active file's durable "
               "prefix (RPO of the archive).")
@@ -241,7 +99,7 @@ def main(log_level, log_format):
               "copy is verified, keeping the newest N (10) or those younger than AGE (36h, 7d). "
               "Default: keep all.")
 @click.option("--retain-window", metavar="DURATION", help="Run archive retention (as "
-              "'mysqlbackup retain --window DURATION') at start and after each sealed file: "
+              "'mysqlbackup retain --window DURATION --yes') at start and after each sealed file: "
               "every moment of the last DURATION (14d) stays restorable. Files it deletes are "
               "never uploaded again. Default: off.")
 @click.option("--retain-keep-base", type=click.IntRange(0), default=0, show_default=True,
@@ -249,7 +107,7 @@ def main(log_level, log_format):
                    "'retain --keep-base').")
 @click.option("--metrics-address", metavar="HOST:PORT", help="Serve Prometheus metrics at "
               "http://HOST:PORT/ (e.g. 127.0.0.1:9104). Default: off.")
-@codec_options()
+@codec_options
 @handle_errors
 def stream(source, password_file, tls, server_id, directory, start_file, start_gtid, no_semi_sync,
            heartbeat, follow_by_gtid, archive_url, archive_option, source_name,
@@ -297,9 +155,10 @@ def stream(source, password_file, tls, server_id, directory, start_file, start_g
     run_stream(opts, stop=stop)
 
 
-@main.command()
+@main.command(epilog=example("mysqlbackup status --dir /var/lib/mysqlbackup/db1 --check"))
 @dir_option
-@click.option("--json", "as_json", is_flag=True, help="Print one JSON object.")
+@json_option("the files, the checkpoint, the lock holder, lag and archive backlog (with "
+             "--check: and the health verdict)")
 @click.option("--check", is_flag=True, help="Health check: print one line and exit 0 when "
               "healthy, 1 when the daemon is down (no process holds the lock), stale, behind "
               "or the archive is behind (the line says which).")
@@ -349,14 +208,15 @@ def read_listing(archive_url, archive_option, source_name):
     return listing, listing.require(source_name)
 
 
-@main.command()
+@main.command(epilog=example(f"mysqlbackup verify --archive {ARCHIVE} --source-name db1"))
 @archive_options
-@source_name_option
+@source_name_option("every")
 @identity_option
 @click.option("--deep", is_flag=True, help="Also decrypt every encrypted object (needs "
               "--identity): without it, those are checked by stored size and sha256 only.")
+@json_option("objects_checked, problems, notes")
 @handle_errors
-def verify(archive_url, archive_option, source_name, identity, deep):
+def verify(archive_url, archive_option, source_name, identity, deep, as_json):
     """Check everything archived: magic, every event's CRC32, the chain of files
     (each ROTATE names the next, GTID sets continue), and each index against its file.
 
@@ -377,6 +237,10 @@ def verify(archive_url, archive_option, source_name, identity, deep):
     store = read_listing(archive_url, archive_option, source_name)[0].store
     notes = []
     checked, problems = verify_archive(store, source_name, notes=notes, keyring=keyring)
+    if as_json:
+        click.echo(json.dumps({"objects_checked": checked, "problems": problems,
+                               "notes": notes}, indent=1))
+        sys.exit(ExitCode.FAILED if problems else ExitCode.OK)
     for note in notes:
         click.echo(f"NOTE {note}")
     for problem in problems:
@@ -385,25 +249,28 @@ def verify(archive_url, archive_option, source_name, identity, deep):
     sys.exit(ExitCode.FAILED if problems else ExitCode.OK)
 
 
-@main.group(cls=ArchiveGroup)
+@main.group(cls=ArchiveGroup, epilog=example(f"mysqlbackup archive ls --archive {ARCHIVE}"))
 def archive():
     """Look at the archive."""
 
 
-@archive.command("ls")
+@archive.command("ls", epilog=example(
+    f"mysqlbackup archive ls --archive {ARCHIVE} --source-name db1"))
 @archive_options
-@source_name_option
-@click.option("--json", "as_json", is_flag=True, help="Print one JSON object: files, bases, "
-              "windows, holes, unusable, problems.")
+@source_name_option("every")
+@json_option("files, sources, bases (as base list --json), windows, holes, unusable, "
+             "problems, failovers")
 @handle_errors
 def archive_ls(archive_url, archive_option, source_name, as_json):
-    """List archived files with their GTID and time ranges, the base backups, and per
-    source the window in which any moment can be restored (a base backup, then every
-    binlog after it without a hole), naming each hole that splits it."""
+    """List archived files with their GTID and time ranges, the base backups (as base
+    list shows them: method, end time, age, stored size, GTID, sound or damaged), and
+    per source the window in which any moment can be restored (a base backup, then
+    every binlog after it without a hole), naming each hole that splits it."""
+    from mysqlbackup.archive.baselist import base_rows, format_base
     from mysqlbackup.archive.verify import format_recovery, list_archive, recovery_summary
     listing, sources = read_listing(archive_url, archive_option, source_name)
     rows = list_archive(listing.store, source_name, listing)
-    summary = recovery_summary(listing, source_name)
+    summary = dict(recovery_summary(listing, source_name), bases=base_rows(listing, sources))
     if as_json:
         click.echo(json.dumps({"files": rows, "sources": sources, **summary}, indent=1))
         return
@@ -412,7 +279,8 @@ def archive_ls(archive_url, archive_option, source_name, as_json):
         click.echo(f"{r['source']}  {file}  {r['kind']}  {r['size']} bytes  "
                    f"{r['transactions']} trx  gtid {r['first_gtid']} .. {r['last_gtid']}  "
                    f"{r['first_commit']} .. {r['last_commit']}")
-    for line in format_recovery(summary):
+    for line in [format_base(b) for b in summary["bases"]] + format_recovery(
+            dict(summary, bases=[])):
         click.echo(line)
     if not sources:
         click.echo(f"archive {listing.store.url} is empty: nothing archived yet (stream "
@@ -422,9 +290,9 @@ def archive_ls(archive_url, archive_option, source_name, as_json):
                    "binlogs (mysqlbackup base)")
 
 
-@main.command()
+@main.command(epilog=example("mysqlbackup inspect /var/lib/mysqlbackup/db1/mariadb-bin.000042"))
 @click.argument("paths", nargs=-1, required=True, metavar="FILE_OR_URL...")
-@click.option("--json", "as_json", is_flag=True, help="Print a JSON list, one object a file.")
+@json_option("a list, one object a file")
 @handle_errors
 def inspect(paths, as_json):
     """A quick look at binlog files (local paths or fsspec URLs), without Spark.
@@ -445,28 +313,41 @@ def inspect(paths, as_json):
     sys.exit(ExitCode.FAILED if any(r["error"] for r in reports) else ExitCode.OK)
 
 
-@main.command()
-@source_options
+@main.group(cls=CommandWithSubcommands, subcommand_metavar="[list [OPTIONS]]",
+            epilog=example(f"mysqlbackup base --source mysql://backup@db1:3306 --archive "
+                           f"{ARCHIVE} --source-name db1"))
+@source_options(BASE_SOURCE_HELP, required=False)
 @ssl_options()
 @archive_options
-@source_name_option
+@source_name_option("write")
 @click.option("--method", type=click.Choice(["dump", "physical"]), default="dump",
               show_default=True, help="dump: the server's dump client (mariadb-dump / "
               "mysqldump), from any host. physical: mariadb-backup --stream=xbstream, which "
               "copies the data files and so must run ON the database host.")
-@codec_options()
+@codec_options
+@click.pass_context
 @handle_errors
-def base(source, password_file, tls, archive_url, archive_option, source_name, method, compress,
-         encrypt_to):
-    """Take a base backup of the source into the archive: SOURCE/base/ID/.
+def base(ctx, source, password_file, tls, archive_url, archive_option, source_name, method,
+         compress, encrypt_to):
+    """Take a base backup of the source into the archive: SOURCE/base/ID/ (base list:
+    the bases the archive holds).
 
     A consistent snapshot (dump: --single-transaction, writers are not blocked)
     with its GTID and binlog file:position, streamed through zstd and sha256 into
     the archive; its manifest (index.json) is written only after the object was
-    read back and matched. The user needs SELECT, SHOW VIEW, TRIGGER, EVENT and
-    BINLOG MONITOR (dump; MySQL: RELOAD, REPLICATION CLIENT instead of BINLOG
-    MONITOR), or RELOAD, PROCESS, LOCK TABLES and BINLOG MONITOR (physical).
+    read back and matched.
+
+    The --source user needs these global privileges (ON *.*), checked before
+    anything runs, on MariaDB and MySQL alike: dump: SELECT (the accounts are read
+    from the mysql schema too), SHOW VIEW, TRIGGER, EVENT and REPLICATION CLIENT
+    (MariaDB 10.5+ shows it as BINLOG MONITOR; SUPER will do), and on MySQL also
+    RELOAD or FLUSH_TABLES; physical: RELOAD, PROCESS, LOCK TABLES and REPLICATION
+    CLIENT (BINLOG MONITOR).
     """
+    if ctx.invoked_subcommand:
+        return
+    if not source:
+        raise click.UsageError("Missing option '--source'.", ctx)
     from mysqlbackup.archive.codec import make_codec
     from mysqlbackup.base.run import take_base
     codec = make_codec(compress, encrypt_to)
@@ -485,9 +366,37 @@ def base(source, password_file, tls, archive_url, archive_option, source_name, m
                f"{m['stored_size']} stored, {m['details']['elapsed']:.1f} s")
 
 
-@main.command()
+@base.command("list", epilog=example(
+    f"mysqlbackup base list --archive {ARCHIVE} --source-name db1"))
 @archive_options
-@source_name_option
+@source_name_option("every")
+@json_option("bases: each with source, id, method, gtid, binlog_file, binlog_pos, "
+             "start_time, end_time, raw_size, stored_size, server_version, age_seconds, "
+             "status (sound or damaged) and problem")
+@handle_errors
+def base_list(archive_url, archive_option, source_name, as_json):
+    """List the base backups of the archive, oldest first per source: id, method, end
+    time, age, stored size, GTID, and status: sound (manifest and object there, the
+    object of the manifest's stored size) or damaged (and why). Reads the listing and
+    the manifests only, never a base's object (verify reads those)."""
+    from mysqlbackup.archive.baselist import base_rows, format_base
+    listing, sources = read_listing(archive_url, archive_option, source_name)
+    rows = base_rows(listing, sources)
+    if as_json:
+        click.echo(json.dumps({"bases": rows}, indent=1))
+        return
+    for row in rows:
+        click.echo(format_base(row))
+    if not rows:
+        click.echo(f"no base backup in archive {listing.store.url}"
+                   + (f" for {source_name}" if source_name else "") + " (mysqlbackup base)")
+
+
+@main.command(epilog=example(
+    f"mysqlbackup retain --archive {ARCHIVE} --window 14d --keep-base 3",
+    f"mysqlbackup retain --archive {ARCHIVE} --window 14d --keep-base 3 --yes"))
+@archive_options
+@source_name_option("every")
 @click.option("--window", required=True, metavar="DURATION", help="Keep every moment of the "
               "last DURATION restorable (14d, 12h, 30m, 2w): the newest base older than that, "
               "and every binlog file from it on.")
@@ -495,31 +404,53 @@ def base(source, password_file, tls, archive_url, archive_option, source_name, m
               metavar="N", help="Also keep the N newest older bases, without their binlogs "
               "(each its own moment only; restore needs binlogs after a base: load such a "
               "dump by hand).")
-@click.option("--dry-run", is_flag=True, help="List what would go and why; delete nothing.")
+@yes_option("Delete what the plan lists. Without it nothing is deleted: a cron job or "
+            "timer must pass --yes")
+@click.option("--dry-run", is_flag=True, help="Print the plan and delete nothing (what "
+              "retain does without --yes, minus the line saying so).")
+@json_option("sources, each with its window before, kept bases, deletions planned, what "
+             "was deleted (null without --yes), the lease that stopped it, the window after")
 @handle_errors
-def retain(archive_url, archive_option, source_name, window, keep_base, dry_run):
+def retain(archive_url, archive_option, source_name, window, keep_base, yes, dry_run, as_json):
     """Delete what no promised moment needs: binlog files before the base the window
     starts from, older bases beyond --keep-base, and objects left without their index
     by a run cut short. Prints the recovery window before and after. Never deletes
-    what a running restore's lease names; each index goes before its object."""
-    from mysqlbackup.retention.prune import retain as run_retain
+    what a running restore's lease names; each index goes before its object.
+
+    Deleting needs --yes: without it, retain prints the plan (what it would delete,
+    and why), deletes nothing and exits 0 (a line says to add --yes)."""
     from mysqlbackup.retention.policy import parse_duration
+    from mysqlbackup.retention.prune import outcome_json
+    from mysqlbackup.retention.prune import retain as run_retain
+    if yes and dry_run:
+        raise UsageError("--yes and --dry-run exclude each other")
     seconds = parse_duration(window)
     if source_name:
         check_source_name(source_name)
-    run_retain(open_store(archive_url, archive_option), seconds, keep_base, dry_run,
-               source_name or None, echo=click.echo, strict=True)
+    outcomes = run_retain(open_store(archive_url, archive_option), seconds, keep_base, not yes,
+                          source_name or None, strict=True,
+                          echo=(lambda line: None) if as_json else click.echo)
+    if as_json:
+        click.echo(json.dumps({"deleting": yes, "sources": [outcome_json(o) for o in outcomes]},
+                              indent=1))
+        return
+    planned = sum(len(o.plan.deletions) for o in outcomes)
+    if planned and not yes and not dry_run:
+        click.echo(f"nothing deleted: add --yes to delete the {planned} "
+                   f"item{'s' if planned > 1 else ''} listed above")
 
 
-@archive.command("import")
+@archive.command("import", epilog=example(
+    f"mysqlbackup archive import /srv/db1-binlogs --archive {ARCHIVE} --source-name db1"))
 @click.argument("directory", type=click.Path(exists=True, file_okay=False))
 @archive_options
-@click.option("--source-name", required=True, help="Name of the source in the archive (the "
-              "files do not say it); an import must continue what the archive holds for it.")
+@source_name_option("write", required=True, help="Name of the source in the archive "
+                    "(required: the files do not say it); an import must continue what the "
+                    "archive holds for it.")
 @click.option("--torn-tail", type=click.Choice(["refuse", "truncate"]), default="refuse",
               show_default=True, help="A last file cut inside an event (a copy off a crashed "
               "server): refuse it, or archive its complete transactions as a partial file.")
-@codec_options()
+@codec_options
 @identity_option
 @handle_errors
 def archive_import(directory, archive_url, archive_option, source_name, torn_tail, compress,
@@ -539,16 +470,18 @@ def archive_import(directory, archive_url, archive_option, source_name, torn_tai
                      make_codec(compress, encrypt_to), keyring_from(identity))
 
 
-@main.group("config")
+@main.group("config", epilog=example("mysqlbackup config show stream"))
 def config_group():
     """Look at the settings (config file, environment, command line)."""
 
 
 @config_group.command("show", context_settings={"ignore_unknown_options": True,
-                                                "allow_interspersed_args": False})
+                                                "allow_interspersed_args": False},
+                      epilog=example("mysqlbackup config show --config /etc/mysqlbackup/db1"
+                                     ".toml stream"))
 @click.option("--config", "config_path", metavar="FILE", type=click.Path(dir_okay=False),
               help="The config file (as mysqlbackup --config FILE).")
-@click.option("--json", "as_json", is_flag=True, help="Print one JSON object.")
+@json_option("per command, each option's value and where it comes from")
 @click.argument("words", nargs=-1, type=click.UNPROCESSED, metavar="[COMMAND [ARGS]...]")
 @click.pass_context
 @handle_errors
@@ -559,7 +492,7 @@ def config_show(ctx, config_path, as_json, words):
     URLs without credentials."""
     root = ctx.find_root()
     if config_path:
-        _read_config(root, None, config_path)
+        read_config(root, None, config_path)
     sections = config.show_sections(root, words, given=bool(config_path))
     if as_json:
         click.echo(json.dumps({t: config.rows_json(r) for t, r in sections}, indent=1))
@@ -567,7 +500,8 @@ def config_show(ctx, config_path, as_json, words):
     click.echo("\n\n".join("\n".join(config.format_rows(t, r)) for t, r in sections))
 
 
-@main.command()
+@main.command(epilog=example("mysqlbackup keygen --identity /root/archive.key --recipient "
+                             "/etc/mysqlbackup/archive.pub"))
 @click.option("--identity", required=True, metavar="ID_FILE", type=click.Path(dir_okay=False),
               help="Where the secret key goes (mode 0600). Keep it off the backup host.")
 @click.option("--recipient", required=True, metavar="RECIPIENT_FILE",

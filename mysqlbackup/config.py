@@ -6,18 +6,22 @@ nested commands such as ``archive ls`` included) can come from, in this order:
 1. the command line;
 2. the environment: ``MYSQLBACKUP_<COMMAND>_<OPTION>`` (``MYSQLBACKUP_STREAM_SOURCE``,
    ``MYSQLBACKUP_ARCHIVE_LS_ARCHIVE``; the group's own: ``MYSQLBACKUP_LOG_FORMAT``);
-3. the config file (``mysqlbackup --config FILE`` or ``MYSQLBACKUP_CONFIG``): top-level
-   keys go to every command that has the option, a table per command (``[stream]``,
-   ``[archive.ls]``) to that command, winning over the top level;
+3. the config file (``mysqlbackup --config FILE COMMAND``, ``mysqlbackup COMMAND --config
+   FILE`` or ``MYSQLBACKUP_CONFIG``): top-level keys go to every command that has the
+   option, a table per command (``[stream]``, ``[archive.ls]``) to that command, winning
+   over the top level (a renamed option's old spelling: only in its command's table);
 4. the option's default.
 
 click does the merging: the file becomes the context's ``default_map``, which click
 consults after the command line and the environment. This module validates the
 file against the commands (an unknown key, a value of the wrong kind or a password
-is refused with one line naming the key and the file) and resolves the settings
-``mysqlbackup config show`` prints (secrets masked).
+is refused with one line naming the key and the file), validates the environment of
+the command that runs the same way (``check_environment``: a variable under its
+prefix that names no option of it), and resolves the settings ``mysqlbackup config
+show`` prints (secrets masked).
 """
 
+import difflib
 import json
 import os
 import re
@@ -26,6 +30,7 @@ import click
 from click.core import ParameterSource
 
 from mysqlbackup.errors import UsageError, mask_url
+from mysqlbackup.source.spec import PASSWORD_ENV
 
 try:
     import tomllib
@@ -33,10 +38,15 @@ except ModuleNotFoundError:  # Python < 3.11
     import tomli as tomllib
 
 ENV_PREFIX = "MYSQLBACKUP"
+# where a password comes from when no --*password-file names it, in order
+TARGET_PASSWORD_ENV = ("MYSQLBACKUP_TARGET_PASSWORD", PASSWORD_ENV)  # replay, restore
+SERVE_PASSWORD_ENV = "MYSQLBACKUP_SERVE_PASSWORD"  # serve's replica login
 # where a command's password comes from (never an option, never the config file)
-PASSWORD_SOURCES = {"password_file": ("password", ("MYSQLBACKUP_PASSWORD",)),
-                    "target_password_file": ("target-password", (
-                        "MYSQLBACKUP_TARGET_PASSWORD", "MYSQLBACKUP_PASSWORD"))}
+PASSWORD_SOURCES = {"password_file": ("password", (PASSWORD_ENV,)),
+                    "target_password_file": ("target-password", TARGET_PASSWORD_ENV),
+                    "replica_password_file": ("replica-password", (SERVE_PASSWORD_ENV,))}
+# variables under a command's prefix that are no option of it (check_environment)
+NOT_OPTIONS = frozenset(env for _, names in PASSWORD_SOURCES.values() for env in names)
 
 
 def load_toml(path):
@@ -81,6 +91,41 @@ def name_envvars(command, prefix):
         name_envvars(sub, f"{prefix}_{name}")
 
 
+def envvars_of(command, prefix, aliases=True):
+    """{variable: option} of every variable an option of ``command`` is read from under
+    ``prefix`` (its own name, and click's of its parameter); ``aliases``: with those of
+    hidden deprecated aliases."""
+    found = {}
+    for name, param in options_of(command).items():
+        if not aliases and getattr(param, "alias_of", None):
+            continue
+        names = [param.envvar] if isinstance(param.envvar, str) else list(param.envvar or ())
+        if param.name and param.allow_from_autoenv:
+            names.append(f"{prefix}_{param.name.upper()}")
+        found.update((env, f"--{name}") for env in names)
+    return found
+
+
+def check_environment(command, prefix, environ):
+    """UsageError, in one line, for a variable ``PREFIX_<X>`` of ``environ`` that no
+    option of ``command`` reads (a typo would be ignored otherwise), naming the nearest
+    variable that is one. Not judged: variables of its subcommands (``base list``
+    under ``base``), and those that are no option by design (NOT_OPTIONS)."""
+    known = envvars_of(command, prefix)
+    below = tuple(f"{prefix}_{name.upper().replace('-', '_')}_"
+                  for name in getattr(command, "commands", {}))
+    for name in sorted(environ):
+        if not name.startswith(prefix + "_") or name in known or name in NOT_OPTIONS \
+                or name.startswith(below):
+            continue
+        label = prefix[len(ENV_PREFIX) + 1:].lower().replace("_", " ")
+        option = "--" + name[len(prefix) + 1:].lower().replace("_", "-")
+        nearest = difflib.get_close_matches(name, sorted(envvars_of(command, prefix, False)),
+                                            n=1, cutoff=0)
+        raise UsageError(f"env {name}: unknown variable: {label} has no option {option}"
+                         + (f" (did you mean {nearest[0]}?)" if nearest else ""))
+
+
 def build_default_map(data, path, group, ctx):
     """click's ``default_map`` for ``group`` from the config file's ``data``: every key
     checked against the options of the commands it goes to."""
@@ -101,7 +146,7 @@ def _node_map(command, where, table, shared, path, ctx):
         shared[name] = (key, value, where)
     out = {}
     for name, (key, value, at) in shared.items():
-        if name in own:
+        if name in own and (at == where or not getattr(own[name], "alias_of", None)):
             out[own[name].name] = check_value(own[name], value, _label(key, at, path))
     for name, sub in subs.items():
         out[name] = _node_map(sub, where + (name,), tables.get(name, {}), shared, path, ctx)
@@ -153,11 +198,13 @@ def _unknown(key, where, path, is_table):
 
 def _refuse_password(name, key, where, path):
     if name.endswith("password") or name.endswith("passwd"):
-        target = "target-" if name.startswith("target") else ""
+        # the password source whose label's prefix ("", "target-", "replica-") fits best
+        param, (_, envs) = max(((p, v) for p, v in PASSWORD_SOURCES.items()
+                                if name.startswith(v[0][:-len("password")])),
+                               key=lambda item: len(item[1][0]))
         raise UsageError(f"{_label(key, where, path)}: a config file must not hold a "
-                         f"password: name a {target}password-file there, or set "
-                         f"MYSQLBACKUP_{target.upper().replace('-', '_')}PASSWORD in the "
-                         "environment")
+                         f"password: name a {param.replace('_', '-')} there, or set "
+                         f"{envs[0]} in the environment")
 
 
 def check_value(param, value, label):
@@ -198,7 +245,8 @@ def show_sections(root, words, given=False):
     found = [(tuple(path), chain)]
     if not chain or isinstance(chain[-1][1], click.Group):
         under = chain[-1][1] if chain else root.command
-        found = [(tuple(path) + p, chain + c) for p, c in leaf_commands(under, root)]
+        found = [(tuple(path), chain)] if chain and runs_itself(under) else []
+        found += [(tuple(path) + p, chain + c) for p, c in leaf_commands(under, root)]
     return [("mysqlbackup", group_rows(root, given))] + [
         (" ".join(p), resolve(root, c, args)) for p, c in found]
 
@@ -241,10 +289,16 @@ def leaf_commands(command, ctx, path=()):
         if name == "config":
             continue
         if isinstance(sub, click.Group):
+            found += [(path + (name,), [(name, sub)])] if runs_itself(sub) else []
             found += [(p, [(name, sub)] + c) for p, c in leaf_commands(sub, ctx, path + (name,))]
         else:
             found.append((path + (name,), [(name, sub)]))
     return found
+
+
+def runs_itself(command):
+    """True for a group that is a command too (``base``, beside ``base list``)."""
+    return isinstance(command, click.Group) and command.invoke_without_command
 
 
 def resolve(root, chain, args):
@@ -264,10 +318,15 @@ def rows_of(ctx, config_path):
     for name, param in options_of(ctx.command).items():
         if param.name not in ctx.params:
             continue
-        source = ctx.get_parameter_source(param.name)
-        rows.append((name, ctx.params[param.name], _where(source, param, ctx, config_path)))
+        value, alias_of = ctx.params[param.name], getattr(param, "alias_of", None)
+        where = _where(ctx.get_parameter_source(param.name), param, ctx, config_path)
+        if alias_of:  # a renamed option's old spelling: shown only when it is set
+            if value not in (None, False, ()):
+                rows.append((name, value, f"{where} (deprecated: use {alias_of})"))
+            continue
+        rows.append((name, value, where))
         if param.name in PASSWORD_SOURCES:
-            rows.append(_password_row(param.name, ctx.params[param.name]))
+            rows.append(_password_row(param.name, value))
     return rows
 
 

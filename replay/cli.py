@@ -7,23 +7,22 @@ It registers under the ``mysqlbackup.commands`` entry-point group (setup.cfg), w
 
 import click
 
-from mysqlbackup.cli import (archive_options, handle_errors, identity_option, source_name_option,
-                             ssl_options)
 from mysqlbackup.archive.names import check_source_name
+from mysqlbackup.cliopts import (archive_options, example, handle_errors, identity_option,
+                                 source_name_option, target_options)
+from mysqlbackup.config import TARGET_PASSWORD_ENV
 from mysqlbackup.errors import mask_url
-from mysqlbackup.source.spec import PASSWORD_ENV, source_from_options
+from mysqlbackup.source.spec import source_from_options
 from replay.restore.run import APPLY_MODES
 
 
-@click.command()
+@click.command(epilog=example(
+    "mysqlbackup replay --archive s3://backups/mysql --source-name db1 --start-gtid 0-1-4200 "
+    "--stop-datetime 2026-11-26T09:59:00Z --sql /tmp/db1-replay.sql"))
 @archive_options
-@source_name_option
-@click.option("--target", metavar="mysql://USER@HOST:PORT", help="Apply to this server "
-              "(password: $MYSQLBACKUP_TARGET_PASSWORD, else $MYSQLBACKUP_PASSWORD, or "
-              "--target-password-file). The user needs SUPER (MariaDB 10.5+: BINLOG REPLAY "
-              "and REPLICATION SLAVE ADMIN) and write access to mysqlbackup_replay.")
-@click.option("--target-password-file", type=click.Path(dir_okay=False))
-@ssl_options("target-")
+@source_name_option("one")
+@target_options("Apply to this server. The user needs SUPER (MariaDB 10.5+: BINLOG REPLAY "
+                "and REPLICATION SLAVE ADMIN) and write access to mysqlbackup_replay.")
 @click.option("--apply", "apply_mode", type=click.Choice(APPLY_MODES),
               default="statements", show_default=True, help="With --target: statements (this "
               "job applies them) or native (the target's own replication applier, fed by "
@@ -94,8 +93,8 @@ def replay(archive_url, archive_option, source_name, target, target_password_fil
                          source_name, selection, allow_gaps, master,
                          keyring=keyring_from(identity))
     if target:
-        spec = source_from_options(target, target_password_file, (
-            "MYSQLBACKUP_TARGET_PASSWORD", PASSWORD_ENV), target_tls)
+        spec = source_from_options(target, target_password_file, TARGET_PASSWORD_ENV,
+                                   target_tls)
         if apply_mode == "native":
             return _replay_native(opts, spec, workers)
         sink = TargetApplier(spec, workers, merge)

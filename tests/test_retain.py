@@ -144,7 +144,8 @@ def test_a_cut_run_leaves_an_archive_verify_accepts_and_the_next_run_finishes(wo
     assert out.returncode == 0, out.stdout + out.stderr
     assert (f"NOTE db1/binlog/{first}: no index, older than every indexed file: left by a "
             "retain run cut short, not archived (mysqlbackup retain removes it)") in out.stdout
-    again = run_cli("retain", "--archive", url, "--window", f"{int(time.time() - world['T'])}s")
+    again = run_cli("retain", "--archive", url, "--window", f"{int(time.time() - world['T'])}s",
+                    "--yes")
     assert again.returncode == 0, again.stderr
     assert (f"deleted orphan binlog {first}: no index (a deletion cut short, or never "
             f"verified), before {world['F']}") in again.stdout.splitlines()
@@ -177,7 +178,7 @@ def test_real_run_then_restore_to_the_oldest_promised_moment_beside_a_greedy_ret
         world, make_server):
     url, w = copy_archive(world, "real"), world
     out = run_cli("retain", "--archive", url, "--window", f"{int(time.time() - w['T'])}s",
-                  "--keep-base", "0")
+                  "--keep-base", "0", "--yes")
     assert out.returncode == 0, out.stderr
     lines = out.stdout.splitlines()
     assert [line for line in lines if line.startswith("deleted")] == [

@@ -6,9 +6,14 @@ left behind by a run cut short has no index, counts as never archived
 (``verify`` notes it, restore does not read it), and the next run removes it.
 Just before each deletion the source's leases are read again: a restore that
 started since the plan stops the run (nothing more is deleted; run it again).
+
+The ``retain`` command deletes only with ``--yes`` (it passes ``dry_run`` otherwise);
+the daemon's ``stream --retain-window`` calls ``retain`` itself and deletes.
 """
 
 import time
+from dataclasses import dataclass
+from typing import Optional
 
 from mysqlbackup.archive.lease import live_leases
 from mysqlbackup.archive.listing import ArchiveListing
@@ -118,10 +123,21 @@ def execute(listing, plan, echo=print, clock=time.time):
     return done, None
 
 
+@dataclass(frozen=True)
+class Outcome:
+    """What ``retain`` did for one source: its plan, the items it deleted (None: a dry
+    run), the lease that stopped the deletions, and the recovery windows after."""
+
+    plan: object                      # policy.RetentionPlan
+    deleted: Optional[tuple] = None
+    stopped_by: Optional[str] = None
+    after: tuple = ()
+
+
 def retain(store, window, keep_base=0, dry_run=False, source=None, echo=print, now=None,
            strict=False):
     """Plan and (unless ``dry_run``) apply retention to every source (or ``source``) of
-    the archive; returns the list of plans. Prints the window before, each deletion
+    the archive; returns the Outcome of each. Prints the window before, each deletion
     (or would-be deletion) and why, and the window after (read again from the archive
     after a real run). ``strict`` (the ``retain`` command): a URL that is no archive
     and a ``source`` it does not hold are refused (``ArchiveListing.require``); the
@@ -131,10 +147,9 @@ def retain(store, window, keep_base=0, dry_run=False, source=None, echo=print, n
     sources = listing.require(source) if strict else [source] if source else listing.sources()
     if not sources:
         echo(f"archive {store.url} is empty: nothing to delete")
-    plans = []
+    outcomes = []
     for src in sources:
         plan = plan_retention(read_facts(listing, src, now), now, window, keep_base)
-        plans.append(plan)
         for line in describe_plan(plan):
             echo(line)
         if not plan.deletions:
@@ -142,11 +157,30 @@ def retain(store, window, keep_base=0, dry_run=False, source=None, echo=print, n
         if dry_run:
             for item in plan.deletions:
                 echo(f"would delete {item.describe()}")
-            _echo_windows("window after", plan.after, echo)
-            continue
-        execute(listing, plan, echo)
-        _echo_windows("window after", windows_now(store, src), echo)
-    return plans
+            outcome = Outcome(plan, after=plan.after)
+        else:
+            done, stopped_by = execute(listing, plan, echo)
+            outcome = Outcome(plan, tuple(done), stopped_by, tuple(windows_now(store, src)))
+        _echo_windows("window after", outcome.after, echo)
+        outcomes.append(outcome)
+    return outcomes
+
+
+def outcome_json(outcome):
+    """An Outcome as ``retain --json`` prints it."""
+    plan = outcome.plan
+    return {"source": plan.source, "promised": iso(plan.promised), "note": plan.note,
+            "window_before": [vars(w) for w in plan.before],
+            "kept": [_item_json(i) for i in plan.kept],
+            "deletions": [_item_json(i) for i in plan.deletions],
+            "deleted": None if outcome.deleted is None else [
+                _item_json(i) for i in outcome.deleted],
+            "stopped_by_lease": outcome.stopped_by,
+            "window_after": [vars(w) for w in outcome.after]}
+
+
+def _item_json(item):
+    return {"kind": item.kind, "name": item.name, "epoch": item.epoch, "reason": item.reason}
 
 
 def windows_now(store, source):

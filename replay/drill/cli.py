@@ -1,19 +1,21 @@
 """The ``mysqlbackup drill`` command (click), registered under the
 ``mysqlbackup.commands`` entry-point group (setup.cfg)."""
 
+import json
 import sys
 
 import click
 
+from mysqlbackup.archive.names import check_source_name
+from mysqlbackup.cliopts import (archive_options, example, handle_errors, identity_option,
+                                 json_option, source_name_option)
 from mysqlbackup.errors import ExitCode
 
-from mysqlbackup.archive.names import check_source_name
-from mysqlbackup.cli import archive_options, handle_errors, identity_option, source_name_option
 
-
-@click.command()
+@click.command(epilog=example(
+    "mysqlbackup drill --archive s3://backups/mysql --source-name db1 --workdir /var/tmp"))
 @archive_options
-@source_name_option
+@source_name_option("one")
 @click.option("--stop-datetime", metavar="ISO8601", help="Restore to just before this moment "
               "(UTC unless it names a zone); default: everything archived.")
 @click.option("--workdir", type=click.Path(file_okay=False, exists=True), help="Where the "
@@ -23,9 +25,10 @@ from mysqlbackup.cli import archive_options, handle_errors, identity_option, sou
               "afterwards, to look at.")
 @click.option("--master", help="Spark master for the replay (default local[*]).")
 @identity_option
+@json_option("passed, base, rto_seconds, lines, problems")
 @handle_errors
 def drill(archive_url, archive_option, source_name, stop_datetime, workdir, keep, master,
-          identity):
+          identity, as_json):
     """Restore drill: restore the archive into a scratch server started for it (a
     throwaway datadir on a free loopback port), then check that every transaction the
     indexes list up to the stop point was applied exactly once and that every table
@@ -49,9 +52,15 @@ def drill(archive_url, archive_option, source_name, stop_datetime, workdir, keep
                              else "", keyring=keyring_from(identity))
     report = run_drill(DrillOptions(restore, workdir, keep),
                        progress=lambda line: click.echo(line, err=True))
+    code = ExitCode.FAILED if report.problems else ExitCode.OK
+    if as_json:
+        click.echo(json.dumps({"passed": not report.problems, "base": report.base_id,
+                               "rto_seconds": report.rto, "lines": report.lines,
+                               "problems": report.problems}, indent=1))
+        sys.exit(code)
     for line in report.lines:
         click.echo(line)
     for problem in report.problems:
         click.echo(f"FAILED {problem}")
     click.echo("drill FAILED" if report.problems else "drill passed")
-    sys.exit(ExitCode.FAILED if report.problems else ExitCode.OK)
+    sys.exit(code)

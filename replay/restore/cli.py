@@ -2,34 +2,40 @@
 ``mysqlbackup.commands`` entry-point group like ``replay`` (setup.cfg);
 spark-submit adds it in ``replay/spark_main.py``."""
 
+import json
+
 import click
 
 from mysqlbackup.archive.names import check_source_name
-from mysqlbackup.cli import (archive_options, handle_errors, identity_option, source_name_option,
-                             ssl_options)
-from mysqlbackup.source.spec import PASSWORD_ENV, source_from_options
+from mysqlbackup.cliopts import (archive_options, example, handle_errors, identity_option,
+                                 json_option, source_name_option, target_options)
+from mysqlbackup.config import TARGET_PASSWORD_ENV
+from mysqlbackup.errors import UsageError
+from mysqlbackup.source.spec import source_from_options
+from replay.restore.plan import LATEST, base_wanted
 from replay.restore.run import APPLY_MODES, USERS_MODES
 
-TARGET_PASSWORD_ENV = ("MYSQLBACKUP_TARGET_PASSWORD", PASSWORD_ENV)
 
-
-@click.command()
+@click.command(epilog=example(
+    "mysqlbackup restore --archive s3://backups/mysql --source-name db1 --stop-datetime "
+    "2026-11-26T09:59:00Z --target mysql://admin@db2:3306 --dry-run"))
 @archive_options
-@source_name_option
-@click.option("--target", metavar="mysql://USER@HOST:PORT", help="The server to restore into "
-              "(password: $MYSQLBACKUP_TARGET_PASSWORD, else $MYSQLBACKUP_PASSWORD, or "
-              "--target-password-file). Not needed with --dry-run.")
-@click.option("--target-password-file", type=click.Path(dir_okay=False))
-@ssl_options("target-")
+@source_name_option("one")
+@target_options("The server to restore into. Not needed with --dry-run.")
 @click.option("--stop-datetime", metavar="ISO8601", help="Stop before the first transaction "
               "committed at or after it; UTC unless it names a zone (never local time).")
 @click.option("--stop-before-gtid", metavar="GTID", help="Stop before this transaction.")
 @click.option("--stop-position", metavar="FILE:POS", help="Stop before a transaction ending "
               "past it.")
-@click.option("--base", "base_id", metavar="ID", help="Start from this base backup (default: "
-              "the newest whose GTID position is within the stop point's).")
+@click.option("--base", "base_id", metavar=f"ID|{LATEST}", help="Start from this base "
+              f"backup (base list shows them). Default, or {LATEST} (any case) to say so: "
+              "the newest base that can reach the stop point (its GTID position within "
+              "the stop point's, the binlogs from it contiguous to it); a base whose "
+              "manifest does not read is skipped.")
 @click.option("--dry-run", is_flag=True, help="Print the plan (base, binlog files, GTIDs, "
               "bytes to read, the moment the target will be at) and touch nothing.")
+@json_option("with --dry-run, the plan: source, base, binlog_files, stop, bytes_to_read, "
+             "lines (the text it prints)")
 @click.option("--into-nonempty", is_flag=True, help="Load into a target that already holds "
               "schemas (the dump drops and recreates the tables it holds).")
 @click.option("--datadir", type=click.Path(file_okay=False), help="Physical bases: a new "
@@ -61,8 +67,9 @@ TARGET_PASSWORD_ENV = ("MYSQLBACKUP_TARGET_PASSWORD", PASSWORD_ENV)
 @identity_option
 @handle_errors
 def restore(archive_url, archive_option, source_name, target, target_password_file, target_tls,
-            stop_datetime, stop_before_gtid, stop_position, base_id, dry_run, into_nonempty,
-            datadir, tables, rewrites, apply_mode, users, workers, merge, master, identity):
+            stop_datetime, stop_before_gtid, stop_position, base_id, dry_run, as_json,
+            into_nonempty, datadir, tables, rewrites, apply_mode, users, workers, merge, master,
+            identity):
     """Restore a source to a point in time: its base backup (chosen by GTID), then its
     binlogs up to the stop point, exactly once; run again after an interruption, it
     resumes. No stop: everything archived."""
@@ -83,6 +90,9 @@ def restore(archive_url, archive_option, source_name, target, target_password_fi
     if len(stops) > 1:
         raise click.UsageError("give at most one of --stop-datetime, --stop-before-gtid and "
                                "--stop-position")
+    if as_json and not dry_run:
+        raise UsageError("--json prints the plan: give --dry-run too")
+    base_id = base_wanted(base_id)
     if base_id:
         parse_base_id(base_id)
     if rewrites and not tables:
@@ -103,7 +113,27 @@ def restore(archive_url, archive_option, source_name, target, target_password_fi
                           " ".join(f"{o} {v}" for o, v in stops), datadir,
                           keyring_from(identity), apply=apply_mode, users=users)
     progress = reporter(lambda line: click.echo(line, err=True))  # a bar on a terminal
+    lines = []
     try:
-        run_restore(opts, echo=click.echo, progress=progress)
+        report = run_restore(opts, echo=lines.append if as_json else click.echo,
+                             progress=progress)
     finally:
         progress.close()
+    if as_json:
+        click.echo(json.dumps(dict(plan_json(report["plan"]), stop=opts.stop_text or None,
+                                   lines=lines), indent=1))
+
+
+def plan_json(plan):
+    """A RestorePlan as ``restore --dry-run --json`` prints it (with ``stop`` and the
+    printed ``lines``, which say where the target will be)."""
+    m = plan.manifest
+    return {"source": plan.source,
+            "base": {f: m.get(f) for f in ("id", "method", "gtid", "gtid_flavor",
+                                           "binlog_file", "binlog_pos", "start_time",
+                                           "end_time", "stored_size")},
+            "binlog_files": [{"name": s.name, "epoch": s.epoch, "partial": s.partial,
+                              "size": s.size, "first_gtid": s.first_gtid,
+                              "last_gtid": s.last_gtid, "last_commit": s.last_commit}
+                             for s in plan.choice.spans],
+            "bytes_to_read": plan.bytes_to_read}

@@ -1,11 +1,12 @@
 """The plan of a restore (pure): which base, which binlog files, where the replay
 starts and stops, and what ``--dry-run`` prints.
 
-The base is window.choose_base's (the newest one whose GTID position is within
-the stop point's, or ``--base ID``), proved contiguous to the stop point by the
-indexes. The replay then reads from the first file holding a transaction the
-base lacks to the file of the stop point, and skips what the base holds: by its
-GTID position (MariaDB) or its binlog file:position (otherwise).
+The base is window.choose_base's (the newest one, of those whose manifest reads,
+whose GTID position is within the stop point's, or ``--base ID``; ``--base latest``
+names that default), proved contiguous to the stop point by the indexes. The
+replay then reads from the first file holding a transaction the base lacks to the
+file of the stop point, and skips what the base holds: by its GTID position
+(MariaDB) or its binlog file:position (otherwise).
 """
 
 from dataclasses import dataclass, replace
@@ -15,6 +16,14 @@ from mysqlbackup.archive.window import Stop, choose_base, epoch, iso
 from mysqlbackup.binlog.gtid import one_text, parse_gtid_set
 from mysqlbackup.binlog.position import Position
 from mysqlbackup.errors import CorruptBinlog
+
+LATEST = "latest"  # --base latest: the default choice, said explicitly
+
+
+def base_wanted(text):
+    """The base id ``--base`` asks for: None for the default choice (no --base, or
+    ``latest`` in any case: choose_base takes the newest base that fits), else ``text``."""
+    return None if not text or text.lower() == LATEST else text
 
 
 def stop_of(selection):

@@ -7,11 +7,13 @@ import threading
 import click
 
 from mysqlbackup.archive.names import check_source_name
-from mysqlbackup.cli import archive_options, handle_errors, identity_option, source_name_option
+from mysqlbackup.cliopts import (archive_options, deprecated_alias, example, handle_errors,
+                                 identity_option, source_name_option)
+from mysqlbackup.config import SERVE_PASSWORD_ENV as PASSWORD_ENV
 from mysqlbackup.errors import UsageError, mask_url
 from replay.serve.limits import HANDSHAKE_TIMEOUT, MAX_CONNECTIONS, MAX_HANDSHAKES
 
-PASSWORD_ENV = "MYSQLBACKUP_SERVE_PASSWORD"
+A_FILE = click.Path(dir_okay=False)
 
 
 def parse_listen(text):
@@ -23,16 +25,20 @@ def parse_listen(text):
     return host, int(port)
 
 
-@click.command()
+@click.command(epilog=example(
+    "mysqlbackup serve --archive s3://backups/mysql --source-name db1 --listen 0.0.0.0:3307 "
+    "--replica-password-file /etc/mysqlbackup/serve.password --ssl-cert /etc/mysqlbackup/"
+    "serve.pem --ssl-key /etc/mysqlbackup/serve.key --require-secure-transport"))
 @archive_options
-@source_name_option
+@source_name_option("one")
 @click.option("--listen", default="127.0.0.1:3307", show_default=True, metavar="HOST:PORT",
               help="Address to accept replicas on (port 0: any free port, printed).")
 @click.option("--user", default="mysqlbackup_serve", show_default=True,
               help="The one user replicas log in as (mysql_native_password); its password "
-                   "comes from $MYSQLBACKUP_SERVE_PASSWORD or --password-file.")
-@click.option("--password-file", type=click.Path(dir_okay=False),
-              help="File whose first line is the user's password.")
+                   f"comes from ${PASSWORD_ENV} or --replica-password-file.")
+@click.option("--replica-password-file", type=A_FILE, metavar="FILE",
+              help="File whose first line is the password of --user, the replicas' login "
+                   f"(else ${PASSWORD_ENV}).")
 @click.option("--stop-datetime", metavar="ISO8601", help="Serve no transaction committed at "
               "or after it (UTC unless it names a zone); after the last one before it, "
               "only heartbeats.")
@@ -47,13 +53,15 @@ def parse_listen(text):
               metavar="SECONDS", help="Once a replica has all the archive holds (and no stop "
               "point was met), look for newly archived transactions this often and send "
               "them (0: never).")
-@click.option("--tls-cert", type=click.Path(dir_okay=False), metavar="FILE",
-              help="PEM certificate (chain) of this server: TLS is offered to replicas "
-                   "(CHANGE MASTER TO MASTER_SSL=1, MASTER_SSL_CA=...).")
-@click.option("--tls-key", type=click.Path(dir_okay=False), metavar="FILE",
-              help="Its private key (PEM), unless it is in --tls-cert.")
-@click.option("--require-tls", is_flag=True, help="Deny a replica that does not ask for "
-              "TLS (error 1045, as for a user REQUIRE SSL). Needs --tls-cert.")
+@click.option("--ssl-cert", type=A_FILE, metavar="FILE",
+              help="PEM certificate (chain) of this server, as mysqld's --ssl-cert: TLS is "
+                   "offered to replicas (CHANGE MASTER TO MASTER_SSL=1, MASTER_SSL_CA=...). "
+                   "Replicas' certificates are not asked for (no --ssl-ca).")
+@click.option("--ssl-key", type=A_FILE, metavar="FILE",
+              help="Its private key (PEM), unless it is in --ssl-cert.")
+@click.option("--require-secure-transport", is_flag=True, help="As mysqld's: deny a replica "
+              "that does not ask for TLS (error 1045, as for a user REQUIRE SSL). Needs "
+              "--ssl-cert.")
 @click.option("--max-connections", type=click.IntRange(1), default=MAX_CONNECTIONS,
               show_default=True, help="Replicas logged in at once; one more is refused with "
               "error 1040 (Too many connections). Besides these, at most "
@@ -63,10 +71,15 @@ def parse_listen(text):
               "http://HOST:PORT/metrics: connections, dumps, refused logins and what the "
               "bounds refused (a bounded HTTP server, as the daemon's).")
 @identity_option
+@deprecated_alias("--password-file", "--replica-password-file", type=A_FILE)
+@deprecated_alias("--tls-cert", "--ssl-cert", type=A_FILE)
+@deprecated_alias("--tls-key", "--ssl-key", type=A_FILE)
+@deprecated_alias("--require-tls", "--require-secure-transport", is_flag=True)
 @handle_errors
-def serve(archive_url, archive_option, source_name, listen, user, password_file,
+def serve(archive_url, archive_option, source_name, listen, user, replica_password_file,
           stop_datetime, stop_before_gtid, stop_position, exclude_gtids, poll_interval,
-          tls_cert, tls_key, require_tls, max_connections, metrics_address, identity):
+          ssl_cert, ssl_key, require_secure_transport, max_connections, metrics_address,
+          identity):
     """Serve the archive's binlogs to MariaDB replicas as their primary would.
 
     A replica (CHANGE MASTER TO MASTER_HOST, MASTER_PORT, MASTER_USER,
@@ -74,8 +87,10 @@ def serve(archive_url, archive_option, source_name, listen, user, password_file,
     whole transactions, read from the archive's sealed and newest objects
     (compressed or encrypted alike), up to the stop point; then the connection
     stays open with heartbeats. A position or GTID state the archive lacks gets the
-    server's error 1236. With --tls-cert a replica may connect over TLS
-    (MASTER_SSL=1); --require-tls refuses clear text. Runs until SIGTERM or SIGINT.
+    server's error 1236. With --ssl-cert a replica may connect over TLS
+    (MASTER_SSL=1); --require-secure-transport refuses clear text (mysqld's names;
+    the old --tls-cert, --tls-key, --require-tls and --password-file still work,
+    with a warning). Runs until SIGTERM or SIGINT.
 
     Hostile clients are bounded: a whole handshake within 10 s, packets of at most
     64 KiB before login and 1 MiB after, failed logins slowed down per address
@@ -90,24 +105,26 @@ def serve(archive_url, archive_option, source_name, listen, user, password_file,
         raise UsageError("--archive is required")
     if source_name:
         check_source_name(source_name)  # before the store is asked
-    password = read_password(password_file, (PASSWORD_ENV,))
+    if require_secure_transport and not ssl_cert:
+        raise UsageError("--require-secure-transport needs --ssl-cert (and --ssl-key)")
+    password = read_password(replica_password_file, (PASSWORD_ENV,))
     if not password:
-        raise UsageError(f"no password for {user}: set ${PASSWORD_ENV} or --password-file")
+        raise UsageError(f"no password for {user}: set ${PASSWORD_ENV} or "
+                         "--replica-password-file")
     selection = build_selection(stop_datetime=stop_datetime, stop_before_gtid=stop_before_gtid,
                                 stop_position=stop_position, exclude_gtids=exclude_gtids)
     options = ServeOptions(archive_url, source_name, parse_listen(listen), user, password,
                            selection, identity, storage_options=parse_options(archive_option),
-                           poll_interval=poll_interval or None, tls_cert=tls_cert,
-                           tls_key=tls_key, require_tls=require_tls,
+                           poll_interval=poll_interval or None, tls_cert=ssl_cert,
+                           tls_key=ssl_key, require_tls=require_secure_transport,
                            max_connections=max_connections, metrics_address=metrics_address)
     stop = threading.Event()
     for sig in (signal.SIGTERM, signal.SIGINT):
         signal.signal(sig, lambda *_: stop.set())
     with start_server(options) as handle:
+        tls = ", TLS required" if require_secure_transport else ", TLS" if ssl_cert else ""
         click.echo(f"serving {handle.source} from {mask_url(archive_url)} on "
-                   f"{handle.host}:{handle.port} (user {user}"
-                   f"{', TLS required' if require_tls else ', TLS' if tls_cert else ''})",
-                   err=True)
+                   f"{handle.host}:{handle.port} (user {user}{tls})", err=True)
         while not stop.wait(1.0):
             pass
     click.echo("serve: stopped", err=True)

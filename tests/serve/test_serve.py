@@ -222,10 +222,11 @@ def test_cli_bad_input_and_a_real_run(archive, tmp_path):
     done = cli("--archive", archive, "--listen", "localhost")
     assert done.stderr == ("mysqlbackup: error: bad --listen 'localhost': expected HOST:PORT, "
                            "e.g. 127.0.0.1:3307\n")
-    done = cli("--archive", archive, "--require-tls")
-    assert (done.returncode, done.stderr) == (2, "mysqlbackup: error: --require-tls needs "
-                                              "--tls-cert (and --tls-key)\n")
-    done = cli("--archive", archive, "--tls-cert", str(tmp_path / "none.pem"))
+    done = cli("--archive", archive, "--require-secure-transport")
+    assert (done.returncode, done.stderr) == (2, "mysqlbackup: error: "
+                                              "--require-secure-transport needs --ssl-cert "
+                                              "(and --ssl-key)\n")
+    done = cli("--archive", archive, "--ssl-cert", str(tmp_path / "none.pem"))
     assert (done.returncode, done.stderr) == (2, f"mysqlbackup: error: cannot load the TLS "
                                               f"certificate {tmp_path / 'none.pem'}: No such "
                                               f"file or directory\n")
@@ -240,12 +241,13 @@ def test_cli_bad_input_and_a_real_run(archive, tmp_path):
     done = cli("--archive", archive)
     assert (done.returncode, done.stderr) == (2, "mysqlbackup: error: no password for "
                                               "mysqlbackup_serve: set "
-                                              "$MYSQLBACKUP_SERVE_PASSWORD or --password-file\n")
+                                              "$MYSQLBACKUP_SERVE_PASSWORD or "
+                                              "--replica-password-file\n")
     env.pop("MYSQLBACKUP_SERVE_PASSWORD")
     (tmp_path / "pw").write_text(PASSWORD + "\n")
     port = free_port()
     proc = subprocess.Popen([sys.executable, "-m", "mysqlbackup", "serve", "--archive", archive,
-                             "--listen", f"127.0.0.1:{port}", "--password-file",
+                             "--listen", f"127.0.0.1:{port}", "--replica-password-file",
                              str(tmp_path / "pw")], env=env, stderr=subprocess.PIPE,
                             text=True)
     try:
