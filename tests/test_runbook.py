@@ -116,7 +116,9 @@ def healthy_after_traffic(book, server, first):
     gtid = server.execute("SELECT @@gtid_binlog_pos")[0][0]
     wait_for(lambda: archived_up_to(book.env, gtid), timeout=60, what="the archive")
     health = book.run_section("2. Check health").splitlines()
-    assert health[0].startswith(f"OK {book.env['BACKUP_DIR']}: daemon pid "), health[0]
+    assert health[0].startswith(f"CHECK OK - source {book.env['SOURCE_NAME']}: restorable "
+                                "to "), health[0]
+    assert health[1].startswith(f"OK {book.env['BACKUP_DIR']}: daemon pid "), health[1]
     return health
 
 
@@ -158,7 +160,7 @@ def test_runbook_end_to_end(tmp_path):
         traffic(primary, 1, 50)
         book.run_section("1. Set up")
         health = healthy_after_traffic(book, primary, 100)
-        assert health[1].startswith("mysqlbackup_seconds_behind_source "), health[1]
+        assert health[2].startswith("mysqlbackup_seconds_behind_source "), health[2]
         assert any(line.startswith("db1  restorable from ") for line in health)
 
         traffic(primary, 200, 50)
@@ -173,6 +175,13 @@ def test_runbook_end_to_end(tmp_path):
 
         book.run_section("4. Restore one table into the live primary")
         assert checksums(primary, "shop")["orders"] == before_drop["orders"]
+
+        # section 3's other accident, a DELETE without WHERE: its first block names it
+        primary.execute("DELETE FROM shop.orders")
+        gtid = primary.execute("SELECT @@gtid_binlog_pos")[0][0]
+        wait_for(lambda: archived_up_to(env, gtid), timeout=60, what="the archive")
+        find = runbook_sections()["3. Restore to just before a bad statement"][0]
+        assert book.run(find[1]).splitlines()[-1] == gtid
 
         primary.execute(*[f"UPDATE shop.customers SET visits = visits + 100 WHERE id = {i}"
                           for i in range(20)])
