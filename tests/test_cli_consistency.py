@@ -345,10 +345,10 @@ def plan_lines(verb):
         "up to GTID 0-1-2, mariadb-bin.000001 .. mariadb-bin.000001)",
         f"base {C}: kept: the newest base ended before 2022-04-21T04:30:00Z: the window "
         "starts from it",
-        f"{verb} base {B}: older than base {C}, where the window starts, and beyond "
-        "--keep-base 0",
         f"{verb} base {A}: older than base {C}, where the window starts, and beyond "
-        "--keep-base 0"]
+        "--keep-base 0",
+        f"{verb} damaged base {B}: its object is missing or not the size its manifest names "
+        f"(no restore can start from it), older than base {C}"]
 
 
 WINDOW_AFTER = (f"window after: restorable from 2022-04-20T22:20:05Z to 2022-04-20T22:19:55Z "
@@ -367,7 +367,7 @@ def test_retain_without_yes_prints_the_plan_and_deletes_nothing(bases):
     plan = json.loads(invoke("retain", "--archive", bases, "--window", "1d", "--json").stdout)
     assert plan["deleting"] is False and plan["sources"][0]["deleted"] is None
     assert [(d["kind"], d["name"]) for d in plan["sources"][0]["deletions"]] == [
-        ("base", B), ("base", A)]
+        ("base", A), ("damaged base", B)]
     assert set(ArchiveStore(bases).list()) == before
     result = invoke("retain", "--archive", bases, "--window", "1d", "--yes", "--dry-run")
     assert outcome(result) == (2, "", error("--yes and --dry-run exclude each other"))
@@ -379,7 +379,7 @@ def test_retain_with_yes_deletes(bases):
     done = json.loads(result.stdout)
     assert done["deleting"] is True
     assert [(d["kind"], d["name"]) for d in done["sources"][0]["deleted"]] == [
-        ("base", B), ("base", A)]
+        ("base", A), ("damaged base", B)]
     assert [w["base_id"] for w in done["sources"][0]["window_after"]] == [C]
     assert [b["id"] for b in json.loads(invoke("base", "list", "--archive", bases,
                                                "--json").stdout)["bases"]] == [C, D]
@@ -443,9 +443,11 @@ def test_base_latest_is_the_default_choice_said_explicitly(bases):
     default = invoke("restore", "--archive", bases, "--dry-run")
     assert default.exit_code == 0, default.output
     assert default.stdout.splitlines()[1].startswith(f"base: {C} (dump)")
+    assert default.stderr.endswith(f"WARNING replay.restore.run: base {B} skipped: its "
+                                   "object dump.sql.zst is 11 bytes, the manifest says 12\n")
     for spelling in ("latest", "LATEST", "Latest"):
-        assert outcome(invoke("restore", "--archive", bases, "--dry-run", "--base",
-                              spelling)) == outcome(default), spelling
+        result = invoke("restore", "--archive", bases, "--dry-run", "--base", spelling)
+        assert (result.exit_code, result.stdout) == (0, default.stdout), spelling
     # before 0-1-2: C holds it, so does B; the newest that can reach the stop point is A
     result = invoke("restore", "--archive", bases, "--dry-run", "--base", "latest",
                     "--stop-before-gtid", "0-1-2")

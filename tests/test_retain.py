@@ -23,6 +23,8 @@ from replay.planning.options import build_selection
 from replay.restore.run import RestoreOptions, run_restore
 from tests.helpers import current_binlog, module_primary, run_cli
 
+pytestmark = pytest.mark.server
+
 SCHEMA = ("CREATE DATABASE shop", "CREATE TABLE shop.t (id INT PRIMARY KEY, v INT)")
 
 
@@ -125,6 +127,28 @@ def test_dry_run_lists_what_would_go_and_why_and_deletes_nothing(world):
     assert objects(url) == before
 
 
+def test_a_base_whose_object_is_gone_anchors_nothing_and_starts_no_restore(world):
+    """B's manifest is there, its dump is not: the window starts from A, which stays,
+    and a restore to T starts from A too (not from B, to fail at its load)."""
+    url = copy_archive(world, "lost-object")
+    store = ArchiveStore(url)
+    a, b = world["A"], world["B"]
+    [dump] = [k for k in store.list(f"db1/base/{b}") if not k.endswith(".json")]
+    store.remove(dump)
+    window = int(time.time() - world["T"])
+    out = run_cli("retain", "--archive", url, "--window", f"{window}s", "--dry-run")
+    assert out.returncode == 0, out.stderr
+    assert f"base {a}: kept: the newest base ended before" in out.stdout, out.stdout
+    assert f"delete base {a}" not in out.stdout and f"base {b}:" not in out.stdout
+    plan = run_cli("restore", "--archive", url, "--dry-run", "--stop-datetime",
+                   iso_z(world["T"]), "--json")
+    assert plan.returncode == 0, plan.stderr
+    assert json.loads(plan.stdout)["base"]["id"] == a, plan.stdout
+    asked = run_cli("restore", "--archive", url, "--dry-run", "--base", b)
+    assert asked.returncode == 6, asked.stderr
+    assert f"base {b} is damaged: its object" in asked.stderr, asked.stderr
+
+
 def test_a_cut_run_leaves_an_archive_verify_accepts_and_the_next_run_finishes(world):
     url = copy_archive(world, "cut")
     store = ArchiveStore(url)
@@ -215,6 +239,7 @@ def test_real_run_then_restore_to_the_oldest_promised_moment_beside_a_greedy_ret
         time.sleep(0.05)
     assert thread.is_alive(), result
     kept = objects(url)
+    sleep_past(epoch(w["manifests"][w["C"]]["end_time"]) + 2)  # C ended before the window
     retain(store, 1, echo=greedy.append)  # the window starts now: base C would anchor
     thread.join(timeout=300)
     assert f"base {w['B']}: kept: a restore holds lease " in "\n".join(greedy)

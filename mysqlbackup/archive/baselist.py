@@ -32,20 +32,32 @@ def base_row(listing, source, base_id, members, now):
     """The row of one base (``members``: its objects as listed, by member name)."""
     row = dict.fromkeys(FIELDS)
     row.update(source=source, id=base_id, age_seconds=None, status="damaged")
-    try:
-        manifest = listing.base_manifest(source, base_id) if BASE_INDEX in members else None
-    except (CorruptBinlog, FileNotFoundError) as e:
-        return dict(row, problem=str(e))
+    manifest, problem = checked_manifest(listing, source, base_id, members)
     if manifest is None:
-        return dict(row, problem="no manifest (an upload in progress or abandoned)")
+        return dict(row, problem=problem)
     row.update((f, manifest[f]) for f in FIELDS)
     row["age_seconds"] = max(0, int(now - epoch(manifest["end_time"])))
-    problem = _object_problem(listing, members, manifest)
     return dict(row, status="damaged" if problem else "sound", problem=problem)
 
 
-def _object_problem(listing, members, manifest):
-    """Why the base's object does not match its manifest as listed, or None."""
+def checked_manifest(listing, source, base_id, members=None):
+    """(manifest or None, problem or None) of one base: its manifest as it reads, and why
+    the base is damaged (no manifest, one that does not read, its object missing or of
+    another size than the manifest's); (manifest, None) for a sound base."""
+    if members is None:
+        members = listing.bases[source].get(base_id, {})
+    try:
+        manifest = listing.base_manifest(source, base_id) if BASE_INDEX in members else None
+    except (CorruptBinlog, FileNotFoundError) as e:
+        return None, str(e)
+    if manifest is None:
+        return None, "no manifest (an upload in progress or abandoned)"
+    return manifest, object_problem(listing, members, manifest)
+
+
+def object_problem(listing, members, manifest):
+    """Why the base's object does not match its manifest as listed (missing, or of
+    another size), or None."""
     key = members.get(manifest["member"])
     if key is None:
         return f"its object {manifest['member']} is missing"

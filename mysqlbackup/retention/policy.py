@@ -50,6 +50,7 @@ class Facts:
     loose_bases: tuple = ()        # base ids with objects but no manifest
     leases: tuple = ()             # live lease bodies
     later: tuple = ()              # EpochFacts of each later epoch (failovers), in order
+    damaged_bases: tuple = ()      # base ids whose object is missing or not its manifest's
 
 
 @dataclass(frozen=True)
@@ -67,7 +68,8 @@ class Item:
     """One binlog file or base backup, and why it goes or stays."""
 
     kind: str     # "binlog", "binlog segments" (the last file of an earlier epoch: its
-    # server failed before sealing it), "base", "orphan binlog" (no index), "orphan base"
+    # server failed before sealing it), "base", "orphan binlog" (no index), "orphan base",
+    # "damaged base" (its object missing or not its manifest's size)
     name: str     # binlog file name or base id
     reason: str
     epoch: int = 1  # a binlog's epoch of the source's history
@@ -202,6 +204,10 @@ def _bases(facts, anchor, keep_base, protect, promised):
     gone += [Item("orphan base", b, f"no manifest (an upload abandoned, or a deletion cut "
                   f"short), older than base {anchor['id']}")
              for b in sorted(facts.loose_bases) if b < anchor["id"]
+             and b not in protect.bases]
+    gone += [Item("damaged base", b, f"its object is missing or not the size its manifest "
+                  f"names (no restore can start from it), older than base {anchor['id']}")
+             for b in sorted(facts.damaged_bases) if b < anchor["id"]
              and b not in protect.bases]
     return gone, sorted(kept, key=lambda item: item.name)
 

@@ -15,6 +15,7 @@ import time
 from dataclasses import dataclass
 from typing import Optional
 
+from mysqlbackup.archive.baselist import object_problem
 from mysqlbackup.archive.lease import live_leases
 from mysqlbackup.archive.listing import ArchiveListing
 from mysqlbackup.archive.names import (BASE_INDEX, base_prefix, epoch_source, format_key,
@@ -27,15 +28,21 @@ from mysqlbackup.retention.policy import (EpochFacts, Facts, describe_plan, form
 def read_facts(listing, source, now):
     """The retention Facts of ``source`` from an ArchiveListing (indexes and manifests
     read and validated; a damaged one raises CorruptBinlog: retention stops), epoch
-    after epoch of its history."""
+    after epoch of its history. A base whose object is missing or of another size than
+    its manifest's is no base to keep a window by (``baselist.object_problem``): never
+    an anchor; deleted once older than the anchor, as a base without manifest is."""
     epochs = [EpochFacts(history, *_binlog_facts(listing, key_source))
               for _, key_source, history in listing.epochs(source)]
-    manifests = [listing.base_manifest(source, b) for b in listing.base_ids(source)]
+    manifests, damaged = [], []
+    for base_id in listing.base_ids(source):
+        manifest = listing.base_manifest(source, base_id)
+        sound = object_problem(listing, listing.bases[source][base_id], manifest) is None
+        (manifests if sound else damaged).append(manifest if sound else base_id)
     loose = [b for b, members in listing.bases[source].items() if BASE_INDEX not in members]
     first = epochs[0]
     return Facts(source, first.sealed, tuple(manifests), first.partial, first.unindexed,
                  tuple(sorted(loose)), tuple(live_leases(listing, source, now)),
-                 tuple(epochs[1:]))
+                 tuple(epochs[1:]), damaged_bases=tuple(damaged))
 
 
 def _binlog_facts(listing, key_source):
@@ -114,7 +121,7 @@ def execute(listing, plan, echo=print, clock=time.time):
                 store.remove(key)
             except FileNotFoundError:
                 pass  # gone already (another retain run)
-        if item.kind in ("base", "orphan base"):
+        if item.kind in ("base", "orphan base", "damaged base"):
             store.remove_empty_folder(base_prefix(plan.source, item.name))
         if item.kind == "binlog segments":
             store.remove_empty_folder(partial_prefix(where, item.name))

@@ -18,6 +18,7 @@ import logging
 import time
 from dataclasses import dataclass, field
 
+from mysqlbackup.archive.baselist import checked_manifest
 from mysqlbackup.archive.codec import check_keys
 from mysqlbackup.archive.lease import Lease
 from mysqlbackup.archive.listing import ArchiveListing
@@ -247,16 +248,18 @@ def plan_restore(store, opts):
 
 
 def _manifests(listing, source, base_id):
-    """The source's sound base manifests; a damaged one is skipped with a warning
-    (refused when it is the one asked for)."""
+    """The source's sound base manifests (``baselist.checked_manifest``: the manifest
+    reads, the object is listed at its size); a damaged one is skipped with a warning
+    (refused when it is the one asked for), never chosen to fail at its load."""
     manifests = []
     for found in listing.base_ids(source):
-        try:
-            manifests.append(listing.base_manifest(source, found))
-        except CorruptBinlog as e:
-            if found == base_id:
-                raise
-            log.warning("base %s skipped: %s", found, e)
+        manifest, problem = checked_manifest(listing, source, found)
+        if problem is None:
+            manifests.append(manifest)
+        elif found == base_id:
+            raise CorruptBinlog(f"base {found} is damaged: {problem}")
+        else:
+            log.warning("base %s skipped: %s", found, problem)
     return manifests
 
 
