@@ -323,9 +323,12 @@ def spark_session(master=None):
         builder = builder.master(master or "local[*]")
     spark = builder.getOrCreate()
     spark.sparkContext.setLogLevel("ERROR")
-    package = _package_zip()
-    if package:
-        spark.sparkContext.addPyFile(package)
+    context = spark.sparkContext
+    if not getattr(context, "_mysqlbackup_shipped", False):  # once per context: a second
+        package = _package_zip()  # mysqlbackup.zip of another path is refused there
+        if package:
+            context.addPyFile(package)
+        context._mysqlbackup_shipped = True
     return spark
 
 

@@ -20,14 +20,50 @@ def cli_env(password=REPL_PASSWORD):
     return env
 
 
-def run_cli(*args, password=REPL_PASSWORD, timeout=60, path=None):
-    """Run ``mysqlbackup ARGS`` to completion; return the CompletedProcess. ``path``:
-    its PATH (e.g. the MySQL client wrappers first)."""
-    env = cli_env(password)
+# what run_cli runs as a child process whatever it is asked: the daemon (its signals,
+# its lock, a process of its own as under systemd)
+PROCESS_ONLY = {"stream", "serve"}
+
+
+def run_cli(*args, password=REPL_PASSWORD, timeout=60, path=None, process=False):
+    """Run ``mysqlbackup ARGS`` to completion: (returncode, stdout, stderr) as a
+    CompletedProcess has them. ``path``: its PATH (e.g. the MySQL client wrappers first).
+
+    In this process through click's CliRunner (no interpreter, no JVM to start: a replay
+    reuses the run's Spark session), unless ``process`` or a command of PROCESS_ONLY:
+    then ``python -m mysqlbackup`` as a child, as a user runs it (each command keeps at
+    least one such test end to end). ``timeout`` bounds a child only."""
+    if process or (args and args[0] in PROCESS_ONLY):
+        env = cli_env(password)
+        if path is not None:
+            env["PATH"] = path
+        return subprocess.run([sys.executable, "-m", "mysqlbackup", *args], env=env,
+                              capture_output=True, text=True, timeout=timeout)
+    return _in_process(args, password, path)
+
+
+def _in_process(args, password, path):
+    import logging
+    import traceback
+    from types import SimpleNamespace
+
+    from click.testing import CliRunner
+
+    from mysqlbackup.cli import main
+    env = {"MYSQLBACKUP_PASSWORD": password}
     if path is not None:
         env["PATH"] = path
-    return subprocess.run([sys.executable, "-m", "mysqlbackup", *args], env=env,
-                          capture_output=True, text=True, timeout=timeout)
+    root = logging.getLogger()
+    handlers, level = list(root.handlers), root.level
+    try:
+        result = CliRunner().invoke(main, list(map(str, args)), env=env)
+    finally:
+        root.handlers[:], root.level = handlers, level
+    stderr = result.stderr
+    if result.exception is not None and not isinstance(result.exception, SystemExit):
+        stderr += "".join(traceback.format_exception(result.exception))  # a bug: as a child
+    return SimpleNamespace(returncode=result.exit_code, stdout=result.stdout, stderr=stderr,
+                           args=args)
 
 
 class Daemon:

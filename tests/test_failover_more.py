@@ -369,7 +369,7 @@ def test_retain_across_the_switch_keeps_what_is_promised(renamed, make_server, t
     wait_for(lambda: ended < math.floor(time.time() - 1), timeout=10, interval=0.1,
              what=f"base {base_b['id']} to have ended more than 1s ago")
     out = run_cli("retain", "--archive", url, "--source-name", "db1", "--window", "1s",
-                  timeout=120)
+                  "--yes", timeout=120)
     said = f"retain said:\n{out.stdout}{out.stderr}"
     assert out.returncode == 0, said
     assert f"deleted base {renamed['base_a']}" in out.stdout, said
