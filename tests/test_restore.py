@@ -83,7 +83,8 @@ def take_base_while_writing(primary, url):
     wait_for(lambda: all(len(w.ids) > 20 for w in writers), what="writers committing")
     try:
         result = run_cli("base", "--source", f"mysql://root@127.0.0.1:{primary.port}",
-                         "--archive", url, "--source-name", "db1", password="", timeout=120)
+                         "--archive", url, "--source-name", "db1", password="", timeout=120,
+                         process=True)  # base as a user runs it: a process of its own
         during = sum(len(w.ids) for w in writers)
         time.sleep(0.3)
     finally:
@@ -181,10 +182,10 @@ def restore_in_process(world, target, spark, into_nonempty=False, **stop):
     return report, lines
 
 
-def restore_cli(world, target, *extra, url=None, timeout=300):
+def restore_cli(world, target, *extra, url=None, timeout=300, process=False):
     return run_cli("restore", "--archive", url or world["url"], "--target",
                    f"mysql://root@127.0.0.1:{target.port}", *extra, password="",
-                   timeout=timeout)
+                   timeout=timeout, process=process)
 
 
 def leases(url):
