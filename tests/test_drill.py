@@ -50,6 +50,7 @@ def drill(path, *extra):
                    *extra, password="", timeout=300)
 
 
+@pytest.mark.server
 def test_drill_on_a_good_archive_passes(archive):
     path, base_id, gtid = archive
     out = drill(path)
@@ -67,6 +68,7 @@ def test_drill_on_a_good_archive_passes(archive):
     assert not [p for p in os.listdir(path.parent) if p.startswith("mysqlbackup-drill-")]
 
 
+@pytest.mark.server
 def test_drill_on_a_damaged_base_fails_naming_it(archive, tmp_path):
     path, base_id, _ = archive
     copy = tmp_path / "archive"

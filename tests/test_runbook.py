@@ -122,6 +122,7 @@ def healthy_after_traffic(book, server, first):
     return health
 
 
+@pytest.mark.server
 def test_runbook_end_to_end(tmp_path):
     primary = MariaDBSandbox(str(tmp_path / "primary")).start()
     target = MariaDBSandbox(str(tmp_path / "target"), server_id=2).start()

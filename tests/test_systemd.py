@@ -62,6 +62,7 @@ def _verify(paths):
     return out.returncode, out.stdout + out.stderr
 
 
+@pytest.mark.server
 def test_units_verify(tmp_path):
     assert _verify(_instances(tmp_path)) == (0, "")
     # the check is not vacuous: a wrong value is reported
@@ -104,6 +105,7 @@ def _env_file(path):
     return dict(line.split("=", 1) for line in lines if line and not line.startswith("#"))
 
 
+@pytest.mark.server
 def test_example_env_names_are_the_commands_options():
     """Every variable of the example env file is one that ``mysqlbackup`` reads."""
     env = _env_file(os.path.join(UNITS, "mysqlbackup.env.example"))
@@ -167,6 +169,7 @@ def _unit_command(tmp_path, env):
     return [ENTRY if a == INSTALLED else a for a in args]
 
 
+@pytest.mark.server
 def test_notify_protocol(server, tmp_path):
     if not os.access(ENTRY, os.X_OK):
         pytest.skip(f"no mysqlbackup entry point beside {sys.executable}")
