@@ -149,14 +149,8 @@ def test_base_help_names_the_privileges_once_for_both_products():
     assert "REPLICATION SLAVE" not in text  # the stream's privilege, not the base's
 
 
-# every --help ends with an example; archive find (replay/find) has none yet
-NO_EXAMPLE_YET = {"archive find"}
-
-
 def test_every_help_ends_with_an_example():
     for path in commands():
-        if path in NO_EXAMPLE_YET:
-            continue
         text = invoke(*path.split(), "--help").stdout
         last = text.rstrip("\n").split("\n\n")[-1].splitlines()
         assert last[0].startswith("  Example"), (path, last)

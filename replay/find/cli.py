@@ -7,10 +7,13 @@ import sys
 import click
 
 from mysqlbackup.cli import archive_options, handle_errors, identity_option, source_name_option
+from mysqlbackup.cliopts import example
 from replay.find.criteria import KINDS
 
 
-@click.command("find")
+@click.command("find", epilog=example(
+    "mysqlbackup archive find --archive s3://backups/mysql --table shop.orders --type delete "
+    "--type ddl --min-rows 100 --since 2026-11-26T09:00:00Z"))
 @archive_options
 @source_name_option
 @click.option("--table", "tables", multiple=True, metavar="DB.TABLE",

@@ -227,7 +227,7 @@ class Connection:
                 self.server.stored_hash, scramble, token):
             if self.tls or not options.require_tls:
                 return self._logged_in(seq)
-            why = "clear text refused (--require-tls), as for a user REQUIRE SSL"
+            why = "clear text refused (--require-secure-transport), as for a user REQUIRE SSL"
         else:
             why = "wrong user or password"
         self.server.login_failed(self.peer[0])

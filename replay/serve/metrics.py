@@ -12,7 +12,7 @@ daemon's bounded HTTP server (``mysqlbackup.stream.httpd``, through
 STATS = {  # ServeHandle.stats key -> (metric name, help)
     "refused_logins": ("mysqlbackup_serve_refused_logins",
                        "Logins denied (wrong user or password, clear text under "
-                       "--require-tls): error 1045"),
+                       "--require-secure-transport): error 1045"),
     "refused_connections": ("mysqlbackup_serve_refused_connections",
                             "Connections refused with 1040 (Too many connections)"),
     "bad_handshakes": ("mysqlbackup_serve_bad_handshakes",

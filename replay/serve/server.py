@@ -140,10 +140,10 @@ def start_server(options):
     if options.max_connections < 1:
         raise UsageError("--max-connections must be at least 1")
     if options.require_tls and not options.tls_cert:
-        raise UsageError("--require-tls needs --tls-cert (and --tls-key)")
+        raise UsageError("--require-secure-transport needs --ssl-cert (and --ssl-key)")
     if not options.password:
         raise UsageError("serve needs a password for its user ($MYSQLBACKUP_SERVE_PASSWORD "
-                         "or --password-file)")
+                         "or --replica-password-file)")
     selection = options.selection
     if selection.databases or selection.tables or selection.rewrite:
         raise UsageError("serve sends whole transactions: no --database, --table or "
@@ -493,7 +493,7 @@ def _tls_context(cert, key):
     UsageError when they cannot be loaded."""
     if not cert:
         if key:
-            raise UsageError("--tls-key needs --tls-cert")
+            raise UsageError("--ssl-key needs --ssl-cert")
         return None
     context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
     context.minimum_version = ssl.TLSVersion.TLSv1_2

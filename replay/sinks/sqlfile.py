@@ -44,7 +44,7 @@ class SqlFileSink(Sink):
         if fde_event != self.fde:
             self._write(binlog_statement([fde_event]) + ";\n")
             self.fde, self.tables = fde_event, {}
-        self._write(f"-- {trx.gtid or ''} {trx.file}:{trx.start}-{trx.end}\n")
+        self._write(f"-- {trx.gtid or '-'} {trx.file}:{trx.start}-{trx.end}\n")
         self._write(f"-- at {utc(trx.commit_ts)}: {self._changes(trx, fde, checksum)}\n")
         session = gtid_session(trx)
         if session:

@@ -113,7 +113,7 @@ def _kill_stop_and_restart(replica, big_archive, locks, tmp_path):
     port = free_port()
     (tmp_path / "pw").write_text(PASSWORD + "\n")
     proc = subprocess.Popen([sys.executable, "-m", "mysqlbackup", "serve", "--archive", url,
-                             "--listen", f"127.0.0.1:{port}", "--password-file",
+                             "--listen", f"127.0.0.1:{port}", "--replica-password-file",
                              str(tmp_path / "pw"), "--poll-interval", "0"],
                             env=dict(os.environ, PYTHONPATH=REPO), stderr=subprocess.PIPE,
                             text=True)

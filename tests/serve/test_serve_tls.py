@@ -1,5 +1,5 @@
 """`mysqlbackup serve` with TLS: a real replica with MASTER_SSL=1 that checks serve's
-certificate gets everything over TLS, clear text is denied under --require-tls, and a
+certificate gets everything over TLS, clear text is denied under --require-secure-transport, and a
 ClientHello sent in the SSL request's own TCP segment is not lost."""
 
 import logging
@@ -16,21 +16,21 @@ from tests.serve.world import PASSWORD, attach, caught_up, checksums, serve, sta
 
 @pytest.fixture(scope="module")
 def pki(tmp_path_factory):
-    """A CA and serve's certificate for 127.0.0.1 (made as tests/test_tls.py makes its own)."""
+    """A CA and serve's certificate for 127.0.0.1 (tests/pki.py makes them)."""
     import ipaddress
 
     from cryptography import x509
 
-    from tests.test_tls import _issue
+    from tests.pki import issue
     d = tmp_path_factory.mktemp("serve-pki")
-    ca = _issue(d, "ca", "serve test CA", ca=True)
-    _issue(d, "serve", "serve", ca, sans=[x509.IPAddress(ipaddress.ip_address("127.0.0.1"))])
+    ca = issue(d, "ca", "serve test CA", ca=True)
+    issue(d, "serve", "serve", ca, sans=[x509.IPAddress(ipaddress.ip_address("127.0.0.1"))])
     return d
 
 
 def test_tls_replica_gets_it_all_and_clear_text_is_denied(primary, archive, replica, pki,
                                                           caplog):
-    """--tls-cert with --require-tls: a replica with MASTER_SSL=1 that checks serve's
+    """--ssl-cert with --require-secure-transport: a replica with MASTER_SSL=1 that checks serve's
     certificate against the CA gets everything over TLS; the same replica without
     MASTER_SSL is denied (1045, as a user REQUIRE SSL is) and no dump starts."""
     server, gtids = primary
@@ -50,7 +50,7 @@ def test_tls_replica_gets_it_all_and_clear_text_is_denied(primary, archive, repl
         assert ("Access denied for user 'mysqlbackup_serve'@'127.0.0.1' (using password: YES)"
                 in status(replica)["Last_IO_Error"])
         assert handle.dumps == 1
-        assert any("clear text refused (--require-tls)" in r.getMessage()
+        assert any("clear text refused (--require-secure-transport)" in r.getMessage()
                    for r in caplog.records)
         client = pymysql.connect(host=handle.host, port=handle.port, user="mysqlbackup_serve",
                                  password=PASSWORD, ssl={"ca": str(pki / "ca.pem")},
