@@ -1,0 +1,120 @@
+"""The import contract (pure: the sources' import statements, read with ``ast``).
+
+Layers, lowest first: ``binlog/`` (formats, no I/O) below ``source/`` and ``archive/``;
+those below ``stream/``, ``base/`` and ``retention/``, which do not import each other;
+those below the command line (``cli``, ``cliopts``, ``cligroup``, ``config``). The
+shared helpers (``errors``, ``durable``, ``loop``, ``logs``, the package itself) sit
+under everything. ``replay/`` imports ``mysqlbackup/`` but never ``stream/`` or
+``retention/``, and ``mysqlbackup/`` never imports ``replay/``. Lazy imports (inside a
+function) count as imports.
+
+KNOWN holds the imports that break the contract today, each to be removed (issue 29's
+layering work): a new break fails the test, and so does an entry of KNOWN that no longer
+happens (the list only shrinks).
+"""
+
+import ast
+import os
+
+from tests.helpers import REPO
+
+LEVEL = {"mysqlbackup": 0, "errors": 0, "durable": 0, "loop": 0, "logs": 0,
+         "sandbox": 0, "sandbox_mysql": 0,
+         "binlog": 1, "source": 2, "archive": 2,
+         "stream": 3, "base": 3, "retention": 3,
+         "cli": 4, "__main__": 5}
+# top-level modules that belong to a part: the stream's fused loop, the command line's
+PART_OF = {"speedups": "stream", "fusedloop": "stream", "_speedups": "stream",
+           "cliopts": "cli", "cligroup": "cli", "config": "cli"}
+SIBLINGS = {"stream", "base", "retention"}  # one level, independent of each other
+REPLAY_NEVER = {"stream", "retention"}
+
+KNOWN = {
+    ("mysqlbackup.archive.archiver", "mysqlbackup.stream.localdir"),
+    ("mysqlbackup.archive.archiver", "mysqlbackup.stream.metrics"),
+    ("mysqlbackup.archive.archiver", "mysqlbackup.stream.state"),
+    ("mysqlbackup.archive.archiver", "mysqlbackup.retention.prune"),
+    ("mysqlbackup.source.client", "mysqlbackup.stream.metrics"),
+    ("replay.check.cli", "mysqlbackup.stream.health"),
+    ("replay.check.cli", "mysqlbackup.retention.policy"),
+    ("replay.check.verdict", "mysqlbackup.stream.health"),
+    ("replay.check.gather", "mysqlbackup.stream.state"),
+    ("replay.check.gather", "mysqlbackup.stream.status"),
+    ("replay.serve.metrics", "mysqlbackup.stream.metrics"),
+}
+
+
+def imports():
+    """{(module, imported module)} of every import of a package module by another."""
+    found = set()
+    for package in ("mysqlbackup", "replay"):
+        for folder, _, names in os.walk(os.path.join(REPO, package)):
+            for name in (n for n in names if n.endswith(".py")):
+                path = os.path.join(folder, name)
+                module = os.path.relpath(path, REPO)[:-3].replace(os.sep, ".")
+                module = module.removesuffix(".__init__")
+                with open(path, encoding="utf-8") as f:
+                    tree = ast.parse(f.read(), path)
+                for node in ast.walk(tree):
+                    for target in _targets(node):
+                        if target.split(".")[0] in ("mysqlbackup", "replay"):
+                            found.add((module, target))
+    return found
+
+
+def _targets(node):
+    if isinstance(node, ast.Import):
+        return [a.name for a in node.names]
+    if isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
+        return [node.module]
+    return []
+
+
+def part(module):
+    """The layer part of a mysqlbackup module ('stream', 'errors', ...); None for replay."""
+    pieces = module.split(".")
+    if pieces[0] != "mysqlbackup":
+        return None
+    name = pieces[1] if len(pieces) > 1 else "mysqlbackup"
+    return PART_OF.get(name, name)
+
+
+def breaks(source, target):
+    """Why ``source`` may not import ``target`` (None when it may)."""
+    mine, theirs = part(source), part(target)
+    if mine is not None and target.startswith("replay"):
+        return "mysqlbackup/ imports replay/"
+    if mine is None:
+        return f"replay/ imports {theirs}/" if theirs in REPLAY_NEVER else None
+    if mine == theirs or theirs is None:
+        return None
+    if mine in SIBLINGS and theirs in SIBLINGS:
+        return f"{mine}/ and {theirs}/ are one level: neither imports the other"
+    if LEVEL[theirs] >= LEVEL[mine] and LEVEL[theirs] > 0:
+        return f"{mine} (level {LEVEL[mine]}) imports {theirs} (level {LEVEL[theirs]})"
+    return None
+
+
+def test_every_module_is_placed():
+    unknown = {part(m) for pair in imports() for m in pair if part(m) is not None} - set(LEVEL)
+    assert not unknown, f"place these in LEVEL: {sorted(unknown)}"
+
+
+def test_the_layers_hold_but_for_the_known_breaks():
+    found = {(s, t): breaks(s, t) for s, t in imports()}
+    broken = {pair for pair, why in found.items() if why}
+    new = sorted(f"{s} -> {t}: {found[(s, t)]}" for s, t in broken - KNOWN)
+    assert not new, "imports that break the layering:\n" + "\n".join(new)
+    gone = sorted(f"{s} -> {t}" for s, t in KNOWN - broken)
+    assert not gone, "no longer imported: drop from KNOWN:\n" + "\n".join(gone)
+
+
+def test_what_breaks_the_layers():
+    assert breaks("mysqlbackup.binlog.events", "mysqlbackup.archive.store")
+    assert breaks("mysqlbackup.stream.daemon", "mysqlbackup.base.run")
+    assert breaks("mysqlbackup.archive.store", "mysqlbackup.cli")
+    assert breaks("replay.job", "mysqlbackup.stream.state")
+    assert breaks("mysqlbackup.archive.store", "replay.job")
+    assert breaks("replay.job", "mysqlbackup.archive.store") is None
+    assert breaks("mysqlbackup.stream.daemon", "mysqlbackup.archive.store") is None
+    assert breaks("mysqlbackup.cliopts", "mysqlbackup.cli") is None
