@@ -34,7 +34,6 @@ KNOWN = {
     ("mysqlbackup.archive.archiver", "mysqlbackup.stream.metrics"),
     ("mysqlbackup.archive.archiver", "mysqlbackup.stream.state"),
     ("mysqlbackup.archive.archiver", "mysqlbackup.retention.prune"),
-    ("mysqlbackup.source.client", "mysqlbackup.stream.metrics"),
     ("replay.check.cli", "mysqlbackup.stream.health"),
     ("replay.check.cli", "mysqlbackup.retention.policy"),
     ("replay.check.verdict", "mysqlbackup.stream.health"),

@@ -28,7 +28,6 @@ from mysqlbackup.binlog.gtid import MariaGtidPos
 from mysqlbackup.errors import ConnectionLost, ResyncRequired, SourceError
 from mysqlbackup.source import protocol
 from mysqlbackup.source.connect import denied, new_connection, tls_failure
-from mysqlbackup.stream.metrics import NULL_METRICS
 
 log = logging.getLogger(__name__)
 
@@ -64,11 +63,18 @@ class ServerInfo:
         return self.server_uuid or f"server-id-{self.server_id}"
 
 
+class _Unmetered:
+    """What a client counts without the daemon's metrics (``stream.metrics``): nothing."""
+
+    def received(self, n_bytes, n_events):
+        """Bytes and events of one batch, not counted."""
+
+
 class ReplicaClient:
     """One replication connection to the source."""
 
     def __init__(self, source, server_id, semi_sync=True, heartbeat=1.0, connect_timeout=10,
-                 metrics=NULL_METRICS):
+                 metrics=None):
         self.source = source
         self.server_id = server_id
         self.want_semi_sync = semi_sync
@@ -79,7 +85,8 @@ class ReplicaClient:
         self.info = None
         self.decoder = None
         self.semi_sync = False
-        self.metrics = metrics    # stream.metrics: bytes and events received, per batch
+        # stream.metrics (the daemon hands it in): bytes and events received, per batch
+        self.metrics = metrics if metrics is not None else _Unmetered()
         self.received_at = None   # perf_counter() when the newest batch's bytes were there
 
     # -- connection and setup ------------------------------------------------------
