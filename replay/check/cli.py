@@ -24,7 +24,7 @@ or refusing; or bad usage). 1 (WARNING) is not used.
 Example (cron, a systemd timer, or a Nagios/Icinga command):
   mysqlbackup check --archive s3://backups/mysql --source-name db1 \\
       --dir /var/lib/mysqlbackup/db1 --max-base-age 26h --max-archive-lag 5m
-  CHECK OK - source db1: restorable to 2026-11-26T10:00:03Z (base 20261126T0900Z, 3h ago; archive 2 s behind the daemon)
+  CHECK OK - source db1: restorable to 2026-11-26T10:00:03Z (base 20261126T070012.345Z, 3h ago; archive 2 s behind the daemon)
 """
 
 
