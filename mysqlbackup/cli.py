@@ -130,10 +130,11 @@ def stream(source, password_file, tls, server_id, directory, start_file, start_g
     retain = None
     if retain_window:
         from mysqlbackup.retention.policy import parse_duration
-        retain = (parse_duration(retain_window), retain_keep_base)
+        from mysqlbackup.retention.prune import retainer
+        retain = retainer(parse_duration(retain_window), retain_keep_base)
     storage_options = codec = keep = None
     if keep_local:
-        from mysqlbackup.archive.archiver import Retention
+        from mysqlbackup.stream.archiver import Retention
         keep = Retention.parse(keep_local)
     if archive_url:
         from mysqlbackup.archive.codec import make_codec

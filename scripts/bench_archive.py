@@ -51,7 +51,7 @@ import boto3
 from moto.server import ThreadedMotoServer
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-from mysqlbackup.archive.archiver import Archiver  # noqa: E402
+from mysqlbackup.stream.archiver import Archiver  # noqa: E402
 from mysqlbackup.archive.upload import (FileRange, index_if_whole, index_range,  # noqa: E402
                                         put_object)
 from mysqlbackup.archive.codec import (DEFAULT_LEVEL, Codec, encode, keygen,  # noqa: E402

@@ -29,7 +29,7 @@ import threading
 import time
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-from mysqlbackup.archive.archiver import Archiver  # noqa: E402
+from mysqlbackup.stream.archiver import Archiver  # noqa: E402
 from mysqlbackup.sandbox import MariaDBSandbox  # noqa: E402
 from mysqlbackup.stream.state import State, save_state  # noqa: E402
 from mysqlbackup.archive.store import ArchiveStore  # noqa: E402

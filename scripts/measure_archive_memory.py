@@ -88,7 +88,7 @@ def make_files(workdir, seed, mb, trx_mb):
 
 def child(mode, directory, url, compress, recipients):
     """In a fresh process: one archiver pass, import or verify; prints a JSON report."""
-    from mysqlbackup.archive.archiver import Archiver
+    from mysqlbackup.stream.archiver import Archiver
     from mysqlbackup.archive.codec import make_codec
     from mysqlbackup.archive.importer import import_directory
     from mysqlbackup.archive.store import ArchiveStore

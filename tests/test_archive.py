@@ -4,7 +4,7 @@ import os
 
 import pytest
 
-from mysqlbackup.archive.archiver import Archiver
+from mysqlbackup.stream.archiver import Archiver
 from mysqlbackup.archive.store import ArchiveStore, parse_options
 from mysqlbackup.archive.verify import list_archive, verify_archive
 from mysqlbackup.binlog import events as ev

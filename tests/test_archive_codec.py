@@ -332,7 +332,7 @@ def test_kill_9_of_an_encoding_archiver_leaves_nothing_taken_for_whole(make_serv
                        tmp_path / "local", "db1")
     url = f"file://{tmp_path / 'archive'}"
     store = ArchiveStore(url)
-    code = (f"from mysqlbackup.archive.archiver import Archiver; "
+    code = (f"from mysqlbackup.stream.archiver import Archiver; "
             f"from mysqlbackup.archive.codec import make_codec; "
             f"from mysqlbackup.archive.store import ArchiveStore; "
             f"Archiver({str(local)!r}, ArchiveStore({url!r}), codec=make_codec('zstd:19', "

@@ -127,7 +127,7 @@ def test_kill_9_during_upload_leaves_nothing_taken_for_whole(archive, make_serve
                        tmp_path / "local", "db1")
     url, options = archive
     store = ArchiveStore(url, parse_options(options))
-    code = (f"from mysqlbackup.archive.archiver import Archiver; "
+    code = (f"from mysqlbackup.stream.archiver import Archiver; "
             f"from mysqlbackup.archive.store import "
             f"ArchiveStore, parse_options; Archiver({str(local)!r}, ArchiveStore({url!r}, "
             f"parse_options({options!r}))).run_once()")

@@ -11,9 +11,9 @@ import sys
 
 import pytest
 
-from mysqlbackup.archive import archiver as archiver_module
+from mysqlbackup.stream import archiver as archiver_module
 from mysqlbackup.archive import importer as importer_module
-from mysqlbackup.archive.archiver import Archiver
+from mysqlbackup.stream.archiver import Archiver
 from mysqlbackup.archive.upload import UploadMismatch
 from mysqlbackup.archive.index import IndexBuilder, build_index
 from mysqlbackup.archive.importer import import_directory
@@ -309,7 +309,7 @@ def test_a_segment_chain_after_a_failed_upload_indexes_as_before(tmp_path, sourc
 PEAK_LIMIT = 150 * MB
 RUN_ARCHIVER = """
 import sys
-from mysqlbackup.archive.archiver import Archiver
+from mysqlbackup.stream.archiver import Archiver
 from mysqlbackup.archive.codec import make_codec
 from mysqlbackup.archive.store import ArchiveStore
 Archiver(sys.argv[1], ArchiveStore(sys.argv[2]), source_name="m",

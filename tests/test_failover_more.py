@@ -20,7 +20,7 @@ import time
 
 import pytest
 
-from mysqlbackup.archive.archiver import Archiver
+from mysqlbackup.stream.archiver import Archiver
 from mysqlbackup.archive.store import ArchiveStore
 from mysqlbackup.archive.window import epoch as epoch_seconds
 from mysqlbackup.stream.localdir import epoch_dir

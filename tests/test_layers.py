@@ -30,10 +30,6 @@ SIBLINGS = {"stream", "base", "retention"}  # one level, independent of each oth
 REPLAY_NEVER = {"stream", "retention"}
 
 KNOWN = {
-    ("mysqlbackup.archive.archiver", "mysqlbackup.stream.localdir"),
-    ("mysqlbackup.archive.archiver", "mysqlbackup.stream.metrics"),
-    ("mysqlbackup.archive.archiver", "mysqlbackup.stream.state"),
-    ("mysqlbackup.archive.archiver", "mysqlbackup.retention.prune"),
     ("replay.check.cli", "mysqlbackup.stream.health"),
     ("replay.check.cli", "mysqlbackup.retention.policy"),
     ("replay.check.verdict", "mysqlbackup.stream.health"),

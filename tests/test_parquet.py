@@ -158,7 +158,7 @@ def workload(server):
 
 def archive_of(server, base):
     """file:// archive of the server's binlogs, as the daemon's archiver leaves it."""
-    from mysqlbackup.archive.archiver import Archiver
+    from mysqlbackup.stream.archiver import Archiver
     from mysqlbackup.archive.store import ArchiveStore
     local = backup_dir([server.binlog_path(n) for n in server.binlog_files()], base / "local",
                        "src1")

@@ -222,7 +222,7 @@ def test_sql_sink_of_a_truncated_newest_file_keeps_complete_transactions(drill, 
 
 
 def test_rewrite_db_applies_into_another_schema(make_server, spark, tmp_path):
-    from mysqlbackup.archive.archiver import Archiver
+    from mysqlbackup.stream.archiver import Archiver
     source = make_server(semi_sync=False)
     ddl = "CREATE TABLE {}.t (id INT PRIMARY KEY, v VARCHAR(20))"
     source.execute("CREATE DATABASE src", ddl.format("src"))

@@ -12,7 +12,7 @@ import sys
 
 import pytest
 
-from mysqlbackup.archive.archiver import Archiver
+from mysqlbackup.stream.archiver import Archiver
 from mysqlbackup.archive.store import ArchiveStore
 from mysqlbackup.sandbox import MariaDBSandbox
 from replay.decoding.assemble import assemble

@@ -3,7 +3,7 @@ checkpoint row inside it; the result, the resume point and the errors stay exact
 
 import pytest
 
-from mysqlbackup.archive.archiver import Archiver
+from mysqlbackup.stream.archiver import Archiver
 from mysqlbackup.archive.store import ArchiveStore
 from mysqlbackup.sandbox import MariaDBSandbox
 from mysqlbackup.source.spec import SourceSpec

@@ -3,7 +3,7 @@
 import threading
 import time
 
-from mysqlbackup.archive.archiver import Archiver
+from mysqlbackup.stream.archiver import Archiver
 from mysqlbackup.archive.store import ArchiveStore
 from mysqlbackup.source.spec import SourceSpec
 from replay.decoding.assemble import assemble

@@ -17,7 +17,7 @@ import pytest
 from mysqlbackup.archive.lease import Lease
 from mysqlbackup.archive.listing import ArchiveListing
 from mysqlbackup.archive.store import ArchiveStore
-from mysqlbackup.retention.prune import retain
+from mysqlbackup.retention.prune import retain, retainer
 from mysqlbackup.source.spec import SourceSpec
 from replay.planning.options import build_selection
 from replay.restore.run import RestoreOptions, run_restore
@@ -254,13 +254,13 @@ def test_the_daemons_archiver_retains_and_never_uploads_again_what_retain_delete
     """The archiver with --retain-window: retain runs at its start; the file it deleted
     is still local, yet never uploaded again (its retired mark matches it) and local
     retention removes it; a local file that is not the retired one is uploaded."""
-    from mysqlbackup.archive.archiver import Archiver, Retention
+    from mysqlbackup.stream.archiver import Archiver, Retention
     url, w = copy_archive(world, "daemon"), world
     store = ArchiveStore(url)
     local = w["root"] / "daemon-local"
     shutil.copytree(w["root"] / "binlogs", local)
     first, second = w["files"][0], w["files"][1]
-    archiver = Archiver(str(local), store, "db1", retain=(time.time() - w["T"], 0))
+    archiver = Archiver(str(local), store, "db1", retain=retainer(time.time() - w["T"], 0))
     archiver.run_once()
     assert f"db1/binlog/{first}" not in objects(url)
     mark = json.loads(store.read(f"db1/retired/{first}.json"))

@@ -8,7 +8,7 @@ import sys
 import pyspark
 import pytest
 
-from mysqlbackup.archive.archiver import Archiver
+from mysqlbackup.stream.archiver import Archiver
 from mysqlbackup.archive.store import ArchiveStore
 from tests.helpers import REPO, backup_dir
 

@@ -202,3 +202,12 @@ def _echo_windows(label, windows, echo):
         echo(f"{label}: {format_window(w)}")
     if not windows:
         echo(f"{label}: none")
+
+
+def retainer(window, keep_base=0):
+    """``retain`` over one source as the daemon's archiver runs it (``stream
+    --retain-window``): a callable ``(store, source, now, echo)``. The command line hands
+    it to the archiver, which never imports retention."""
+    def run(store, source, now, echo):
+        return retain(store, window, keep_base, source=source, now=now, echo=echo)
+    return run

@@ -55,7 +55,7 @@ class StreamOptions:
     archive_interval: float = 2.0
     source_name: str = None
     keep_local: object = None  # archiver.Retention
-    retain: tuple = None  # (window seconds, keep_base): archive retention in the archiver
+    retain: object = None  # retention.prune.retainer: archive retention in the archiver
     codec: object = None  # archive.codec.Codec of new archive objects (None: plain)
     metrics_address: str = None  # HOST:PORT of the Prometheus endpoint (None: off)
     metrics: object = NULL_METRICS  # the StreamMetrics run_stream reports to
@@ -145,7 +145,7 @@ def _archiver_thread(opts, stop):
     if not opts.archive_url:
         yield None
         return
-    from mysqlbackup.archive.archiver import \
+    from mysqlbackup.stream.archiver import \
         Archiver  # fsspec loads only when an archive is asked for
     from mysqlbackup.archive.store import ArchiveStore
     store = ArchiveStore(opts.archive_url, opts.archive_options)

@@ -95,7 +95,9 @@ class Archiver:
         self.source_name = source_name
         self.interval = interval
         self.retention = retention
-        self.retain = retain        # (window seconds, keep_base): archive retention, or None
+        # archive retention (stream --retain-window), or None: a callable (store, source,
+        # now, echo), retention.prune.retainer's, handed in by the command line
+        self.retain = retain
         self.retained_once = False  # retain ran in this process (it runs at the start too)
         self.clock = clock
         self.relist_interval = relist_interval
@@ -408,11 +410,8 @@ class Archiver:
     def _retain_archive(self, source):
         """``retain`` over this source (stream --retain-window), its lines logged; the
         archive is listed again on the next pass."""
-        from mysqlbackup.retention.prune import retain
-        window, keep_base = self.retain
         self._uploading(f"{source}/ (retention)", source)
-        retain(self.store, window, keep_base, source=source, now=self.clock(),
-               echo=lambda line: log.info("retain: %s", line))
+        self.retain(self.store, source, self.clock(), lambda line: log.info("retain: %s", line))
         self.report["upload_in_progress"] = None
         self.retained_once, self.listed_at = True, None
 
