@@ -10,6 +10,7 @@ from mysqlbackup.archive.verify import list_archive, verify_archive
 from mysqlbackup.binlog import events as ev
 from mysqlbackup.binlog.scan import iter_events
 from mysqlbackup.stream.state import State, save_state
+from tests.conftest import STORES
 from tests.helpers import backup_dir, read, run_cli
 
 SOURCE = "src-1"
@@ -60,6 +61,7 @@ def test_sealed_objects_equal_the_files_and_verify(archive, tmp_path, source_fil
     assert rows[1]["first_gtid"] and rows[1]["first_commit"].endswith("Z")
 
 
+@pytest.mark.parametrize("archive", STORES, indirect=True)  # the store's requests counted
 def test_no_request_when_nothing_new_and_segments_grow(archive, tmp_path, source_files):
     directory = local_dir(tmp_path, source_files)
     active = source_files[-1]
