@@ -70,18 +70,9 @@ def _sweep_templates(parent):
         return
     for name in names:
         pid = name[len(TEMPLATE_PREFIX):].split("-", 1)[0]
-        if name.startswith(TEMPLATE_PREFIX) and pid.isdigit() and not _alive(int(pid)):
+        if (name.startswith(TEMPLATE_PREFIX) and pid.isdigit()
+                and not os.path.exists(f"/proc/{pid}")):  # that process is gone
             shutil.rmtree(os.path.join(parent, name), ignore_errors=True)
-
-
-def _alive(pid):
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True
 
 
 class SandboxServer:
