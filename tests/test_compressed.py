@@ -313,7 +313,7 @@ def compressed_twin(event, fde):
         at = ev.HEADER_LEN + 8
         if etype >= 30:
             at += struct.unpack_from("<H", event, at)[0]
-        width, at = cz._packed(event, at)
+        width, at = ev.packed_int(event, at)
         at += (width + 7) // 8 * (2 if etype in (24, 31) else 1)
     out = bytearray(event[:at]) + maria_compress(bytes(event[at:end]))
     out[4] = new_type

@@ -62,12 +62,12 @@ def parse_payload(event, checksum, file=None, offset=None):
     fields, pos = {}, 0
     try:
         while True:
-            kind, pos = _packed(body, pos)
+            kind, pos = ev.packed_int(body, pos)
             if kind == 0:
                 break
-            length, pos = _packed(body, pos)
+            length, pos = ev.packed_int(body, pos)
             if kind in (1, 2, 3):
-                fields[kind], end = _packed(body, pos)
+                fields[kind], end = ev.packed_int(body, pos)
                 if end - pos > length:
                     raise ValueError(f"field {kind} longer than its length {length}")
             pos += length
@@ -95,17 +95,6 @@ def parse_payload(event, checksum, file=None, offset=None):
                             file, offset)
     _check_bound(uncompressed, "TRANSACTION_PAYLOAD", file, offset)
     return Payload(compression, size, uncompressed, body[pos:])
-
-
-def _packed(buf, pos):
-    """(value, next position) of a packed integer (``net_field_length``)."""
-    first = buf[pos]
-    if first < 251:
-        return first, pos + 1
-    width = {252: 2, 253: 3, 254: 8}.get(first)
-    if width is None or pos + 1 + width > len(buf):
-        raise ValueError(f"bad packed integer at byte {pos}")
-    return int.from_bytes(bytes(buf[pos + 1:pos + 1 + width]), "little"), pos + 1 + width
 
 
 def _check_bound(size, what, file, offset):
@@ -231,7 +220,7 @@ def _rows_at(event, etype, fde):
     at = ev.HEADER_LEN + 8
     if phl == 10:  # the variable header (its length counts its own 2 bytes)
         at += struct.unpack_from("<H", event, at)[0]
-    width, at = _packed(event, at)
+    width, at = ev.packed_int(event, at)
     at += (width + 7) // 8 * (2 if plain in _UPDATES else 1)
     return plain, at
 

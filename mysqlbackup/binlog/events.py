@@ -154,6 +154,19 @@ def parse_format_description(event):
     return FormatDescription(binlog_version, server_version, header_len, bytes(tail), alg)
 
 
+def packed_int(buf, pos):
+    """(value, next position) of a packed (length-encoded) integer at ``pos``
+    (``net_field_length``: one byte under 251, else 0xfc/0xfd/0xfe and 2, 3 or 8 bytes);
+    ValueError when it is not one or runs past ``buf``."""
+    first = buf[pos]
+    if first < 251:
+        return first, pos + 1
+    width = {252: 2, 253: 3, 254: 8}.get(first)
+    if width is None or pos + 1 + width > len(buf):
+        raise ValueError(f"bad packed integer at byte {pos}")
+    return int.from_bytes(bytes(buf[pos + 1:pos + 1 + width]), "little"), pos + 1 + width
+
+
 def post_header_len(fde, type_code, default):
     """Post-header length of ``type_code`` as the FDE declares it (``default`` if absent)."""
     if fde is not None and 0 < type_code <= len(fde.post_header_lens):

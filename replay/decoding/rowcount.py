@@ -77,10 +77,10 @@ class TableLayout:
         t_len = view[pos]
         table = bytes(view[pos + 1:pos + 1 + t_len]).decode("utf-8", "replace")
         pos += 2 + t_len
-        count, pos = packed_int(view, pos)
+        count, pos = ev.packed_int(view, pos)
         types = bytes(view[pos:pos + count])
         pos += count
-        meta_len, pos = packed_int(view, pos)
+        meta_len, pos = ev.packed_int(view, pos)
         meta, columns, unsupported = pos, [], None
         for ctype in types:
             size = _META_BYTES.get(ctype, 0)
@@ -164,17 +164,6 @@ def decimal_size(precision, scale):
             + frac // 9 * 4 + _DIG2BYTES[frac % 9])
 
 
-def packed_int(view, pos):
-    """(value, position after it) of a length-encoded integer at ``pos``."""
-    first = view[pos]
-    if first < 251:
-        return first, pos + 1
-    size = {252: 2, 253: 3, 254: 8}.get(first)
-    if size is None:
-        raise ValueError(f"bad length-encoded integer {first:#x}")
-    return int.from_bytes(view[pos + 1:pos + 1 + size], "little"), pos + 1 + size
-
-
 def _table_id(view, fde, etype):
     """(position after the table id, table id) of a TABLE_MAP or rows event: 6 bytes,
     or 4 where the format description gives its post-header 6 bytes (MySQL 5.1.x)."""
@@ -207,7 +196,7 @@ def _count(view, layout, fde, end):
     pos = _table_id(view, fde, etype)[0] + 2  # flags
     if etype in _V2:
         pos += _U16(view, pos)[0]  # extra data, its own 2 bytes included
-    ncols, pos = packed_int(view, pos)
+    ncols, pos = ev.packed_int(view, pos)
     width = (ncols + 7) // 8
     before = int.from_bytes(view[pos:pos + width], "little")
     pos += width
