@@ -172,7 +172,7 @@ def _library_event(event, table_map, reader, trx):
                                 f"a TABLE_MAP before it in its transaction")
     if decoded._is_event_valid is False:
         raise CorruptBinlog(f"CRC32 mismatch in {ev.event_name(event[4])} event",
-                            trx.file, _position(event))
+                            trx.file, event_position(event))
     return decoded
 
 
@@ -194,7 +194,7 @@ def primary_key(table):
 
 
 def _changes(rows_event, event, keys, trx, at):
-    op, position = OPS[event[4]], _position(event)
+    op, position = OPS[event[4]], event_position(event)
     if at[0] != position:
         at[:] = [position, 0]
     try:
@@ -301,14 +301,15 @@ def _refuse_statement_dml(event, fde, checksum, trx):
                                 f"(binlog_format=ROW)")
 
 
-def _position(event):
-    """Start offset of an event in its file (its header holds where it ends)."""
+def event_position(event):
+    """Start offset of an event in its file (its header holds where it ends); None when
+    the header does not say."""
     end = ev.parse_header(event).log_pos
     return end - len(event) if end >= len(event) else None
 
 
 def _where(trx, event):
-    return f"{trx.file}:{_position(event)}"
+    return f"{trx.file}:{event_position(event)}"
 
 
 def _decode_error(trx, event, error):

@@ -45,7 +45,7 @@ import struct
 from pymysqlreplication.constants import FIELD_TYPE, NONE_SOURCE
 
 from mysqlbackup.binlog import events as ev
-from replay.decoding.changes import OPS, Reader, decode_event, time_text
+from replay.decoding.changes import OPS, Reader, decode_event, event_position, time_text
 from replay.decoding.rowcount import table_id_size
 from replay.decoding.sqltext import printable
 
@@ -315,5 +315,5 @@ def quote_name(name):
 
 
 def _where(trx, event):
-    end = ev.parse_header(event).log_pos
-    return f"{trx.file}:{end - len(event) if end >= len(event) else '?'}"
+    start = event_position(event)
+    return f"{trx.file}:{'?' if start is None else start}"
