@@ -16,7 +16,7 @@ refused until something asks for the sources."""
 
 from collections import defaultdict
 
-from mysqlbackup.archive.baselist import object_problem
+from mysqlbackup.archive.baselist import checked_manifest
 from mysqlbackup.archive.index import parse_index
 from mysqlbackup.archive.manifest import parse_manifest
 from mysqlbackup.archive.names import (BASE_INDEX, binlog_key, check_source_name, epoch_source,
@@ -155,23 +155,18 @@ class ArchiveListing:
         return parse_manifest(self.store.read(key), key, source, base_id)
 
     def sound_manifests(self, source, problems=None):
-        """The manifests of the source's sound bases: the manifest reads and validates and
-        the object is listed at the size it names (``baselist.object_problem``); a
+        """The manifests of the source's sound bases (``baselist.checked_manifest``: the
+        manifest reads and validates and the object is listed at the size it names); a
         damaged or vanished one is left out, its error appended to ``problems`` when
         given: no restore is promised from it."""
         manifests = []
         for base_id in self.base_ids(source):
-            try:
-                manifest = self.base_manifest(source, base_id)
-            except (CorruptBinlog, FileNotFoundError) as e:
-                if problems is not None:
-                    problems.append(str(e))
-                continue
-            problem = object_problem(self, self.bases[source][base_id], manifest)
+            manifest, problem = checked_manifest(self, source, base_id)
             if problem is None:
                 manifests.append(manifest)
             elif problems is not None:
-                problems.append(f"base {source}/{base_id}: {problem}")
+                problems.append(problem if manifest is None
+                                else f"base {source}/{base_id}: {problem}")
         return manifests
 
     def sealed_names(self, source):
