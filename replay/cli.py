@@ -8,8 +8,8 @@ It registers under the ``mysqlbackup.commands`` entry-point group (setup.cfg), w
 import click
 
 from mysqlbackup.archive.names import check_source_name
-from mysqlbackup.cliopts import (archive_options, example, handle_errors, identity_option,
-                                 source_name_option, target_options)
+from mysqlbackup.cli.options import (archive_options, example, handle_errors, identity_option,
+                                     source_name_option, target_options)
 from mysqlbackup.config import TARGET_PASSWORD_ENV
 from mysqlbackup.errors import mask_url
 from mysqlbackup.source.spec import source_from_options

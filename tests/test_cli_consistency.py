@@ -25,7 +25,7 @@ from mysqlbackup.archive.manifest import build_manifest, format_manifest
 from mysqlbackup.archive.names import base_key, binlog_key, format_key
 from mysqlbackup.archive.store import ArchiveStore
 from mysqlbackup.cli import main
-from mysqlbackup.cliopts import SOURCE_NAME_HELP
+from mysqlbackup.cli.options import SOURCE_NAME_HELP
 from mysqlbackup.retention import prune
 
 BINLOG = "rust_mysql_common/mariadb-bin.000001"  # GTIDs 0-1-1 (22:18:04Z), 0-1-2 (22:19:55Z)

@@ -2,7 +2,7 @@
 
 Layers, lowest first: ``binlog/`` (formats, no I/O) below ``source/`` and ``archive/``;
 those below ``stream/``, ``base/`` and ``retention/``, which do not import each other;
-those below the command line (``cli``, ``cliopts``, ``cligroup``, ``config``). The
+those below the command line (``cli/``, ``config``). The
 shared helpers (``errors``, ``durable``, ``loop``, ``logs``, the package itself) sit
 under everything. ``replay/`` imports ``mysqlbackup/`` but never ``stream/`` or
 ``retention/``, and ``mysqlbackup/`` never imports ``replay/``. Lazy imports (inside a
@@ -25,7 +25,7 @@ LEVEL = {"mysqlbackup": 0, "errors": 0, "durable": 0, "loop": 0, "logs": 0,
          "cli": 4, "__main__": 5}
 # top-level modules that belong to a part: the stream's fused loop, the command line's
 PART_OF = {"speedups": "stream", "fusedloop": "stream", "_speedups": "stream",
-           "cliopts": "cli", "cligroup": "cli", "config": "cli"}
+           "config": "cli"}
 SIBLINGS = {"stream", "base", "retention"}  # one level, independent of each other
 REPLAY_NEVER = {"stream", "retention"}
 
@@ -112,4 +112,4 @@ def test_what_breaks_the_layers():
     assert breaks("mysqlbackup.archive.store", "replay.job")
     assert breaks("replay.job", "mysqlbackup.archive.store") is None
     assert breaks("mysqlbackup.stream.daemon", "mysqlbackup.archive.store") is None
-    assert breaks("mysqlbackup.cliopts", "mysqlbackup.cli") is None
+    assert breaks("mysqlbackup.cli.options", "mysqlbackup.cli") is None

@@ -7,8 +7,8 @@ import sys
 import click
 
 from mysqlbackup.archive.names import check_source_name
-from mysqlbackup.cliopts import (archive_options, example, handle_errors, identity_option,
-                                 json_option, source_name_option)
+from mysqlbackup.cli.options import (archive_options, example, handle_errors, identity_option,
+                                     json_option, source_name_option)
 from mysqlbackup.errors import ExitCode
 
 

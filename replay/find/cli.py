@@ -7,7 +7,7 @@ import sys
 import click
 
 from mysqlbackup.cli import archive_options, handle_errors, identity_option, source_name_option
-from mysqlbackup.cliopts import example
+from mysqlbackup.cli.options import example
 from replay.find.criteria import KINDS
 
 

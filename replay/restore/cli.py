@@ -7,8 +7,8 @@ import json
 import click
 
 from mysqlbackup.archive.names import check_source_name
-from mysqlbackup.cliopts import (archive_options, example, handle_errors, identity_option,
-                                 json_option, source_name_option, target_options)
+from mysqlbackup.cli.options import (archive_options, example, handle_errors, identity_option,
+                                     json_option, source_name_option, target_options)
 from mysqlbackup.config import TARGET_PASSWORD_ENV
 from mysqlbackup.errors import UsageError
 from mysqlbackup.source.spec import source_from_options

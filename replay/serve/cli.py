@@ -7,8 +7,8 @@ import threading
 import click
 
 from mysqlbackup.archive.names import check_source_name
-from mysqlbackup.cliopts import (archive_options, deprecated_alias, example, handle_errors,
-                                 identity_option, source_name_option)
+from mysqlbackup.cli.options import (archive_options, deprecated_alias, example, handle_errors,
+                                     identity_option, source_name_option)
 from mysqlbackup.config import SERVE_PASSWORD_ENV as PASSWORD_ENV
 from mysqlbackup.errors import UsageError, mask_url
 from replay.serve.limits import HANDSHAKE_TIMEOUT, MAX_CONNECTIONS, MAX_HANDSHAKES

@@ -1,7 +1,7 @@
 """The ``mysqlbackup`` command line (click): thin wrappers around the library. The
-options the commands share are in ``cliopts`` (one decorator each, the same name and
-meaning everywhere), the groups (plugins, ``--config`` after the command name, the
-environment checked) in ``cligroup``."""
+options the commands share are in ``cli.options`` (one decorator each, the same name
+and meaning everywhere), the groups (plugins, ``--config`` after the command name, the
+environment checked) in ``cli.groups``."""
 
 import json
 import signal
@@ -12,11 +12,11 @@ import click
 from mysqlbackup import config, logs
 from mysqlbackup.archive.names import check_source_name
 from mysqlbackup.binlog.gtid import guess_flavor, parse_gtid_set
-from mysqlbackup.cligroup import ArchiveGroup, CommandGroup, CommandWithSubcommands, read_config
-from mysqlbackup.cliopts import (archive_options, codec_options,  # noqa: F401 (plugins' too)
-                                 dir_option, example, handle_errors, identity_option,
-                                 json_option, source_name_option, source_options, ssl_options,
-                                 yes_option)
+from mysqlbackup.cli.groups import ArchiveGroup, CommandGroup, CommandWithSubcommands, read_config
+from mysqlbackup.cli.options import (archive_options, codec_options,  # noqa: F401 (plugins')
+                                     dir_option, example, handle_errors, identity_option,
+                                     json_option, source_name_option, source_options,
+                                     ssl_options, yes_option)
 from mysqlbackup.errors import ExitCode, UsageError, exit_code_rows
 from mysqlbackup.source.spec import source_from_options
 from mysqlbackup.stream import health

@@ -9,7 +9,7 @@ import os
 import click
 
 from mysqlbackup import config, logs
-from mysqlbackup.cliopts import HELP_OPTIONS, fail, handle_errors
+from mysqlbackup.cli.options import HELP_OPTIONS, fail, handle_errors
 from mysqlbackup.errors import UsageError
 
 CONFIG_OPTION = "--config"
