@@ -101,15 +101,15 @@ def digest_unit(unit, url, options):
     is not its index's and is a sealed file is scanned, so that a damaged event comes back
     with its offset (not the newest file: the newest file's tail may be short, see
     ``plan.check_digests``)."""
-    from mysqlbackup.archive.codec import codec_of, stored_of
+    from mysqlbackup.archive.objects import Promise
     from mysqlbackup.archive.store import ArchiveStore
     try:
         store = ArchiveStore(url, options)
-        digests = [store.sha256(obj["key"]) for obj in unit["objects"]]
-        for obj, (size, sha) in zip(unit["objects"], digests):
-            if (size, sha) != stored_of(obj["index"]) and not unit["partial"] \
-                    and codec_of(obj["index"]) == "none":
-                _scan_object(store, obj["key"], unit["name"])
+        promises = [Promise.of_index(obj["key"], obj["index"]) for obj in unit["objects"]]
+        digests = [store.sha256(promise.key) for promise in promises]
+        for promise, got in zip(promises, digests):
+            if got != promise.stored and not unit["partial"] and promise.codec == "none":
+                _scan_object(store, promise.key, unit["name"])
         return {"error": None, "digests": digests}
     except CorruptBinlog as e:
         return {"error": {"kind": "corrupt", "message": bare_message(e), "offset": e.offset}}
@@ -122,10 +122,10 @@ def digest_unit(unit, url, options):
 def _scan_object(store, key, name):
     """Raise CorruptBinlog at the first damaged event of a plain object (magic, framing,
     CRC32), read in chunks; a whole tail event that is merely missing is not found here."""
+    from mysqlbackup.archive.objects import Promise, read_object
     from mysqlbackup.binlog.scan import EventStream
     events = EventStream(lambda off, event: None, file=name)
-    for chunk in _ranged_reads(store, key, store.info_size(key)):
-        events.feed(chunk)
+    read_object(store, Promise(key), events.feed)
     events.close()
 
 
@@ -151,33 +151,12 @@ def stream_unit(unit, url, options, feed, keyring=None):
 
 
 def stream_object(store, key, index, feed, keyring=None):
-    """Hand the raw bytes of one object to ``feed`` a chunk at a time, read in ranged
-    reads: as stored (plain) or decoded on the way; returns (raw size, raw sha256)."""
-    from mysqlbackup.archive.codec import Digest, codec_of, decode, stored_of
-    name = codec_of(index)
-    if name == "none":
-        digest = Digest()
-        for chunk in _ranged_reads(store, key, store.info_size(key)):
-            digest.update(chunk)
-            feed(chunk)
-        return digest.size, digest.sha256
-    chunks = _ranged_reads(store, key, stored_of(index)[0])
-    digests = decode(lambda n: next(chunks, b""), feed, name, keyring, key,
-                     index.get("key_ids"))
+    """Hand the raw bytes of one object to ``feed`` a chunk at a time
+    (``objects.read_object``: ranged reads, decoded on the way); returns (raw size, raw
+    sha256), which the driver compares with its index."""
+    from mysqlbackup.archive.objects import Promise, read_object
+    digests = read_object(store, Promise.of_index(key, index), feed, keyring)
     return digests.raw_size, digests.raw_sha256
-
-
-def _ranged_reads(store, key, total):
-    """The first ``total`` bytes of an object, one ranged read (store.CHUNK) at a time;
-    ends early where a shorter object ends."""
-    from mysqlbackup.archive.store import CHUNK
-    pos = 0
-    while pos < total:
-        chunk = store.read(key, pos, min(total, pos + CHUNK))
-        if not chunk:
-            return
-        pos += len(chunk)
-        yield chunk
 
 
 def attach_unit(result, unit, url, options, keyring=None):

@@ -420,8 +420,8 @@ def test_verify_deep_decodes_the_base_against_its_manifest(world, keys, tmp_path
     [problem] = [x for x in deep.stdout.splitlines() if x.startswith("PROBLEM ")]
     assert problem == (f"PROBLEM {key}: decodes to {manifest['raw_size']} bytes, sha256 "
                        f"{hashlib.sha256(changed).hexdigest()[:16]}"
-                       f"..., the manifest says {manifest['raw_size']} bytes, sha256 "
-                       f"{manifest['raw_sha256'][:16]}...: not the base that was taken")
+                       f"..., its manifest says {manifest['raw_size']} bytes, sha256 "
+                       f"{manifest['raw_sha256'][:16]}...: not what was archived")
 
 
 @pytest.mark.server

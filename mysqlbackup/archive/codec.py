@@ -340,15 +340,24 @@ def sniff(head):
     return None
 
 
-def decode(read, write, name, keyring=None, where=None, key_ids=None, raw=None):
+def decode(read, write, name, keyring=None, where=None, key_ids=None, raw=None,
+           stored=None):
     """Read the stored form (codec ``name``) from ``read(n)``, write the raw bytes to
     ``write``; returns Digests. ``where`` names the object in errors: CorruptBinlog
     (damaged, truncated, not the codec's format), IdentityError (no identity, or
     none that opens it; ``key_ids``: the ids its index names, for the message).
     ``raw``: what measures the raw bytes (default a new Digest; an
-    ``index.IndexBuilder`` checks and indexes them on the way)."""
+    ``index.IndexBuilder`` checks and indexes them on the way); ``stored``: the Digest
+    of the stored bytes (default a new one). A plain object with no ``raw`` given is
+    hashed once: its raw digest is its stored one."""
     compressed, encrypted = codec_parts(name)
-    raw, stored = Digest() if raw is None else raw, Digest()
+    stored = Digest() if stored is None else stored
+    if raw is None and not (compressed or encrypted):
+        source, sink = _Reader(read, stored), _Writer(write, None)
+        for chunk in iter(lambda: source.read(CHUNK), b""):
+            sink.write(chunk)
+        return Digests(stored.size, stored.sha256, stored.size, stored.sha256)
+    raw = Digest() if raw is None else raw
     source, sink = _Reader(read, stored), _Writer(write, raw)
     inflate = _Inflate(sink, where) if compressed else sink
     if encrypted:

@@ -35,7 +35,8 @@ holds for the source (its newest file, or the file after it), unless the source 
 import os
 from dataclasses import dataclass, field
 
-from mysqlbackup.archive.codec import PLAIN, Digest, check_keys, codec_of, decode, stored_of
+from mysqlbackup.archive.codec import PLAIN, Digest, check_keys, stored_of
+from mysqlbackup.archive.objects import Promise, read_object
 from mysqlbackup.archive.index import IndexBuilder, check_chain, compare_index
 from mysqlbackup.archive.listing import ArchiveListing
 from mysqlbackup.archive.names import binlog_key, format_key, segment_key
@@ -410,13 +411,13 @@ class _Import:
         and no identity was given)."""
         if held["size"] == stop - start:
             return file_sha256(where, start, stop) == held["sha256"]
-        name = codec_of(held)
-        check_keys(data_key, name, held.get("key_ids"), self.keyring)
-        read = self.store.reader(data_key, stored_of(held)[0])
+        promise = Promise.of_index(data_key, held)
+        check_keys(data_key, promise.codec, promise.key_ids, self.keyring)
         with FileRange(where, start, stop - start) as local:
             compare = _Compare(local)
             try:
-                decode(read, compare.write, name, self.keyring, data_key, held.get("key_ids"))
+                read_object(self.store, promise, compare.write, self.keyring,
+                            length=promise.stored_size)
             except _Enough:
                 return True
             except _Differs:
@@ -484,7 +485,7 @@ class _Differs(Exception):
 
 
 class _Compare:
-    """A ``write`` for ``codec.decode`` that compares what comes out with a local
+    """A ``write`` for ``objects.read_object`` that compares what comes out with a local
     ``FileRange``: _Differs at the first other byte, _Enough once the range is
     matched to its end."""
 

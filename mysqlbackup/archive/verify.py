@@ -3,12 +3,13 @@
 verify checks every binlog object (magic, CRCs, index, chain) and every base backup
 (manifest, object size and sha256; with an identity also decoded, streaming, against the
 manifest's raw size and sha256); ``archive ls`` adds the recovery windows. Every object
-is read once, in ranged reads, decoded and checked as it streams (``_read_object``):
-nothing is held whole in memory."""
+is read once, decoded and checked as it streams (``_read_object``, over the one reader
+``objects.read_object``): nothing is held whole in memory."""
 
 import time
 
-from mysqlbackup.archive.codec import IdentityError, codec_of, decode, sniff, stored_of
+from mysqlbackup.archive.codec import IdentityError, codec_of, sniff
+from mysqlbackup.archive.objects import Promise, problem, read_object, stored_problem
 from mysqlbackup.archive.index import IndexBuilder, check_chain, check_segments, compare_index
 from mysqlbackup.archive.listing import ArchiveListing
 from mysqlbackup.archive.names import (BASE_INDEX, base_key, base_prefix, binlog_key, format_key,
@@ -157,18 +158,13 @@ def _verify_base(run, source, base_id):
 def _decode_base(run, key, manifest):
     """Problems of a base object read once, streaming: decrypted (its manifest's codec)
     and decompressed, its stored and raw size and sha256 against the manifest's."""
+    promise = Promise.of_manifest(key, manifest)
     try:
-        got = decode(run.store.reader(key, manifest["stored_size"]), _discard,
-                     manifest.get("codec", "zstd"), run.keyring, key, manifest.get("key_ids"))
+        got = read_object(run.store, promise, _discard, run.keyring)
     except (CorruptBinlog, IdentityError) as e:
         return [str(e)]
-    if (got.stored_size, got.stored_sha256) != (manifest["stored_size"], manifest["sha256"]):
-        return [f"{key}: sha256 {got.stored_sha256}, the manifest says {manifest['sha256']}"]
-    if (got.raw_size, got.raw_sha256) != (manifest["raw_size"], manifest["raw_sha256"]):
-        return [f"{key}: decodes to {got.raw_size} bytes, sha256 {got.raw_sha256[:16]}..., the "
-                f"manifest says {manifest['raw_size']} bytes, sha256 "
-                f"{manifest['raw_sha256'][:16]}...: not the base that was taken"]
-    return []
+    why = problem(promise, got)
+    return [f"{key}: {why}"] if why else []
 
 
 def _discard(data):
@@ -249,18 +245,19 @@ def _read_object(run, where, data_key, index, builder):
         found = _stored_problem(run, where, data_key, index) if index is not None else []
         run.sealed_only += not found
         return (DAMAGED if found else BLIND), found, None
-    read = run.store.reader(data_key, run.store.info_size(data_key))
+    promise = Promise.of_index(data_key, index) if index is not None else Promise(data_key,
+                                                                                 name)
     try:
-        got = decode(read, _discard, name, run.keyring, where,
-                     index.get("key_ids") if index is not None else None, raw=builder)
+        got = read_object(run.store, promise, _discard, run.keyring, raw=builder, where=where)
         fresh = builder.finish() if builder is not None else None
     except (CorruptBinlog, IdentityError) as e:
         found = (_stored_problem(run, where, data_key, index)
                  if index is not None and name != "none" else [])
         return DAMAGED, found or [str(e)], None
-    if index is not None and name != "none" and (got.stored_size, got.stored_sha256) != \
-            stored_of(index):
-        return DAMAGED, _stored_text(where, (got.stored_size, got.stored_sha256), index), None
+    if index is not None and name != "none":
+        found = _stored_text(where, (got.stored_size, got.stored_sha256), index)
+        if found:
+            return DAMAGED, found, None
     return (WHOLE if builder is not None else BLIND), [], fresh
 
 
@@ -276,12 +273,8 @@ def _stored_problem(run, where, data_key, index):
 
 
 def _stored_text(where, got, index):
-    want = stored_of(index)
-    if got == want:
-        return []
-    return [f"{where}: stored as {got[0]} bytes, sha256 {got[1][:16]}..., its index says "
-            f"{want[0]} bytes, sha256 {want[1][:16]}...: not the archived object (damaged, "
-            "cut or replaced)"]
+    why = stored_problem(Promise.of_index(where, index), got)
+    return [f"{where}: {why}"] if why else []
 
 
 def _verify_segments(run, source, name, segs, last, newest):

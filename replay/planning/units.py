@@ -24,6 +24,7 @@ from mysqlbackup.archive.index import check_chain
 from mysqlbackup.archive.listing import one_source
 from mysqlbackup.archive.window import contains, switch_problem
 from mysqlbackup.archive.names import binlog_key, format_key, partial_prefix
+from mysqlbackup.archive.objects import Promise, raw_problem, stored_problem
 from mysqlbackup.binlog.names import binlog_sort_key, next_binlog_name
 from mysqlbackup.errors import CorruptBinlog, MysqlBackupError, ResyncRequired, mask_url
 
@@ -245,18 +246,17 @@ def object_at(unit, offset):
 def _check_digests(unit, digests, allow_gaps, stored=False):
     """``digests``: of the objects as stored (``stored``) or of their raw bytes."""
     objects = unit["objects"]
-    for i, (obj, (size, sha)) in enumerate(zip(objects, digests)):
-        want_size, want_sha = (stored_of(obj["index"]) if stored
-                               else (obj["index"].get("size"), obj["index"].get("sha256")))
-        if (size, sha) == (want_size, want_sha):
+    for i, (obj, got) in enumerate(zip(objects, digests)):
+        promise = Promise.of_index(obj["key"], obj["index"])
+        why = stored_problem(promise, got) if stored else raw_problem(promise, got)
+        if why is None:
             continue
-        if allow_gaps and unit["partial"] and i == len(objects) - 1 and size < want_size:
-            refuse_cut_encoded(obj, size, want_size)
+        want_size = promise.stored_size if stored or promise.codec == "none" \
+            else promise.raw_size
+        if allow_gaps and unit["partial"] and i == len(objects) - 1 and got[0] < want_size:
+            refuse_cut_encoded(obj, got[0], want_size)
             return True
-        raise CorruptBinlog(f"the object has {size} bytes, sha256 {sha[:16]}..., its index "
-                            f"says {want_size} bytes, sha256 {str(want_sha)[:16]}...: not the "
-                            "archived object (replaced or cut); nothing of it was applied",
-                            obj["key"])
+        raise CorruptBinlog(why + "; nothing of it was applied", obj["key"])
     return False
 
 

@@ -19,13 +19,13 @@ import subprocess
 import tempfile
 import time
 
-from mysqlbackup.archive.codec import Digest, decode
+from mysqlbackup.archive.codec import Digest
+from mysqlbackup.archive.objects import Promise, check, digests_of, read_object
 from mysqlbackup.base.client import (ToolError, find_client, find_tool, options_file,
                                      tool_product)
-from mysqlbackup.errors import CorruptBinlog, MysqlBackupError
+from mysqlbackup.errors import MysqlBackupError
 from mysqlbackup.base.userscan import IMPORT_ROLE, UsersScan
 
-CHUNK = 4 << 20           # bytes of the stored object per ranged read
 PROGRESS_EVERY = 5.0      # seconds between progress lines
 CLIENTS = ("mariadb", "mysql")
 
@@ -117,21 +117,15 @@ def load_failure(manifest, client, code, error, streamed, watch):
 
 def stream_object(store, key, manifest, sink, digests, progress, transform, keyring=None,
                   watch=None, what="load"):
-    """Write the base object ``key``, decoded (decrypted with ``keyring`` when its manifest
-    says age, decompressed; then ``transform``ed), to ``sink`` (a pipe), in ranged reads;
-    ``digests`` (stored, raw) see every byte on the way, ``watch`` (``feed``) every byte
-    written. A stream that does not decode raises CorruptBinlog (IdentityError: no key
-    opens it) naming the object. ``what`` names the reading in progress lines."""
+    """Write the base object ``key``, decoded (``objects.read_object``: decrypted with
+    ``keyring`` when its manifest says age, decompressed; then ``transform``ed), to
+    ``sink`` (a pipe); ``digests`` (stored, raw: Digest) see every byte on the way,
+    ``watch`` (``feed``) every byte written. A stream that does not decode raises
+    CorruptBinlog (IdentityError: no key opens it) naming the object. ``what`` names
+    the reading in progress lines."""
     stored, raw = digests
     total = manifest["stored_size"]
     started, last_report = time.monotonic(), [time.monotonic()]
-
-    def read(n):
-        if stored.size >= total:
-            return b""
-        chunk = store.read(key, stored.size, min(total, stored.size + max(n, CHUNK)))
-        stored.update(chunk)
-        return chunk
 
     def send(data):
         if watch is not None:
@@ -139,13 +133,13 @@ def stream_object(store, key, manifest, sink, digests, progress, transform, keyr
         sink.write(data)
 
     def write(data):
-        raw.update(data)
         send(transform.feed(data) if transform else data)
         if progress and time.monotonic() - last_report[0] >= PROGRESS_EVERY:
             last_report[0] = time.monotonic()
             progress(_progress_line(stored.size, total, raw.size, last_report[0] - started,
                                     what))
-    decode(read, write, manifest.get("codec", "zstd"), keyring, key, manifest.get("key_ids"))
+    read_object(store, Promise.of_manifest(key, manifest), write, keyring, raw=raw,
+                stored=stored)
     if transform:
         send(transform.finish())
 
@@ -175,17 +169,9 @@ def _progress_line(done, total, raw, elapsed, what="load"):
 
 
 def check_digests(key, manifest, stored, raw):
-    """CorruptBinlog naming the object when what streamed is not the manifest's."""
-    if not stored.matches(manifest["stored_size"], manifest["sha256"]):
-        raise CorruptBinlog(f"the stored object has {stored.size} bytes, sha256 "
-                            f"{stored.sha256[:16]}..., its manifest says "
-                            f"{manifest['stored_size']} bytes, sha256 "
-                            f"{manifest['sha256'][:16]}...: not the archived base", key)
-    if not raw.matches(manifest["raw_size"], manifest["raw_sha256"]):
-        raise CorruptBinlog(f"the dump decompresses to {raw.size} bytes, sha256 "
-                            f"{raw.sha256[:16]}..., its manifest says "
-                            f"{manifest['raw_size']} bytes, sha256 "
-                            f"{manifest['raw_sha256'][:16]}...: not the archived base", key)
+    """CorruptBinlog naming the object when what streamed (``stored``, ``raw``: the
+    Digests handed to ``stream_object``) is not the manifest's."""
+    check(Promise.of_manifest(key, manifest), digests_of(raw, stored))
 
 
 def _close(stream):
