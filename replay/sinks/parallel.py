@@ -1,8 +1,8 @@
 """Parallel apply of one commit group: bodies side by side, commits in order (threads).
 
-``run_batch`` gives plan i to worker i % n; each worker runs its plan's body,
-waits for its turn (every plan before it committed) and commits. The first
-failure ends the batch: plans after it never commit, and the caller rolls the
+``run_batch`` gives script i to worker i % n; each worker runs its script's body,
+waits for its turn (every script before it committed) and commits. The first
+failure ends the batch: scripts after it never commit, and the caller rolls the
 unfinished ones back and applies them one by one.
 """
 
@@ -38,11 +38,11 @@ class Turn:
             self.cond.notify_all()
 
 
-def run_batch(sessions, plans, fde_event, fragments):
-    """Apply ``plans`` on the ``sessions`` (one thread each), committing in order; the
+def run_batch(sessions, scripts, fde_event, fragments):
+    """Apply ``scripts`` on the ``sessions`` (one thread each), committing in order; the
     Turn says how many committed (``next``) and the first error."""
     n, turn = len(sessions), Turn()
-    threads = [threading.Thread(target=_worker, args=(sessions[w], plans[w::n], w, n, turn,
+    threads = [threading.Thread(target=_worker, args=(sessions[w], scripts[w::n], w, n, turn,
                                                       fde_event, fragments))
                for w in range(n)]
     for t in threads:
@@ -52,17 +52,17 @@ def run_batch(sessions, plans, fde_event, fragments):
     return turn
 
 
-def _worker(session, plans, first, step, turn, fde_event, fragments):
+def _worker(session, scripts, first, step, turn, fde_event, fragments):
     """One worker's share of a batch: run each body, wait for its turn, commit."""
-    for k, plan in enumerate(plans):
+    for k, script in enumerate(scripts):
         index = first + k * step
         try:
             session.use_fde(fde_event)
-            for packet in plan.body:
+            for packet in script.body:
                 session.send(packet, fragments)
             if not turn.wait(index):
                 return
-            session.run(plan.commit)
+            session.run(script.commit)
         except Exception as e:  # noqa: BLE001 - any failure ends the batch's parallel part
             turn.fail(index, e)
             return

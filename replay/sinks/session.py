@@ -2,7 +2,7 @@
 
 The target keeps what is applied in ``mysqlbackup_replay``: a checkpoint row
 per worker (written inside each applied transaction) and the announcement of a
-DDL in flight (``pending_ddl``). A session sends the statements of a plan:
+DDL in flight (``pending_ddl``). A session sends the statements of a script:
 SQL text, the source's own statement bytes, and BINLOG statements of row events
 (on MariaDB their base64 bound to a prepared SET, see ``TargetSession.binlog``).
 """
@@ -98,7 +98,7 @@ class TargetSession:
             self.fde = fde_event
 
     def send(self, packet, fragments):
-        """One packet of a plan: SQL text or bytes, or a BinlogPacket."""
+        """One packet of a script: SQL text or bytes, or a BinlogPacket."""
         if isinstance(packet, BinlogPacket):
             return self.binlog(packet.events, packet.before, fragments)
         return self.run(packet)

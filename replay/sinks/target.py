@@ -27,7 +27,7 @@ from mysqlbackup.errors import MysqlBackupError
 from replay.decoding.groups import batches
 from replay.sinks.base import Sink
 from replay.sinks.parallel import run_batch
-from replay.sinks.plan import add_gtid, checkpoint_sql, plan_transaction
+from replay.sinks.script import add_gtid, checkpoint_sql, script_transaction
 from replay.sinks.session import LOCK_WAIT_TIMEOUT, connect
 from replay.sinks.statements import (BINLOG_CAP, MYSQL_GTID_AUTOMATIC, binlog_chunks, errors_if_already_applied,
                                      mergeable, row_events)
@@ -186,19 +186,19 @@ class TargetApplier(Sink):
         n = min(self.workers, len(batch))
         if n == 1:
             return self._apply_serially(batch, fde_event, fde, checksum)
-        gtids, plans = self.applied.copy(), []
+        gtids, scripts = self.applied.copy(), []
         for i, trx in enumerate(batch):
-            plans.append(self._plan(trx, fde, checksum, gtids, i % n))  # slot i % n: worker
+            scripts.append(self._script(trx, fde, checksum, gtids, i % n))  # slot i % n: worker
             add_gtid(gtids, trx)
-        turn = run_batch(self.sessions[:n], plans, fde_event, self.mariadb)
-        for plan in plans[:turn.next]:
-            self._mark(plan.trx)
+        turn = run_batch(self.sessions[:n], scripts, fde_event, self.mariadb)
+        for script in scripts[:turn.next]:
+            self._mark(script.trx)
         self.commits += turn.next
         self.parallel_applied += turn.next
         self.most_workers = max(self.most_workers, n)
-        if turn.next < len(plans):
+        if turn.next < len(scripts):
             log.info("parallel batch stopped at %s (%s); applying the rest one by one",
-                     plans[turn.next].trx.gtid, turn.error[1])
+                     scripts[turn.next].trx.gtid, turn.error[1])
             for session in self.sessions[:n]:
                 session.rollback()
             self._apply_serially(batch[turn.next:], fde_event, fde, checksum)
@@ -206,33 +206,33 @@ class TargetApplier(Sink):
     def _apply_serially(self, transactions, fde_event, fde, checksum):
         session = self.sessions[0]
         for trx in transactions:
-            plan, sent = self._plan(trx, fde, checksum, self.applied, 0), 0
+            script, sent = self._script(trx, fde, checksum, self.applied, 0), 0
             try:
                 session.use_fde(fde_event)
-                for packet in plan.body:
+                for packet in script.body:
                     session.send(packet, self.mariadb)
                     sent += 1
-                session.run(plan.commit)
+                session.run(script.commit)
                 self.commits += 1
             except pymysql.err.MySQLError as e:
                 session.rollback()
-                if not self._ran_before(trx, e, session, plan):
-                    if sent == plan.ddl_at:  # the DDL itself was refused: it did not run
+                if not self._ran_before(trx, e, session, script):
+                    if sent == script.ddl_at:  # the DDL itself was refused: it did not run
                         self._withdraw(session)
                     raise ApplyError(f"the target refused transaction {trx.gtid or ''} "
                                      f"at {trx.file}:{trx.start}: {e.args[-1]}") from None
-            self._mark(plan.trx)
+            self._mark(script.trx)
 
-    def _ran_before(self, trx, error, session, plan):
+    def _ran_before(self, trx, error, session, script):
         """True (and its checkpoint written) when ``trx`` is the DDL an earlier run was
         cut off in, and the target says it is already there (MariaDB DDL is atomic)."""
-        if self.pending_ddl != trx.start_position or plan.ddl_at is None or \
-                error.args[0] not in errors_if_already_applied(plan.body[plan.ddl_at]):
+        if self.pending_ddl != trx.start_position or script.ddl_at is None or \
+                error.args[0] not in errors_if_already_applied(script.body[script.ddl_at]):
             return False
         log.warning("%s at %s:%s was cut off in an earlier run and the target already has "
                     "it (%s); recorded as applied", trx.gtid or "the statement",
                     trx.file, trx.start, error.args[-1])
-        session.run(RESET_SESSION, plan.commit)
+        session.run(RESET_SESSION, script.commit)
         self.pending_ddl = None
         self.commits += 1
         return True
@@ -246,10 +246,10 @@ class TargetApplier(Sink):
         except pymysql.err.MySQLError:
             pass  # left announced: a re-run then checks what the target says
 
-    def _plan(self, trx, fde, checksum, gtids, slot):
-        """The Plan of ``trx``, its checkpoint row that of worker ``slot``."""
+    def _script(self, trx, fde, checksum, gtids, slot):
+        """The TrxScript of ``trx``, its checkpoint row that of worker ``slot``."""
         checkpoint = checkpoint_sql(self._quote, self.source, trx, gtids, slot)
-        return plan_transaction(trx, fde, checksum, self.cap, checkpoint, self.source,
+        return script_transaction(trx, fde, checksum, self.cap, checkpoint, self.source,
                                 self._quote, self.keep_gtids)
 
     def _mark(self, trx):

@@ -1,6 +1,6 @@
 """The packets that apply one transaction to the target, its checkpoint with them (pure).
 
-A plan's body is what a session sends (SQL text, the source's statement bytes,
+A script's body is what a session sends (SQL text, the source's statement bytes,
 BinlogPackets); its ``commit`` writes the checkpoint row in the same commit. A
 statement that commits by itself (DDL) is announced in ``pending_ddl`` first
 and recorded after, both unlogged (``replay.sinks.target`` explains why).
@@ -19,7 +19,7 @@ def add_gtid(gtids, trx):
         gtids.add(*key)
 
 
-class Plan:
+class TrxScript:
     """The packets of one transaction: its body, then what commits it."""
 
     def __init__(self, trx, body, commit):
@@ -27,8 +27,8 @@ class Plan:
         self.ddl_at = None  # index in body of a statement that commits by itself
 
 
-def plan_transaction(trx, fde, checksum, cap, checkpoint, source, quote, keep_gtid=True):
-    """The Plan of ``trx``: SQL text, the source's bytes, or a BinlogPacket (statements,
+def script_transaction(trx, fde, checksum, cap, checkpoint, source, quote, keep_gtid=True):
+    """The TrxScript of ``trx``: SQL text, the source's bytes, or a BinlogPacket (statements,
     then a BINLOG, which must end its packet); ``checkpoint`` (its row's SQL) goes with
     its commit. ``quote``: the connection's escape (a value -> an SQL literal).
     ``keep_gtid``: the target logs it under its original GTID (else one of its own)."""
@@ -53,25 +53,25 @@ def plan_transaction(trx, fde, checksum, cap, checkpoint, source, quote, keep_gt
     # MySQL: a GTID set in gtid_next is spent by its commit and must be set again
     automatic = f";\n{MYSQL_GTID_AUTOMATIC}" if session and mysql_gtid(trx) else ""
     if steps[-1][0] == "commit":
-        return Plan(trx, packets, f"{checkpoint};\nCOMMIT{automatic}")
-    plan = _ddl_plan(trx, packets, checkpoint, quote(source), quote)
+        return TrxScript(trx, packets, f"{checkpoint};\nCOMMIT{automatic}")
+    script = _ddl_script(trx, packets, checkpoint, quote(source), quote)
     if automatic:
-        plan.commit = f"{MYSQL_GTID_AUTOMATIC};\n{plan.commit}"
-    return plan
+        script.commit = f"{MYSQL_GTID_AUTOMATIC};\n{script.commit}"
+    return script
 
 
-def _ddl_plan(trx, packets, checkpoint, source, quote):
+def _ddl_script(trx, packets, checkpoint, source, quote):
     """DDL commits by itself: announced before, recorded after (both unlogged)."""
     announce = ("SET SESSION sql_log_bin=0;\nREPLACE INTO mysqlbackup_replay.pending_ddl "
                 f"(source, file, start, gtid) VALUES ({source}, {quote(trx.file)}, "
                 f"{trx.start}, {quote(trx.gtid or '')});\n"
                 "SET SESSION sql_log_bin=1")
-    plan = Plan(trx, [announce] + packets, "SET SESSION sql_log_bin=0;\nBEGIN;\n"
+    script = TrxScript(trx, [announce] + packets, "SET SESSION sql_log_bin=0;\nBEGIN;\n"
                 f"{checkpoint};\nDELETE FROM mysqlbackup_replay.pending_ddl WHERE "
                 f"source = {source};\nCOMMIT;\nSET SESSION sql_log_bin=1")
     raw = [i for i, packet in enumerate(packets) if isinstance(packet, bytes)]
-    plan.ddl_at = 1 + raw[0] if len(raw) == 1 else None  # after the announcement
-    return plan
+    script.ddl_at = 1 + raw[0] if len(raw) == 1 else None  # after the announcement
+    return script
 
 
 def checkpoint_sql(quote, source, trx, gtids, slot):
