@@ -60,7 +60,7 @@ from mysqlbackup.archive.index import IndexBuilder  # noqa: E402
 from mysqlbackup.archive.names import binlog_key, format_key  # noqa: E402
 from mysqlbackup.errors import CorruptBinlog  # noqa: E402
 from mysqlbackup.sandbox import REPL_PASSWORD, MariaDBSandbox  # noqa: E402
-from mysqlbackup.stream.state import State, save_state  # noqa: E402
+from mysqlbackup.localdir.state import State, save_state  # noqa: E402
 from mysqlbackup.archive.store import ArchiveStore  # noqa: E402
 
 os.environ.update(AWS_ACCESS_KEY_ID="bench", AWS_SECRET_ACCESS_KEY="bench",

@@ -13,7 +13,7 @@ REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, REPO)
 
 from mysqlbackup.sandbox import REPL_PASSWORD  # noqa: E402
-from mysqlbackup.stream.status import collect_status  # noqa: E402
+from mysqlbackup.localdir.status import collect_status  # noqa: E402
 
 DAEMON_SERVER_ID = 101
 DAEMON_ENV = dict(os.environ, PYTHONPATH=REPO, MYSQLBACKUP_PASSWORD=REPL_PASSWORD)

@@ -31,7 +31,7 @@ import time
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 from mysqlbackup.stream.archiver import Archiver  # noqa: E402
 from mysqlbackup.sandbox import MariaDBSandbox  # noqa: E402
-from mysqlbackup.stream.state import State, save_state  # noqa: E402
+from mysqlbackup.localdir.state import State, save_state  # noqa: E402
 from mysqlbackup.archive.store import ArchiveStore  # noqa: E402
 
 TABLES = [f"b.t{i}" for i in range(4)]

@@ -67,7 +67,7 @@ def make_files(workdir, seed, mb, trx_mb):
     """(backup directory: the big file sealed and a small active one; a directory
     holding the big file alone), made once per work directory."""
     from mysqlbackup.binlog.scan import iter_events
-    from mysqlbackup.stream.state import State, save_state
+    from mysqlbackup.localdir.state import State, save_state
     from tests.bigbinlog import grow_binlog
     local, alone = os.path.join(workdir, "local"), os.path.join(workdir, "import")
     big = os.path.join(alone, NAME)

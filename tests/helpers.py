@@ -229,7 +229,7 @@ def backup_dir(files, directory, source_identity):
     of the last one (as the daemon leaves it), for driving the archiver directly."""
     import shutil
 
-    from mysqlbackup.stream.state import State, save_state
+    from mysqlbackup.localdir.state import State, save_state
     os.makedirs(directory, exist_ok=True)
     for path in files:
         shutil.copyfile(path, os.path.join(directory, os.path.basename(path)))

@@ -9,7 +9,7 @@ from mysqlbackup.archive.store import ArchiveStore, parse_options
 from mysqlbackup.archive.verify import list_archive, verify_archive
 from mysqlbackup.binlog import events as ev
 from mysqlbackup.binlog.scan import iter_events
-from mysqlbackup.stream.state import State, save_state
+from mysqlbackup.localdir.state import State, save_state
 from tests.conftest import STORES
 from tests.helpers import backup_dir, read, run_cli
 

@@ -20,8 +20,8 @@ from mysqlbackup.archive.listing import ArchiveListing
 from mysqlbackup.archive.store import ArchiveStore, parse_options
 from mysqlbackup.archive.verify import list_archive, verify_archive
 from mysqlbackup.errors import CorruptBinlog, UsageError
+from mysqlbackup.localdir.state import ARCHIVE_STATE_FILE, State, save_state
 from mysqlbackup.sandbox import free_port
-from mysqlbackup.stream.state import ARCHIVE_STATE_FILE, State, save_state
 from tests.conftest import STORES
 from tests.helpers import Daemon, backup_dir, read, run_cli, wait_for
 

@@ -23,7 +23,7 @@ from mysqlbackup.binlog.gtid import gtid_text
 from mysqlbackup.binlog.scan import EventStream, iter_events
 from mysqlbackup.binlog.transactions import IN_TRX, INERT_IN_TRX, TrxTracker
 from mysqlbackup.errors import CorruptBinlog
-from mysqlbackup.stream.state import State, save_state
+from mysqlbackup.localdir.state import State, save_state
 from tests.bigbinlog import grow_binlog
 from tests.conftest import SHARED_BINLOGS
 from tests.helpers import backup_dir, cli_env, read

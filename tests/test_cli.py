@@ -6,7 +6,7 @@ import shutil
 from click.testing import CliRunner
 
 from mysqlbackup.cli import main
-from mysqlbackup.stream.state import State, save_state
+from mysqlbackup.localdir.state import State, save_state
 
 
 def invoke(*args, env=None):

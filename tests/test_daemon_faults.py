@@ -11,11 +11,11 @@ import time
 import pytest
 
 from mysqlbackup.errors import LocalStateError
+from mysqlbackup.localdir.files import recover
+from mysqlbackup.localdir.state import STATE_FILE, load_state
 from mysqlbackup.sandbox import REPL_PASSWORD
 from mysqlbackup.source.spec import SourceSpec
 from mysqlbackup.stream.daemon import StreamOptions, run_stream
-from mysqlbackup.stream.localdir import recover
-from mysqlbackup.stream.state import STATE_FILE, load_state
 from tests.faults import TcpProxy, Tmpfs, can_mount_tmpfs, fsize_prefix
 from tests.helpers import (Daemon, caught_up, cli_env, current_binlog, read,
                            same_except_in_use_flag, wait_for, wait_semi_sync_client)

@@ -22,7 +22,7 @@ from mysqlbackup.binlog.transactions import INERT_IN_TRX
 from mysqlbackup.errors import MysqlBackupError
 from mysqlbackup.source import protocol
 from mysqlbackup.source.protocol import StreamDecoder, frame, split_batch
-from mysqlbackup.stream.state import STATE_FILE
+from mysqlbackup.localdir.state import STATE_FILE
 from mysqlbackup.stream import syncer as syncer_module
 from mysqlbackup.stream.syncer import Syncer
 from mysqlbackup.stream import writer as writer_module

@@ -12,8 +12,8 @@ import time
 
 import pytest
 
-from mysqlbackup.stream.state import LOCK_FILE, STATE_FILE, State, load_state
-from mysqlbackup.stream.status import seconds_behind
+from mysqlbackup.localdir.state import LOCK_FILE, STATE_FILE, State, load_state
+from mysqlbackup.localdir.status import seconds_behind
 from tests.helpers import Daemon, caught_up, current_binlog, module_primary, run_cli, wait_for
 
 HOST = socket.gethostname()

@@ -13,8 +13,9 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from mysqlbackup.binlog.scan import iter_events
 from mysqlbackup.errors import UsageError
+from mysqlbackup.httpd import parse_address
 from mysqlbackup.sandbox import free_port
-from mysqlbackup.stream.metrics import NULL_METRICS, StreamMetrics, parse_address
+from mysqlbackup.stream.metrics import NULL_METRICS, StreamMetrics
 from tests.helpers import Daemon, caught_up, current_binlog, module_primary, read, run_cli, wait_for
 
 SERVER_ID = 4711

@@ -27,11 +27,11 @@ from concurrent.futures import ThreadPoolExecutor
 import pytest
 from prometheus_client import CollectorRegistry, Counter
 
+from mysqlbackup import httpd
 from mysqlbackup.archive.store import ArchiveStore
+from mysqlbackup.httpd import Limits, MetricsServer
+from mysqlbackup.localdir.state import load_state
 from mysqlbackup.sandbox import free_port
-from mysqlbackup.stream import httpd
-from mysqlbackup.stream.httpd import Limits, MetricsServer
-from mysqlbackup.stream.state import load_state
 from tests.helpers import (
     Daemon,
     caught_up,
@@ -194,7 +194,7 @@ def test_server_port_in_use_and_close(small):
 EMFILE_SCRIPT = r"""
 import json, logging, os, resource, socket, threading, time
 from prometheus_client import CollectorRegistry
-from mysqlbackup.stream.httpd import MetricsServer
+from mysqlbackup.httpd import MetricsServer
 
 complained = threading.Event()
 class Seen(logging.Handler):

@@ -7,8 +7,8 @@ import pytest
 from mysqlbackup.binlog import events as ev
 from mysqlbackup.binlog.scan import iter_events
 from mysqlbackup.errors import LocalStateError
-from mysqlbackup.stream.localdir import list_binlogs, recover
-from mysqlbackup.stream.state import State, load_state, save_state
+from mysqlbackup.localdir.files import list_binlogs, recover
+from mysqlbackup.localdir.state import State, load_state, save_state
 from tests.helpers import read
 
 MARIA = "rust_mysql_common/mariadb-bin.000001"

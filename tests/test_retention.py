@@ -4,9 +4,9 @@ bases, leases, no base old enough, orphans, holes; and durations."""
 
 import pytest
 
-from mysqlbackup.archive.window import iso
+from mysqlbackup.archive.window import iso, parse_duration
 from mysqlbackup.errors import UsageError
-from mysqlbackup.retention.policy import Facts, describe_plan, parse_duration, plan_retention
+from mysqlbackup.retention.policy import Facts, describe_plan, plan_retention
 
 T0 = 1_800_000_000  # epoch of the first file's start
 DAY = 86400

@@ -21,8 +21,8 @@ import time
 
 import pytest
 
+from mysqlbackup.localdir.state import load_state
 from mysqlbackup.sandbox import REPL_PASSWORD
-from mysqlbackup.stream.state import load_state
 from tests.helpers import REPO, cli_env, current_binlog, module_primary, wait_for
 
 UNITS = os.path.join(REPO, "contrib", "systemd")

@@ -38,6 +38,7 @@ transaction of the old server that the new one lacks).
 """
 
 import json
+import re
 from dataclasses import asdict, dataclass, replace
 from datetime import datetime, timezone
 from typing import Optional
@@ -186,6 +187,19 @@ def iso(epoch):
 def epoch(text):
     """Epoch seconds of an ISO 8601 UTC text with Z (index and manifest times)."""
     return datetime.fromisoformat(text.replace("Z", "+00:00")).timestamp()
+
+
+_DURATION = re.compile(r"^(\d+)([smhdw])$")
+_UNIT_SECONDS = {"s": 1, "m": 60, "h": 3600, "d": 86400, "w": 7 * 86400}
+
+
+def parse_duration(text):
+    """Seconds of a duration such as ``14d``, ``12h``, ``30m``, ``90s`` or ``2w``."""
+    m = _DURATION.match((text or "").strip())
+    if not m or int(m[1]) == 0:
+        raise UsageError(f"bad duration {text!r}: a positive whole number and one unit of "
+                         "s, m, h, d, w (e.g. 14d, 12h, 30m)")
+    return int(m[1]) * _UNIT_SECONDS[m[2]]
 
 
 def contains(outer, inner):

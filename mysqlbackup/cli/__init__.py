@@ -18,8 +18,8 @@ from mysqlbackup.cli.options import (archive_options, codec_options,  # noqa: F4
                                      json_option, source_name_option, source_options,
                                      ssl_options, yes_option)
 from mysqlbackup.errors import ExitCode, UsageError, exit_code_rows
+from mysqlbackup.localdir import health
 from mysqlbackup.source.spec import source_from_options
-from mysqlbackup.stream import health
 
 ARCHIVE = "s3://backups/mysql"  # the archive of the help's examples
 STREAM_SOURCE_HELP = ("The primary to back up; the user needs REPLICATION SLAVE, REPLICATION "
@@ -129,7 +129,7 @@ def stream(source, password_file, tls, server_id, directory, start_file, start_g
         raise click.UsageError("--retain-window needs --archive")
     retain = None
     if retain_window:
-        from mysqlbackup.retention.policy import parse_duration
+        from mysqlbackup.archive.window import parse_duration
         from mysqlbackup.retention.prune import retainer
         retain = retainer(parse_duration(retain_window), retain_keep_base)
     storage_options = codec = keep = None
@@ -420,7 +420,7 @@ def retain(archive_url, archive_option, source_name, window, keep_base, yes, dry
 
     Deleting needs --yes: without it, retain prints the plan (what it would delete,
     and why), deletes nothing and exits 0 (a line says to add --yes)."""
-    from mysqlbackup.retention.policy import parse_duration
+    from mysqlbackup.archive.window import parse_duration
     from mysqlbackup.retention.prune import outcome_json
     from mysqlbackup.retention.prune import retain as run_retain
     if yes and dry_run:

@@ -17,25 +17,11 @@ binlogs after it are never deleted: the anchor is at most the newest base.
 """
 
 import math
-import re
 from dataclasses import dataclass, field, replace
 from typing import Optional
 
 from mysqlbackup.archive.window import build_runs, epoch, iso, locate, recovery_windows
 from mysqlbackup.binlog.names import binlog_sort_key
-from mysqlbackup.errors import UsageError
-
-_DURATION = re.compile(r"^(\d+)([smhdw])$")
-_UNIT_SECONDS = {"s": 1, "m": 60, "h": 3600, "d": 86400, "w": 7 * 86400}
-
-
-def parse_duration(text):
-    """Seconds of a duration such as ``14d``, ``12h``, ``30m``, ``90s`` or ``2w``."""
-    m = _DURATION.match((text or "").strip())
-    if not m or int(m[1]) == 0:
-        raise UsageError(f"bad duration {text!r}: a positive whole number and one unit of "
-                         "s, m, h, d, w (e.g. 14d, 12h, 30m)")
-    return int(m[1]) * _UNIT_SECONDS[m[2]]
 
 
 @dataclass(frozen=True)

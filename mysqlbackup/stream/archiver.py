@@ -41,11 +41,11 @@ from mysqlbackup.binlog.names import binlog_sort_key
 from mysqlbackup.binlog.transactions import TrxTracker
 from mysqlbackup.durable import fsync_dir, write_bytes
 from mysqlbackup.errors import MysqlBackupError, UsageError, mask_url
+from mysqlbackup.localdir.files import epoch_dir, list_binlogs
+from mysqlbackup.localdir.state import ARCHIVE_STATE_FILE as ARCHIVE_STATE
+from mysqlbackup.localdir.state import load_state
 from mysqlbackup.loop import sleep_until
-from mysqlbackup.stream.localdir import epoch_dir, list_binlogs
 from mysqlbackup.stream.metrics import NULL_METRICS
-from mysqlbackup.stream.state import ARCHIVE_STATE_FILE as ARCHIVE_STATE
-from mysqlbackup.stream.state import load_state
 
 log = logging.getLogger(__name__)
 
@@ -112,7 +112,7 @@ class Archiver:
         self.owned = set()          # names whose archived copy is this server's file
         self.names = None           # the local binlog names of the current pass
         self.epoch = 1              # the epoch (history) the current files belong to
-        self.files = directory      # the folder of its local files (localdir.epoch_dir)
+        self.files = directory      # the folder of its local files (localdir.files.epoch_dir)
         self.finished = set()       # earlier epochs wholly archived in this process
         self.histories = set()      # later epochs whose history object is in the store
         self.report = {"last_error": None, "last_error_time": None, "last_success": None,

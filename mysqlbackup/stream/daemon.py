@@ -20,13 +20,13 @@ from mysqlbackup.binlog.gtid import guess_flavor, parse_gtid_set
 from mysqlbackup.binlog.transactions import TrxTracker
 from mysqlbackup.errors import ConnectionLost, LocalStateError, SourceError, UsageError, mask_url
 from mysqlbackup.loop import sleep_until
+from mysqlbackup.localdir.files import (DirectoryLock, ResumePoint, epoch_dir, list_binlogs,
+                                        recover)
+from mysqlbackup.localdir.state import State, load_state, save_state
 from mysqlbackup.source.client import ReplicaClient, nudge_ack_receiver
 from mysqlbackup.stream import notify
 from mysqlbackup.durable import fsync_dir
-from mysqlbackup.stream.localdir import (DirectoryLock, ResumePoint, epoch_dir, list_binlogs,
-                                         recover)
 from mysqlbackup.stream.metrics import NULL_METRICS, open_metrics
-from mysqlbackup.stream.state import State, load_state, save_state
 from mysqlbackup.stream.syncer import Syncer
 from mysqlbackup.stream.writer import BinlogWriter
 

@@ -14,21 +14,12 @@ a daemon without ``--metrics-address`` pays one empty method call per batch.
 ``prometheus_client`` (about 0.1 s to import) is imported only when metrics are on.
 """
 
-import errno
-import logging
 import math
 import time
-
-from mysqlbackup.errors import UsageError
-
-log = logging.getLogger(__name__)
 
 # fsync and ACK latencies: from 50 us (a cached SSD fsync) to 10 s (a stalled disk)
 LATENCY_BUCKETS = (0.00005, 0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025,
                    0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0)
-# the HTTP server's own counters: mysqlbackup_metrics_http_refused_total, ..._timeouts_total,
-# ..._bad_requests_total
-HTTP_COUNTERS = "mysqlbackup_metrics_http"
 
 
 class NullMetrics:
@@ -186,6 +177,7 @@ class StreamMetrics(NullMetrics):
         event-loop thread, a bounded number of connections and descriptors).
 
         A port in use (or an address not of this host) is a UsageError: one line, exit 2."""
+        from mysqlbackup.httpd import serve_registry
         self.server = serve_registry(self.registry, address)
         return self
 
@@ -241,31 +233,6 @@ def _archive_families(archive, backlog_bytes, now, started):
                             "Seconds since the last complete archiver pass (since the "
                             "daemon started, before the first one)",
                             value=max(0.0, now - (last if last is not None else started)))
-
-
-def serve_registry(registry, address, counters=HTTP_COUNTERS):
-    """``registry`` served at ``http://HOST:PORT/`` by a started ``httpd.MetricsServer``
-    (its own counters under the ``counters`` prefix); a port in use (or an address not
-    of this host) is a UsageError: one line, exit 2."""
-    from mysqlbackup.stream.httpd import MetricsServer
-    host, port = parse_address(address)
-    server = MetricsServer(registry, (host, port), counters=counters)
-    try:
-        server.start()
-    except OSError as e:
-        why = "address already in use" if e.errno == errno.EADDRINUSE else e.strerror or e
-        raise UsageError(f"cannot serve metrics on {address}: {why}") from None
-    log.info("serving metrics at http://%s:%d/", host, server.port)
-    return server
-
-
-def parse_address(text):
-    """'HOST:PORT' ('[::1]:9104' for IPv6; ':9104' for every address) -> (host, port)."""
-    host, sep, port = (text or "").rpartition(":")
-    if not sep or not port.isdigit() or int(port) > 65535:
-        raise UsageError(f"bad --metrics-address {text!r}: HOST:PORT, e.g. 127.0.0.1:9104")
-    host = host[1:-1] if host.startswith("[") and host.endswith("]") else host
-    return host or "0.0.0.0", int(port)
 
 
 def open_metrics(address, archive=False):

@@ -17,9 +17,9 @@ from mysqlbackup.binlog.names import is_binlog_name
 from mysqlbackup.binlog.position import Position
 from mysqlbackup.binlog.transactions import IN_TRX, INERT_IN_TRX, OUTSIDE, TrxTracker
 from mysqlbackup.errors import ProtocolError, ResyncRequired
+from mysqlbackup.localdir.state import State, save_state
 from mysqlbackup.source.protocol import EVENTS, event_size
 from mysqlbackup.stream.metrics import NULL_METRICS
-from mysqlbackup.stream.state import State, save_state
 
 log = logging.getLogger(__name__)
 

@@ -11,7 +11,7 @@ import traceback
 import click
 
 from mysqlbackup.errors import UsageError, mask_url
-from mysqlbackup.stream.health import DEFAULT_MAX_ARCHIVE_LAG
+from mysqlbackup.localdir.health import DEFAULT_MAX_ARCHIVE_LAG
 from replay.check.verdict import UNKNOWN, Limits, format_limit
 
 EPILOG = """\b
@@ -47,7 +47,7 @@ def unknown_usage(error):
 
 def _duration(ctx, param, value):
     """A duration option (``26h``, ``5m``, ``90s``, ``14d``) in seconds; None stays."""
-    from mysqlbackup.retention.policy import parse_duration
+    from mysqlbackup.archive.window import parse_duration
     if value is None:
         return None
     try:

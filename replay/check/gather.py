@@ -13,8 +13,8 @@ from mysqlbackup.archive.store import ArchiveStore, StoreError
 from mysqlbackup.archive.window import NoBaseError, Stop
 from mysqlbackup.errors import (MysqlBackupError, ResyncRequired, SourceNotFound, UsageError,
                                 mask_url)
-from mysqlbackup.stream.state import ARCHIVE_STATE_FILE
-from mysqlbackup.stream.status import collect_status
+from mysqlbackup.localdir.state import ARCHIVE_STATE_FILE
+from mysqlbackup.localdir.status import collect_status
 from replay.check.verdict import DaemonFacts, Planned, Report, SourceFacts, evaluate
 from replay.restore.plan import make_plan
 from replay.restore.run import RestoreOptions, plan_restore

@@ -28,7 +28,7 @@ from dataclasses import dataclass
 from typing import Optional
 
 from mysqlbackup.archive.window import epoch, iso
-from mysqlbackup.stream.health import DEFAULT_MAX_ARCHIVE_LAG
+from mysqlbackup.localdir.health import DEFAULT_MAX_ARCHIVE_LAG
 
 OK, WARNING, CRITICAL, UNKNOWN = 0, 1, 2, 3
 STATES = {OK: "OK", WARNING: "WARNING", CRITICAL: "CRITICAL", UNKNOWN: "UNKNOWN"}

@@ -5,8 +5,8 @@ A registry of its own whose one collector reads the server's counts at each scra
 dumping, dumps started and refused, and what the bounds refused or ended
 (``ServeHandle.stats``: refused logins, refused connections, bad handshakes, packets
 too large, timeouts, handshakes ended for newer ones, accept failures). Served by the
-daemon's bounded HTTP server (``mysqlbackup.stream.httpd``, through
-``metrics.serve_registry``), under its own prefix for the HTTP server's counts.
+daemon's bounded HTTP server (``mysqlbackup.httpd``, through ``httpd.serve_registry``),
+under its own prefix for the HTTP server's counts.
 """
 
 STATS = {  # ServeHandle.stats key -> (metric name, help)
@@ -64,7 +64,7 @@ def serve_metrics(server, address):
     UsageError when it cannot listen there."""
     from prometheus_client import CollectorRegistry
 
-    from mysqlbackup.stream.metrics import serve_registry
+    from mysqlbackup.httpd import serve_registry
     registry = CollectorRegistry(auto_describe=True)
     registry.register(ServeCollector(server))
     return serve_registry(registry, address, counters="mysqlbackup_serve_metrics_http")

@@ -15,8 +15,8 @@ import time
 from dataclasses import dataclass
 
 from mysqlbackup.errors import MysqlBackupError, mask_url
-from mysqlbackup.stream.state import LOCK_FILE
-from mysqlbackup.stream.status import collect_status, format_lock, format_status
+from mysqlbackup.localdir.state import LOCK_FILE
+from mysqlbackup.localdir.status import collect_status, format_lock, format_status
 
 DEFAULT_MAX_LAG = 60.0
 DEFAULT_MAX_STALE = 120.0

@@ -5,8 +5,8 @@ import os
 import time
 
 from mysqlbackup.errors import mask_url
-from mysqlbackup.stream.localdir import epoch_dir, list_binlogs, lock_holder
-from mysqlbackup.stream.state import ARCHIVE_STATE_FILE, load_state
+from mysqlbackup.localdir.files import epoch_dir, list_binlogs, lock_holder
+from mysqlbackup.localdir.state import ARCHIVE_STATE_FILE, load_state
 
 
 def collect_status(directory, now=None):

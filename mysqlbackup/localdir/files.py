@@ -23,7 +23,8 @@ from mysqlbackup.binlog.scan import iter_events, read_fde
 from mysqlbackup.binlog.transactions import TrxTracker
 from mysqlbackup.durable import write_bytes
 from mysqlbackup.errors import CorruptBinlog, LocalStateError
-from mysqlbackup.stream.state import ARCHIVE_STATE_FILE, LOCK_FILE, LOCK_HOLDER_FILE, STATE_FILE
+from mysqlbackup.localdir.state import (ARCHIVE_STATE_FILE, LOCK_FILE, LOCK_HOLDER_FILE,
+                                        STATE_FILE)
 
 log = logging.getLogger(__name__)
 

@@ -1,6 +1,8 @@
-"""A small, bounded HTTP server for one Prometheus registry (``--metrics-address``).
+"""A small, bounded HTTP server for one Prometheus registry (``--metrics-address``),
+shared by the daemon (``stream/metrics``) and ``serve`` (``replay/serve/metrics``).
 
-``MetricsServer(registry, (host, port)).start()`` serves ``generate_latest(registry)``
+``serve_registry(registry, "HOST:PORT")`` starts one (``parse_address`` reads the
+address); ``MetricsServer(registry, (host, port)).start()`` serves ``generate_latest(registry)``
 at ``/`` and ``/metrics`` from one asyncio event-loop thread of its own, so that a bad
 scraper can cost the process no more than a fixed number of descriptors and never
 stop the backup (issue 25: prometheus_client's threading server kept a thread and a
@@ -31,12 +33,19 @@ another listener of the process can serve a registry of its own the same way.
 
 import asyncio
 import dataclasses
+import errno
 import logging
 import re
 import socket
 import threading
 
+from mysqlbackup.errors import UsageError
+
 log = logging.getLogger(__name__)
+
+# the daemon's prefix for the HTTP server's own counters: mysqlbackup_metrics_http_refused_total,
+# ..._timeouts_total, ..._bad_requests_total (``serve`` passes a prefix of its own)
+HTTP_COUNTERS = "mysqlbackup_metrics_http"
 
 ACCEPT_BATCH = 4    # connections accepted per turn of the loop (asyncio: the listen backlog)
 HEAD_END = re.compile(rb"\r?\n\r?\n")
@@ -249,3 +258,27 @@ def _log_loop_error(loop, context):
     exc = context.get("exception")
     log.warning("metrics server: %s%s", context.get("message", "error"),
                 f": {type(exc).__name__}: {exc}" if exc is not None else "")
+
+
+def serve_registry(registry, address, counters=HTTP_COUNTERS):
+    """``registry`` served at ``http://HOST:PORT/`` by a started ``MetricsServer``
+    (its own counters under the ``counters`` prefix); a port in use (or an address not
+    of this host) is a UsageError: one line, exit 2."""
+    host, port = parse_address(address)
+    server = MetricsServer(registry, (host, port), counters=counters)
+    try:
+        server.start()
+    except OSError as e:
+        why = "address already in use" if e.errno == errno.EADDRINUSE else e.strerror or e
+        raise UsageError(f"cannot serve metrics on {address}: {why}") from None
+    log.info("serving metrics at http://%s:%d/", host, server.port)
+    return server
+
+
+def parse_address(text):
+    """'HOST:PORT' ('[::1]:9104' for IPv6; ':9104' for every address) -> (host, port)."""
+    host, sep, port = (text or "").rpartition(":")
+    if not sep or not port.isdigit() or int(port) > 65535:
+        raise UsageError(f"bad --metrics-address {text!r}: HOST:PORT, e.g. 127.0.0.1:9104")
+    host = host[1:-1] if host.startswith("[") and host.endswith("]") else host
+    return host or "0.0.0.0", int(port)
