@@ -2,7 +2,7 @@
 
 It registers under the ``mysqlbackup.commands`` entry-point group (setup.cfg), which
 ``mysqlbackup.cli`` loads: ``mysqlbackup`` never imports ``replay``. spark-submit
-(no installed entry points) adds it in ``replay/spark_main.py``.
+(no installed entry points) adds it in ``replay/job/spark_main.py``.
 """
 
 import click
@@ -82,11 +82,12 @@ def replay(archive_url, archive_option, source_name, target, target_password_fil
         check_source_name(source_name)  # before the store is asked
     from mysqlbackup.archive.codec import keyring_from
     from mysqlbackup.archive.store import parse_options
-    from replay.job import ReplayOptions, run_replay
-    from replay.planning.options import build_selection
-    from replay.progress import reporter
-    from replay.sinks.sqlfile import SqlFileSink
-    from replay.sinks.target import TargetApplier
+    from replay.job.plan import ReplayOptions
+    from replay.job.run import run_replay
+    from replay.job.planning.options import build_selection
+    from replay.job.progress import reporter
+    from replay.job.sinks.sqlfile import SqlFileSink
+    from replay.job.sinks.target import TargetApplier
     selection = build_selection(start_gtid, start_position, stop_datetime, stop_before_gtid,
                                 stop_position, exclude_gtids, databases, tables, rewrites)
     opts = ReplayOptions(archive_url or _missing("--archive"), parse_options(archive_option),
@@ -101,7 +102,7 @@ def replay(archive_url, archive_option, source_name, target, target_password_fil
     elif sql_path:
         sink = SqlFileSink(sql_path)
     else:
-        from replay.sinks.parquet import ParquetSink, options_for
+        from replay.job.sinks.parquet import ParquetSink, options_for
         sink = ParquetSink(parquet_url, options_for(parquet_url, opts.archive_url,
                                                     opts.archive_options))
         sink.open(None)  # a taken or unusable destination fails before Spark starts
@@ -127,7 +128,7 @@ def replay(archive_url, archive_option, source_name, target, target_password_fil
 
 def _replay_native(opts, spec, workers):
     """``--apply native``: the target's replication applier, fed by serve."""
-    from replay.progress import reporter
+    from replay.job.progress import reporter
     from replay.restore.native import run_native
     progress = reporter(lambda line: click.echo(line, err=True))
     try:

@@ -1,4 +1,4 @@
-"""Peak memory of one replay decode task (``replay.job.decode_unit``) on a big binlog.
+"""Peak memory of one replay decode task (``replay.job.tasks.decode_unit``) on a big binlog.
 
 Makes a binlog of ``--mb`` megabytes on a throwaway MariaDB (row format, multi-row
 INSERT ... SELECT of ~1 KB rows, rows events cut at ``--event-mb``: the event size
@@ -93,8 +93,8 @@ def make_archive(workdir, binlogs, encoded):
 def measure(workdir, url, identity, code_root):
     """Run decode_unit on the biggest unit in a fresh process; its report (a dict)."""
     from mysqlbackup.archive.codec import keyring_from
-    from replay.job import ReplayOptions, plan
-    _, units, _ = plan(ReplayOptions(archive_url=url, keyring=keyring_from(identity)))
+    from replay.job.plan import ReplayOptions, units_to_read
+    _, units, _ = units_to_read(ReplayOptions(archive_url=url, keyring=keyring_from(identity)))
     unit = max(units, key=lambda u: sum(o["index"]["size"] for o in u["objects"]))
     job = os.path.join(workdir, "unit.pickle")
     with open(job, "wb") as f:
@@ -115,7 +115,7 @@ def child(job, out=None):
     with open(job, "rb") as f:
         unit, url, identity = pickle.load(f)
     from mysqlbackup.archive.codec import keyring_from
-    from replay.job import decode_unit
+    from replay.job.tasks import decode_unit
     keyring = keyring_from(identity)
     importlib.import_module("mysqlbackup.archive.store")  # imported before the baseline
     before, started = vm_hwm(), time.monotonic()
@@ -141,7 +141,7 @@ def attach(result, unit, url, keyring):
     reset first: /proc/self/clear_refs) and the bytes of the events it attached."""
     import gc
 
-    from replay.job import attach_unit
+    from replay.job.run import attach_unit
     gc.collect()
     with open("/proc/self/clear_refs", "w") as f:
         f.write("5")

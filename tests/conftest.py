@@ -198,7 +198,7 @@ class S3Endpoint:
 @pytest.fixture(scope="session")
 def spark():
     """One local Spark session (2 cores) for the whole run: a JVM starts once."""
-    from replay.job import spark_session
+    from replay.job.spark import spark_session
     session = spark_session("local[2]")
     yield session
     session.stop()

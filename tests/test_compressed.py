@@ -18,7 +18,7 @@ from mysqlbackup.binlog import events as ev
 from mysqlbackup.binlog.inspect import format_report, inspect_bytes
 from mysqlbackup.binlog.scan import iter_events
 from mysqlbackup.errors import CorruptBinlog
-from replay.decoding.assemble import (StreamAssembly, StreamAttach, assemble, attach_events,
+from replay.job.decoding.assemble import (StreamAssembly, StreamAttach, assemble, attach_events,
                                       detach_events)
 from tests.helpers import (read)
 

@@ -22,13 +22,13 @@ from mysqlbackup.binlog.scan import iter_events
 from mysqlbackup.cli import main
 from mysqlbackup.errors import CorruptBinlog, UsageError
 from mysqlbackup.sandbox import MariaDBSandbox
-from replay.decoding.assemble import assemble
-from replay.decoding.rowtext import ROW_CAP, VALUE_CAP, literal, query_lines, row_line
-from replay.decoding.sqltext import statement_kind, statement_tables
-from replay.decoding.summary import Change, clip, format_changes
+from replay.job.decoding.assemble import assemble
+from replay.job.decoding.rowtext import ROW_CAP, VALUE_CAP, literal, query_lines, row_line
+from replay.job.decoding.sqltext import statement_kind, statement_tables
+from replay.job.decoding.summary import Change, clip, format_changes
 from replay.find.criteria import Criteria
 from replay.find.scan import FileScan
-from replay.sinks.sqlfile import SqlFileSink
+from replay.job.sinks.sqlfile import SqlFileSink
 from tests.conftest import SHARED_BINLOGS
 from tests.helpers import Daemon, read, run_cli, wait_for
 

@@ -13,7 +13,7 @@ from mysqlbackup.archive.window import (EpochHistory, Stop, build_runs, choose_b
                                         parse_history, switch_problem)
 from mysqlbackup.errors import CorruptBinlog, ResyncRequired, UsageError
 from mysqlbackup.retention.policy import EpochFacts, Facts, plan_retention
-from replay.planning.units import plan_epochs
+from replay.job.planning.units import plan_epochs
 
 
 def at(minute):

@@ -1,5 +1,5 @@
 """MySQL JSON columns in the change table: MySQL's binary JSON decoded to the text MySQL
-prints (replay.decoding.mysqljson), checked on hand-made values and against a live MySQL
+prints (replay.job.decoding.mysqljson), checked on hand-made values and against a live MySQL
 9.7: what `SELECT doc` shows and what `mysqlbinlog -vv` prints for the same events; a
 partial JSON update (PARTIAL_UPDATE_ROWS) refused naming its file and offset; MariaDB's
 JSON (a LONGTEXT) left as its text."""
@@ -20,15 +20,15 @@ import pytest
 from mysqlbackup.binlog import events as ev
 from mysqlbackup.binlog.scan import iter_events
 from mysqlbackup.errors import CorruptBinlog
-from replay.decoding.changes import ChangeDecodeError, iter_changes
-from replay.decoding.mysqljson import (
+from replay.job.decoding.changes import ChangeDecodeError, iter_changes
+from replay.job.decoding.mysqljson import (
     JsonBinaryError,
     decimal_text,
     double_text,
     json_text,
     temporal_text,
 )
-from replay.decoding.transaction import Transaction
+from replay.job.decoding.transaction import Transaction
 from tests.helpers import Daemon, read, run_cli, wait_for
 from tests.test_mysql_live import archived_last, last_of
 from tests.test_parquet import archive_of
@@ -415,7 +415,7 @@ def test_a_partial_json_update_is_refused_naming_file_and_offset(make_mysql, tmp
     data = read(server.binlog_path(name))
     events = list(iter_events(data, 4, True))
     [at] = [off for off, e in events if e[4] == 39]
-    # the replay refuses the event before any sink sees it (replay.decoding.assemble)
+    # the replay refuses the event before any sink sees it (replay.job.decoding.assemble)
     url = archive_of(server, tmp_path)
     out = tmp_path / "changes"
     result = run_cli("replay", "--archive", url, "--parquet", f"file://{out}", timeout=300)

@@ -23,7 +23,7 @@ from mysqlbackup.binlog.gtid import MariaGtidPos
 from mysqlbackup.errors import UsageError
 from mysqlbackup.sandbox import REPL_PASSWORD, REPL_USER
 from mysqlbackup.source.spec import SourceSpec
-from replay.planning.options import build_selection
+from replay.job.planning.options import build_selection
 from replay.restore.native import (CONNECTION, End, NativeApply, NativeApplyError, apply_native,
                                    expected_end)
 from replay.restore.run import RestoreOptions, run_restore
@@ -186,7 +186,7 @@ def test_refuses_a_target_that_replicates_or_has_the_sources_server_id(primary, 
 
 
 def test_expected_end_of_each_kind_of_stop_point(primary):
-    from replay.job import ReplayOptions, plan
+    from replay.job.plan import ReplayOptions, units_to_read
     before_stop = f"0-1-{seq(primary.stop_gtid) - 1}"
     for stop, reason, pos in [
             ({"stop_before_gtid": primary.stop_gtid}, f"stop before GTID {primary.stop_gtid}",
@@ -196,7 +196,7 @@ def test_expected_end_of_each_kind_of_stop_point(primary):
             ({}, "end of the archive", primary.end)]:
         selection = replace(build_selection(**stop), start_gtids=MariaGtidPos.parse(
             primary.middle))
-        _, units, _ = plan(ReplayOptions(primary.url_archive, selection=selection))
+        _, units, _ = units_to_read(ReplayOptions(primary.url_archive, selection=selection))
         end = expected_end(units, selection, selection.start_gtids, primary.url_archive, {})
         assert (str(end.gtid_pos), end.last_gtid, end.stop_reason) == (pos, pos, reason), stop
 

@@ -14,9 +14,9 @@ import pytest
 from mysqlbackup.binlog import events as ev
 from mysqlbackup.binlog.scan import iter_events
 from mysqlbackup.errors import UsageError
-from replay.decoding.assemble import assemble
-from replay.decoding.changes import ChangeDecodeError, encode_value, iter_changes
-from replay.sinks.parquet import SCHEMA, ParquetSink, options_for
+from replay.job.decoding.assemble import assemble
+from replay.job.decoding.changes import ChangeDecodeError, encode_value, iter_changes
+from replay.job.sinks.parquet import SCHEMA, ParquetSink, options_for
 from tests.helpers import backup_dir, read, run_cli
 
 MARIA = "rust_mysql_common/mariadb-bin.000001"

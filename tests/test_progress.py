@@ -10,7 +10,7 @@ import re
 import pytest
 
 from mysqlbackup import logs
-from replay.progress import (BarReporter, JsonReporter, PlainReporter, Progress, plain_line,
+from replay.job.progress import (BarReporter, JsonReporter, PlainReporter, Progress, plain_line,
                              reporter)
 from tests.helpers import run_cli
 

@@ -17,10 +17,11 @@ from mysqlbackup.binlog import events as ev
 from mysqlbackup.binlog.names import next_binlog_name
 from mysqlbackup.binlog.transactions import TrxTracker
 from mysqlbackup.errors import CorruptBinlog, MysqlBackupError, ResyncRequired
-from replay.decoding.assemble import assemble
-from replay.job import ReplayOptions, decode_unit, plan
-from replay.planning.units import check_decoded, check_link, check_listed_sizes, plan_units
-from replay.sinks.statements import suppresses_use, transaction_steps
+from replay.job.decoding.assemble import assemble
+from replay.job.plan import ReplayOptions, units_to_read
+from replay.job.tasks import decode_unit
+from replay.job.planning.units import check_decoded, check_link, check_listed_sizes, plan_units
+from replay.job.sinks.statements import suppresses_use, transaction_steps
 from tests.conftest import SHARED_BINLOGS
 from tests.helpers import make_event, read
 
@@ -68,7 +69,7 @@ def sealed(tmp_path):
 
 def planned(url, allow_gaps=False):
     """The single unit of the archive as the driver plans it."""
-    _, units, _ = plan(ReplayOptions(url, {}, allow_gaps=allow_gaps))
+    _, units, _ = units_to_read(ReplayOptions(url, {}, allow_gaps=allow_gaps))
     assert len(units) == 1
     return units[0]
 
@@ -159,7 +160,7 @@ def test_an_index_that_lies_about_the_chain_is_refused(sealed):
 
 def test_an_object_gone_after_the_plan_is_a_clear_error(sealed):
     store, url = sealed
-    _, units, _ = plan(ReplayOptions(url, {}))
+    _, units, _ = units_to_read(ReplayOptions(url, {}))
     store.remove(binlog_key("s", NAME))
     result = decode_unit(units[0], url, {})
     with pytest.raises(MysqlBackupError, match="archive changed during the replay"):
@@ -171,7 +172,7 @@ def test_a_bad_sealed_index_is_refused_by_name_before_spark(sealed, text):
     store, url = sealed
     store.put_bytes(binlog_key("s", NAME, index=True), text)
     with pytest.raises(CorruptBinlog, match=rf"s/binlog/{NAME}.json: .*index") as caught:
-        plan(ReplayOptions(url, {}))
+        units_to_read(ReplayOptions(url, {}))
     assert caught.value.exit_code == 6
 
 
@@ -226,7 +227,7 @@ def test_a_bad_segment_index_is_refused_by_name(partial, text):
     key = sorted(k for k in store.list("s/partial") if k.endswith(".json"))[0]
     store.put_bytes(key, text)
     with pytest.raises(CorruptBinlog, match=rf"^{key}: .*index"):
-        plan(ReplayOptions(url, {}))
+        units_to_read(ReplayOptions(url, {}))
 
 
 def unit(name, partial=False):
@@ -286,7 +287,7 @@ def test_the_suppress_use_flag_is_the_header_bit_0x8():
 
 def test_an_object_the_store_cannot_read_is_named(sealed):
     store, url = sealed
-    _, units, _ = plan(ReplayOptions(url, {}))
+    _, units, _ = units_to_read(ReplayOptions(url, {}))
     unreadable = dict(units[0], keys=["s/binlog"])  # a folder, not an object
     result = decode_unit(unreadable, url, {})
     assert result["error"]["kind"] == "unreadable"

@@ -11,10 +11,11 @@ import pytest
 from mysqlbackup.archive.store import ArchiveStore, parse_options
 from mysqlbackup.errors import UsageError
 from mysqlbackup.source.spec import SourceSpec
-from replay.job import ReplayOptions, run_replay
-from replay.planning.options import build_selection
-from replay.sinks.sqlfile import SqlFileSink
-from replay.sinks.target import TargetApplier
+from replay.job.plan import ReplayOptions
+from replay.job.run import run_replay
+from replay.job.planning.options import build_selection
+from replay.job.sinks.sqlfile import SqlFileSink
+from replay.job.sinks.target import TargetApplier
 from tests.helpers import REPO, Daemon, backup_dir, cli_env, wait_archived_to_the_end, wait_for
 
 TABLES = ["shop.customers", "shop.orders", "shop.ledger", "crm.notes"]

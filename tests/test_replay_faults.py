@@ -15,7 +15,7 @@ import pytest
 from mysqlbackup.stream.archiver import Archiver
 from mysqlbackup.archive.store import ArchiveStore
 from mysqlbackup.sandbox import MariaDBSandbox
-from replay.decoding.assemble import assemble
+from replay.job.decoding.assemble import assemble
 from tests.helpers import REPO, backup_dir, cli_env
 
 SOURCE = "fz1"

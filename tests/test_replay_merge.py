@@ -7,9 +7,10 @@ from mysqlbackup.stream.archiver import Archiver
 from mysqlbackup.archive.store import ArchiveStore
 from mysqlbackup.sandbox import MariaDBSandbox
 from mysqlbackup.source.spec import SourceSpec
-from replay.job import ReplayOptions, run_replay
-from replay.planning.options import build_selection
-from replay.sinks.target import ApplyError, TargetApplier
+from replay.job.plan import ReplayOptions
+from replay.job.run import run_replay
+from replay.job.planning.options import build_selection
+from replay.job.sinks.target import ApplyError, TargetApplier
 from tests.helpers import backup_dir
 
 SCHEMA = ["CREATE DATABASE m",
@@ -110,7 +111,7 @@ def test_a_refused_merged_commit_is_redone_one_by_one_naming_the_transaction(
 
 def test_a_connection_lost_in_a_merged_commit_stops_and_the_rerun_resumes(
         merged_source, make_server, spark, monkeypatch):
-    from replay.sinks.session import FRAGMENT_BINLOG, TargetSession
+    from replay.job.sinks.session import FRAGMENT_BINLOG, TargetSession
     target, spec = new_target(make_server, 15)
     opts = ReplayOptions(merged_source["url"], {},
                          selection=build_selection(start_gtid=merged_source["start"]))
@@ -153,7 +154,7 @@ class Cut(Exception):
 
 def test_a_ddl_cut_off_before_its_checkpoint_counts_as_applied_on_the_rerun(
         merged_source, make_server, spark, monkeypatch):
-    from replay.sinks.session import TargetSession
+    from replay.job.sinks.session import TargetSession
     target, spec = new_target(make_server, 10)
     opts = ReplayOptions(merged_source["url"], {},
                          selection=build_selection(start_gtid=merged_source["start"]))

@@ -6,12 +6,13 @@ import time
 from mysqlbackup.stream.archiver import Archiver
 from mysqlbackup.archive.store import ArchiveStore
 from mysqlbackup.source.spec import SourceSpec
-from replay.decoding.assemble import assemble
-from replay.decoding.groups import batches
-from replay.decoding.transaction import Transaction
-from replay.job import ReplayOptions, run_replay
-from replay.planning.options import build_selection
-from replay.sinks.target import TargetApplier
+from replay.job.decoding.assemble import assemble
+from replay.job.decoding.groups import batches
+from replay.job.decoding.transaction import Transaction
+from replay.job.plan import ReplayOptions
+from replay.job.run import run_replay
+from replay.job.planning.options import build_selection
+from replay.job.sinks.target import TargetApplier
 from tests.helpers import backup_dir, read
 
 TABLES = ["par.a", "par.b"]

@@ -6,7 +6,7 @@ inside an event, bad magic), fed to ``StreamAssembly`` in chunks of 1 byte, 1000
 bytes and 1 MB: the same transactions, facts, fingerprint, or the same error at the
 same offset, as ``assemble`` + ``detach_events`` on the whole bytes; ``StreamAttach``
 as ``attach_events``. Memory: a ~160 MB binlog with 2 MB rows events made by a real
-MariaDB, archived plain and zstd+age, decoded by ``replay.job.decode_unit`` in a fresh
+MariaDB, archived plain and zstd+age, decoded by ``replay.job.tasks.decode_unit`` in a fresh
 process (``scripts/measure_decode_memory.py --child``) whose peak RSS grows by a
 fraction of the file."""
 
@@ -24,9 +24,9 @@ import pytest
 from mysqlbackup.archive.codec import keyring_from
 from mysqlbackup.errors import CorruptBinlog
 from mysqlbackup.sandbox import find_binary
-from replay.decoding.assemble import (StreamAssembly, StreamAttach, assemble, attach_events,
+from replay.job.decoding.assemble import (StreamAssembly, StreamAttach, assemble, attach_events,
                                       detach_events)
-from replay.job import ReplayOptions, plan
+from replay.job.plan import ReplayOptions, units_to_read
 from tests.conftest import SHARED_BINLOGS
 from tests.helpers import REPO, read
 
@@ -146,7 +146,7 @@ def big(tmp_path_factory):
 def test_a_decode_task_holds_an_event_not_the_file(big, kind):
     workdir, binlogs, archives = big
     url, identity = archives[kind]
-    _, units, _ = plan(ReplayOptions(archive_url=url, keyring=keyring_from(identity)))
+    _, units, _ = units_to_read(ReplayOptions(archive_url=url, keyring=keyring_from(identity)))
     unit = units[0]
     path = os.path.join(binlogs, unit["name"])
     size = os.path.getsize(path)

@@ -8,11 +8,11 @@ from mysqlbackup.binlog import events as ev
 from mysqlbackup.binlog.position import Position
 from mysqlbackup.binlog.scan import iter_events
 from mysqlbackup.errors import CorruptBinlog, ResyncRequired, UsageError
-from replay.decoding.assemble import assemble, attach_events, detach_events
-from replay.decoding.transaction import Transaction
-from replay.planning.options import build_selection, parse_datetime
-from replay.planning.units import drop_before_start, pick_source, plan_units
-from replay.sinks.statements import step_sql, transaction_steps
+from replay.job.decoding.assemble import assemble, attach_events, detach_events
+from replay.job.decoding.transaction import Transaction
+from replay.job.planning.options import build_selection, parse_datetime
+from replay.job.planning.units import drop_before_start, pick_source, plan_units
+from replay.job.sinks.statements import step_sql, transaction_steps
 from tests.helpers import read
 
 MARIA = "rust_mysql_common/mariadb-bin.000001"
@@ -89,7 +89,7 @@ def test_steps_of_a_real_mariadb_transaction(shared_binlog):
 
 
 def test_only_row_transactions_committed_by_an_xid_may_share_a_commit(shared_binlog):
-    from replay.sinks.statements import mergeable
+    from replay.job.sinks.statements import mergeable
     data = read(shared_binlog("gh-ost/mysql-bin.000066"))  # 2 DDL, then 11 row trx
     transactions, _, fde_event = assemble(data, "mysql-bin.000066")
     fde = ev.parse_format_description(fde_event)
@@ -99,7 +99,7 @@ def test_only_row_transactions_committed_by_an_xid_may_share_a_commit(shared_bin
 
 
 def test_binlog_statements_are_cut_only_where_a_row_statement_ends(shared_binlog):
-    from replay.sinks.statements import binlog_chunks, row_events
+    from replay.job.sinks.statements import binlog_chunks, row_events
     data = read(shared_binlog("gh-ost/mysql-bin.000066"))
     transactions, _, fde_event = assemble(data, "mysql-bin.000066")
     fde = ev.parse_format_description(fde_event)
@@ -167,8 +167,8 @@ def test_pick_source():
 
 
 def test_rewrite_db_rebuilds_table_maps(shared_binlog):
-    from replay.decoding.assemble import table_of
-    from replay.decoding.rewrite import parse_rewrites, rewrite_transaction
+    from replay.job.decoding.assemble import table_of
+    from replay.job.decoding.rewrite import parse_rewrites, rewrite_transaction
     data = read(shared_binlog(MARIA))
     transactions, _, _ = assemble(data, "mariadb-bin.000001")
     trx = rewrite_transaction(transactions[0], parse_rewrites(["toddy_test:restored_copy"]),
@@ -204,7 +204,7 @@ def test_query_status_vars_of_real_files(shared_binlog):
 
 
 def test_what_a_ddl_says_when_it_runs_a_second_time():
-    from replay.sinks.statements import errors_if_already_applied as again
+    from replay.job.sinks.statements import errors_if_already_applied as again
     assert 1060 in again(b"ALTER TABLE m.t ADD COLUMN n INT")
     assert again(b"/* from the app */ CREATE TABLE IF NOT EXISTS a (x INT)") == {1050}
     assert again(b"CREATE TABLE x LIKE missing") == {1050}  # not 1146: that is real

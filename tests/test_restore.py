@@ -23,7 +23,7 @@ from mysqlbackup.binlog.names import binlog_sort_key
 from mysqlbackup.errors import UsageError
 from mysqlbackup.sandbox import MariaDBSandbox, find_binary
 from mysqlbackup.source.spec import SourceSpec
-from replay.planning.options import build_selection
+from replay.job.planning.options import build_selection
 from replay.restore.run import RestoreOptions, run_restore
 from replay.restore.target import TargetNotEmpty
 from tests.helpers import (REPO, Daemon, caught_up, cli_env, current_binlog, run_cli,

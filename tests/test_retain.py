@@ -19,7 +19,7 @@ from mysqlbackup.archive.listing import ArchiveListing
 from mysqlbackup.archive.store import ArchiveStore
 from mysqlbackup.retention.prune import retain, retainer
 from mysqlbackup.source.spec import SourceSpec
-from replay.planning.options import build_selection
+from replay.job.planning.options import build_selection
 from replay.restore.run import RestoreOptions, run_restore
 from tests.helpers import current_binlog, module_primary, run_cli
 

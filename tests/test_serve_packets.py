@@ -10,7 +10,7 @@ from pymysql._auth import scramble_native_password
 from mysqlbackup.binlog import events as ev
 from mysqlbackup.binlog.gtid import MariaGtidPos
 from mysqlbackup.errors import UsageError
-from replay.decoding.transaction import Transaction
+from replay.job.decoding.transaction import Transaction
 from replay.serve import packets as pk
 from replay.serve.cli import parse_listen
 from replay.serve.feed import (NOT_IN_INDEX, STATE_TOO_OLD, DumpError, DumpStart,
@@ -222,7 +222,7 @@ def test_parse_listen():
 
 
 def test_start_server_refuses_filters():
-    from replay.planning.selection import Selection
+    from replay.job.planning.selection import Selection
     from replay.serve.server import ServeOptions, start_server
     for selection in (Selection(databases={"d"}), Selection(tables={"d.t"}),
                       Selection(rewrite={"a": "b"})):

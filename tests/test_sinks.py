@@ -5,11 +5,11 @@ import pickle
 
 import pytest
 
-from replay.decoding.transaction import Transaction
-from replay.sinks.base import Sink
-from replay.sinks.parquet import ParquetSink
-from replay.sinks.sqlfile import SqlFileSink
-from replay.sinks.target import TargetApplier
+from replay.job.decoding.transaction import Transaction
+from replay.job.sinks.base import Sink
+from replay.job.sinks.parquet import ParquetSink
+from replay.job.sinks.sqlfile import SqlFileSink
+from replay.job.sinks.target import TargetApplier
 
 SINKS = [TargetApplier, SqlFileSink, ParquetSink]
 CALLED = ["open", "is_applied", "apply_many", "close"]

@@ -8,7 +8,7 @@ archive promises of it: its index (a binlog file or segment) or its manifest (a 
 Nothing is held whole.
 
 Every reader of the archive goes through ``read_object``: the replay's Spark tasks and
-its driver, ``serve``'s feed and ``archive find`` (``replay.job.stream_unit``), the
+its driver, ``serve``'s feed and ``archive find`` (``replay.job.tasks.stream_unit``), the
 restore's load of a base and its extraction (``replay.restore.load``), ``archive verify``
 and the importer's comparison with a local file. ``Promise`` says what the index or the
 manifest promises; ``problem`` says why what was read is not that.

@@ -15,7 +15,7 @@ from dataclasses import dataclass
 
 from mysqlbackup.archive.window import Stop, epoch
 from mysqlbackup.binlog.gtid import MariaGtidPos
-from replay.planning.selection import BOOKKEEPING_SCHEMA
+from replay.job.planning.selection import BOOKKEEPING_SCHEMA
 
 SHOWN = 5  # GTIDs named in a problem, at most
 

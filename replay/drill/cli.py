@@ -40,7 +40,7 @@ def drill(archive_url, archive_option, source_name, stop_datetime, workdir, keep
     from mysqlbackup.archive.codec import keyring_from
     from mysqlbackup.archive.store import parse_options
     from replay.drill.run import DrillOptions, run_drill
-    from replay.planning.options import build_selection
+    from replay.job.planning.options import build_selection
     from replay.restore.run import RestoreOptions
     if not archive_url:
         raise click.UsageError("--archive is required")

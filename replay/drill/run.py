@@ -60,7 +60,7 @@ def run_drill(opts, progress=None):
     """Run the drill; returns a DrillReport (``problems`` empty when it passed)."""
     progress = progress or (lambda line: None)
     report = DrillReport()
-    planned = _plan(opts.restore, report)  # before any scratch server: bad input costs none
+    planned = _restore_plan(opts.restore, report)  # before any scratch server: bad input costs none
     if planned is None:
         return report
     basedir = tempfile.mkdtemp(prefix="mysqlbackup-drill-", dir=opts.workdir)
@@ -80,7 +80,7 @@ def run_drill(opts, progress=None):
     return report
 
 
-def _plan(ropts, report):
+def _restore_plan(ropts, report):
     """(RestorePlan, ReplayOptions) of the drill's restore, planned from the archive
     alone; None with the problem in ``report`` when none can be. Bad input and an
     archive that cannot be read (UsageError: among them no archive there, no such
@@ -145,13 +145,14 @@ def skipped_on_purpose(plan, replay_opts, missing):
     """The (domain, seq_no) among ``missing`` that the replay leaves out of the target's
     binlog on purpose: filtered out by its selection, or statements on its bookkeeping
     schema only (an earlier restore into the live source logged them there). Found by
-    decoding only the files that hold them, as a replay task does (``job.decode_unit``)."""
+    decoding only the files that hold them, as a replay task does (``job.tasks.decode_unit``)."""
     if not missing:
         return frozenset()
-    from replay.job import attach_unit, decode_unit
-    from replay.job import plan as plan_units
+    from replay.job.run import attach_unit
+    from replay.job.tasks import decode_unit
+    from replay.job.plan import units_to_read
     keys = {s.key for s in plan.choice.spans if _holds_any(s, missing)}
-    _, units, _ = plan_units(replay_opts)
+    _, units, _ = units_to_read(replay_opts)
     found, args = set(), (replay_opts.archive_url, replay_opts.archive_options,
                           replay_opts.keyring)
     for unit in (u for u in units if (u["epoch"], u["name"]) in keys):

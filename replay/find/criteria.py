@@ -16,7 +16,7 @@ from datetime import datetime, timezone
 from fnmatch import fnmatchcase
 
 from mysqlbackup.errors import UsageError
-from replay.planning.options import parse_datetime
+from replay.job.planning.options import parse_datetime
 
 KINDS = ("insert", "update", "delete", "ddl")
 _INDEX_TIME = "%Y-%m-%dT%H:%M:%SZ"

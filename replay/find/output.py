@@ -11,7 +11,7 @@ The GTID comes first, so ``cut -d' ' -f1`` gives it.
 
 import json
 
-from replay.decoding.summary import format_changes
+from replay.job.decoding.summary import format_changes
 
 CHANGES_SHOWN = 10
 

@@ -3,11 +3,11 @@ a ``FileScan``, the matches handed out as they are found (archive I/O here; the 
 pure).
 
 The files are those a replay of the source would read, in the same order, planned from
-the indexes alone (``replay.job.plan``: every epoch of the source's history, the
+the indexes alone (``replay.job.plan.units_to_read``: every epoch of the source's history, the
 newest file's segments, a later epoch's copies of the one before left out); holes in
 the chain do not stop a search (``verify`` is for those). A file whose index shows that
 it committed nothing in the time range is not read. Each object is read in ranged reads
-and decoded (zstd, age) as it streams in (``replay.job.stream_unit``): memory holds one
+and decoded (zstd, age) as it streams in (``replay.job.tasks.stream_unit``): memory holds one
 read chunk and one event, whatever the file's size.
 """
 
@@ -17,8 +17,9 @@ from dataclasses import dataclass
 from mysqlbackup.binlog.gtid import guess_flavor, parse_gtid_set
 from mysqlbackup.errors import CorruptBinlog, MysqlBackupError, mask_url
 from replay.find.scan import FileScan
-from replay.job import ReplayOptions, bare_message, plan, stream_unit
-from replay.planning.units import object_at
+from replay.job.plan import ReplayOptions, units_to_read
+from replay.job.tasks import bare_message, stream_unit
+from replay.job.planning.units import object_at
 
 
 @dataclass
@@ -54,7 +55,7 @@ def plan_search(archive_url, archive_options, source_name, keyring):
     """(source, units) of the search: what a replay of the whole archive would read."""
     opts = ReplayOptions(archive_url, archive_options or {}, source_name, allow_gaps=True,
                          keyring=keyring)
-    source, units, _ = plan(opts)
+    source, units, _ = units_to_read(opts)
     return source, units
 
 

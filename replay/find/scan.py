@@ -24,8 +24,8 @@ from mysqlbackup.binlog import events as ev
 from mysqlbackup.binlog.scan import EventStream
 from mysqlbackup.binlog.transactions import IN_TRX, INERT_IN_TRX, OUTSIDE, TrxTracker
 from mysqlbackup.errors import CorruptBinlog
-from replay.decoding.rowcount import ROW_KINDS
-from replay.decoding.summary import ChangeCollector, make_summary, readable
+from replay.job.decoding.rowcount import ROW_KINDS
+from replay.job.decoding.summary import ChangeCollector, make_summary, readable
 
 HEADER_EVENTS = frozenset({ev.FORMAT_DESCRIPTION, ev.ROTATE, ev.STOP, ev.PREVIOUS_GTIDS,
                            ev.MARIA_GTID_LIST, ev.MARIA_BINLOG_CHECKPOINT,

@@ -32,7 +32,7 @@ import pymysql
 from mysqlbackup.archive.window import epoch
 from mysqlbackup.binlog.gtid import MariaGtidPos
 from mysqlbackup.errors import MysqlBackupError, UsageError
-from replay.sinks.session import connect_target
+from replay.job.sinks.session import connect_target
 
 log = logging.getLogger(__name__)
 
@@ -64,7 +64,7 @@ class End:
 
 
 def expected_end(units, selection, start, url, options, keyring=None):
-    """The End of a replay of the planned ``units`` (replay.job.plan) under
+    """The End of a replay of the planned ``units`` (replay.job.plan.units_to_read) under
     ``selection`` from the GTID position ``start``: from the indexes, and from the
     transactions of the one file a stop point falls in (decoded here, no Spark)."""
     end, last = start.copy(), (None, None)
@@ -95,7 +95,7 @@ def _may_hold_stop(index, selection):
 
 def _walk_unit(unit, selection, start, url, options, keyring, last):
     """The End inside ``unit`` (None: the stop is not in it)."""
-    from replay.job import decode_unit
+    from replay.job.tasks import decode_unit
     result = decode_unit(unit, url, options, keyring)
     if result["error"]:
         raise MysqlBackupError(f"{unit['where']}: {result['error']['message']}")
@@ -444,11 +444,11 @@ def run_native(replay_opts, spec, threads=4, fresh=False, progress=None, timeout
     """Apply what the replay ``replay_opts`` selects (from its start GTIDs to its stop
     point) to the target ``spec`` through its replication applier, fed by
     ``replay.serve`` started on loopback for the run; returns the summary dict."""
-    from replay.job import plan
+    from replay.job.plan import units_to_read
     selection = replay_opts.selection
     check_selection(selection)
     check_local(spec)
-    source, units, _ = plan(replay_opts)
+    source, units, _ = units_to_read(replay_opts)
     start = selection.start_gtids
     end = expected_end(units, selection, start, replay_opts.archive_url,
                        replay_opts.archive_options, replay_opts.keyring)

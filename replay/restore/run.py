@@ -2,7 +2,7 @@
 replay, report (each phase timed).
 
 The replay applies the binlogs as statements (``apply='statements'``: the replay
-job's sink, ``replay.sinks.target``) or through the target's own replication
+job's sink, ``replay.job.sinks.target``) or through the target's own replication
 applier fed by ``replay.serve`` (``apply='native'``: ``replay.restore.native``).
 
 Nothing touches the target before the plan is proved from the archive's
@@ -25,8 +25,8 @@ from mysqlbackup.archive.listing import ArchiveListing
 from mysqlbackup.archive.store import ArchiveStore
 from mysqlbackup.archive.window import iso
 from mysqlbackup.errors import CorruptBinlog, MysqlBackupError, UsageError
-from replay.planning.selection import Selection
-from replay.planning.units import pick_source
+from replay.job.planning.selection import Selection
+from replay.job.planning.units import pick_source
 from replay.restore.plan import describe, make_plan, stop_of
 
 log = logging.getLogger(__name__)
@@ -227,7 +227,7 @@ def plan_restore(store, opts):
     """(RestorePlan, ReplayOptions) from the archive's listing, indexes and manifests;
     the replay's own plan is made too, so that every check it makes (a file without
     its object, sizes as listed) fails now, before the target is touched."""
-    from replay.job import ReplayOptions, plan
+    from replay.job.plan import ReplayOptions, units_to_read
     listing = ArchiveListing(store)
     source = pick_source(listing.sources(), opts.source_name)
     runs, holes = listing.chain(source)
@@ -243,7 +243,7 @@ def plan_restore(store, opts):
                opts.keyring)
     if opts.apply == "native":
         check_native(opts, restore_plan)
-    plan(replay_opts)
+    units_to_read(replay_opts)
     return restore_plan, replay_opts
 
 
@@ -336,8 +336,8 @@ def _replay(opts, replay_opts, progress, spark, fresh):
     if opts.apply == "native":
         from replay.restore.native import run_native
         return run_native(replay_opts, opts.target, opts.workers, fresh, progress)
-    from replay.job import run_replay
-    from replay.sinks.target import TargetApplier
+    from replay.job.run import run_replay
+    from replay.job.sinks.target import TargetApplier
 
     # a --table restore goes into a live server: new GTIDs of its own, its GTID state
     # no measure of what this restore applied (the checkpoint rows are)

@@ -12,7 +12,7 @@ recreates its tables). Nothing is written here before the plan has been proved.
 from dataclasses import dataclass
 
 from mysqlbackup.errors import UsageError
-from replay.sinks.session import connect_target
+from replay.job.sinks.session import connect_target
 
 # schemas a fresh server has, or that are the tool's own
 SYSTEM_SCHEMAS = ("mysql", "sys", "information_schema", "performance_schema",

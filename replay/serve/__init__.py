@@ -2,7 +2,7 @@
 
 Programmatic API (what ``restore --apply native`` calls)::
 
-    from replay.planning.options import build_selection
+    from replay.job.planning.options import build_selection
     from replay.serve.server import ServeOptions, start_server
 
     options = ServeOptions(archive_url, source_name="db1", listen=("127.0.0.1", 0),

@@ -347,7 +347,7 @@ class Connection:
         ``previous``: the end of what was sent before (the dump resumes at it)."""
         server = self.server
         try:
-            _, units, cut = server.plan()
+            _, units, cut = server.units()
         except MysqlBackupError as e:
             if previous is None:
                 raise

@@ -1,6 +1,6 @@
 """Archive objects -> the events of one binlog dump, as a primary would send them.
 
-``dump_events`` walks the planned units (``replay.job.plan``: sealed files and the
+``dump_events`` walks the planned units (``replay.job.plan.units_to_read``: sealed files and the
 newest file's segments, through the archive's codec) from where the replica asks:
 
 * by file:position (``COM_BINLOG_DUMP`` FILE, POS): the fake ROTATE to FILE:POS, the
@@ -34,8 +34,8 @@ from mysqlbackup.binlog.gtid import MariaGtidPos, gtid_text
 from mysqlbackup.binlog.scan import EventStream
 from mysqlbackup.binlog.transactions import OUTSIDE, TrxTracker, classify_sql
 from mysqlbackup.errors import CorruptBinlog, MysqlBackupError
-from replay.decoding.assemble import table_of
-from replay.decoding.transaction import Transaction
+from replay.job.decoding.assemble import table_of
+from replay.job.decoding.transaction import Transaction
 from replay.serve import packets as pk
 
 NOT_IN_INDEX = "Could not find first log file name in binary log index file"
@@ -177,7 +177,7 @@ def unit_chunks(unit, url, options, keyring=None):
     """The raw bytes of one unit, a chunk at a time, read (and decoded) by a thread
     ahead of the consumer (a few chunks at most). Each object's raw size and sha256
     are compared with its index at its end (CorruptBinlog naming it)."""
-    from replay.job import stream_unit
+    from replay.job.tasks import stream_unit
     chunks, closed = queue.Queue(maxsize=QUEUE_CHUNKS), threading.Event()
 
     def offer(item):
@@ -369,7 +369,7 @@ class DumpContext:
     are and the replica's settings."""
 
     chunks: object            # callable unit -> iterator of raw chunks
-    selection: object         # replay.planning.selection.Selection
+    selection: object         # replay.job.planning.selection.Selection
     server_id: int
     checksum: bool            # the server's binlog_checksum (the fake events' CRC32)
     cut_reason: str = None    # why the plan left the archive's later files out

@@ -31,7 +31,7 @@ from mysqlbackup.binlog import events as ev
 from mysqlbackup.binlog.gtid import MariaGtidPos
 from mysqlbackup.binlog.names import binlog_sort_key
 from mysqlbackup.errors import UsageError, mask_url
-from replay.planning.selection import Selection
+from replay.job.planning.selection import Selection
 from replay.serve import packets as pk
 from replay.serve.connection import Connection
 from replay.serve.feed import gtid_state_at
@@ -51,7 +51,7 @@ GTID_POS_TTL = 1.0        # @@gtid_binlog_pos: the archive's end, looked up at m
 @dataclass
 class ServeOptions:
     """What to serve, where, to whom. ``selection`` is a replay Selection
-    (``replay.planning.options.build_selection``): its stop point and exclusions
+    (``replay.job.planning.options.build_selection``): its stop point and exclusions
     apply; ``listen`` port 0 picks a free port (``ServeHandle.port``)."""
 
     archive_url: str
@@ -163,7 +163,7 @@ class _Server:
         self.keyring = options.keyring or keyring_from(options.identity)
         self.stored_hash = pk.password_hash(options.password)
         self.tls_context = _tls_context(options.tls_cert, options.tls_key)
-        self.source, units, _ = self.plan()
+        self.source, units, _ = self.units()
         self.facts = self._facts(units)
         self.listener = _listen(options.listen)
         self.lock, self.ended = threading.Condition(), None
@@ -181,14 +181,14 @@ class _Server:
 
     # -- archive ---------------------------------------------------------------------
 
-    def plan(self):
+    def units(self):
         """(source, units, True when a stop datetime left later files out), as the
         archive holds them now (replay's own planning)."""
-        from replay.job import ReplayOptions, plan
+        from replay.job.plan import ReplayOptions, units_to_read
         opts = ReplayOptions(self.options.archive_url, dict(self.options.storage_options),
                              self.options.source_name, self.options.selection,
                              keyring=self.keyring)
-        return plan(opts)
+        return units_to_read(opts)
 
     def newest_index(self, file, what, epoch=None):
         """``_newest_index`` of the archive as it is now (one listing, at most one index

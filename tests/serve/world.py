@@ -3,7 +3,7 @@ files, and the helpers that start serve, attach a replica to it and wait."""
 
 import pymysql
 
-from replay.planning.options import build_selection
+from replay.job.planning.options import build_selection
 from replay.serve.server import ServeOptions, start_server
 from tests.helpers import wait_for
 

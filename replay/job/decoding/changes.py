@@ -40,7 +40,7 @@ Values in the JSON images, encoded deterministically:
   MariaDB JSON (a LONGTEXT): its text; MySQL JSON (type 245, binary in the
   rows event): its text as MySQL prints it (``SELECT col``): keys in stored
   order, integers and doubles as MySQL writes them, DECIMAL with its scale,
-  dates and times quoted (``replay.decoding.mysqljson``); a top-level string
+  dates and times quoted (``replay.job.decoding.mysqljson``); a top-level string
   keeps its quotes ('"hello"'), the JSON null literal is 'null' (SQL NULL: null);
 - NULL: null. A zero or invalid DATE/DATETIME ('0000-00-00') also becomes
   null: the library does not return it. A column missing from a row image
@@ -66,7 +66,7 @@ from pymysqlreplication.packet import BinLogPacketWrapper
 
 from mysqlbackup.binlog import events as ev
 from mysqlbackup.errors import CorruptBinlog, MysqlBackupError
-from replay.decoding.mysqljson import json_text
+from replay.job.decoding.mysqljson import json_text
 
 PARTIAL_UPDATE_ROWS = 39  # MySQL: an update whose JSON columns may be diffs (PARTIAL_JSON)
 OPS = {23: "insert", 30: "insert", 24: "update", 31: "update", 25: "delete", 32: "delete"}
@@ -143,7 +143,7 @@ def _table_map(event, table_map, reader, trx):
 
 def decode_event(event, table_map, reader, trx):
     """The decoder's event object for one raw TABLE_MAP or rows event (what
-    ``iter_changes`` reads; ``replay.decoding.rowtext`` writes its rows as comments),
+    ``iter_changes`` reads; ``replay.job.decoding.rowtext`` writes its rows as comments),
     ``table_map`` filled as the library's stream fills it; ChangeDecodeError (or
     CorruptBinlog) naming the file and position when it does not decode."""
     return _library_event(event, table_map, reader, trx)
@@ -178,7 +178,7 @@ def _library_event(event, table_map, reader, trx):
 
 class _MySQLPacket(BinLogPacketWrapper):
     """The library's packet for a MySQL source: a JSON column (type 245) is read as the
-    text MySQL prints for it (``replay.decoding.mysqljson``), not the library's guess."""
+    text MySQL prints for it (``replay.job.decoding.mysqljson``), not the library's guess."""
 
     def read_binary_json(self, size, is_partial):
         if is_partial:  # PARTIAL_UPDATE_ROWS never gets here (iter_changes refuses it)

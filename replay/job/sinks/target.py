@@ -24,12 +24,12 @@ from mysqlbackup.binlog.gtid import MariaGtidPos, MysqlGtidSet, guess_flavor, pa
 from mysqlbackup.binlog.position import Position
 from mysqlbackup.binlog.query_vars import RESET_SESSION
 from mysqlbackup.errors import MysqlBackupError
-from replay.decoding.groups import batches
-from replay.sinks.base import Sink
-from replay.sinks.parallel import run_batch
-from replay.sinks.script import add_gtid, checkpoint_sql, script_transaction
-from replay.sinks.session import LOCK_WAIT_TIMEOUT, connect
-from replay.sinks.statements import (BINLOG_CAP, MYSQL_GTID_AUTOMATIC, binlog_chunks, errors_if_already_applied,
+from replay.job.decoding.groups import batches
+from replay.job.sinks.base import Sink
+from replay.job.sinks.parallel import run_batch
+from replay.job.sinks.script import add_gtid, checkpoint_sql, script_transaction
+from replay.job.sinks.session import LOCK_WAIT_TIMEOUT, connect
+from replay.job.sinks.statements import (BINLOG_CAP, MYSQL_GTID_AUTOMATIC, binlog_chunks, errors_if_already_applied,
                                      mergeable, row_events)
 
 log = logging.getLogger(__name__)

@@ -5,8 +5,8 @@ from datetime import datetime, timezone
 from mysqlbackup.binlog.gtid import guess_flavor, parse_gtid_set, parse_one
 from mysqlbackup.binlog.position import parse_position
 from mysqlbackup.errors import UsageError
-from replay.decoding.rewrite import parse_rewrites
-from replay.planning.selection import Selection
+from replay.job.decoding.rewrite import parse_rewrites
+from replay.job.planning.selection import Selection
 
 
 def parse_datetime(text):

@@ -26,7 +26,7 @@ images do not end exactly at its end.
 import struct
 
 from mysqlbackup.binlog import events as ev
-from replay.decoding.sqltext import printable
+from replay.job.decoding.sqltext import printable
 
 # event type -> the kind of change its rows are
 ROW_KINDS = {23: "insert", 30: "insert", 24: "update", 31: "update", 39: "update",

@@ -3,11 +3,11 @@
 A script's body is what a session sends (SQL text, the source's statement bytes,
 BinlogPackets); its ``commit`` writes the checkpoint row in the same commit. A
 statement that commits by itself (DDL) is announced in ``pending_ddl`` first
-and recorded after, both unlogged (``replay.sinks.target`` explains why).
+and recorded after, both unlogged (``replay.job.sinks.target`` explains why).
 """
 
-from replay.sinks.session import BinlogPacket
-from replay.sinks.statements import (MYSQL_GTID_AUTOMATIC, gtid_session, mysql_gtid,
+from replay.job.sinks.session import BinlogPacket
+from replay.job.sinks.statements import (MYSQL_GTID_AUTOMATIC, gtid_session, mysql_gtid,
                                      transaction_steps)
 
 

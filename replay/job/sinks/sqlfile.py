@@ -8,10 +8,10 @@ its rows as ``###`` comments, a row a line, and the annotated queries as ``#Q>``
 """
 
 from mysqlbackup.archive.index import utc
-from replay.decoding.rowtext import ROW_CAP, VALUE_CAP, RowText
-from replay.decoding.summary import ChangeCollector, format_changes
-from replay.sinks.base import Sink
-from replay.sinks.statements import (MYSQL_GTID_AUTOMATIC, binlog_statement, gtid_session,
+from replay.job.decoding.rowtext import ROW_CAP, VALUE_CAP, RowText
+from replay.job.decoding.summary import ChangeCollector, format_changes
+from replay.job.sinks.base import Sink
+from replay.job.sinks.statements import (MYSQL_GTID_AUTOMATIC, binlog_statement, gtid_session,
                                      mysql_gtid, step_sql, transaction_steps)
 
 HEADER = ("-- mysqlbackup replay: apply with `mariadb < FILE` or MySQL's `mysql < FILE`, as "

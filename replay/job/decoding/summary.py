@@ -24,8 +24,8 @@ from typing import NamedTuple, Optional
 from mysqlbackup.archive.index import utc
 from mysqlbackup.binlog import events as ev
 from mysqlbackup.binlog.gtid import gtid_text
-from replay.decoding.rowcount import ROW_KINDS, TableLayout, count_rows, table_id_size
-from replay.decoding.sqltext import printable, statement_kind, statement_tables
+from replay.job.decoding.rowcount import ROW_KINDS, TableLayout, count_rows, table_id_size
+from replay.job.decoding.sqltext import printable, statement_kind, statement_tables
 
 STATEMENT_CAP = 300   # characters of a statement kept
 _READ_CAP = 4096      # bytes of a statement read to find its kind, tables and text

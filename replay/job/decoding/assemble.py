@@ -2,7 +2,7 @@
 
 A transaction is a group as ``mysqlbackup.transactions.TrxTracker`` defines it
 (GTID or BEGIN ... XID/COMMIT, a DDL alone), made a ``Transaction``
-(``replay.decoding.transaction``). Each carries its GTID, file,
+(``replay.job.decoding.transaction``). Each carries its GTID, file,
 start/end position, commit time, the tables it touches, its raw events, its
 commit group (``replay.groups``) and how many rows events it holds. A
 group still open at the end of the bytes is incomplete: it is returned apart,
@@ -24,8 +24,8 @@ from mysqlbackup.binlog.gtid import gtid_text
 from mysqlbackup.binlog.scan import EventStream, check_magic, iter_events, read_fde
 from mysqlbackup.binlog.transactions import OUTSIDE, TrxTracker
 from mysqlbackup.errors import CorruptBinlog
-from replay.decoding.groups import commit_group
-from replay.decoding.transaction import Transaction
+from replay.job.decoding.groups import commit_group
+from replay.job.decoding.transaction import Transaction
 
 # Events replay can apply; anything else inside a transaction is refused by name.
 APPLIABLE = ev.PLAIN_ROWS_EVENTS | {ev.QUERY, ev.XID, ev.TABLE_MAP, ev.INTVAR,

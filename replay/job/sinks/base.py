@@ -1,6 +1,6 @@
 """What the replay job asks of a sink (the target, an SQL file, a Parquet table).
 
-``replay.job.run_replay`` opens the sink with the source's name, asks it which
+``replay.job.run.run_replay`` opens the sink with the source's name, asks it which
 transactions it already holds (``is_applied``), hands it each file's chosen
 transactions in commit order (``apply_many``) and closes it, also after an error.
 Afterwards it reads the summary attributes below. A sink that takes one

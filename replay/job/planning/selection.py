@@ -12,10 +12,10 @@ from mysqlbackup.binlog import events as ev
 from mysqlbackup.archive.window import contains
 from mysqlbackup.binlog.gtid import one_text
 from mysqlbackup.binlog.position import Position
-from replay.decoding.assemble import table_of
+from replay.job.decoding.assemble import table_of
 
 
-# the schema where a replay keeps its checkpoint on the target (replay.sinks.session);
+# the schema where a replay keeps its checkpoint on the target (replay.job.sinks.session);
 # a replay into a live server logs its rows there, and they must not be replayed again
 BOOKKEEPING_SCHEMA = "mysqlbackup_replay"
 

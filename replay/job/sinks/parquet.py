@@ -27,8 +27,8 @@ import pyarrow.parquet as pq
 from mysqlbackup.archive.store import s3_client_options
 from mysqlbackup.durable import open_durably
 from mysqlbackup.errors import UsageError
-from replay.decoding.changes import iter_changes
-from replay.sinks.base import Sink
+from replay.job.decoding.changes import iter_changes
+from replay.job.sinks.base import Sink
 
 ROWS_PER_PART = 100_000
 BYTES_PER_PART = 128 << 20

@@ -45,9 +45,9 @@ import struct
 from pymysqlreplication.constants import FIELD_TYPE, NONE_SOURCE
 
 from mysqlbackup.binlog import events as ev
-from replay.decoding.changes import OPS, Reader, decode_event, event_position, time_text
-from replay.decoding.rowcount import table_id_size
-from replay.decoding.sqltext import printable
+from replay.job.decoding.changes import OPS, Reader, decode_event, event_position, time_text
+from replay.job.decoding.rowcount import table_id_size
+from replay.job.decoding.sqltext import printable
 
 VALUE_CAP = 256      # characters of one value shown
 ROW_CAP = 4096       # characters of one row line

@@ -1,6 +1,6 @@
 """One complete transaction of a binlog, as the replay carries it (pure).
 
-``replay.decoding.assemble`` makes them; a Spark task sends them to the driver
+``replay.job.decoding.assemble`` makes them; a Spark task sends them to the driver
 without their bytes (``events`` None, ``event_lengths`` instead: see
 ``assemble.detach_events``), the driver gives the bytes back, chooses, filters,
 rewrites and hands them to a sink. A module-level dataclass, so it pickles.
@@ -24,7 +24,7 @@ class Transaction:
     tables: list = field(default_factory=list)   # 'db.table' of its TABLE_MAPs, sorted
     events: list = None        # raw events (bytes), None while detached
     db: str = None             # default schema of its first statement
-    group: tuple = None        # commit group (replay.decoding.groups), None: runs alone
+    group: tuple = None        # commit group (replay.job.decoding.groups), None: runs alone
     rows_events: int = 0
     event_lengths: list = None  # while detached: the length of each event, in order
     db_map: dict = None        # --rewrite-db mapping its statements run under

@@ -17,7 +17,7 @@ from mysqlbackup.source.connect import ACCESS_DENIED, denied, tls_failure
 from mysqlbackup.source.connect import connect as tls_connect
 from mysqlbackup.source.protocol import (COM_STMT_EXECUTE, COM_STMT_PREPARE, parse_prepare_ok,
                                          stmt_execute_blob_args)
-from replay.sinks.statements import binlog_statement
+from replay.job.sinks.statements import binlog_statement
 
 CHECKPOINT_DDL = (
     "CREATE TABLE IF NOT EXISTS mysqlbackup_replay.checkpoint (source VARCHAR(128) NOT NULL, "

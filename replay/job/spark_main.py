@@ -1,7 +1,7 @@
 """Entry point for spark-submit (the package shipped as a zip or wheel)::
 
     python -c "import shutil; shutil.make_archive('mysqlbackup', 'zip', '.', ...)"  # or a wheel
-    spark-submit --master spark://HOST:7077 --py-files mysqlbackup.zip replay/spark_main.py \\
+    spark-submit --master spark://HOST:7077 --py-files mysqlbackup.zip replay/job/spark_main.py \\
         replay --archive s3://bucket/prefix --target mysql://USER@HOST:3306 --stop-datetime ...
 
 The arguments are those of ``mysqlbackup``; spark-submit's --master is used.

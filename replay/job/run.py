@@ -1,0 +1,248 @@
+"""The driver of the PySpark replay job: decode one file per Spark task, check, apply.
+
+The driver lists the units (files) from the archive's indexes (``replay.job.plan.units_to_read``),
+Spark decodes them in parallel (``replay.job.tasks``: each task opens its file through
+fsspec on the executor, checks magic and every CRC, hashes each object and assembles
+complete transactions, handed back without their bytes), the driver checks each unit
+against its indexes and the unit before it (``planning.units.check_decoded``,
+``check_link``) before anything of its window is applied, reads each file again, proves
+it is the one decoded and cuts the events out (``attach_unit``), and applies the
+transactions in commit order to one sink (``replay.job.sinks``), a window of files at a
+time so that memory stays bounded.
+"""
+
+import logging
+import os
+import time
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import replace
+
+from mysqlbackup.binlog import events as ev
+from mysqlbackup.errors import MysqlBackupError, UsageError, mask_url
+from replay.job.decoding.rewrite import rewrite_transaction
+from replay.job.plan import units_to_read
+from replay.job.planning.units import check_decoded, check_digests, check_link
+from replay.job.progress import Progress
+from replay.job.spark import spark_session
+from replay.job.tasks import decode_unit, digest_unit, stream_unit
+
+log = logging.getLogger(__name__)
+
+
+def attach_unit(result, unit, url, options, keyring=None):
+    """Driver side: the unit's bytes, read again (streamed: only the transactions'
+    events are kept) and proved equal to the decoded ones, into ``result``."""
+    from replay.job.decoding.assemble import StreamAttach
+    cut = StreamAttach(result["transactions"])
+    try:
+        stream_unit(unit, url, options, cut.feed, keyring)
+    except FileNotFoundError as e:  # the newest file's segments go once it is sealed
+        raise MysqlBackupError(f"the archive changed during the replay: {mask_url(e)} is "
+                               f"gone (the newest file {unit['name']} was sealed meanwhile?); "
+                               "run the replay again: it resumes where this one stopped"
+                               ) from None
+    cut.finish(unit["where"], result["fingerprint"])
+    return result
+
+
+class ChainCheck:
+    """Driver side: each decoded unit checked against its indexes and against the unit
+    replayed before it (across windows), before anything of it is applied."""
+
+    def __init__(self, allow_gaps):
+        self.allow_gaps, self.previous = allow_gaps, None
+
+    def check(self, unit, result):
+        """Raise CorruptBinlog naming the object when ``result`` is not what was archived."""
+        tail_lost = check_decoded(unit, result, self.allow_gaps)
+        if tail_lost:
+            log.warning("%s: the last segment is shorter than its index says (its tail is "
+                        "lost); --allow-gaps replays what it holds", unit["where"])
+        if self.previous is not None and not self.allow_gaps:
+            check_link(self.previous, (unit, result["facts"]))
+        self.previous = (unit, result["facts"])
+
+
+def run_replay(opts, sink, spark=None, progress=None):
+    """Replay into ``sink``; returns the summary dict (applied, skipped, dropped, stop).
+    ``progress`` (if given) is called with a ``replay.job.progress.Progress`` when the
+    objects are checked and after each file is applied."""
+    source, units, cut = units_to_read(opts)
+    summary = {"source": source, "files": len(units), "applied": 0, "skipped": 0,
+               "rows_events": 0, "workers": 1, "parallel_applied": 0,
+               "dropped_incomplete": [], "tasks": 0, "spark_tasks": 0,
+               "last_gtid": None, "last_commit": None,  # the last one the target holds
+               "stop_reason": "stop datetime reached" if cut else "end of the archive"}
+    if not units:
+        return summary
+    spark = spark or spark_session(opts.master)
+    sc = spark.sparkContext
+    rdd = sc.parallelize(units, len(units))  # one partition, hence one task, per file
+    url, options, keyring = opts.archive_url, opts.archive_options, opts.keyring
+    _check_every_object(sc, rdd, units, opts)
+    decoded = rdd.map(lambda unit: decode_unit(unit, url, options, keyring))
+    window = opts.window or max(1, sc.defaultParallelism)
+    started, stopped = time.monotonic(), False
+    _report(progress, summary, units, 0, started)
+    sink.open(source)
+    group = f"mysqlbackup-replay-{os.getpid()}-{time.time_ns()}"  # this run's jobs only
+    windows = [list(range(first, min(first + window, len(units))))
+               for first in range(0, len(units), window)]
+
+    chain = ChainCheck(opts.allow_gaps)
+
+    def decode(parts):
+        sc.setJobGroup(group, f"replay of {source}")  # job groups are per thread
+        summary["tasks"] += len(parts)  # decoded, even when a stop point comes first
+        results = sc.runJob(decoded, lambda it: list(it), parts)
+        for result, p in zip(results, parts):  # before anything of this window is applied
+            chain.check(units[p], result)
+        return [attach_unit(r, units[p], url, options, keyring) for r, p in zip(results, parts)]
+    # Spark decodes the next window while the driver applies this one
+    prefetch = ThreadPoolExecutor(max_workers=1, thread_name_prefix="decode")
+    try:
+        pending = prefetch.submit(decode, windows[0])
+        for i, parts in enumerate(windows):
+            results = pending.result()
+            if i + 1 < len(windows):
+                pending = prefetch.submit(decode, windows[i + 1])
+            for result, p in zip(results, parts):
+                stopped = _apply_file(result, units[p], opts.selection, sink, summary)
+                _report(progress, summary, units, p + 1, started, final=stopped)
+                if stopped:
+                    break
+            if stopped:
+                break
+    finally:
+        prefetch.shutdown(wait=True, cancel_futures=True)
+        sink.close()
+    summary["spark_tasks"] = _tasks_run(sc, group, summary["tasks"])
+    summary["workers"] = sink.most_workers
+    summary["parallel_applied"] = sink.parallel_applied
+    summary["target_commits"] = sink.commits
+    return summary
+
+
+def _check_every_object(sc, rdd, units, opts):
+    """Before anything is applied: every object's size and sha256 against its index, one
+    Spark task per file (a job group of its own: the decode's task count stays one per
+    file). The decode checks again what it reads, so nothing changed in between."""
+    url, options = opts.archive_url, opts.archive_options
+    sc.setJobGroup(f"mysqlbackup-check-{os.getpid()}-{time.time_ns()}", "replay: digests")
+    results = rdd.map(lambda unit: digest_unit(unit, url, options)).collect()
+    for unit, result in zip(units, results):
+        check_digests(unit, result, opts.allow_gaps)
+
+
+def _tasks_run(sc, group, expected, patience=5.0):
+    """Tasks Spark actually ran for this replay's jobs (one per file). Spark's status
+    tracker learns of a finished job a moment later: wait a little for ``expected``."""
+    deadline = time.monotonic() + patience
+    while True:
+        total = _count_tasks(sc, group)
+        if total >= expected or time.monotonic() > deadline:
+            return total
+        time.sleep(0.05)
+
+
+def _count_tasks(sc, group):
+    tracker, total = sc.statusTracker(), 0
+    for job_id in tracker.getJobIdsForGroup(group):
+        job = tracker.getJobInfo(job_id)
+        for stage_id in (job.stageIds if job else ()):
+            stage = tracker.getStageInfo(stage_id)
+            total += stage.numTasks if stage else 0
+    return total
+
+
+def _apply_file(result, unit, selection, sink, summary):
+    """Apply one file's transactions; True when a stop point was reached."""
+    fde = ev.parse_format_description(result["fde"])
+    checksum = fde.checksum_alg == ev.CHECKSUM_CRC32
+    selection, transactions = _in_epoch(selection, unit, result["transactions"], summary)
+    if selection is None:
+        summary["stop_reason"] = "stop position reached"
+        return True
+    chosen, stopped = _choose(transactions, selection, sink, summary, checksum, fde)
+    sink.apply_many(chosen, result["fde"], checksum, fde)
+    summary["applied"] += len(chosen)
+    summary["rows_events"] += sum(t.rows_events for t in chosen)
+    if stopped:
+        return True
+    if result["incomplete"]:  # only the newest file's (plan.check_decoded refused others)
+        summary["dropped_incomplete"].append(result["incomplete"])
+    return False
+
+
+def _in_epoch(selection, unit, transactions, summary):
+    """(the selection for ``unit``, its transactions less the duplicates of a later
+    epoch's first file); (None, []) when a stop position in an earlier epoch ends the
+    replay before it. A file position names a file of one epoch (``unit["position"]``:
+    the unit's epoch against the start's and the stop's, -1 before, 0 same, 1 after)."""
+    start, stop = unit.get("position", (0, 0))
+    if stop > 0:
+        return None, []
+    changes = {}
+    if stop < 0:
+        changes["stop_position"] = None
+    if start > 0:
+        changes["start_position"] = None
+    if changes:
+        selection = replace(selection, **changes)
+    skip = _gtids(unit.get("skip"))
+    if skip is not None:
+        kept = [t for t in transactions if not (t.gtid_key and skip.contains(*t.gtid_key))]
+        summary["skipped"] += len(transactions) - len(kept)
+        transactions = kept
+    return selection, transactions
+
+
+def _gtids(text):
+    """The GTID state ``text`` (None for none)."""
+    if not text:
+        return None
+    from mysqlbackup.binlog.gtid import guess_flavor, parse_gtid_set
+    return parse_gtid_set(text, guess_flavor(text))
+
+
+def _choose(transactions, selection, sink, summary, checksum, fde):
+    """(transactions to apply, in order; True when a stop point ends the file)."""
+    chosen = []
+    for trx in transactions:
+        decision, reason = selection.decide(trx)
+        if decision == "stop":
+            if sink.is_applied(trx):
+                raise UsageError(
+                    f"the target already has {_named(trx)}, past the stop point ({reason}): "
+                    "a replay cannot go back; restore into a new server")
+            summary["stop_reason"] = reason
+            return chosen, True
+        if decision == "skip" or sink.is_applied(trx):
+            summary["skipped"] += 1
+            if decision != "skip":  # applied by an earlier run
+                summary["last_gtid"], summary["last_commit"] = trx.gtid, trx.commit_ts
+            continue
+        summary["last_gtid"], summary["last_commit"] = trx.gtid, trx.commit_ts
+        kept = selection.filter_events(trx, fde, checksum)
+        chosen.append(rewrite_transaction(kept, selection.rewrite, checksum))
+    return chosen, False
+
+
+def _named(trx):
+    """A transaction as an error names it: its GTID and where it ends."""
+    return f"transaction {trx.gtid or '(no GTID)'} ending at {trx.end_position}"
+
+
+def _report(progress, summary, units, done, started, final=False):
+    """Hand ``progress`` where the replay is: ``done`` of the units, their bytes;
+    ``final`` when a stop point ends it before the last unit."""
+    if progress is None:
+        return
+    progress(Progress(done, len(units), _size(units[:done]), _size(units), summary["applied"],
+                      summary["skipped"], summary["rows_events"], time.monotonic() - started,
+                      final))
+
+
+def _size(units):
+    """Archived bytes of ``units`` (as their indexes say)."""
+    return sum(obj["index"].get("size") or 0 for unit in units for obj in unit["objects"])
