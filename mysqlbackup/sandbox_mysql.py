@@ -311,3 +311,41 @@ def client_wrappers(directory, tree=None, names=CLIENT_TOOLS):
                                     binary=f"/usr/bin/{name}", chroot=chroot))
         os.chmod(path, 0o755)
     return str(directory)
+
+
+SHARED = "/srv/mysqlbackup-shared"   # the shared folder's name inside the chroot
+
+
+def shared_dir(tree=None):
+    """A folder that mysqld in the chroot and the host both know by one absolute path,
+    as a server and a command on one host do (``base --method clone`` writes its copy
+    there, ``restore --datadir`` starts a server there): the host path of the tree's
+    ``/srv/mysqlbackup-shared``, which inside the chroot is a symlink back to that
+    folder (no mount: nothing to undo). Made once; returns the path."""
+    tree = tree or mysql_tree()
+    host = tree + SHARED
+    os.makedirs(host, exist_ok=True)
+    link = tree + host   # what the chroot sees at the host path
+    os.makedirs(os.path.dirname(link), exist_ok=True)
+    try:
+        os.symlink(SHARED, link)
+    except FileExistsError:
+        if os.readlink(link) != SHARED:
+            raise RuntimeError(f"{link} is not the shared folder's link to {SHARED}") from None
+    return host
+
+
+def server_wrapper(directory, tree=None):
+    """Write a host-side ``mysqld`` into ``directory`` that runs the tree's
+    /usr/sbin/mysqld through chroot (pid, signals and exit code its own: exec), as
+    ``client_wrappers`` does the client tools; return ``directory``. Paths it is given
+    must be the tree's: those under ``shared_dir()`` are."""
+    tree = tree or mysql_tree()
+    chroot = shutil.which("chroot") or shutil.which("chroot", path="/usr/sbin:/usr/bin")
+    os.makedirs(directory, exist_ok=True)
+    path = os.path.join(directory, "mysqld")
+    with open(path, "w", encoding="utf-8") as f:
+        f.write(_WRAPPER.format(python=sys.executable, name="mysqld", tree=tree,
+                                binary="/usr/sbin/mysqld", chroot=chroot))
+    os.chmod(path, 0o755)
+    return str(directory)

@@ -145,7 +145,8 @@ def test_base_help_names_the_privileges_once_for_both_products():
             "from the mysql schema too), SHOW VIEW, TRIGGER, EVENT and REPLICATION CLIENT "
             "(MariaDB 10.5+ shows it as BINLOG MONITOR; SUPER will do), and on MySQL also "
             "RELOAD or FLUSH_TABLES; physical: RELOAD, PROCESS, LOCK TABLES and REPLICATION "
-            "CLIENT (BINLOG MONITOR).") in text
+            "CLIENT (BINLOG MONITOR); clone (MySQL): BACKUP_ADMIN and REPLICATION CLIENT, and "
+            "INSERT on mysql.plugin when the clone plugin is not loaded.") in text
     assert "REPLICATION SLAVE" not in text  # the stream's privilege, not the base's
 
 

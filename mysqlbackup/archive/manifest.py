@@ -14,7 +14,7 @@ import json
 from mysqlbackup.errors import CorruptBinlog
 
 MANIFEST_VERSION = 1
-METHODS = ("dump", "physical")
+METHODS = ("dump", "physical", "clone")
 _TEXT, _COUNT = (str,), (int,)
 _OPTIONAL_TEXT, _OPTIONAL_COUNT = (str, type(None)), (int, type(None))
 # every field a manifest holds, with the types a sound one may hold there

@@ -43,7 +43,8 @@ _LEASE_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$")
 BASE_INDEX = "index.json"
 HISTORY = "history.json"
 # the object a base backup of each method stores (zstd-compressed)
-BASE_MEMBERS = {"dump": "dump.sql.zst", "physical": "backup.xbstream.zst"}
+BASE_MEMBERS = {"dump": "dump.sql.zst", "physical": "backup.xbstream.zst",
+                "clone": "datadir.tar.zst"}
 
 
 @dataclass(frozen=True)

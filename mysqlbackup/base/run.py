@@ -1,6 +1,7 @@
 """``take_base``: one base backup of a source into the archive, manifest last."""
 
 import contextlib
+import functools
 import logging
 import tempfile
 import time
@@ -12,6 +13,7 @@ from mysqlbackup.archive.names import (BASE_MEMBERS, base_key, base_prefix,
                                        check_source_name, format_base_id,
                                        format_key)
 from mysqlbackup.base import dump, physical, server, users
+from mysqlbackup.base.clone import start_clone
 from mysqlbackup.base.client import ToolProcess, find_client, find_tool, options_file
 from mysqlbackup.base.userscan import UsersScan
 from mysqlbackup.base.upload import (BASE_CODEC, Progress, check_stored, remove_quietly,
@@ -103,7 +105,7 @@ def _accounts(spec, flavor):
 def _start_physical(spec, facts):
     if facts.flavor != "mariadb":
         raise UsageError("base --method physical needs a MariaDB source (mariadb-backup); "
-                         "use --method dump for MySQL")
+                         "use --method clone (or dump) for MySQL")
     tool = find_tool(physical.TOOLS)
     parser = physical.StderrSnapshot()
     with options_file(spec, ("client", "mariadb-backup")) as options, \
@@ -116,10 +118,11 @@ def _start_physical(spec, facts):
             process.kill()
 
 
-STARTERS = {"dump": _start_dump, "physical": _start_physical}
+STARTERS = {"dump": _start_dump, "physical": _start_physical, "clone": start_clone}
 
 
-def take_base(spec, store, source_name=None, method="dump", report=None, codec=BASE_CODEC):
+def take_base(spec, store, source_name=None, method="dump", report=None, codec=BASE_CODEC,
+              clone_dir=None):
     """Back up the source ``spec`` into ``store``; return the manifest written.
 
     The object goes under ``SOURCE/base/ID/`` (SOURCE: ``source_name``, else the
@@ -127,6 +130,8 @@ def take_base(spec, store, source_name=None, method="dump", report=None, codec=B
     clock when the backup started), its manifest last, only after the object was
     read back and matched. ``report(raw, stored)`` gets progress now and then.
     ``codec`` (archive.codec.Codec): zstd at its level, encrypted to its recipients.
+    ``clone_dir``: where ``clone`` makes its copy (a fresh folder under it; default
+    the TMPDIR), a path the source server and this command share (one host).
     Raises SourceError (unreachable, privileges), ToolError (tool missing or
     failed), DumpError (no position in the output), StoreError (the archive);
     none of them leaves a manifest."""
@@ -142,8 +147,11 @@ def take_base(spec, store, source_name=None, method="dump", report=None, codec=B
     if store.exists(index):
         raise UsageError(f"base {base_id} of {source} already exists in {store.url}")
     began = time.monotonic()
+    starter = STARTERS[method]
+    if method == "clone":
+        starter = functools.partial(start_clone, parent=clone_dir)
     with _nothing_left(store, base_prefix(source, base_id)):
-        with STARTERS[method](spec, facts) as run:
+        with starter(spec, facts) as run:
             finished = {}
 
             def before_commit():
@@ -157,7 +165,7 @@ def take_base(spec, store, source_name=None, method="dump", report=None, codec=B
             if run.users is not None:  # restore --users apply reads these, not the base
                 run.users.finish()
                 run.details.update(accounts=run.users.accounts, needs=run.users.needs())
-        check_stored(store, member, uploaded)
+            check_stored(store, member, uploaded)  # clone: its copy goes only after this
         manifest = _manifest(facts, source, base_id, method, start, finished, uploaded,
                              dict(run.details, elapsed=round(time.monotonic() - began, 3)),
                              codec)
@@ -185,6 +193,9 @@ def _prepare(spec, method):
     conn = server.connect(spec)
     try:
         facts = server.read_facts(conn)
+        if method == "clone" and facts.flavor != "mysql":
+            raise UsageError("base --method clone needs a MySQL source (its clone plugin); "
+                             "for MariaDB use --method physical (mariadb-backup) or dump")
         server.check_privileges(conn, f"{spec.user}@{spec.address}", method, facts.flavor)
         return facts, server.source_now(conn)
     finally:

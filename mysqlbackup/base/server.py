@@ -32,6 +32,9 @@ NEEDED = {
                         ("RELOAD", "FLUSH_TABLES"), ("REPLICATION CLIENT", "SUPER")),
     ("physical", "mariadb"): (("RELOAD",), ("PROCESS",), ("LOCK TABLES",), BINLOG_MONITOR),
     ("physical", "mysql"): (("RELOAD",), ("PROCESS",), ("LOCK TABLES",), BINLOG_MONITOR),
+    # CLONE LOCAL DATA DIRECTORY needs BACKUP_ADMIN; SHOW BINARY LOGS (the snapshot's
+    # GTID checked against the binlog) REPLICATION CLIENT
+    ("clone", "mysql"): (("BACKUP_ADMIN",), ("REPLICATION CLIENT", "SUPER")),
 }
 
 

@@ -321,15 +321,22 @@ def inspect(paths, as_json):
 @ssl_options()
 @archive_options
 @source_name_option("write")
-@click.option("--method", type=click.Choice(["dump", "physical"]), default="dump",
+@click.option("--method", type=click.Choice(["dump", "physical", "clone"]), default="dump",
               show_default=True, help="dump: the server's dump client (mariadb-dump / "
               "mysqldump), from any host. physical: mariadb-backup --stream=xbstream, which "
-              "copies the data files and so must run ON the database host.")
+              "copies the data files and so must run ON the database host. clone (MySQL): "
+              "the server's clone plugin (installed when missing) copies its datadir into "
+              "a new folder under --clone-dir, which this command streams as tar and "
+              "removes; ON the database host, as root or the mysqld user, with MySQL's "
+              "mysqld on PATH or in /usr/sbin.")
+@click.option("--clone-dir", type=click.Path(file_okay=False), help="With --method clone: "
+              "a folder on the database host, writable by mysqld, with room for a full copy "
+              "of the datadir (default: TMPDIR).")
 @codec_options
 @click.pass_context
 @handle_errors
 def base(ctx, source, password_file, tls, archive_url, archive_option, source_name, method,
-         compress, encrypt_to):
+         clone_dir, compress, encrypt_to):
     """Take a base backup of the source into the archive: SOURCE/base/ID/ (base list:
     the bases the archive holds).
 
@@ -343,12 +350,15 @@ def base(ctx, source, password_file, tls, archive_url, archive_option, source_na
     from the mysql schema too), SHOW VIEW, TRIGGER, EVENT and REPLICATION CLIENT
     (MariaDB 10.5+ shows it as BINLOG MONITOR; SUPER will do), and on MySQL also
     RELOAD or FLUSH_TABLES; physical: RELOAD, PROCESS, LOCK TABLES and REPLICATION
-    CLIENT (BINLOG MONITOR).
+    CLIENT (BINLOG MONITOR); clone (MySQL): BACKUP_ADMIN and REPLICATION CLIENT, and
+    INSERT on mysql.plugin when the clone plugin is not loaded.
     """
     if ctx.invoked_subcommand:
         return
     if not source:
         raise click.UsageError("Missing option '--source'.", ctx)
+    if clone_dir and method != "clone":
+        raise click.UsageError("--clone-dir is for --method clone", ctx)
     from mysqlbackup.archive.codec import make_codec
     from mysqlbackup.base.run import take_base
     codec = make_codec(compress, encrypt_to)
@@ -361,7 +371,7 @@ def base(ctx, source, password_file, tls, archive_url, archive_option, source_na
         click.echo(f"base: {raw / 2**20:.1f} MiB read, {stored / 2**20:.1f} MiB stored",
                    err=True)
     m = take_base(spec, store, source_name and check_source_name(source_name), method, report,
-                  codec)
+                  codec, clone_dir=clone_dir)
     click.echo(f"base {m['id']} of {m['source']}: {m['method']}, gtid {m['gtid'] or '(empty)'}, "
                f"binlog {m['binlog_file']}:{m['binlog_pos']}, {m['raw_size']} bytes raw, "
                f"{m['stored_size']} stored, {m['details']['elapsed']:.1f} s")

@@ -1,5 +1,5 @@
-"""Load a physical base (mariadb-backup's xbstream) into a new datadir and start a
-server on it, for the restore to replay into (I/O).
+"""Load a physical base (mariadb-backup's xbstream; MySQL's clone: ``clonedir``) into
+a new datadir and start a server on it, for the restore to replay into (I/O).
 
 The object is streamed from the archive in ranged reads, zstd-decompressed as it
 streams (``load.stream_object``, the same path a dump takes) into ``mbstream -x``; then
@@ -44,6 +44,7 @@ class RestoredServer:
     pid: int
     datadir: str
     error_log: str
+    name: str = "mariadbd"  # the server's binary (MySQL's: mysqld)
 
 
 def restore_physical(store, key, manifest, datadir, target, progress=None,
@@ -56,10 +57,14 @@ def restore_physical(store, key, manifest, datadir, target, progress=None,
     an earlier run (then only the server is started). Raises UsageError (a datadir in
     use, a busy port, a user the restored server refuses), ToolError (mbstream,
     mariadb-backup or mariadbd failed: its last line), CorruptBinlog (the object is
-    not its manifest's)."""
+    not its manifest's). A clone base (MySQL) goes to ``clonedir.restore_clone``."""
     progress = progress or (lambda line: None)
+    if manifest.get("method") == "clone":
+        from replay.restore.clonedir import restore_clone
+        return restore_clone(store, key, manifest, datadir, target, progress, timeout,
+                             keyring)
     datadir = os.path.abspath(datadir)
-    if not _holds_prepared(datadir, manifest):
+    if not holds_prepared(datadir, manifest):
         _extract(store, key, manifest, datadir, progress, keyring)
         _prepare(datadir, progress)
         write_bytes(os.path.join(datadir, MARKER), json.dumps(
@@ -69,7 +74,7 @@ def restore_physical(store, key, manifest, datadir, target, progress=None,
     return start_server(datadir, target, progress, timeout)
 
 
-def _holds_prepared(datadir, manifest):
+def holds_prepared(datadir, manifest):
     """True when ``datadir`` holds this base prepared; False when it is new or empty;
     UsageError for anything else (never overwrite a directory we did not fill)."""
     if not os.path.exists(datadir) or not os.listdir(datadir):
@@ -122,12 +127,19 @@ def _prepare(datadir, progress):
                         f"{lines[-1] if lines else 'no message'}")
 
 
-def server_args(binary, datadir, host, port):
-    """mariadbd's arguments for a restored datadir (the host's my.cnf is not read)."""
+def server_args(binary, datadir, host, port, flavor="mariadb"):
+    """The server's arguments for a restored datadir (the host's my.cnf is not read);
+    MySQL's (``flavor``): no X plugin, no file import/export, GTID mode on (the replay
+    gives each transaction the source's GTID)."""
     args = [binary, "--no-defaults", f"--datadir={datadir}", f"--port={port}",
             f"--bind-address={host}", f"--socket={_socket_path(port)}",
             f"--pid-file={os.path.join(datadir, 'mysqld.pid')}",
-            f"--log-error={os.path.join(datadir, 'error.log')}", "--skip-slave-start"]
+            f"--log-error={os.path.join(datadir, 'error.log')}"]
+    if flavor == "mysql":
+        args += ["--skip-replica-start", "--mysqlx=OFF", "--secure-file-priv=NULL",
+                 "--gtid-mode=ON", "--enforce-gtid-consistency=ON"]
+    else:
+        args += ["--skip-slave-start"]
     return args + (["--user=root"] if os.geteuid() == 0 else [])
 
 
@@ -135,34 +147,41 @@ def _socket_path(port):
     return os.path.join(tempfile.gettempdir(), f"mysqlbackup-restore-{port}.sock")
 
 
-def start_server(datadir, target, progress, timeout=START_TIMEOUT):
-    """Start mariadbd on ``datadir`` at ``target``'s host:port and wait until
-    ``target``'s user can log in; returns RestoredServer."""
-    binary = find_binary("mariadbd") or find_tool(("mariadbd", "mysqld"))
+def start_server(datadir, target, progress, timeout=START_TIMEOUT, flavor="mariadb"):
+    """Start mariadbd (``flavor`` mysql: MySQL's mysqld) on ``datadir`` at ``target``'s
+    host:port and wait until ``target``'s user can log in; returns RestoredServer."""
+    if flavor == "mysql":
+        from mysqlbackup.base.clone import mysqld_binary
+        binary = mysqld_binary("a clone base is restored by starting MySQL's own mysqld "
+                               "on it")
+    else:
+        binary = find_binary("mariadbd") or find_tool(("mariadbd", "mysqld"))
+    name = os.path.basename(binary)
     if _listening(target.host, target.port):
         raise UsageError(f"{target.address} is in use: choose a free port for the restored "
                          f"server in --target")
-    progress(f"restore: starting mariadbd on {datadir} at {target.address}")
-    proc = subprocess.Popen(server_args(binary, datadir, target.host, target.port),
+    progress(f"restore: starting {name} on {datadir} at {target.address}")
+    proc = subprocess.Popen(server_args(binary, datadir, target.host, target.port, flavor),
                             stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
                             stderr=subprocess.DEVNULL, start_new_session=True)
-    server = RestoredServer(target, proc.pid, datadir, os.path.join(datadir, "error.log"))
+    server = RestoredServer(target, proc.pid, datadir, os.path.join(datadir, "error.log"),
+                            name)
     try:
-        _wait_ready(proc, server, timeout)
+        _wait_ready(proc, server, timeout, name)
     except BaseException:
         stop_server(server)
         raise
-    progress(f"restore: mariadbd pid {proc.pid} serves {datadir} at {target.address} "
+    progress(f"restore: {name} pid {proc.pid} serves {datadir} at {target.address} "
              f"(it keeps running; stop it with kill {proc.pid})")
     return server
 
 
-def _wait_ready(proc, server, timeout):
+def _wait_ready(proc, server, timeout, name="mariadbd"):
     deadline = time.monotonic() + timeout
     spec = server.spec
     while time.monotonic() < deadline:
         if proc.poll() is not None:
-            raise ToolError(f"mariadbd on {server.datadir} exited {proc.returncode}: "
+            raise ToolError(f"{name} on {server.datadir} exited {proc.returncode}: "
                             f"{_last_log_line(server.error_log)}")
         try:
             pymysql.connect(host=spec.host, port=spec.port, user=spec.user,
@@ -175,7 +194,7 @@ def _wait_ready(proc, server, timeout):
                                  f"users (they come with the physical copy), with its "
                                  f"password") from None
             time.sleep(0.2)
-    raise ToolError(f"mariadbd on {server.datadir} not ready after {timeout:.0f} s: "
+    raise ToolError(f"{name} on {server.datadir} not ready after {timeout:.0f} s: "
                     f"{_last_log_line(server.error_log)}")
 
 
