@@ -13,7 +13,7 @@ from mysqlbackup.cli.options import (archive_options, example, handle_errors, id
 from mysqlbackup.config import TARGET_PASSWORD_ENV
 from mysqlbackup.errors import mask_url
 from mysqlbackup.source.spec import source_from_options
-from replay.restore.run import APPLY_MODES
+from replay.restore.run import APPLY_WAYS
 
 
 @click.command(epilog=example(
@@ -23,11 +23,12 @@ from replay.restore.run import APPLY_MODES
 @source_name_option("one")
 @target_options("Apply to this server. The user needs SUPER (MariaDB 10.5+: BINLOG REPLAY "
                 "and REPLICATION SLAVE ADMIN) and write access to mysqlbackup_replay.")
-@click.option("--apply", "apply_mode", type=click.Choice(APPLY_MODES),
+@click.option("--apply", "apply_mode", type=click.Choice(APPLY_WAYS),
               default="statements", show_default=True, help="With --target: statements (this "
               "job applies them) or native (the target's own replication applier, fed by "
               "mysqlbackup serve on loopback, --workers parallel threads; a MariaDB target "
-              "on this machine, needs --start-gtid, no --database/--table/--rewrite-db or "
+              "on this machine, from --start-gtid or else from the GTID state before the "
+              "archive's first file; no --database/--table/--rewrite-db or "
               "--start-position).")
 @click.option("--workers", type=click.IntRange(1, 64), default=4, show_default=True,
               help="Connections to the target where every transaction gets a commit of "

@@ -246,7 +246,8 @@ def test_restore_to_a_gtid_then_replay_then_restore_again_to_the_end(primary, ma
     # resumed with the other apply: refused (its exactly-once record is not the native one)
     with pytest.raises(UsageError, match=r"^this restore was begun with --apply native \(the "
                        r"target holds its progress\): run it again with --apply native$"):
-        run_restore(RestoreOptions(primary.url_archive, spec_of(target)), echo=lines.append)
+        run_restore(RestoreOptions(primary.url_archive, spec_of(target), apply="statements"),
+                    echo=lines.append)
     # replay --apply native from the base's GTID on: the target resumes from where it is
     from click.testing import CliRunner
 
@@ -278,6 +279,25 @@ def test_restore_to_a_gtid_then_replay_then_restore_again_to_the_end(primary, ma
         ((0, primary.end),)
 
 
+def test_replay_native_of_the_whole_archive_starts_where_its_first_file_does(primary,
+                                                                            make_server):
+    """No --start-gtid: the GTID state before the archive's first file, from its index."""
+    from click.testing import CliRunner
+
+    from replay.cli import replay
+    from replay.job.plan import ReplayOptions, units_to_read
+    first = units_to_read(ReplayOptions(primary.url_archive))[1][0]["index"]["gtid_before"]
+    target = make_server(server_id=3, log_bin=False, semi_sync=False)
+    result = CliRunner().invoke(replay, [
+        "--archive", primary.url_archive, "--target", f"mysql://root@127.0.0.1:{target.port}",
+        "--apply", "native"], env={"MYSQLBACKUP_TARGET_PASSWORD": ""})
+    assert result.exit_code == 0, result.output
+    assert result.stdout.endswith(f"stopped: end of the archive\ntarget: at GTID "
+                                  f"{primary.end}\n"), result.stdout
+    assert sums(target) == primary.sums
+    assert first is not None and target.execute("SELECT @@gtid_slave_pos") == ((primary.end,),)
+
+
 def test_cli_dry_run_names_the_apply_and_what_native_refuses(primary):
     from click.testing import CliRunner
 
@@ -292,8 +312,9 @@ def test_cli_dry_run_names_the_apply_and_what_native_refuses(primary):
     code, output = invoke(restore, "--archive", url, "--dry-run", "--apply", "native",
                           "--workers", "8")
     assert code == 0
-    assert output.splitlines()[-1] == ("apply: native (the target's replication applier, 8 "
-                                       "parallel threads, fed by mysqlbackup serve on loopback)")
+    assert output.splitlines()[-1] == ("apply: native (asked for; the target's replication "
+                                       "applier, 8 parallel threads, fed by mysqlbackup serve "
+                                       "on loopback)")
     assert invoke(restore, "--archive", url, "--target", target, "--apply", "native",
                   "--table", "n.items") == (2, "Usage: restore [OPTIONS]\nTry 'restore --help' "
                                                "for help.\n\nError: --apply native applies "
@@ -302,9 +323,6 @@ def test_cli_dry_run_names_the_apply_and_what_native_refuses(primary):
     assert invoke(replay, "--archive", url, "--apply", "native", "--sql", "x.sql") == (
         2, "Usage: replay [OPTIONS]\nTry 'replay --help' for help.\n\nError: --apply native "
            "applies to a server: give --target\n")
-    assert invoke(replay, "--archive", url, "--apply", "native", "--target", target) == (
-        2, "mysqlbackup: error: --apply native starts from a GTID position: give "
-           "--start-gtid\n")
     assert invoke(replay, "--archive", url, "--apply", "native", "--target",
                   "mysql://root@192.0.2.1:3306", "--start-gtid", "0-1-5") == (
         2, "mysqlbackup: error: --apply native needs the target on this machine (it "

@@ -251,7 +251,7 @@ def test_killed_restore_run_again_resumes_and_applies_nothing_twice(world, make_
     target = new_target(make_server)
     args = [sys.executable, "-m", "mysqlbackup", "restore", "--archive", world["url"],
             "--target", f"mysql://root@127.0.0.1:{target.port}", "--workers", "1",
-            "--merge", "1"]
+            "--merge", "1", "--apply", "statements"]
     proc = subprocess.Popen(args, env=cli_env(password=""), cwd=REPO,
                             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
 
@@ -338,6 +338,8 @@ def test_dry_run_prints_the_plan_and_a_hole_before_the_base_is_no_obstacle(world
         f"users: apply (the base's accounts and grants: {m['details']['accounts']} accounts, "
         f"needing {', '.join(m['details']['needs'])}; the target user's privileges for them "
         "are checked before anything is loaded)",
+        "apply: native (auto: the target's own applier, nothing decoded here; the target's "
+        "replication applier, 4 parallel threads, fed by mysqlbackup serve on loopback)",
     ]
     assert m["details"]["needs"][:3] == ["CREATE USER", "GRANT OPTION", "PROXY"]
     assert leases(url) == held  # a dry run takes no lease

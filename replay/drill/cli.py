@@ -49,7 +49,8 @@ def drill(archive_url, archive_option, source_name, stop_datetime, workdir, keep
     restore = RestoreOptions(archive_url, None, parse_options(archive_option), source_name,
                              build_selection(stop_datetime=stop_datetime), master=master,
                              stop_text=f"--stop-datetime {stop_datetime}" if stop_datetime
-                             else "", keyring=keyring_from(identity))
+                             else "", keyring=keyring_from(identity),
+                             apply="statements")  # its check reads what the scratch logged
     report = run_drill(DrillOptions(restore, workdir, keep),
                        progress=lambda line: click.echo(line, err=True))
     code = ExitCode.FAILED if report.problems else ExitCode.OK

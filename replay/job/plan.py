@@ -30,6 +30,7 @@ class ReplayOptions:
     first_file: str = None      # read no file before it (a restore: the base's first file)
     last_file: str = None       # read no file after it (a restore: the stop point's file)
     keyring: object = None      # archive.codec.Keyring: opens encrypted objects
+    engine: str = "spark"       # who runs the tasks: "spark", or "local" (this process)
 
 
 def units_to_read(opts):

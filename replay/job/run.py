@@ -12,7 +12,6 @@ time so that memory stays bounded.
 """
 
 import logging
-import os
 import time
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import replace
@@ -24,7 +23,8 @@ from replay.job.plan import units_to_read
 from replay.job.planning.units import check_decoded, check_digests, check_link
 from replay.job.progress import Progress
 from replay.job.spark import spark_session
-from replay.job.tasks import decode_unit, digest_unit, stream_unit
+from replay.job.engines import LocalTasks, SparkTasks
+from replay.job.tasks import stream_unit
 
 log = logging.getLogger(__name__)
 
@@ -66,39 +66,39 @@ class ChainCheck:
 def run_replay(opts, sink, spark=None, progress=None):
     """Replay into ``sink``; returns the summary dict (applied, skipped, dropped, stop).
     ``progress`` (if given) is called with a ``replay.job.progress.Progress`` when the
-    objects are checked and after each file is applied."""
+    objects are checked and after each file is applied. The tasks run on Spark
+    (``spark``, else a session of ``opts.master``) or, with ``opts.engine`` "local", in
+    this process (``replay.job.engines``)."""
     source, units, cut = units_to_read(opts)
     summary = {"source": source, "files": len(units), "applied": 0, "skipped": 0,
                "rows_events": 0, "workers": 1, "parallel_applied": 0,
                "dropped_incomplete": [], "tasks": 0, "spark_tasks": 0,
+               "engine": opts.engine,
                "last_gtid": None, "last_commit": None,  # the last one the target holds
                "stop_reason": "stop datetime reached" if cut else "end of the archive"}
     if not units:
         return summary
-    spark = spark or spark_session(opts.master)
-    sc = spark.sparkContext
-    rdd = sc.parallelize(units, len(units))  # one partition, hence one task, per file
+    tasks = (LocalTasks(units, opts) if opts.engine == "local"
+             else SparkTasks(spark or spark_session(opts.master), units, opts))
     url, options, keyring = opts.archive_url, opts.archive_options, opts.keyring
-    _check_every_object(sc, rdd, units, opts)
-    decoded = rdd.map(lambda unit: decode_unit(unit, url, options, keyring))
-    window = opts.window or max(1, sc.defaultParallelism)
+    for unit, result in zip(units, tasks.digests()):  # before anything is applied: every
+        check_digests(unit, result, opts.allow_gaps)  # object's size and sha256
+    window = opts.window or max(1, tasks.parallelism)
     started, stopped = time.monotonic(), False
     _report(progress, summary, units, 0, started)
     sink.open(source)
-    group = f"mysqlbackup-replay-{os.getpid()}-{time.time_ns()}"  # this run's jobs only
     windows = [list(range(first, min(first + window, len(units))))
                for first in range(0, len(units), window)]
 
     chain = ChainCheck(opts.allow_gaps)
 
     def decode(parts):
-        sc.setJobGroup(group, f"replay of {source}")  # job groups are per thread
         summary["tasks"] += len(parts)  # decoded, even when a stop point comes first
-        results = sc.runJob(decoded, lambda it: list(it), parts)
+        results = tasks.decode(parts)
         for result, p in zip(results, parts):  # before anything of this window is applied
             chain.check(units[p], result)
         return [attach_unit(r, units[p], url, options, keyring) for r, p in zip(results, parts)]
-    # Spark decodes the next window while the driver applies this one
+    # the next window is decoded while the driver applies this one
     prefetch = ThreadPoolExecutor(max_workers=1, thread_name_prefix="decode")
     try:
         pending = prefetch.submit(decode, windows[0])
@@ -116,43 +116,11 @@ def run_replay(opts, sink, spark=None, progress=None):
     finally:
         prefetch.shutdown(wait=True, cancel_futures=True)
         sink.close()
-    summary["spark_tasks"] = _tasks_run(sc, group, summary["tasks"])
+    summary["spark_tasks"] = tasks.spark_tasks(summary["tasks"])
     summary["workers"] = sink.most_workers
     summary["parallel_applied"] = sink.parallel_applied
     summary["target_commits"] = sink.commits
     return summary
-
-
-def _check_every_object(sc, rdd, units, opts):
-    """Before anything is applied: every object's size and sha256 against its index, one
-    Spark task per file (a job group of its own: the decode's task count stays one per
-    file). The decode checks again what it reads, so nothing changed in between."""
-    url, options = opts.archive_url, opts.archive_options
-    sc.setJobGroup(f"mysqlbackup-check-{os.getpid()}-{time.time_ns()}", "replay: digests")
-    results = rdd.map(lambda unit: digest_unit(unit, url, options)).collect()
-    for unit, result in zip(units, results):
-        check_digests(unit, result, opts.allow_gaps)
-
-
-def _tasks_run(sc, group, expected, patience=5.0):
-    """Tasks Spark actually ran for this replay's jobs (one per file). Spark's status
-    tracker learns of a finished job a moment later: wait a little for ``expected``."""
-    deadline = time.monotonic() + patience
-    while True:
-        total = _count_tasks(sc, group)
-        if total >= expected or time.monotonic() > deadline:
-            return total
-        time.sleep(0.05)
-
-
-def _count_tasks(sc, group):
-    tracker, total = sc.statusTracker(), 0
-    for job_id in tracker.getJobIdsForGroup(group):
-        job = tracker.getJobInfo(job_id)
-        for stage_id in (job.stageIds if job else ()):
-            stage = tracker.getStageInfo(stage_id)
-            total += stage.numTasks if stage else 0
-    return total
 
 
 def _apply_file(result, unit, selection, sink, summary):

@@ -13,6 +13,7 @@ from mysqlbackup.config import TARGET_PASSWORD_ENV
 from mysqlbackup.errors import UsageError
 from mysqlbackup.source.spec import source_from_options
 from replay.restore.plan import LATEST, base_wanted
+from replay.job.engines import ENGINES
 from replay.restore.run import APPLY_MODES, USERS_MODES
 
 
@@ -47,11 +48,17 @@ from replay.restore.run import APPLY_MODES, USERS_MODES
 @click.option("--rewrite-db", "rewrites", multiple=True, metavar="FROM:TO",
               help="With --table: restore schema FROM's tables into schema TO (repeatable).")
 @click.option("--apply", "apply_mode", type=click.Choice(APPLY_MODES),
-              default="statements", show_default=True, help="How the binlogs are applied: "
-              "statements (the replay job: Spark decodes, workers apply) or native (the "
+              default="auto", show_default=True, help="How the binlogs are applied: "
+              "statements (the replay job: the binlogs decoded, workers apply), native (the "
               "target's own replication applier, fed by mysqlbackup serve on loopback; "
               "a MariaDB target on this machine with a server_id other than the source's, "
-              "a dump base, no --table).")
+              "a dump base, no --table) or auto (native where the base and the target "
+              "allow it, else statements; the plan says which and why).")
+@click.option("--engine", type=click.Choice(ENGINES), default="auto", show_default=True,
+              help="With statements, who decodes the binlogs: spark (one Spark task per "
+              "file, in parallel), local (this process, one file after another: no Spark "
+              "start-up) or auto (local under 256 MB to read without --table or --master, "
+              "else spark).")
 @click.option("--users", type=click.Choice(USERS_MODES), default="apply", show_default=True,
               help="A dump base's accounts and grants: apply (created on the target after "
               "the data; before anything is loaded, the target user is checked for what "
@@ -68,8 +75,8 @@ from replay.restore.run import APPLY_MODES, USERS_MODES
 @handle_errors
 def restore(archive_url, archive_option, source_name, target, target_password_file, target_tls,
             stop_datetime, stop_before_gtid, stop_position, base_id, dry_run, as_json,
-            into_nonempty, datadir, tables, rewrites, apply_mode, users, workers, merge, master,
-            identity):
+            into_nonempty, datadir, tables, rewrites, apply_mode, engine, users, workers, merge,
+            master, identity):
     """Restore a source to a point in time: its base backup (chosen by GTID), then its
     binlogs up to the stop point, exactly once; run again after an interruption, it
     resumes. No stop: everything archived."""
@@ -111,7 +118,8 @@ def restore(archive_url, archive_option, source_name, target, target_password_fi
     opts = RestoreOptions(archive_url, spec, parse_options(archive_option), source_name,
                           selection, base_id, dry_run, into_nonempty, workers, merge, master,
                           " ".join(f"{o} {v}" for o, v in stops), datadir,
-                          keyring_from(identity), apply=apply_mode, users=users)
+                          keyring_from(identity), apply=apply_mode, users=users,
+                          engine=engine)
     progress = reporter(lambda line: click.echo(line, err=True))  # a bar on a terminal
     lines = []
     try:
@@ -120,7 +128,10 @@ def restore(archive_url, archive_option, source_name, target, target_password_fi
     finally:
         progress.close()
     if as_json:
+        choice = report["apply"]
         click.echo(json.dumps(dict(plan_json(report["plan"]), stop=opts.stop_text or None,
+                                   apply={"mode": choice.mode, "why": choice.why,
+                                          "engine": choice.engine},
                                    lines=lines), indent=1))
 
 

@@ -436,8 +436,6 @@ def check_selection(selection):
     if refused:
         raise UsageError(f"--apply native applies whole binlogs from a GTID position: not "
                          f"with {', '.join(refused)} (use --apply statements)")
-    if selection.start_gtids is None:
-        raise UsageError("--apply native starts from a GTID position: give --start-gtid")
 
 
 def run_native(replay_opts, spec, threads=4, fresh=False, progress=None, timeout=None):
@@ -448,15 +446,31 @@ def run_native(replay_opts, spec, threads=4, fresh=False, progress=None, timeout
     selection = replay_opts.selection
     check_selection(selection)
     check_local(spec)
-    source, units, _ = units_to_read(replay_opts)
-    start = selection.start_gtids
+    source, units, cut = units_to_read(replay_opts)
+    start = start_of(selection, units)
     end = expected_end(units, selection, start, replay_opts.archive_url,
                        replay_opts.archive_options, replay_opts.keyring)
     password = secrets.token_urlsafe(24)
     with _serve(replay_opts, source, password) as handle:
         summary = apply_native(spec, (handle.host, handle.port), SERVE_USER, password, start,
                                end, fresh, threads, progress, timeout, lambda: handle.wait_end(0))
+    if cut and summary["stop_reason"] == "end of the archive":  # later files left out
+        summary["stop_reason"] = "stop datetime reached"
     return dict(summary, source=source, files=len(units))
+
+
+def start_of(selection, units):
+    """The GTID position a native apply starts from: ``--start-gtid`` (a restore: the
+    base's), else the state before the archive's first file, as its index says (a
+    replay of the whole archive into a server that holds what came before it)."""
+    if selection.start_gtids is not None:
+        return selection.start_gtids
+    before = units[0]["index"].get("gtid_before") if units else ""
+    if before is None:
+        raise UsageError(f"--apply native starts from a GTID position, and the index of "
+                         f"{units[0]['where']} does not say the one before it: give "
+                         "--start-gtid")
+    return MariaGtidPos.parse(before)
 
 
 def _serve(replay_opts, source, password):

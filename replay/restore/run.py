@@ -16,7 +16,7 @@ applies every transaction once.
 
 import logging
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 from mysqlbackup.archive.baselist import checked_manifest
 from mysqlbackup.archive.codec import check_keys
@@ -31,7 +31,8 @@ from replay.restore.plan import describe, make_plan, stop_of
 
 log = logging.getLogger(__name__)
 
-APPLY_MODES = ("statements", "native")
+APPLY_WAYS = ("statements", "native")   # replay --apply
+APPLY_MODES = ("auto",) + APPLY_WAYS     # restore --apply: auto chooses one of the ways
 USERS_MODES = ("apply", "skip")
 
 
@@ -53,8 +54,10 @@ class RestoreOptions:
     stop_text: str = ""                     # the stop as given, kept in lease and marker
     datadir: str = None                     # physical bases: the new datadir
     keyring: object = None                  # archive.codec.Keyring: opens encrypted objects
-    apply: str = "statements"               # APPLY_MODES: the replay job, or the target's
-                                            # own replication applier fed by replay.serve
+    apply: str = "auto"                     # APPLY_MODES: the replay job, or the target's
+                                            # own replication applier fed by replay.serve;
+                                            # auto: native where the target allows it
+    engine: str = "auto"                    # engines.ENGINES: who decodes for statements
     users: str = "apply"                    # USERS_MODES: a dump base's accounts loaded
                                             # (the target user checked first) or left out
 
@@ -84,20 +87,21 @@ def run_restore(opts, echo=print, progress=None, spark=None):
     phases = Phases()
     store = ArchiveStore(opts.archive_url, opts.archive_options)
     plan, replay_opts = phases.run("plan", plan_restore, store, opts)
+    choice = choose_apply(opts, plan)
     if opts.dry_run:
-        for line in describe(plan) + users_lines(opts, plan) + apply_lines(opts):
+        for line in describe(plan) + users_lines(opts, plan) + choice.lines(opts):
             echo(line)
-        return {"plan": plan, "dry_run": True}
-    if plan.manifest["method"] == "physical" and not opts.datadir:
+        return {"plan": plan, "dry_run": True, "apply": choice}
+    if plan.manifest["method"] in ("physical", "clone") and not opts.datadir:
         raise UsageError(f"base {plan.manifest['id']} is a physical backup: give --datadir "
                          "DIR (a new directory; the restored server is started on it at the "
                          "--target host:port)")
-    for line in describe(plan):
+    for line in describe(plan) + choice.lines(opts):
         progress(line)
     with Lease(store, plan.source, base=plan.manifest["id"], stop=opts.stop_text) as lease:
         progress(f"restore: lease {lease.key} held")
         plan, replay_opts = phases.run("plan", replan, store, opts, plan)
-        report = _restore(opts, plan, replay_opts, phases, progress, spark)
+        report = _restore(opts, plan, replay_opts, phases, progress, spark, choice)
     report["elapsed"] = dict(phases.elapsed, total=phases.total)
     for line in report_lines(report):
         echo(line)
@@ -116,13 +120,59 @@ def replan(store, opts, plan):
     return again, replay_opts
 
 
-def apply_lines(opts):
-    """The plan's line saying how the binlogs will be applied: only for ``native`` (the
-    statements, the default, print the plan as before)."""
+@dataclass(frozen=True)
+class ApplyChoice:
+    """How a restore applies the binlogs and why: ``mode`` "native" (the target's own
+    applier fed by serve) or "statements" (the replay job, its tasks run by ``engine``,
+    "spark" or "local"); ``auto``: chosen, not asked for (a target that refuses native
+    at its check then gets statements)."""
+
+    mode: str
+    why: str
+    engine: str = None
+    engine_why: str = None
+    auto: bool = False
+
+    def lines(self, opts):
+        """The plan's line saying how the binlogs will be applied, and why."""
+        if self.mode == "native":
+            return [f"apply: native ({self.why}; the target's replication applier, "
+                    f"{opts.workers} parallel threads, fed by mysqlbackup serve on loopback)"]
+        where = "Spark" if self.engine == "spark" else "this process, no Spark"
+        return [f"apply: statements ({self.why}); decoded by {where} ({self.engine_why})"]
+
+
+def choose_apply(opts, plan):
+    """The ApplyChoice of ``opts.apply``: as asked, or for "auto" native where the archive,
+    the base and the target (when given) allow it (``check_native``), else statements.
+    Statements are decoded on Spark, or in this process for a small archive without
+    filters (``engines.choose_engine``)."""
     if opts.apply == "native":
-        return [f"apply: native (the target's replication applier, {opts.workers} parallel "
-                "threads, fed by mysqlbackup serve on loopback)"]
-    return []
+        return ApplyChoice("native", "asked for")
+    if opts.apply == "auto":
+        refusal = native_refusal(opts, plan)
+        if refusal is None:
+            return ApplyChoice("native", "auto: the target's own applier, nothing decoded "
+                               "here", auto=True)
+        return _statements(opts, plan, f"auto: not native, {refusal}", True)
+    return _statements(opts, plan, "asked for", False)
+
+
+def _statements(opts, plan, why, auto):
+    from replay.job.engines import choose_engine
+    filtered = bool(opts.selection.tables or opts.selection.rewrite)
+    engine, engine_why = choose_engine(opts.engine, plan.bytes_to_read, filtered, opts.master)
+    return ApplyChoice("statements", why, engine, engine_why, auto)
+
+
+def native_refusal(opts, plan):
+    """Why ``--apply native`` cannot restore this plan (the first line of its refusal,
+    shortened), or None."""
+    try:
+        check_native(opts, plan)
+    except UsageError as e:
+        return str(e).split(": use --apply statements")[0].split(" (use --apply")[0]
+    return None
 
 
 def users_lines(opts, plan):
@@ -198,7 +248,7 @@ def check_native(opts, plan):
         from replay.restore.native import check_local
         check_local(opts.target)
     m = plan.manifest
-    if m["method"] == "physical":
+    if m["method"] in ("physical", "clone"):
         raise UsageError(f"base {m['id']} is a physical backup: --apply native is not "
                          "supported for it yet (use --apply statements)")
     if m.get("gtid_flavor") != "mariadb" or not m.get("gtid"):
@@ -209,7 +259,6 @@ def check_native(opts, plan):
 def table_selection(selection):
     """A ``--table`` restore's replay selection: the tables' row changes, and statements
     only when their default schema is one of the tables' (replay's filters)."""
-    from dataclasses import replace
     if not selection.tables:
         return selection
     return replace(selection, databases={t.split(".", 1)[0] for t in selection.tables})
@@ -263,12 +312,11 @@ def _manifests(listing, source, base_id):
     return manifests
 
 
-def _restore(opts, plan, replay_opts, phases, progress, spark):
-    if plan.manifest["method"] == "physical":
-        return _restore_physical(opts, plan, replay_opts, phases, progress, spark)
-    if opts.apply == "native":  # refused before anything is loaded
-        from replay.restore.native import preflight
-        phases.run("check", preflight, opts.target, plan.manifest["gtid"], progress)
+def _restore(opts, plan, replay_opts, phases, progress, spark, choice):
+    if plan.manifest["method"] in ("physical", "clone"):
+        return _restore_physical(opts, plan, replay_opts, phases, progress, spark, choice)
+    if choice.mode == "native":  # refused before anything is loaded
+        choice = phases.run("check", _native_preflight, opts, plan, choice, progress)
     from replay.restore.target import RestoreTarget
     target = phases.run("check", RestoreTarget, opts.target)
     try:
@@ -279,20 +327,56 @@ def _restore(opts, plan, replay_opts, phases, progress, spark):
             progress(f"restore: the target holds this restore in progress (base "
                      f"{marker.base_id}, {marker.state}, since {marker.started}): resuming")
         if loaded:
-            from replay.restore.native import check_resume
-            phases.run("check", check_resume, target.conn, plan.source,
-                       plan.manifest.get("gtid"), opts.apply)
+            choice = phases.run("check", _resumed_choice, opts, plan, target.conn, choice,
+                                progress)
         else:
             phases.run("check", check_users, opts, plan, target, progress)
             left_out = phases.run("load", _load, opts, plan, target, progress)
     finally:
         target.close()
-    summary = phases.run("replay", _replay, opts, replay_opts, progress, spark, not loaded)
+    summary = phases.run("replay", _replay, opts, replay_opts, progress, spark, not loaded,
+                         choice)
     return {"plan": plan, "base_loaded": not loaded, "summary": summary,
-            "users_left_out": None if loaded else left_out}
+            "users_left_out": None if loaded else left_out, "apply": choice}
 
 
-def _restore_physical(opts, plan, replay_opts, phases, progress, spark):
+def _native_preflight(opts, plan, choice, progress):
+    """The choice once the target is checked for native apply (``native.preflight``): a
+    target that refuses it gets statements when the choice was ``auto``."""
+    from replay.restore.native import preflight
+    try:
+        preflight(opts.target, plan.manifest["gtid"], progress)
+    except UsageError as e:
+        if not choice.auto:
+            raise
+        choice = _statements(opts, plan, f"auto: the target refused native: {e}", True)
+        for line in choice.lines(opts):
+            progress(line)
+    return choice
+
+
+def _resumed_choice(opts, plan, conn, choice, progress):
+    """A resumed restore goes on the way it began (``native.check_resume``: each way has
+    its own exactly-once record); an ``auto`` choice follows the way the target shows."""
+    from replay.restore.native import check_resume
+    gtid = plan.manifest.get("gtid")
+    try:
+        check_resume(conn, plan.source, gtid, choice.mode)
+        return choice
+    except UsageError:
+        if not choice.auto:
+            raise
+    other = "statements" if choice.mode == "native" else "native"
+    check_resume(conn, plan.source, gtid, other)
+    why = f"auto: resuming the {other} apply this restore began with"
+    choice = (ApplyChoice("native", why, auto=True) if other == "native"
+              else _statements(opts, plan, why, True))
+    for line in choice.lines(opts):
+        progress(line)
+    return choice
+
+
+def _restore_physical(opts, plan, replay_opts, phases, progress, spark, choice):
     """A physical base: extracted and prepared into ``--datadir`` (once: a re-run finds
     it prepared), a server started on it at the target's address, then the replay."""
     from replay.restore.physical import START_TIMEOUT, restore_physical
@@ -300,8 +384,9 @@ def _restore_physical(opts, plan, replay_opts, phases, progress, spark):
     server = phases.run("load", restore_physical, store, plan.base_object, plan.manifest,
                         opts.datadir, opts.target, progress, START_TIMEOUT, opts.keyring)
     # fresh=False: a re-run finds the server it started, ahead of the base
-    summary = phases.run("replay", _replay, opts, replay_opts, progress, spark, False)
-    return {"plan": plan, "base_loaded": True, "summary": summary, "server": server}
+    summary = phases.run("replay", _replay, opts, replay_opts, progress, spark, False, choice)
+    return {"plan": plan, "base_loaded": True, "summary": summary, "server": server,
+            "apply": choice}
 
 
 def _load(opts, plan, target, progress):
@@ -331,9 +416,10 @@ def _load(opts, plan, target, progress):
     return no_users.left_out() if no_users else None
 
 
-def _replay(opts, replay_opts, progress, spark, fresh):
-    """The binlogs applied after the base (``fresh``: loaded by this run)."""
-    if opts.apply == "native":
+def _replay(opts, replay_opts, progress, spark, fresh, choice):
+    """The binlogs applied after the base (``fresh``: loaded by this run), as ``choice``
+    (an ApplyChoice) says."""
+    if choice.mode == "native":
         from replay.restore.native import run_native
         return run_native(replay_opts, opts.target, opts.workers, fresh, progress)
     from replay.job.run import run_replay
@@ -343,7 +429,8 @@ def _replay(opts, replay_opts, progress, spark, fresh):
     # no measure of what this restore applied (the checkpoint rows are)
     sink = TargetApplier(opts.target, opts.workers, opts.merge,
                          keep_gtids=not opts.selection.tables)
-    return run_replay(replay_opts, sink, spark=spark, progress=progress)
+    return run_replay(replace(replay_opts, engine=choice.engine), sink, spark=spark,
+                      progress=progress)
 
 
 def report_lines(report):
@@ -357,8 +444,8 @@ def report_lines(report):
     return [
         f"restore of {plan.source}: base {m['id']} ({m['method']}, GTID {m.get('gtid')}) "
         + ("loaded" if report["base_loaded"] else "already loaded (resumed)"),
-        *([f"server: mariadbd pid {server.pid} on {server.datadir} at {server.spec.address} "
-           f"(it keeps running)"] if server else []),
+        *([f"server: {server.name} pid {server.pid} on {server.datadir} at "
+           f"{server.spec.address} (it keeps running)"] if server else []),
         *([f"users: {report['users_left_out']} of the base left out (--users skip)"]
           if report.get("users_left_out") else []),
         f"applied: {summary['applied']} transactions, {summary['skipped']} skipped, "

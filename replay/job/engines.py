@@ -1,0 +1,109 @@
+"""Who runs the job's tasks: Spark (one task per file, in parallel) or the driver itself.
+
+Both run the same task functions (``replay.job.tasks``: ``digest_unit``, then
+``decode_unit`` a window of files at a time) and hand back the same results; the driver
+(``replay.job.run``) checks and applies them alike. ``SparkTasks`` pays a start-up (a
+JVM, its Python workers: seconds) for a decode spread over every core; ``LocalTasks``
+decodes in this process, one file after another, at no start-up: the better choice for
+an archive small enough that the start-up costs more than the parallel decode saves
+(``restore`` chooses it there: ``choose_engine``).
+"""
+
+import os
+import time
+
+from replay.job.tasks import decode_unit, digest_unit
+
+ENGINES = ("auto", "spark", "local")
+LOCAL_MAX_BYTES = 256 * 1000 * 1000  # auto: below this many bytes to read, no Spark
+
+
+def choose_engine(asked, bytes_to_read, filtered, master=None):
+    """(engine, why): ``asked`` ("spark" or "local") as given; "auto": local for an
+    archive under LOCAL_MAX_BYTES to read without filters and without --master, else
+    spark."""
+    if asked != "auto":
+        return asked, "asked for"
+    if master:
+        return "spark", f"--master {master}"
+    if filtered:
+        return "spark", "filters: Spark decodes every file in parallel"
+    if bytes_to_read >= LOCAL_MAX_BYTES:
+        return "spark", (f"{bytes_to_read / 1e6:.0f} MB to read: Spark decodes the files "
+                         "in parallel")
+    return "local", (f"{bytes_to_read / 1e6:.0f} MB to read, under "
+                     f"{LOCAL_MAX_BYTES / 1e6:.0f} MB: no Spark start-up, decoded here")
+
+
+class LocalTasks:
+    """The tasks run in this process, one file after another (no Spark)."""
+
+    name = "local"
+    parallelism = 1
+
+    def __init__(self, units, opts):
+        self.units, self.opts, self.ran = units, opts, 0
+
+    def digests(self):
+        """``digest_unit`` of every unit, in order."""
+        o = self.opts
+        return [digest_unit(unit, o.archive_url, o.archive_options) for unit in self.units]
+
+    def decode(self, parts):
+        """``decode_unit`` of the units at ``parts``, in order."""
+        o = self.opts
+        self.ran += len(parts)
+        return [decode_unit(self.units[p], o.archive_url, o.archive_options, o.keyring)
+                for p in parts]
+
+    def spark_tasks(self, expected):
+        """Spark tasks run: none."""
+        return 0
+
+
+class SparkTasks:
+    """The tasks run on Spark: one partition, hence one task, per unit (file); this
+    run's jobs in a job group of their own, so that its tasks can be counted."""
+
+    name = "spark"
+
+    def __init__(self, spark, units, opts):
+        url, options, keyring = opts.archive_url, opts.archive_options, opts.keyring
+        self.sc = spark.sparkContext
+        self.rdd = self.sc.parallelize(units, len(units))
+        self.decoded = self.rdd.map(lambda unit: decode_unit(unit, url, options, keyring))
+        self.digested = self.rdd.map(lambda unit: digest_unit(unit, url, options))
+        self.group = f"mysqlbackup-replay-{os.getpid()}-{time.time_ns()}"
+        self.parallelism = self.sc.defaultParallelism
+
+    def digests(self):
+        """``digest_unit`` of every unit, one task each (a job group of its own: the
+        decode's task count stays one per file)."""
+        self.sc.setJobGroup(f"mysqlbackup-check-{os.getpid()}-{time.time_ns()}",
+                            "replay: digests")
+        return self.digested.collect()
+
+    def decode(self, parts):
+        """``decode_unit`` of the units at ``parts``, one task each."""
+        self.sc.setJobGroup(self.group, "replay")  # job groups are per thread
+        return self.sc.runJob(self.decoded, lambda it: list(it), parts)
+
+    def spark_tasks(self, expected, patience=5.0):
+        """Tasks Spark actually ran for this replay's decode jobs (one per file). Its
+        status tracker learns of a finished job a moment later: wait a little for
+        ``expected``."""
+        deadline = time.monotonic() + patience
+        while True:
+            total = self._count()
+            if total >= expected or time.monotonic() > deadline:
+                return total
+            time.sleep(0.05)
+
+    def _count(self):
+        tracker, total = self.sc.statusTracker(), 0
+        for job_id in tracker.getJobIdsForGroup(self.group):
+            job = tracker.getJobInfo(job_id)
+            for stage_id in (job.stageIds if job else ()):
+                stage = tracker.getStageInfo(stage_id)
+                total += stage.numTasks if stage else 0
+        return total

@@ -1,0 +1,85 @@
+"""How a restore applies the binlogs (``--apply auto|statements|native``) and who decodes
+them (``--engine auto|spark|local``): the choice and the plan line that says why (pure);
+the restores that exercise each way against real servers are in test_restore.py and
+test_native_apply.py."""
+
+from dataclasses import dataclass, field
+
+from mysqlbackup.source.spec import SourceSpec
+from replay.job.engines import LOCAL_MAX_BYTES, choose_engine
+from replay.job.planning.options import build_selection
+from replay.restore.run import ApplyChoice, RestoreOptions, choose_apply
+
+MB = 1000 * 1000
+
+
+@dataclass
+class Plan:
+    """What choose_apply reads of a RestorePlan."""
+
+    manifest: dict = field(default_factory=lambda: {
+        "id": "20261126T100000Z", "method": "dump", "gtid": "0-1-42",
+        "gtid_flavor": "mariadb"})
+    bytes_to_read: int = 100 * MB
+
+
+def local_target():
+    return SourceSpec("127.0.0.1", 3306, "root", "")
+
+
+def test_the_engine_is_local_for_a_small_archive_without_filters():
+    assert choose_engine("auto", 100 * MB, False) == (
+        "local", "100 MB to read, under 256 MB: no Spark start-up, decoded here")
+    assert choose_engine("auto", LOCAL_MAX_BYTES, False) == (
+        "spark", "256 MB to read: Spark decodes the files in parallel")
+    assert choose_engine("auto", 1, True) == (
+        "spark", "filters: Spark decodes every file in parallel")
+    assert choose_engine("auto", 1, False, master="spark://h:7077") == (
+        "spark", "--master spark://h:7077")
+    assert choose_engine("spark", 1, False) == ("spark", "asked for")
+    assert choose_engine("local", 10 * LOCAL_MAX_BYTES, True) == ("local", "asked for")
+
+
+def test_auto_is_native_where_the_base_and_the_target_allow_it():
+    choice = choose_apply(RestoreOptions("file:///a", local_target()), Plan())
+    assert choice == ApplyChoice("native", "auto: the target's own applier, nothing decoded "
+                                 "here", auto=True)
+    assert choice.lines(RestoreOptions("file:///a", workers=3)) == [
+        "apply: native (auto: the target's own applier, nothing decoded here; the target's "
+        "replication applier, 3 parallel threads, fed by mysqlbackup serve on loopback)"]
+
+
+def test_auto_says_why_not_native_and_which_engine_decodes():
+    mysql = Plan({"id": "b1", "method": "dump", "gtid": "3e11fa47-71ca-11e1-9e33-"
+                  "c80aa9429562:1-5", "gtid_flavor": "mysql"})
+    choice = choose_apply(RestoreOptions("file:///a", local_target()), mysql)
+    assert (choice.mode, choice.engine, choice.auto) == ("statements", "local", True)
+    assert choice.lines(RestoreOptions("file:///a")) == [
+        "apply: statements (auto: not native, --apply native needs a MariaDB source with "
+        "GTIDs; base b1 has no MariaDB GTID position); decoded by this process, no Spark "
+        "(100 MB to read, under 256 MB: no Spark start-up, decoded here)"]
+    remote = choose_apply(RestoreOptions("file:///a", SourceSpec("192.0.2.1", 3306, "r", "")),
+                          Plan(bytes_to_read=900 * MB))
+    assert remote.lines(RestoreOptions("file:///a")) == [
+        "apply: statements (auto: not native, --apply native needs the target on this "
+        "machine (it replicates from serve on loopback); 192.0.2.1:3306 is not); decoded by "
+        "Spark (900 MB to read: Spark decodes the files in parallel)"]
+    table = RestoreOptions("file:///a", local_target(),
+                           selection=build_selection(tables=["shop.items"]))
+    assert choose_apply(table, Plan()).lines(table) == [
+        "apply: statements (auto: not native, --apply native applies whole binlogs: --table "
+        "and --rewrite-db need --apply statements); decoded by Spark (filters: Spark decodes "
+        "every file in parallel)"]
+    physical = choose_apply(RestoreOptions("file:///a", local_target()),
+                            Plan({"id": "p1", "method": "physical", "gtid": "0-1-9",
+                                  "gtid_flavor": "mariadb"}))
+    assert physical.why == ("auto: not native, base p1 is a physical backup: --apply native "
+                            "is not supported for it yet")
+
+
+def test_asked_for_ways_are_kept():
+    opts = RestoreOptions("file:///a", local_target(), apply="statements", engine="spark")
+    assert choose_apply(opts, Plan()) == ApplyChoice("statements", "asked for", "spark",
+                                                     "asked for", False)
+    native = RestoreOptions("file:///a", local_target(), apply="native")
+    assert choose_apply(native, Plan()) == ApplyChoice("native", "asked for")
