@@ -200,3 +200,20 @@ def test_seconds_behind():
     behind.last_ack = None
     assert seconds_behind(behind) == 700.0  # no ACK: the checkpoint's time
     assert seconds_behind(State(file="b.000002", pos=900)) is None
+
+
+def test_an_archive_error_shows_before_the_first_checkpoint(tmp_path):
+    """A daemon whose archive fails from the start has no checkpoint yet: status still
+    says why the archive fails (the URL's password masked)."""
+    from mysqlbackup.localdir.state import ARCHIVE_STATE_FILE
+    from mysqlbackup.localdir.status import collect_status, format_status
+    (tmp_path / ARCHIVE_STATE_FILE).write_text(json.dumps({
+        "url": "ftp://backup:s3cr3t@127.0.0.1:21/archive", "source": "db1",
+        "archived": [], "last_error": "ConnectionRefusedError: [Errno 111] refused",
+        "last_error_time": 1764150000.0}))
+    lines = format_status(collect_status(str(tmp_path), now=1764150001.0))
+    assert lines[3] == "checkpoint:       none yet"
+    assert lines[4] == "archive:          ftp://***@127.0.0.1:21/archive (source db1)"
+    assert lines[-1].startswith("archive error:    ConnectionRefusedError: [Errno 111] "
+                                "refused (at 2025-11-26")
+    assert "s3cr3t" not in "\n".join(lines)

@@ -141,8 +141,8 @@ def format_status(status):
                                                    if files else "")]
     lines.append("daemon:           " + format_lock(status.get("lock")))
     st = status["state"]
-    if st is None:
-        return lines + ["checkpoint:       none yet"]
+    if st is None:  # an archive that fails from the start still says so
+        return lines + ["checkpoint:       none yet"] + _format_archive(status.get("archive"))
     ack = st["last_ack"]
     lines += [
         f"source:           {st['source']} ({st['source_identity']}, {st['flavor']})",
