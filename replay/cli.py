@@ -26,7 +26,7 @@ from replay.restore.run import APPLY_WAYS
 @click.option("--apply", "apply_mode", type=click.Choice(APPLY_WAYS),
               default="statements", show_default=True, help="With --target: statements (this "
               "job applies them) or native (the target's own replication applier, fed by "
-              "mysqlbackup serve on loopback, --workers parallel threads; a MariaDB target "
+              "mysqlbackup serve on loopback, --workers parallel threads; a target "
               "on this machine, from --start-gtid or else from the GTID state before the "
               "archive's first file; no --database/--table/--rewrite-db or "
               "--start-position).")

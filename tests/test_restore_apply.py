@@ -52,12 +52,14 @@ def test_auto_is_native_where_the_base_and_the_target_allow_it():
 def test_auto_says_why_not_native_and_which_engine_decodes():
     mysql = Plan({"id": "b1", "method": "dump", "gtid": "3e11fa47-71ca-11e1-9e33-"
                   "c80aa9429562:1-5", "gtid_flavor": "mysql"})
-    choice = choose_apply(RestoreOptions("file:///a", local_target()), mysql)
+    assert choose_apply(RestoreOptions("file:///a", local_target()), mysql).mode == "native"
+    no_gtid = Plan({"id": "b1", "method": "dump", "gtid": "", "gtid_flavor": "mariadb"})
+    choice = choose_apply(RestoreOptions("file:///a", local_target()), no_gtid)
     assert (choice.mode, choice.engine, choice.auto) == ("statements", "local", True)
     assert choice.lines(RestoreOptions("file:///a")) == [
-        "apply: statements (auto: not native, --apply native needs a MariaDB source with "
-        "GTIDs; base b1 has no MariaDB GTID position); decoded by this process, no Spark "
-        "(100 MB to read, under 256 MB: no Spark start-up, decoded here)"]
+        "apply: statements (auto: not native, --apply native needs a source with GTIDs; "
+        "base b1 has no GTID position); decoded by this process, no Spark (100 MB to read, "
+        "under 256 MB: no Spark start-up, decoded here)"]
     remote = choose_apply(RestoreOptions("file:///a", SourceSpec("192.0.2.1", 3306, "r", "")),
                           Plan(bytes_to_read=900 * MB))
     assert remote.lines(RestoreOptions("file:///a")) == [

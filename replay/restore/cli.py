@@ -51,7 +51,7 @@ from replay.restore.run import APPLY_MODES, USERS_MODES
               default="auto", show_default=True, help="How the binlogs are applied: "
               "statements (the replay job: the binlogs decoded, workers apply), native (the "
               "target's own replication applier, fed by mysqlbackup serve on loopback; "
-              "a MariaDB target on this machine with a server_id other than the source's, "
+              "a target on this machine with a server_id other than the source's, "
               "a dump base, no --table) or auto (native where the base and the target "
               "allow it, else statements; the plan says which and why).")
 @click.option("--engine", type=click.Choice(ENGINES), default="auto", show_default=True,

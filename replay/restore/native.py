@@ -18,6 +18,12 @@ transaction it records): a killed run, run again, finds the target ahead of the
 base and leaves it there, so every transaction is applied once. The target's
 ``slave_parallel_threads`` is kept in ``mysqlbackup_replay.native_settings`` while
 a run changed it: a killed run's is put back by the next one.
+
+A MySQL target (``MysqlNativeApply``; serve speaks as a MySQL primary): ``CHANGE
+REPLICATION SOURCE TO ... SOURCE_AUTO_POSITION=1 FOR CHANNEL 'mysqlbackup_restore'``,
+``START REPLICA UNTIL SQL_AFTER_GTIDS = <end>``, ``replica_parallel_workers`` for the
+run (kept and put back as above), ``RESET REPLICA ALL FOR CHANNEL`` at the end; its
+exactly-once record is its own ``gtid_executed``, which its dump sends serve.
 """
 
 import ipaddress
@@ -30,7 +36,7 @@ from dataclasses import dataclass
 import pymysql
 
 from mysqlbackup.archive.window import epoch
-from mysqlbackup.binlog.gtid import MariaGtidPos
+from mysqlbackup.binlog.gtid import MariaGtidPos, MysqlGtidSet
 from mysqlbackup.errors import MysqlBackupError, UsageError
 from replay.job.sinks.session import connect_target
 
@@ -43,6 +49,7 @@ SETTINGS_TABLE = "mysqlbackup_replay.native_settings"  # the target's own, durin
 SETTINGS_DDL = (f"CREATE TABLE IF NOT EXISTS {SETTINGS_TABLE} (connection VARCHAR(64) NOT NULL "
                 "PRIMARY KEY, threads INT NOT NULL) ENGINE=InnoDB")
 NO_SUCH_CONNECTION = 1617           # ER_SLAVE_NOT_FOUND: "There is no master connection"
+NO_SUCH_CHANNEL = 3074              # MySQL's ER_REPLICA_CHANNEL_DOES_NOT_EXIST
 IDLE_FOR = 10.0                     # seconds a target idle short of the end is a failure
 POLL = 0.1                          # seconds between looks at the target
 PROGRESS_EVERY = 5.0                # seconds between progress lines
@@ -57,7 +64,7 @@ class End:
     """Where the native apply ends: the target's GTID position after the last
     transaction before the stop point, and what the report says of it."""
 
-    gtid_pos: MariaGtidPos
+    gtid_pos: object                    # MariaGtidPos, or MysqlGtidSet (a MySQL source)
     last_gtid: str = None
     last_commit: float = None           # epoch seconds
     stop_reason: str = "end of the archive"
@@ -70,20 +77,27 @@ def expected_end(units, selection, start, url, options, keyring=None):
     end, last = start.copy(), (None, None)
     for unit in units:
         index = unit["index"]
-        if _may_hold_stop(index, selection):
+        if _may_hold_stop(index, selection, start):
             found = _walk_unit(unit, selection, start, url, options, keyring, last)
             if found is not None:
                 return found
-        _merge(end, MariaGtidPos.parse(index.get("gtid_after") or ""))
+        _merge(end, state(index.get("gtid_after"), start))
         if index.get("last_gtid"):
             last = (index["last_gtid"], _epoch(index.get("last_commit")))
     return End(end, *last)
 
 
-def _may_hold_stop(index, selection):
+def state(text, like):
+    """The GTID state ``text`` (an index's; None or '': empty) of ``like``'s flavor."""
+    if isinstance(like, MysqlGtidSet):
+        return MysqlGtidSet.parse(text) if text and ":" in text else MysqlGtidSet()
+    return MariaGtidPos.parse(text or "")
+
+
+def _may_hold_stop(index, selection, like):
     """True when the file of ``index`` may hold the transaction a stop point names."""
     if selection.stop_before_gtid is not None:
-        after = MariaGtidPos.parse(index.get("gtid_after") or "")
+        after = state(index.get("gtid_after"), like)
         return after.contains(*selection.stop_before_gtid)
     if selection.stop_position is not None:
         return index["name"] == selection.stop_position.file
@@ -99,19 +113,24 @@ def _walk_unit(unit, selection, start, url, options, keyring, last):
     result = decode_unit(unit, url, options, keyring)
     if result["error"]:
         raise MysqlBackupError(f"{unit['where']}: {result['error']['message']}")
-    pos = MariaGtidPos.parse(unit["index"].get("gtid_before") or "")
+    pos = state(unit["index"].get("gtid_before"), start)
     _merge(pos, start)
     for trx in result["transactions"]:
         decision, reason = selection.decide(trx)
         if decision == "stop":
             return End(pos, *last, stop_reason=reason)
-        if trx.maria_gtid:
-            pos.add(*trx.maria_gtid)
+        if trx.gtid_key and (trx.maria_gtid or isinstance(pos, MysqlGtidSet)):
+            pos.add(*trx.gtid_key)
             last = (trx.gtid, trx.commit_ts)
     return None
 
 
 def _merge(pos, other):
+    if isinstance(pos, MysqlGtidSet):
+        for sid, intervals in other.sids.items():
+            for lo, hi in intervals:
+                pos.add_interval(sid, lo, hi)
+        return
     for domain, (server_id, seq) in other.domains.items():
         pos.add(domain, server_id, seq)
 
@@ -121,28 +140,40 @@ def _epoch(text):
 
 
 def covers(pos, end):
-    """True when GTID position ``pos`` holds every domain of ``end`` at or past it."""
+    """True when GTID position ``pos`` holds every domain of ``end`` at or past it (a
+    MySQL set: every GTID of ``end``)."""
+    if isinstance(end, MysqlGtidSet):
+        from replay.serve.mysql import is_subset
+        return is_subset(end, pos)
     return all(pos.contains(d, s, n) for d, (s, n) in end.domains.items())
 
 
 def past(pos, end):
-    """True when ``pos`` is beyond ``end`` in one of ``end``'s domains."""
+    """True when ``pos`` is beyond ``end`` in one of ``end``'s domains (a MySQL set: a
+    GTID of one of ``end``'s UUIDs that ``end`` lacks)."""
+    if isinstance(end, MysqlGtidSet):
+        from replay.serve.mysql import subtract
+        return any(sid in end.sids for sid in subtract(pos, end).sids)
     return any(pos.domains.get(d, (0, -1))[1] > n for d, (_, n) in end.domains.items())
 
 
 def applied_count(before, after):
     """Transactions between two GTID positions, by their sequence numbers (one source
-    numbers a domain's transactions one by one)."""
+    numbers a domain's transactions one by one; a MySQL set: the GTIDs it gained)."""
+    if isinstance(after, MysqlGtidSet):
+        from replay.serve.mysql import subtract
+        return sum(hi - lo for ivs in subtract(after, before).sids.values() for lo, hi in ivs)
     return sum(seq - (before.domains.get(d, (0, 0))[1])
                for d, (_, seq) in after.domains.items())
 
 
-def preflight(spec, base_gtid, progress=None):
+def preflight(spec, base_gtid, progress=None, source_server_id=None):
     """``NativeApply.check`` of the target ``spec`` before a restore loads anything into
-    it (the source's server_id from the base's GTID position)."""
-    target = NativeApply(spec, progress)
+    it (the source's server_id from the base's GTID position, and ``source_server_id``,
+    the manifest's: a MySQL GTID does not name it)."""
+    target = native_target(spec, progress)
     try:
-        target.check(MariaGtidPos.parse(base_gtid or ""))
+        target.check(state(base_gtid, target.EMPTY()), source_server_id)
     finally:
         target.close()
 
@@ -160,22 +191,39 @@ def check_resume(conn, source, base_gtid, apply):
             cur.execute("SELECT 1 FROM mysqlbackup_replay.checkpoint WHERE source = %s "
                         "LIMIT 1", (source,))
             statements = bool(cur.fetchall())
-        cur.execute("SELECT @@GLOBAL.gtid_slave_pos")
-        slave_pos = MariaGtidPos.parse(cur.fetchone()[0] or "")
-    base = MariaGtidPos.parse(base_gtid or "") if "-" in (base_gtid or "") else None
-    native = base is not None and not covers(base, slave_pos)
+        if ":" in (base_gtid or ""):  # MySQL: what the target holds past the base
+            cur.execute("SELECT @@GLOBAL.gtid_executed")
+            held = MysqlGtidSet.parse(cur.fetchone()[0] or "")
+            base = MysqlGtidSet.parse(base_gtid)
+        else:
+            cur.execute("SELECT @@GLOBAL.gtid_slave_pos")
+            held = MariaGtidPos.parse(cur.fetchone()[0] or "")
+            base = MariaGtidPos.parse(base_gtid or "") if "-" in (base_gtid or "") else None
+    native = base is not None and not covers(base, held)
     begun = "statements" if statements else "native" if native else None
     if begun is not None and begun != apply:
         raise UsageError(f"this restore was begun with --apply {begun} (the target holds its "
                          f"progress): run it again with --apply {begun}")
 
 
-class NativeApply:
-    """The target as a replica of ``address`` for one run (one connection)."""
+def native_target(spec, progress=None):
+    """The NativeApply of the target ``spec``: MySQL's (``MysqlNativeApply``) or MariaDB's."""
+    conn = connect_target(spec)
+    with conn.cursor() as cur:
+        cur.execute("SELECT VERSION()")
+        mariadb = "mariadb" in cur.fetchone()[0].lower()
+    return (NativeApply if mariadb else MysqlNativeApply)(spec, progress, conn)
 
-    def __init__(self, spec, progress=None):
+
+class NativeApply:
+    """The target (MariaDB) as a replica of ``address`` for one run (one connection)."""
+
+    PARALLEL_VAR, EMPTY = "slave_parallel_threads", MariaGtidPos
+
+    def __init__(self, spec, progress=None, conn=None):
         self.spec, self.progress = spec, progress or (lambda line: None)
-        self.conn = connect_target(spec)
+        self.conn = conn or connect_target(spec)
+
 
     def _rows(self, sql, args=None):
         with self.conn.cursor() as cur:
@@ -185,31 +233,32 @@ class NativeApply:
     def _value(self, sql):
         return self._rows(sql)[0][0]
 
-    def gtid_slave_pos(self):
-        """The target's ``gtid_slave_pos`` (MariaGtidPos)."""
+    def position(self):
+        """The target's exactly-once record: its ``gtid_slave_pos`` (MariaGtidPos)."""
         return MariaGtidPos.parse(self._value("SELECT @@GLOBAL.gtid_slave_pos") or "")
 
-    def check(self, end):
-        """Refuse a target this cannot work on: not MariaDB, a replication connection
-        that is not ours, the source's own server_id (a replica skips such events).
-        A connection of ours left by a killed run is removed."""
-        version = self._value("SELECT VERSION()")
-        if "mariadb" not in version.lower():
-            raise UsageError(f"--apply native needs a MariaDB target; {self.spec.address} is "
-                             f"{version}: use --apply statements")
-        names = [row["Connection_name"] for row in self.slave_status(all_=True)]
+    WHAT, NAME = "connection", "Connection_name"   # a replication connection, its column
+
+    def check(self, end, source_server_id=None):
+        """Refuse a target this cannot work on: a replication connection that is not
+        ours, the source's own server_id (a replica skips such events). A connection of
+        ours left by a killed run is removed."""
+        self._check_replication({s for s, _ in end.domains.values()} | {source_server_id})
+
+    def _check_replication(self, source_ids):
+        names = [row[self.NAME] or "" for row in self.slave_status(all_=True)]
         foreign = [n or "(default)" for n in names if n != CONNECTION]
         if foreign:
-            raise UsageError(f"the target {self.spec.address} already replicates (connection "
+            raise UsageError(f"the target {self.spec.address} already replicates ({self.WHAT} "
                              f"{', '.join(foreign)}): --apply native makes it a replica of "
                              "its own; remove that replication first, or use --apply "
                              "statements")
         if CONNECTION in names:
-            self.progress(f"native: removing the replication connection {CONNECTION} "
+            self.progress(f"native: removing the replication {self.WHAT} {CONNECTION} "
                           "left by an earlier run")
             self._reset()
         server_id = int(self._value("SELECT @@GLOBAL.server_id"))
-        if server_id in {s for s, _ in end.domains.values()}:
+        if server_id in source_ids:
             raise UsageError(f"the target {self.spec.address} has server_id {server_id}, "
                              "the source's: a replica skips the events of its own server_id; "
                              "start the target with another server_id")
@@ -231,7 +280,7 @@ class NativeApply:
     def set_start(self, start, fresh):
         """``gtid_slave_pos`` to the base's ``start``, unless the target is at or past
         it already and the base was not loaded by this run (a rerun: resume)."""
-        current = self.gtid_slave_pos()
+        current = self.position()
         if fresh or not covers(current, start):
             self.conn.cursor().execute("SET GLOBAL gtid_slave_pos = %s", (str(start),))
             return start
@@ -246,10 +295,10 @@ class NativeApply:
         a run killed before it put it back leaves it to the next run's ``finish``. (The
         mode is our connection's own, set in ``start``: it goes with the connection.)"""
         if self._saved_threads() is None:
-            saved = int(self._value("SELECT @@GLOBAL.slave_parallel_threads"))
+            saved = int(self._value(f"SELECT @@GLOBAL.{self.PARALLEL_VAR}"))
             self._unlogged("CREATE DATABASE IF NOT EXISTS mysqlbackup_replay", SETTINGS_DDL,
                            (f"INSERT INTO {SETTINGS_TABLE} VALUES (%s, %s)", (CONNECTION, saved)))
-        self.conn.cursor().execute("SET GLOBAL slave_parallel_threads = %s", (threads,))
+        self.conn.cursor().execute(f"SET GLOBAL {self.PARALLEL_VAR} = %s", (threads,))
 
     def _saved_threads(self):
         """The slave_parallel_threads kept by ``parallel`` and not put back, or None."""
@@ -289,7 +338,7 @@ class NativeApply:
         idle = Idle()
         while True:
             status = self.slave_status() or {}
-            pos = self.gtid_slave_pos()  # after the status: a thread stopped had applied it
+            pos = self.position()  # after the status: a thread stopped had applied it
             if covers(pos, end):
                 return pos
             _check_threads(status, pos, end)
@@ -323,12 +372,79 @@ class NativeApply:
         finally:
             saved = self._saved_threads()
             if saved is not None:
-                self.conn.cursor().execute("SET GLOBAL slave_parallel_threads = %s", (saved,))
+                self.conn.cursor().execute(f"SET GLOBAL {self.PARALLEL_VAR} = %s", (saved,))
                 self._unlogged((f"DELETE FROM {SETTINGS_TABLE} WHERE connection = %s",
                                 (CONNECTION,)))
 
     def close(self):
         self.conn.close()
+
+
+class MysqlNativeApply(NativeApply):
+    """A MySQL target (8.4/9.x) as a replica, on a channel of its own, by
+    SOURCE_AUTO_POSITION=1; its ``gtid_executed`` is the exactly-once record. Its
+    replica status is read with MariaDB's names (``Slave_IO_Running``, ...)."""
+
+    PARALLEL_VAR, EMPTY = "replica_parallel_workers", MysqlGtidSet
+    WHAT, NAME = "channel", "Channel_Name"
+
+    def position(self):
+        return MysqlGtidSet.parse(self._value("SELECT @@GLOBAL.gtid_executed") or "")
+
+    def check(self, end, source_server_id=None):
+        """Refuse a target without GTIDs on, with a replication channel that is not ours,
+        or with the source's server_id; remove our channel left by a killed run."""
+        if self._value("SELECT @@GLOBAL.gtid_mode") != "ON":
+            raise UsageError(f"--apply native needs gtid_mode=ON on the target "
+                             f"{self.spec.address} (SOURCE_AUTO_POSITION=1): use --apply "
+                             "statements")
+        self._check_replication({source_server_id})
+
+    def slave_status(self, all_=False):
+        with self.conn.cursor() as cur:
+            try:
+                cur.execute("SHOW REPLICA STATUS" if all_ else
+                            f"SHOW REPLICA STATUS FOR CHANNEL '{CONNECTION}'")
+            except pymysql.err.OperationalError as e:
+                if e.args[0] != NO_SUCH_CHANNEL:
+                    raise
+                return None
+            names = [_maria_words(d[0]) for d in cur.description]
+            rows = [{k: _maria_words(v) if k.endswith("_State") and v else v
+                     for k, v in zip(names, row)} for row in cur.fetchall()]
+        return rows if all_ else (rows[0] if rows else None)
+
+    def set_start(self, start, fresh):
+        """Nothing to set: the target's gtid_executed (the base's after its load, or a
+        killed run's further on) is what the replica asks serve for."""
+        current = self.position()
+        if covers(current, start) and current != start:
+            self.progress(f"native: the target is at GTIDs {current}, past the base's "
+                          f"{start}: resuming from there")
+        return current
+
+    def start(self, host, port, user, password, end):
+        """CHANGE REPLICATION SOURCE (our channel, auto-position) and START REPLICA UNTIL
+        SQL_AFTER_GTIDS = ``end``."""
+        with self.conn.cursor() as cur:
+            cur.execute("CHANGE REPLICATION SOURCE TO SOURCE_HOST = %s, SOURCE_PORT = %s, "
+                        "SOURCE_USER = %s, SOURCE_PASSWORD = %s, SOURCE_AUTO_POSITION = 1, "
+                        "SOURCE_CONNECT_RETRY = 1, SOURCE_SSL = 0, GET_SOURCE_PUBLIC_KEY = 1 "
+                        f"FOR CHANNEL '{CONNECTION}'", (host, port, user, password))
+            cur.execute(f"START REPLICA UNTIL SQL_AFTER_GTIDS = %s FOR CHANNEL '{CONNECTION}'",
+                        (str(end),))
+
+    def _reset(self):
+        with self.conn.cursor() as cur:
+            cur.execute(f"STOP REPLICA FOR CHANNEL '{CONNECTION}'")
+            cur.execute(f"RESET REPLICA ALL FOR CHANNEL '{CONNECTION}'")
+
+
+def _maria_words(text):
+    """A MySQL replica status column's name or thread state in MariaDB's words
+    (Replica -> Slave, source -> master: what ``Idle`` and the checks read)."""
+    return text.replace("Replica", "Slave").replace("Source", "Master").replace(
+        "source", "master")
 
 
 class Idle:
@@ -372,17 +488,17 @@ def _state(status):
 
 
 def apply_native(spec, address, user, password, start, end, fresh=True, threads=4,
-                 progress=None, timeout=None, ended=None):
+                 progress=None, timeout=None, ended=None, source_server_id=None):
     """Make the target ``spec`` apply, through its replication applier fed from
     ``address`` (host, port; ``user``/``password`` its login), everything from the
     GTID position ``start`` (the base's) to the End ``end``; returns the summary dict
     ``run.report_lines`` reads. ``fresh``: the base was loaded by this run (else a
     target ahead of ``start`` resumes from where it is); ``ended``: see
-    ``NativeApply.wait``."""
+    ``NativeApply.wait``; ``source_server_id``: the source's (a MySQL target must differ)."""
     progress = progress or (lambda line: None)
-    target = NativeApply(spec, progress)
+    target = native_target(spec, progress)
     try:
-        target.check(end.gtid_pos)
+        target.check(end.gtid_pos, source_server_id)
         before = target.set_start(start, fresh)
         if covers(before, end.gtid_pos):
             target.finish()  # a killed run's settings
@@ -453,7 +569,8 @@ def run_native(replay_opts, spec, threads=4, fresh=False, progress=None, timeout
     password = secrets.token_urlsafe(24)
     with _serve(replay_opts, source, password) as handle:
         summary = apply_native(spec, (handle.host, handle.port), SERVE_USER, password, start,
-                               end, fresh, threads, progress, timeout, lambda: handle.wait_end(0))
+                               end, fresh, threads, progress, timeout, lambda: handle.wait_end(0),
+                               units[-1]["index"].get("server_id") if units else None)
     if cut and summary["stop_reason"] == "end of the archive":  # later files left out
         summary["stop_reason"] = "stop datetime reached"
     return dict(summary, source=source, files=len(units))
@@ -470,7 +587,8 @@ def start_of(selection, units):
         raise UsageError(f"--apply native starts from a GTID position, and the index of "
                          f"{units[0]['where']} does not say the one before it: give "
                          "--start-gtid")
-    return MariaGtidPos.parse(before)
+    last = next((u["index"]["last_gtid"] for u in units if u["index"].get("last_gtid")), "")
+    return state(before, MysqlGtidSet() if ":" in (before + last) else MariaGtidPos())
 
 
 def _serve(replay_opts, source, password):

@@ -238,7 +238,7 @@ def base_needs(opts, plan, grants, progress):
 
 def check_native(opts, plan):
     """UsageError where ``--apply native`` cannot work: filters, a target on another
-    machine (serve listens on loopback), a base without a MariaDB GTID position (the
+    machine (serve listens on loopback), a base without a GTID position (the
     target's applier starts from one), a physical base (the server it starts has the
     default server_id, most often the source's: untested)."""
     if opts.selection.tables or opts.selection.rewrite:
@@ -251,9 +251,9 @@ def check_native(opts, plan):
     if m["method"] in ("physical", "clone"):
         raise UsageError(f"base {m['id']} is a physical backup: --apply native is not "
                          "supported for it yet (use --apply statements)")
-    if m.get("gtid_flavor") != "mariadb" or not m.get("gtid"):
-        raise UsageError(f"--apply native needs a MariaDB source with GTIDs; base {m['id']} "
-                         f"has no MariaDB GTID position: use --apply statements")
+    if m.get("gtid_flavor") not in ("mariadb", "mysql") or not m.get("gtid"):
+        raise UsageError(f"--apply native needs a source with GTIDs; base {m['id']} has no "
+                         "GTID position: use --apply statements")
 
 
 def table_selection(selection):
@@ -345,7 +345,7 @@ def _native_preflight(opts, plan, choice, progress):
     target that refuses it gets statements when the choice was ``auto``."""
     from replay.restore.native import preflight
     try:
-        preflight(opts.target, plan.manifest["gtid"], progress)
+        preflight(opts.target, plan.manifest["gtid"], progress, plan.manifest.get("server_id"))
     except UsageError as e:
         if not choice.auto:
             raise

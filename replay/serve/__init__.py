@@ -1,4 +1,7 @@
-"""``mysqlbackup serve``: the archive served as a MariaDB primary to a real replica.
+"""``mysqlbackup serve``: the archive served as its source's primary to a real replica:
+a MariaDB source's as a MariaDB primary, a MySQL source's as a MySQL 8.4/9.x primary
+(``CHANGE REPLICATION SOURCE TO ... SOURCE_AUTO_POSITION=1``; caching_sha2_password,
+fast, in clear over TLS or through the RSA key exchange, or mysql_native_password).
 
 Programmatic API (what ``restore --apply native`` calls)::
 
@@ -18,11 +21,12 @@ Programmatic API (what ``restore --apply native`` calls)::
     # leaving the block = handle.stop(): listener and connections closed, threads joined
 
 * ``start_server`` checks the archive first (its source, its files, the keys that
-  open them, a MariaDB source) and raises ``UsageError``/``MysqlBackupError`` with
-  one clear line; ``options.selection`` is a replay ``Selection``: its stop point
-  (``stop_datetime``, ``stop_before_gtid``, ``stop_position``) and ``exclude`` apply
-  (its start fields are ignored: the replica asks by GTID or file:position; its
-  database/table filters and rewrites are refused: serve sends whole transactions).
+  open them, a MariaDB source or a MySQL one with GTIDs) and raises ``UsageError`` /
+  ``MysqlBackupError`` with one clear line; ``options.selection`` is a replay
+  ``Selection``: its stop point (``stop_datetime``, ``stop_before_gtid``,
+  ``stop_position``) and ``exclude`` apply (its start fields are ignored: the replica
+  asks by GTID or file:position; its database/table filters and rewrites are refused:
+  serve sends whole transactions).
 * Once a dump has sent the last transaction before the stop point (or the
   archive's end) the connection stays open with heartbeats, as a primary with
   nothing more to send: the replica stays connected and idle. Without a stop point
@@ -45,8 +49,11 @@ Programmatic API (what ``restore --apply native`` calls)::
   Prometheus metrics.
 
 Modules: ``packets`` (pure: handshake, OK/ERR/EOF, result sets, artificial
-events), ``queries`` (pure: the replica's set-up queries and their answers),
-``feed`` (archive -> events of one dump: start, skip, stop, exclusions),
+events), ``mysql`` (pure: MySQL's handshake, caching_sha2_password, RSA,
+COM_BINLOG_DUMP_GTID's GTID set, HEARTBEAT_V2, ER 1236's texts), ``queries`` (pure:
+the replica's set-up queries and their answers, either flavor), ``feed`` (archive ->
+events of one dump: start, skip, stop, exclusions), ``mysqlfeed`` (MySQL's walk:
+where a GTID dump starts, the heartbeat after skipped transactions),
 ``limits`` (pure: throttle, log limiter, LIKE, the bounds), ``connection`` (one
 client: handshake, commands, dump), ``server`` (the listener, caps, bookkeeping),
 ``metrics`` (Prometheus), ``cli`` (the click command).

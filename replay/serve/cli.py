@@ -34,7 +34,8 @@ def parse_listen(text):
 @click.option("--listen", default="127.0.0.1:3307", show_default=True, metavar="HOST:PORT",
               help="Address to accept replicas on (port 0: any free port, printed).")
 @click.option("--user", default="mysqlbackup_serve", show_default=True,
-              help="The one user replicas log in as (mysql_native_password); its password "
+              help="The one user replicas log in as (mysql_native_password; for a MySQL "
+                   "archive caching_sha2_password too); its password "
                    f"comes from ${PASSWORD_ENV} or --replica-password-file.")
 @click.option("--replica-password-file", type=A_FILE, metavar="FILE",
               help="File whose first line is the password of --user, the replicas' login "
@@ -70,6 +71,10 @@ def parse_listen(text):
 @click.option("--metrics-address", metavar="HOST:PORT", help="Serve Prometheus metrics at "
               "http://HOST:PORT/metrics: connections, dumps, refused logins and what the "
               "bounds refused (a bounded HTTP server, as the daemon's).")
+@click.option("--rsa-key", type=A_FILE, metavar="FILE", help="MySQL archives: the PEM RSA "
+              "private key of caching_sha2_password's exchange with a replica that logs in "
+              "without TLS (GET_SOURCE_PUBLIC_KEY=1), as mysqld's caching_sha2_password_"
+              "private_key_path (default: a new key made at start).")
 @identity_option
 @deprecated_alias("--password-file", "--replica-password-file", type=A_FILE)
 @deprecated_alias("--tls-cert", "--ssl-cert", type=A_FILE)
@@ -79,10 +84,13 @@ def parse_listen(text):
 def serve(archive_url, archive_option, source_name, listen, user, replica_password_file,
           stop_datetime, stop_before_gtid, stop_position, exclude_gtids, poll_interval,
           ssl_cert, ssl_key, require_secure_transport, max_connections, metrics_address,
-          identity):
-    """Serve the archive's binlogs to MariaDB replicas as their primary would.
+          rsa_key, identity):
+    """Serve the archive's binlogs to replicas as their primary would.
 
-    A replica (CHANGE MASTER TO MASTER_HOST, MASTER_PORT, MASTER_USER,
+    The archive of a MariaDB source is served as a MariaDB primary, a MySQL source's
+    as a MySQL 8.4/9.x primary (caching_sha2_password or mysql_native_password;
+    CHANGE REPLICATION SOURCE TO ... SOURCE_AUTO_POSITION=1, or a SOURCE_LOG_FILE/POS).
+    A MariaDB replica (CHANGE MASTER TO MASTER_HOST, MASTER_PORT, MASTER_USER,
     MASTER_PASSWORD, MASTER_USE_GTID=slave_pos or a MASTER_LOG_FILE/POS) gets only
     whole transactions, read from the archive's sealed and newest objects
     (compressed or encrypted alike), up to the stop point; then the connection
@@ -117,7 +125,8 @@ def serve(archive_url, archive_option, source_name, listen, user, replica_passwo
                            selection, identity, storage_options=parse_options(archive_option),
                            poll_interval=poll_interval or None, tls_cert=ssl_cert,
                            tls_key=ssl_key, require_tls=require_secure_transport,
-                           max_connections=max_connections, metrics_address=metrics_address)
+                           max_connections=max_connections, metrics_address=metrics_address,
+                           rsa_key=rsa_key)
     stop = threading.Event()
     for sig in (signal.SIGTERM, signal.SIGINT):
         signal.signal(sig, lambda *_: stop.set())

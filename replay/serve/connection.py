@@ -11,6 +11,7 @@ handshake", 1156 for packets out of order, 1105 for a short COM_REGISTER_SLAVE,
 waits the throttle's delay first (``limits``).
 """
 
+import hmac
 import logging
 import random
 import select
@@ -20,16 +21,18 @@ import time
 
 from mysqlbackup.errors import MysqlBackupError, mask_url
 from mysqlbackup.source.protocol import BINLOG_DUMP_NON_BLOCK, BINLOG_SEND_ANNOTATE_ROWS_EVENT
+from replay.serve import mysql as my
 from replay.serve import packets as pk
 from replay.serve.feed import (NO_CHECKSUM, NOT_IN_INDEX, DumpContext, DumpError, DumpStart,
                                dump_events)
 from replay.serve.limits import COMMAND_TIMEOUT, HANDSHAKE_TIMEOUT
+from replay.serve.mysqlfeed import MysqlWalk
 from replay.serve.queries import Session, answer
 
 log = logging.getLogger("replay.serve.server")
 
 COM_QUIT, COM_INIT_DB, COM_QUERY, COM_PING = 0x01, 0x02, 0x03, 0x0E
-COM_BINLOG_DUMP, COM_REGISTER_SLAVE = 0x12, 0x15
+COM_BINLOG_DUMP, COM_REGISTER_SLAVE, COM_BINLOG_DUMP_GTID = 0x12, 0x15, 0x1E
 POLL_SLICE = 0.5          # longest wait, so that stop() is seen
 SEND_TIMEOUT = 60.0       # a peer that takes no bytes for this long is gone
 MAX_LOGIN_PACKET = 64 << 10     # a handshake response: user, auth data, connect attributes
@@ -59,6 +62,7 @@ class Connection:
         self.server, self.sock, self.peer, self.id = server, sock, peer, conn_id
         self.session, self.buffer, self.closed = Session(), bytearray(), False
         self.replica_id, self.tls, self.logged_in = None, None, False
+        self.heartbeat_v2 = False   # MySQL: the dump asked for HEARTBEAT_LOG_EVENT_V2
         self.ended = threading.Event()  # set by close(): ends a throttle's wait at once
         self.thread = threading.Thread(target=self.run, name=f"serve-conn-{conn_id}",
                                        daemon=True)
@@ -185,8 +189,10 @@ class Connection:
         ends = time.monotonic() + HANDSHAKE_TIMEOUT  # the whole handshake, TLS included
         scramble = bytes(random.SystemRandom().randrange(0x21, 0x7F) for _ in range(20))
         context = self.server.tls_context
-        self.send([pk.handshake_v10(self.id & 0xFFFFFFFF, self.server.facts.version, scramble,
-                                    ssl=context is not None)], 0)
+        mysql = self.server.facts.flavor == "mysql"
+        hello = my.handshake_v10 if mysql else pk.handshake_v10
+        self.send([hello(self.id & 0xFFFFFFFF, self.server.facts.version, scramble,
+                         ssl=context is not None)], 0)
         payload, seq = self.read_packet(ends, MAX_LOGIN_PACKET)
         if context is not None and pk.is_ssl_request(payload):
             payload, seq = self._start_tls(context, ends)
@@ -195,6 +201,8 @@ class Connection:
             self._send_now(pk.err_packet(pk.ER_NET_PACKETS_OUT_OF_ORDER,
                                          "Got packets out of order"), seq + 1)
             return False
+        if mysql:
+            return self._mysql_login(payload, seq, scramble, ends)
         try:
             response = pk.parse_handshake_response(payload)
             token, seq = response.auth, seq + 1
@@ -225,11 +233,17 @@ class Connection:
         options = self.server.options
         if response.user == options.user and pk.native_password_ok(
                 self.server.stored_hash, scramble, token):
-            if self.tls or not options.require_tls:
-                return self._logged_in(seq)
-            why = "clear text refused (--require-secure-transport), as for a user REQUIRE SSL"
-        else:
-            why = "wrong user or password"
+            return self._accepted(response, token, seq)
+        return self._denied(response, token, seq, "wrong user or password")
+
+    def _accepted(self, response, token, seq):
+        """The password was right: logged in, unless clear text is refused."""
+        if self.tls or not self.server.options.require_tls:
+            return self._logged_in(seq)
+        return self._denied(response, token, seq, "clear text refused "
+                            "(--require-secure-transport), as for a user REQUIRE SSL")
+
+    def _denied(self, response, token, seq, why):
         self.server.login_failed(self.peer[0])
         user = response.user[:SHOWN_USER]
         self.server.note("denied", logging.WARNING, "connection %d from %s: "
@@ -238,6 +252,51 @@ class Connection:
                                  f"'{user}'@'{self.peer[0]}' (using password: "
                                  f"{'YES' if token else 'NO'})")], seq)
         return False
+
+    def _mysql_login(self, payload, seq, scramble, ends):
+        """A MySQL client's login: ``caching_sha2_password`` (fast over the SHA-256
+        scramble once the user logged in fully; else full authentication: the password
+        in clear over TLS, or RSA-encrypted without, the public key sent on request)
+        or ``mysql_native_password`` when the client answers with it; another plugin
+        is switched to caching_sha2_password."""
+        try:
+            response = pk.parse_handshake_response(payload)
+            token, seq = response.auth, seq + 1
+            plugin = response.plugin or my.CACHING_SHA2
+            if plugin not in (my.CACHING_SHA2, pk.NATIVE_PASSWORD):
+                plugin = my.CACHING_SHA2
+                self.send([my.auth_switch_request(plugin, scramble)], seq)
+                token, seq = self.read_packet(ends, MAX_LOGIN_PACKET)
+                seq += 1
+        except pk.MalformedPacket as e:
+            return self._bad_handshake(e, seq + 1)
+        if not self._throttled():
+            return False
+        options, server = self.server.options, self.server
+        if plugin == pk.NATIVE_PASSWORD:
+            return self._check_login(response, token, scramble, seq)
+        if response.user != options.user or not token:
+            return self._denied(response, token, seq, "wrong user or password")
+        if response.user in server.sha2_cache:  # fast authentication
+            if not my.sha2_token_ok(options.password, scramble, token):
+                return self._denied(response, token, seq, "wrong user or password")
+            self.send([my.more_data(my.FAST_AUTH_OK)], seq)
+            return self._accepted(response, token, seq + 1)
+        self.send([my.more_data(my.PERFORM_FULL_AUTH)], seq)
+        answer, seq = self.read_packet(ends, MAX_LOGIN_PACKET)
+        if self.tls:
+            password = my.clear_password(answer)
+        else:
+            if answer == b"\x02":  # the client asks for the public key
+                self.send([my.more_data(my.public_pem(server.rsa_key))], seq + 1)
+                answer, seq = self.read_packet(ends, MAX_LOGIN_PACKET)
+            password = my.rsa_password(server.rsa_key, answer, scramble)
+        if password is None or not hmac.compare_digest(password.encode("utf-8"),
+                                                       options.password.encode("utf-8")):
+            return self._denied(response, token, seq + 1, "wrong user or password")
+        with server.lock:
+            server.sha2_cache.add(response.user)
+        return self._accepted(response, token, seq + 1)
 
     def _logged_in(self, seq):
         if not self.server.logged_in(self):
@@ -290,8 +349,10 @@ class Connection:
         if command == COM_QUIT:
             return True
         if command == COM_QUERY:
-            reply = answer(payload[1:].decode("utf-8", "replace"), self.session,
-                           self.server.facts)
+            sql = payload[1:].decode("utf-8", "replace")
+            reply = answer(sql, self.session, self.server.facts)
+            log.debug("connection %d: query %r: %s%s", self.id, sql[:200], reply.kind,
+                      f" {reply.code}" if reply.kind == "error" else "")
             self.send(reply.payloads(), 1)
         elif command in (COM_PING, COM_INIT_DB):
             self.send([pk.ok_packet()], 1)
@@ -308,7 +369,16 @@ class Connection:
             except pk.MalformedPacket:
                 self._refuse(pk.ER_MASTER_FATAL_READING_BINLOG, NOT_IN_INDEX, _Sender(self))
                 return True
-            self._dump(request)
+            self._dump(request, DumpStart(request.file, request.pos, self.session.connect_state))
+            return True
+        elif command == COM_BINLOG_DUMP_GTID and self.server.facts.flavor == "mysql":
+            try:
+                request = my.parse_binlog_dump_gtid(payload)
+            except pk.MalformedPacket as e:
+                self._refuse(pk.ER_MASTER_FATAL_READING_BINLOG, f"Malformed "
+                             f"COM_BINLOG_DUMP_GTID: {e}", _Sender(self))
+                return True
+            self._dump(request, DumpStart(request.file, max(request.pos, 4), request.gtids))
             return True
         else:
             self.send([pk.err_packet(pk.ER_UNKNOWN_COM, "Unknown command")], 1)
@@ -316,11 +386,10 @@ class Connection:
 
     # -- the dump ----------------------------------------------------------------------
 
-    def _dump(self, request):
+    def _dump(self, request, start):
         server, session = self.server, self.session
         self.replica_id = request.server_id
         server.dump_started(self, request.server_id)
-        start = DumpStart(request.file, request.pos, session.connect_state)
         log.info("connection %d: dump for server_id %d from %s", self.id, request.server_id,
                  f"GTID {start.gtids}" if start.gtids is not None
                  else f"{request.file or '(first file)'}:{request.pos}")
@@ -354,11 +423,15 @@ class Connection:
             # an upload in flight (a data object before its index): nothing sent yet
             log.warning("the archive grew but cannot be planned yet: %s", mask_url(e))
             return previous, True
+        mysql = server.facts.flavor == "mysql"
         ctx = DumpContext(server.chunks, server.options.selection, server.facts.server_id,
                           server.facts.checksum == "CRC32",
                           "stop datetime reached" if cut else None,
-                          bool(request.flags & BINLOG_SEND_ANNOTATE_ROWS_EVENT))
-        for kind, value in dump_events(units, start, ctx, resume=previous is not None):
+                          mysql or bool(request.flags & BINLOG_SEND_ANNOTATE_ROWS_EVENT),
+                          mysql and bool(request.flags & my.USE_HEARTBEAT_EVENT_V2))
+        self.heartbeat_v2 = ctx.heartbeat_v2
+        for kind, value in dump_events(units, start, ctx, resume=previous is not None,
+                                       walk_class=MysqlWalk if mysql else None):
             if self.closed:
                 raise Disconnected()
             if kind == "event":
@@ -384,8 +457,8 @@ class Connection:
         """After the last transaction: heartbeats at the replica's period until it goes
         (Disconnected, also on stop()), or until ``poll`` seconds passed (None: never)."""
         period = self.session.heartbeat_ns / 1e9
-        beat = pk.heartbeat(end.file, end.pos, self.server.facts.server_id,
-                            self.server.facts.checksum == "CRC32")
+        beat = my.heartbeat(end.file, end.pos, self.server.facts.server_id,
+                            self.server.facts.checksum == "CRC32", self.heartbeat_v2)
         now = time.monotonic()
         due = now + period if period > 0 else None
         until = now + poll if poll else None

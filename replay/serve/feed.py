@@ -374,17 +374,20 @@ class DumpContext:
     checksum: bool            # the server's binlog_checksum (the fake events' CRC32)
     cut_reason: str = None    # why the plan left the archive's later files out
     annotate: bool = True     # the dump asked for ANNOTATE_ROWS (BINLOG_SEND_ANNOTATE_ROWS)
+    heartbeat_v2: bool = False  # MySQL: the dump asked for HEARTBEAT_LOG_EVENT_V2
 
 
-def dump_events(units, start, ctx, resume=False):
+def dump_events(units, start, ctx, resume=False, walk_class=None):
     """Yield ('event', bytes) in dump order, then ('end', EndInfo) once the stop point
     or the end of the archive is reached. DumpError when the archive lacks the start.
 
     ``resume``: the dump goes on at ``start`` (file:position) after the archive grew
     while it waited: the replica has the file's ROTATE and FDE already (at offset 4 of
-    a next file it gets them, as after a real ROTATE)."""
-    at, pos = first_unit(units, start)
-    walk = _Walk(start, ctx)
+    a next file it gets them, as after a real ROTATE). ``walk_class``: the walk of the
+    primary's flavor (``_Walk``, MariaDB's; ``mysqlfeed.MysqlWalk``)."""
+    walk_class = walk_class or _Walk
+    at, pos = walk_class.first_unit(units, start)
+    walk = walk_class(start, ctx)
     for i, unit in enumerate(units[at:]):
         yield from walk.unit(unit, pos if i == 0 else 4, i == 0, i == 0 and resume and pos > 4)
         if walk.end is not None:
@@ -393,7 +396,9 @@ def dump_events(units, start, ctx, resume=False):
 
 
 class _Walk:
-    """The state of one dump across files."""
+    """The state of one dump across files (a MariaDB primary's)."""
+
+    first_unit = staticmethod(first_unit)
 
     def __init__(self, start, ctx):
         self.ctx, self.start, self.state = ctx, start, start.gtids
@@ -413,7 +418,7 @@ class _Walk:
         self.file, self.pos, self.resumed = name, offset, resumed
         self.epoch = unit.get("epoch", 1)
         # a later epoch's first file: what the epoch before it ended with are duplicates
-        self.duplicates = MariaGtidPos.parse(unit.get("skip") or "")
+        self.duplicates = self._skip_set(unit)
         if not resumed:
             yield "event", pk.fake_rotate(name, offset, ctx.server_id, ctx.checksum)
         if first and self.state is not None:
@@ -474,19 +479,30 @@ class _Walk:
             self._refuse_held_stop(trx, decision)
             yield from self._skipped(trx)
             return
-        if trx.maria_gtid and self.duplicates.contains(*trx.maria_gtid):
+        if self._duplicate(trx):
             self.pos = trx.end  # sent already from the epoch before (a failover)
             return
         self._check_reached(trx)
         if decision == "stop":
             self.end = EndInfo(self.file, self.pos, self.last_gtid, reason, self.epoch)
             return
-        events = trx.events if decision == "apply" else emptied(trx, checksum, fde)
+        events = trx.events if decision == "apply" else self._emptied(trx, checksum, fde)
         if not self.ctx.annotate:  # as a server does for a replica that did not ask
             events = (e for e in events if e[4] != ev.MARIA_ANNOTATE_ROWS)
         for event in events:
             yield "event", event
         self.pos, self.last_gtid = trx.end, trx.gtid or self.last_gtid
+
+    def _skip_set(self, unit):
+        """The GTIDs of ``unit`` the epoch before it sent already."""
+        return MariaGtidPos.parse(unit.get("skip") or "")
+
+    def _duplicate(self, trx):
+        """True for a transaction the epoch before sent already (a failover)."""
+        return bool(trx.maria_gtid and self.duplicates.contains(*trx.maria_gtid))
+
+    def _emptied(self, trx, checksum, fde):
+        return emptied(trx, checksum, fde)
 
     def _held(self, trx):
         parts = trx.maria_gtid

@@ -8,8 +8,16 @@ A MariaDB 10.11 replica's I/O thread sends, before its dump (seen on the wire):
 ``SET @slave_connect_state='...'``, ``SET @slave_gtid_strict_mode=N``,
 ``SET @slave_gtid_ignore_duplicates=N``, or by file:position
 ``SELECT binlog_gtid_pos('FILE',POS)``. A semi-sync replica adds
-``SET @rpl_semi_sync_slave=1``. ``answer`` knows these (and the variables a client
-commonly reads); anything else is refused as a server refuses what it lacks.
+``SET @rpl_semi_sync_slave=1``. A MySQL 9.7 replica's I/O thread (seen on the wire,
+SOURCE_AUTO_POSITION=1): ``SELECT UNIX_TIMESTAMP()``, ``SELECT @@GLOBAL.SERVER_ID``,
+``SET @master_heartbeat_period = NS, @source_heartbeat_period = NS``, ``SET
+@master_binlog_checksum = @@global.binlog_checksum, @source_binlog_checksum = ...``,
+``SELECT @source_binlog_checksum``, ``SELECT @@GLOBAL.GTID_MODE``, ``SELECT
+@@GLOBAL.SERVER_UUID``, ``SET @slave_uuid = '...', @replica_uuid = '...'``, then
+COM_REGISTER_SLAVE and COM_BINLOG_DUMP_GTID; a MySQL source's archive answers with
+mysqld's variables (``_mysql_variables``). ``answer`` knows these (and the
+variables a client commonly reads); anything else is refused as a server refuses
+what it lacks.
 
 A client's text never meets a regex that can backtrack: the statement patterns are
 anchored with disjoint classes, SET items are split and read by hand, a LIKE
@@ -43,6 +51,9 @@ class ServerFacts:
     gtid_binlog_pos: str = ""     # the GTID state at the archive's end (when serve started)
     gtid_pos_at: object = None    # callable (file, pos) -> GTID state text or None
     gtid_binlog_pos_now: object = None  # callable -> the archive's end now (or None)
+    flavor: str = "mariadb"       # 'mysql': the archive of a MySQL source, served as one
+    server_uuid: str = None       # MySQL: the source's (the UUID of its own GTIDs)
+    gtid_purged: str = ""         # MySQL: the GTIDs before the archive's first file
 
 
 @dataclass
@@ -132,6 +143,8 @@ def _resolved(value, facts):
 
 def _variables(facts):
     pos = _ARCHIVE_END
+    if facts.flavor == "mysql":
+        return _mysql_variables(facts)
     return {"server_id": (LONG, facts.server_id), "binlog_checksum": (TEXT, facts.checksum),
             "gtid_domain_id": (LONG, facts.domain_id),
             "gtid_binlog_pos": (TEXT, pos), "gtid_current_pos": (TEXT, pos),
@@ -141,6 +154,21 @@ def _variables(facts):
             "rpl_semi_sync_master_enabled": (LONG, 0), "time_zone": (TEXT, "SYSTEM"),
             "collation_server": (TEXT, "latin1_swedish_ci"), "lower_case_table_names": (LONG, 0),
             "max_allowed_packet": (LONG, 1 << 30), "auto_increment_increment": (LONG, 1)}
+
+
+def _mysql_variables(facts):
+    """What a MySQL 8.4/9.x primary answers for the variables a replica or a client
+    reads (``mysqld``'s names and values)."""
+    return {"server_id": (LONG, facts.server_id), "server_uuid": (TEXT, facts.server_uuid),
+            "binlog_checksum": (TEXT, facts.checksum), "gtid_mode": (TEXT, "ON"),
+            "enforce_gtid_consistency": (TEXT, "ON"), "gtid_executed": (TEXT, _ARCHIVE_END),
+            "gtid_purged": (TEXT, facts.gtid_purged), "log_bin": (LONG, 1),
+            "binlog_format": (TEXT, "ROW"), "version": (TEXT, facts.version),
+            "version_comment": (TEXT, "mysqlbackup serve"),
+            "rpl_semi_sync_source_enabled": (LONG, 0), "time_zone": (TEXT, "SYSTEM"),
+            "collation_server": (TEXT, "utf8mb4_0900_ai_ci"),
+            "lower_case_table_names": (LONG, 0), "max_allowed_packet": (LONG, 1 << 30),
+            "auto_increment_increment": (LONG, 1)}
 
 
 def _select_variable(label, name, facts):
@@ -200,14 +228,20 @@ def _number(value):
     return int(m.group(1)[:21]) if m else 0
 
 
+_SOURCE_NAMES = {"source_heartbeat_period": "master_heartbeat_period",
+                 "source_binlog_checksum": "master_binlog_checksum",
+                 "rpl_semi_sync_replica": "rpl_semi_sync_slave"}
+
+
 def _set_user_var(session, facts, name, value):
+    session.user_vars[name] = value
+    name = _SOURCE_NAMES.get(name, name)  # MySQL 8.0.26+ sends both spellings
     if name == "master_heartbeat_period":
         ns = _number(value)
         session.heartbeat_ns = 0 if ns <= 0 else min(max(ns, HEARTBEAT_MIN_NS),
                                                      HEARTBEAT_MAX_NS)
     elif name == "mariadb_slave_capability":
         session.capability = _number(value)
-    session.user_vars[name] = value
     if name == "master_binlog_checksum":
         session.checksum_wanted = str(value).upper() not in ("NONE", "")
     elif name == "rpl_semi_sync_slave":

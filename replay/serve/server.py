@@ -1,10 +1,14 @@
 """The socket server of ``mysqlbackup serve``: one thread per connection.
 
-Each connection (``replay.serve.connection``) gets the handshake of a MariaDB
-primary, is authenticated (mysql_native_password against the one user the server
-was started with), answers the replica's set-up queries (``replay.serve.queries``),
-and on COM_BINLOG_DUMP streams what ``replay.serve.feed`` reads from the archive,
-then heartbeats until the replica goes. A replica that disconnects is logged and the
+Each connection (``replay.serve.connection``) gets the handshake of the primary the
+archive's source was: MariaDB's, or for a MySQL source mysqld 8.4/9.x's
+(``replay.serve.mysql``); is authenticated against the one user the server was
+started with (mysql_native_password; for MySQL caching_sha2_password too, its RSA
+key pair generated at start or read from ``ServeOptions.rsa_key``), answers the
+replica's set-up queries (``replay.serve.queries``), and on COM_BINLOG_DUMP (or
+MySQL's COM_BINLOG_DUMP_GTID) streams what ``replay.serve.feed`` (for MySQL with
+``replay.serve.mysqlfeed``'s walk) reads from the archive, then heartbeats until the
+replica goes. A replica that disconnects is logged and the
 server keeps serving the others; a dump from a server_id already dumping ends the
 older connection, as a primary does.
 
@@ -69,6 +73,8 @@ class ServeOptions:
     require_tls: bool = False       # a replica that does not ask for TLS is denied (1045)
     max_connections: int = MAX_CONNECTIONS  # logged-in connections at once (more: 1040)
     metrics_address: str = None     # HOST:PORT of a Prometheus endpoint (None: off)
+    rsa_key: str = None             # MySQL: PEM RSA private key of caching_sha2_password's
+                                    # exchange without TLS (None: one generated at start)
 
 
 class ServeHandle:
@@ -178,6 +184,9 @@ class _Server:
         self._gtid_now = (None, None)   # (when looked up, value)
         self._gtid_lookup = threading.Lock()  # one lookup at a time; the others use it
         self.metrics = None             # the HTTP server of --metrics-address
+        self.rsa_key, self.sha2_cache = None, set()  # MySQL: caching_sha2_password's
+        if self.facts.flavor == "mysql":
+            self.rsa_key = _rsa_key(options.rsa_key)
 
     # -- archive ---------------------------------------------------------------------
 
@@ -242,8 +251,7 @@ class _Server:
         last = units[-1]
         fde = self._read_fde(last)
         if not ev.is_mariadb_version(fde.server_version):
-            raise UsageError(f"serve speaks MariaDB's replication protocol; {last['name']} "
-                             f"was written by {fde.server_version}")
+            return self._mysql_facts(units, fde)
         gtid = last["index"].get("last_gtid") or ""
         return ServerFacts(
             server_id=last["index"].get("server_id") or 1,
@@ -254,6 +262,24 @@ class _Server:
             # the archive's end now, unless a stop point fixes what is served
             gtid_binlog_pos_now=None if self._has_stop() else self.archive_end_gtid,
             gtid_pos_at=lambda file, pos: gtid_state_at(units, file, pos))
+
+    def _mysql_facts(self, units, fde):
+        """A MySQL source's archive, served as a MySQL primary: its version, server_id,
+        server_uuid (the UUID of its newest own GTID), GTIDs before the first file."""
+        last = units[-1]["index"]
+        gtid = last.get("last_gtid") or next(
+            (u["index"]["last_gtid"] for u in reversed(units) if u["index"].get("last_gtid")),
+            None)
+        if not gtid or ":" not in gtid:
+            raise UsageError(f"the archive of {self.source!r} holds no MySQL GTID: serve "
+                             "serves a MySQL source with gtid_mode=ON")
+        return ServerFacts(
+            server_id=last.get("server_id") or 1, version=fde.server_version,
+            checksum="CRC32" if fde.checksum_alg == ev.CHECKSUM_CRC32 else "NONE",
+            gtid_binlog_pos=last.get("gtid_after") or "",
+            gtid_binlog_pos_now=None if self._has_stop() else self.archive_end_gtid,
+            flavor="mysql", server_uuid=gtid.split(":")[0],
+            gtid_purged=units[0]["index"].get("gtid_before") or "")
 
     def _has_stop(self):
         s = self.options.selection
@@ -486,6 +512,20 @@ def _newest_index(listing, source, file, epoch=None):
     done = [r for r, slots in listing.segments[source].get(file, {}).items() if "index" in slots]
     return listing.read_index(listing.segments[source][file][max(done)]["index"]) if done \
         else None
+
+
+def _rsa_key(path):
+    """The RSA private key of caching_sha2_password's exchange: read from ``path`` (PEM),
+    or generated now (as mysqld does when it has none); UsageError when unusable."""
+    from replay.serve import mysql as my
+    if not path:
+        return my.new_rsa_key()
+    try:
+        with open(path, "rb") as f:
+            return my.load_rsa_key(f.read())
+    except (OSError, ValueError, TypeError) as e:
+        raise UsageError(f"cannot load the RSA key {path}: {getattr(e, 'strerror', None) or e}"
+                         ) from None
 
 
 def _tls_context(cert, key):
