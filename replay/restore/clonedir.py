@@ -3,7 +3,7 @@ and a server recovered, ``mysqlbackup.base.clone``) into a new datadir and start
 MySQL's own mysqld on it, for the restore to replay into (I/O).
 
 The object streams from the archive in ranged reads, decoded on the way
-(``load.stream_object``: age, zstd) into ``tar -x``, its stored and raw digests
+(``physical.pipe_into``: age, zstd) into ``tar -x``, its stored and raw digests
 checked against the manifest; nothing is prepared (the copy was recovered when it was
 taken): mysqld starts on it as it is (``physical.start_server``), with a server_uuid
 of its own, GTID mode on, and the source's accounts (they came with the copy). As
@@ -11,17 +11,13 @@ for a physical base, a marker file records the base it holds, so that a restore 
 again starts the server instead of refusing the non-empty directory.
 """
 
-import contextlib
 import json
 import os
-import subprocess
-import tempfile
 
-from mysqlbackup.archive.codec import Digest
-from mysqlbackup.base.client import ToolError, find_tool
+from mysqlbackup.base.client import find_tool
 from mysqlbackup.durable import write_bytes
-from replay.restore.load import check_digests, stream_object
-from replay.restore.physical import MARKER, START_TIMEOUT, holds_prepared, start_server
+from replay.restore.physical import (MARKER, START_TIMEOUT, holds_prepared, pipe_into,
+                                     start_server)
 
 
 def restore_clone(store, key, manifest, datadir, target, progress=None,
@@ -54,29 +50,5 @@ def extract(store, key, manifest, datadir, progress, keyring=None):
     os.makedirs(datadir, mode=0o750, exist_ok=True)
     progress(f"restore: extracting clone base {manifest['id']} ({manifest['stored_size']} "
              f"bytes stored, {manifest['raw_size']} raw) into {datadir}")
-    with tempfile.TemporaryFile() as errors:
-        proc = subprocess.Popen(tar_argv(find_tool(("tar",)), datadir),
-                                stdin=subprocess.PIPE, stdout=subprocess.DEVNULL,
-                                stderr=errors)
-        digests = (Digest(), Digest())
-        try:
-            stream_object(store, key, manifest, proc.stdin, digests, progress, None, keyring)
-        except BrokenPipeError:
-            pass  # tar stopped reading: its exit code and error say why
-        except BaseException:
-            proc.kill()
-            proc.wait()
-            raise
-        finally:
-            with contextlib.suppress(BrokenPipeError):
-                proc.stdin.close()
-        if proc.wait() != 0:
-            raise ToolError(f"tar -x into {datadir} failed (exit {proc.returncode}): "
-                            f"{_last_line(errors)}")
-    check_digests(key, manifest, *digests)
-
-
-def _last_line(stream):
-    stream.seek(0)
-    lines = [ln for ln in stream.read().decode("utf-8", "replace").splitlines() if ln.strip()]
-    return lines[-1] if lines else "no message"
+    pipe_into(store, key, manifest, tar_argv(find_tool(("tar",)), datadir),
+              f"tar -x into {datadir}", progress, keyring)

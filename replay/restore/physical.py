@@ -94,14 +94,23 @@ def _extract(store, key, manifest, datadir, progress, keyring=None):
     os.makedirs(datadir, exist_ok=True)
     progress(f"restore: extracting base {manifest['id']} ({manifest['stored_size']} bytes "
              f"stored) into {datadir}")
+    pipe_into(store, key, manifest, [find_tool(("mbstream",)), "-x", "-C", datadir],
+              f"mbstream -x into {datadir}", progress, keyring)
+
+
+def pipe_into(store, key, manifest, argv, what, progress, keyring=None):
+    """The base object ``key`` streamed (decoded) into the standard input of the tool
+    ``argv`` (an extractor), then checked against its manifest: ToolError naming
+    ``what`` and the tool's last error line when it fails, CorruptBinlog when the object
+    is not the manifest's."""
     with tempfile.TemporaryFile() as errors:
-        proc = subprocess.Popen([find_tool(("mbstream",)), "-x", "-C", datadir],
-                                stdin=subprocess.PIPE, stdout=subprocess.DEVNULL, stderr=errors)
+        proc = subprocess.Popen(argv, stdin=subprocess.PIPE, stdout=subprocess.DEVNULL,
+                                stderr=errors)
         digests = (Digest(), Digest())
         try:
             stream_object(store, key, manifest, proc.stdin, digests, progress, None, keyring)
         except BrokenPipeError:
-            pass  # mbstream stopped reading: its exit code and error say why
+            pass  # the tool stopped reading: its exit code and error say why
         except BaseException:
             proc.kill()
             proc.wait()
@@ -110,8 +119,7 @@ def _extract(store, key, manifest, datadir, progress, keyring=None):
             with contextlib.suppress(BrokenPipeError):
                 proc.stdin.close()
         if proc.wait() != 0:
-            raise ToolError(f"mbstream -x into {datadir} failed (exit {proc.returncode}): "
-                            f"{_last_line(errors)}")
+            raise ToolError(f"{what} failed (exit {proc.returncode}): {_last_line(errors)}")
     check_digests(key, manifest, *digests)
 
 
