@@ -11,6 +11,7 @@ write, in a tenth of the time.
 """
 
 import atexit
+import hashlib
 import logging
 import os
 import shutil
@@ -40,6 +41,20 @@ def free_port():
 
 _TEMPLATES = {}   # {key: path of this process's initialised datadir}
 TEMPLATE_PREFIX = "mysqlbackup-template-"
+
+
+SOCKET_MAX = 100  # a unix socket's path is at most 107 bytes (sun_path)
+
+
+def socket_path(basedir):
+    """The server's unix socket: ``basedir/mysqld.sock``, or where that path is too long
+    for a socket (a deep work directory: the server would exit at once) a short one in
+    the system's temporary folder, named after ``basedir``."""
+    path = os.path.join(basedir, "mysqld.sock")
+    if len(os.fsencode(path)) <= SOCKET_MAX:
+        return path
+    digest = hashlib.sha256(os.fsencode(os.path.abspath(basedir))).hexdigest()[:16]
+    return os.path.join(tempfile.gettempdir(), f"mysqlbackup-{digest}.sock")
 
 
 def datadir_from_template(datadir, key, parent, make):
@@ -142,7 +157,7 @@ class MariaDBSandbox(SandboxServer):
                  semi_sync_timeout_ms=2000, extra_args=(), log_bin_name="binlog"):
         self.basedir = basedir or tempfile.mkdtemp(prefix="mysqlbackup-sandbox-")
         self.datadir = os.path.join(self.basedir, "data")
-        self.socket = os.path.join(self.basedir, "mysqld.sock")
+        self.socket = socket_path(self.basedir)
         self.pidfile = os.path.join(self.basedir, "mysqld.pid")
         self.errlog = os.path.join(self.basedir, "error.log")
         self.server_id = server_id

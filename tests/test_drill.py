@@ -148,3 +148,16 @@ def test_expected_of_a_restore_plan_from_the_indexes(stop, low, high):
     manifest = dict(base(1, seq_in_file=5, ended=50), member="dump.sql.zst")
     exp = expected_of(make_plan("db1", runs, holes, [manifest], Stop(**stop)))
     assert (str(exp.start), str(exp.low), str(exp.high)) == ("0-1-15", low, high)
+
+
+def test_a_deep_work_directory_gets_a_socket_path_a_server_can_bind():
+    """A unix socket's path has at most 107 bytes: under a deep --workdir the scratch
+    server's socket goes to the temporary folder (the server exited at once before)."""
+    import tempfile
+
+    from mysqlbackup.sandbox import SOCKET_MAX, socket_path
+    assert socket_path("/srv/drill") == "/srv/drill/mysqld.sock"
+    deep = "/tmp/" + "/".join(["a-rather-long-folder-name"] * 5)
+    path = socket_path(deep)
+    assert os.path.dirname(path) == tempfile.gettempdir() and len(path) <= SOCKET_MAX
+    assert path == socket_path(deep + "/") != socket_path(deep + "-other")
