@@ -12,7 +12,8 @@ an archive small enough that the start-up costs more than the parallel decode sa
 import os
 import time
 
-from replay.job.tasks import decode_unit, digest_unit
+from replay.job.shipping import check_executors, executor_options, explain_failure
+from replay.job.tasks import decode_unit, digest_unit, keep_spec
 
 ENGINES = ("auto", "spark", "local")
 LOCAL_MAX_BYTES = 256 * 1000 * 1000  # auto: below this many bytes to read, no Spark
@@ -43,6 +44,7 @@ class LocalTasks:
 
     def __init__(self, units, opts):
         self.units, self.opts, self.ran = units, opts, 0
+        self.keeps = [keep_spec(opts.selection, unit) for unit in units]
 
     def digests(self):
         """``digest_unit`` of every unit, in order."""
@@ -53,8 +55,8 @@ class LocalTasks:
         """``decode_unit`` of the units at ``parts``, in order."""
         o = self.opts
         self.ran += len(parts)
-        return [decode_unit(self.units[p], o.archive_url, o.archive_options, o.keyring)
-                for p in parts]
+        return [decode_unit(self.units[p], o.archive_url, o.archive_options, o.keyring,
+                            self.keeps[p]) for p in parts]
 
     def spark_tasks(self, expected):
         """Spark tasks run: none."""
@@ -63,16 +65,32 @@ class LocalTasks:
 
 class SparkTasks:
     """The tasks run on Spark: one partition, hence one task, per unit (file); this
-    run's jobs in a job group of their own, so that its tasks can be counted."""
+    run's jobs in a job group of their own, so that its tasks can be counted. Each task
+    hands back the events of the transactions the driver applies (``tasks.keep_spec``):
+    the driver reads no object.
+
+    The storage options travel in the tasks' closure with the driver's S3 credentials
+    added (``shipping.executor_options``: an executor needs none of its own); before
+    the first task, each context's executors are probed once for the modules the tasks
+    import (``shipping.check_executors``), and a failed job is raised as one line
+    (``shipping.explain_failure``)."""
 
     name = "spark"
 
     def __init__(self, spark, units, opts):
-        url, options, keyring = opts.archive_url, opts.archive_options, opts.keyring
+        url, keyring = opts.archive_url, opts.keyring
+        options = executor_options(url, opts.archive_options)
         self.sc = spark.sparkContext
-        self.rdd = self.sc.parallelize(units, len(units))
-        self.decoded = self.rdd.map(lambda unit: decode_unit(unit, url, options, keyring))
-        self.digested = self.rdd.map(lambda unit: digest_unit(unit, url, options))
+        protocol = url.split("://", 1)[0] if "://" in url else "file"
+        probed = getattr(self.sc, "_mysqlbackup_probed", set())
+        if not self.sc.master.startswith("local") and protocol not in probed:
+            self._run(check_executors, self.sc, url)  # local[*]: this very Python
+            self.sc._mysqlbackup_probed = probed | {protocol}
+        pairs = [(unit, keep_spec(opts.selection, unit)) for unit in units]
+        self.rdd = self.sc.parallelize(pairs, len(units))
+        self.decoded = self.rdd.map(lambda pair: decode_unit(pair[0], url, options, keyring,
+                                                             pair[1]))
+        self.digested = self.rdd.map(lambda pair: digest_unit(pair[0], url, options))
         self.group = f"mysqlbackup-replay-{os.getpid()}-{time.time_ns()}"
         self.parallelism = self.sc.defaultParallelism
 
@@ -81,12 +99,21 @@ class SparkTasks:
         decode's task count stays one per file)."""
         self.sc.setJobGroup(f"mysqlbackup-check-{os.getpid()}-{time.time_ns()}",
                             "replay: digests")
-        return self.digested.collect()
+        return self._run(self.digested.collect)
 
     def decode(self, parts):
         """``decode_unit`` of the units at ``parts``, one task each."""
         self.sc.setJobGroup(self.group, "replay")  # job groups are per thread
-        return self.sc.runJob(self.decoded, lambda it: list(it), parts)
+        return self._run(self.sc.runJob, self.decoded, lambda it: list(it), parts)
+
+    @staticmethod
+    def _run(call, *args):
+        """``call(*args)``, a failed Spark job raised as one line."""
+        from py4j.protocol import Py4JJavaError
+        try:
+            return call(*args)
+        except Py4JJavaError as e:
+            raise explain_failure(e) from None
 
     def spark_tasks(self, expected, patience=5.0):
         """Tasks Spark actually ran for this replay's decode jobs (one per file). Its

@@ -5,16 +5,17 @@ Spark decodes them in parallel (``replay.job.tasks``: each task opens its file t
 fsspec on the executor, checks magic and every CRC, hashes each object and assembles
 complete transactions, handed back without their bytes), the driver checks each unit
 against its indexes and the unit before it (``planning.units.check_decoded``,
-``check_link``) before anything of its window is applied, reads each file again, proves
-it is the one decoded and cuts the events out (``attach_unit``), and applies the
-transactions in commit order to one sink (``replay.job.sinks``), a window of files at a
-time so that memory stays bounded.
+``check_link``) before anything of its window is applied, and applies the transactions
+in commit order to one sink (``replay.job.sinks``), a window of files at a time so that
+memory stays bounded. The tasks hand back the events of the transactions the selection
+applies, and of no other (``tasks.keep_spec``): the driver reads the indexes, never an
+object (``attach_unit``, reading a file again on the driver, serves a result without
+them).
 """
 
 import logging
 import time
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import replace
 
 from mysqlbackup.binlog import events as ev
 from mysqlbackup.errors import MysqlBackupError, UsageError, mask_url
@@ -24,7 +25,7 @@ from replay.job.planning.units import check_decoded, check_digests, check_link
 from replay.job.progress import Progress
 from replay.job.spark import spark_session
 from replay.job.engines import LocalTasks, SparkTasks
-from replay.job.tasks import stream_unit
+from replay.job.tasks import gtid_state, stream_unit, unit_selection
 
 log = logging.getLogger(__name__)
 
@@ -97,7 +98,8 @@ def run_replay(opts, sink, spark=None, progress=None):
         results = tasks.decode(parts)
         for result, p in zip(results, parts):  # before anything of this window is applied
             chain.check(units[p], result)
-        return [attach_unit(r, units[p], url, options, keyring) for r, p in zip(results, parts)]
+        return [r if r.get("attached") else attach_unit(r, units[p], url, options, keyring)
+                for r, p in zip(results, parts)]
     # the next window is decoded while the driver applies this one
     prefetch = ThreadPoolExecutor(max_workers=1, thread_name_prefix="decode")
     try:
@@ -147,30 +149,15 @@ def _in_epoch(selection, unit, transactions, summary):
     epoch's first file); (None, []) when a stop position in an earlier epoch ends the
     replay before it. A file position names a file of one epoch (``unit["position"]``:
     the unit's epoch against the start's and the stop's, -1 before, 0 same, 1 after)."""
-    start, stop = unit.get("position", (0, 0))
-    if stop > 0:
+    selection = unit_selection(selection, unit)
+    if selection is None:
         return None, []
-    changes = {}
-    if stop < 0:
-        changes["stop_position"] = None
-    if start > 0:
-        changes["start_position"] = None
-    if changes:
-        selection = replace(selection, **changes)
-    skip = _gtids(unit.get("skip"))
+    skip = gtid_state(unit.get("skip"))
     if skip is not None:
         kept = [t for t in transactions if not (t.gtid_key and skip.contains(*t.gtid_key))]
         summary["skipped"] += len(transactions) - len(kept)
         transactions = kept
     return selection, transactions
-
-
-def _gtids(text):
-    """The GTID state ``text`` (None for none)."""
-    if not text:
-        return None
-    from mysqlbackup.binlog.gtid import guess_flavor, parse_gtid_set
-    return parse_gtid_set(text, guess_flavor(text))
 
 
 def _choose(transactions, selection, sink, summary, checksum, fde):
@@ -191,6 +178,8 @@ def _choose(transactions, selection, sink, summary, checksum, fde):
                 summary["last_gtid"], summary["last_commit"] = trx.gtid, trx.commit_ts
             continue
         summary["last_gtid"], summary["last_commit"] = trx.gtid, trx.commit_ts
+        if trx.events is None:  # tasks.wanted chose otherwise: never the case
+            raise RuntimeError(f"{_named(trx)} came back from its task without its bytes")
         kept = selection.filter_events(trx, fde, checksum)
         chosen.append(rewrite_transaction(kept, selection.rewrite, checksum))
     return chosen, False

@@ -1,45 +1,225 @@
-"""The Spark session of a replay and what it ships to the executors."""
+"""The Spark session of a replay: where the driver listens, what it is told, and the
+proof that executors reach it before any task is sent.
 
+``local[*]`` (the default) runs everything on loopback. A standalone cluster
+(``spark://HOST:PORT``) needs the driver at an address its executors can connect to:
+``driver_address`` takes the one this machine would use to reach the master
+(``--driver-host`` overrides it), binds there and advertises it. The master accepting
+the application and the first executor registering are each awaited for at most
+``spark.mysqlbackup.registrationTimeout`` seconds (``--conf``; 30 by default; the
+master's answer, 60 more for the context's own set-up): a driver
+they cannot reach fails with one line, never a silent wait while the master starts
+executor after executor. The package's code is shipped by ``replay.job.shipping``.
+"""
+
+import ipaddress
+import logging
 import os
-import shutil
+import socket
 import sys
-import tempfile
+import threading
+import time
+
+from mysqlbackup.errors import MysqlBackupError, UsageError
+
+WAIT_KEY = "spark.mysqlbackup.registrationTimeout"
+DEFAULT_WAIT = 30.0
+# the context's own set-up before it asks the master (spark.archives unpacked on the
+# driver too: seconds for a packed environment) is not the master's to answer for
+SETUP_ALLOWANCE = 60.0
 
 
-def spark_session(master=None):
-    """A SparkSession (local[*] unless told), with this package shipped to executors."""
-    os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
-    os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
-    from pyspark.sql import SparkSession
-    builder = (SparkSession.builder.appName("mysqlbackup-replay")
-               .config("spark.ui.enabled", "false")
-               .config("spark.ui.showConsoleProgress", "false")
-               # what tasks hand back is small (no event bytes); room for big files
-               .config("spark.driver.memory",
-                       os.environ.get("MYSQLBACKUP_SPARK_DRIVER_MEMORY", "2g"))
-               .config("spark.driver.maxResultSize", "0"))
+def parse_conf(pairs):
+    """``--conf KEY=VALUE`` strings -> a dict; UsageError naming a malformed one."""
+    conf = {}
+    for pair in pairs or ():
+        key, sep, value = pair.partition("=")
+        if not sep or not key.strip():
+            raise UsageError(f"bad --conf {pair!r}: expected KEY=VALUE (a Spark setting)")
+        conf[key.strip()] = value
+    return conf
+
+
+def master_endpoint(master):
+    """(host, port) of the first master of a ``spark://H1:P1[,H2:P2]`` URL, or None for
+    another kind of master."""
+    if not master or not master.startswith("spark://"):
+        return None
+    first = master[len("spark://"):].split(",")[0].rstrip("/")
+    host, _, port = first.rpartition(":")
+    if not host or not port.isdigit():
+        raise UsageError(f"bad --master {master!r}: expected spark://HOST:PORT")
+    return host.strip("[]"), int(port)
+
+
+def driver_address(master, asked=None):
+    """The address executors should reach the driver at: ``asked``, else the local
+    address of the route to the master (a UDP socket's connect: no packet is sent)."""
+    if asked:
+        return asked
+    host, port = master_endpoint(master)
+    try:
+        info = socket.getaddrinfo(host, port, type=socket.SOCK_DGRAM)[0]
+        with socket.socket(info[0], socket.SOCK_DGRAM) as probe:
+            probe.connect(info[4])
+            return probe.getsockname()[0]
+    except OSError as e:
+        raise MysqlBackupError(f"no route to the Spark master {host}:{port} ({e.strerror or e}):"
+                               " give --driver-host, an address of this machine the "
+                               "workers reach") from None
+
+
+def is_local_address(address):
+    """True when this machine can bind ``address`` (one of its own)."""
+    try:
+        family = socket.AF_INET6 if ipaddress.ip_address(address).version == 6 \
+            else socket.AF_INET
+    except ValueError:  # a host name: what it resolves to
+        try:
+            family, *_rest, sockaddr = socket.getaddrinfo(address, 0, type=socket.SOCK_STREAM)[0]
+            address = sockaddr[0]
+        except OSError:
+            return False
+    with socket.socket(family, socket.SOCK_STREAM) as s:
+        try:
+            s.bind((address, 0))
+            return True
+        except OSError:
+            return False
+
+
+def cluster_settings(master, driver_host=None, conf=None):
+    """The settings a standalone master needs of the driver: where it binds and what it
+    advertises. An address that is not this machine's is refused unless
+    ``spark.driver.bindAddress`` says where to bind (a NAT in between)."""
+    conf = conf or {}
+    host = driver_address(master, driver_host)
+    settings = {"spark.driver.host": host}
+    if "spark.driver.bindAddress" in conf:
+        return settings
+    if not is_local_address(host):
+        raise UsageError(f"--driver-host {host} is not an address of this machine: give one "
+                         "the workers reach, or --conf spark.driver.bindAddress=ADDR when a "
+                         "NAT forwards that address here")
+    settings["spark.driver.bindAddress"] = host
+    return settings
+
+
+def spark_session(master=None, conf=None, driver_host=None, python=None):
+    """A SparkSession (local[*] unless told) with this package shipped to executors.
+
+    ``conf``: Spark settings (``--conf``), applied last; ``driver_host``: the address
+    executors reach the driver at (a ``spark://`` master: the route to it by default);
+    ``python``: the executors' interpreter (``PYSPARK_PYTHON``; a path on the workers,
+    such as ``./environment/bin/python`` inside a packed ``spark.archives``)."""
+    conf = dict(conf or {})
     submitted = "PYSPARK_GATEWAY_PORT" in os.environ  # under spark-submit: its master rules
+    cluster = master_endpoint(master) is not None and not submitted
+    os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
+    if python:
+        os.environ["PYSPARK_PYTHON"] = python
+    settings = {"spark.ui.enabled": "false", "spark.ui.showConsoleProgress": "false",
+                # tasks hand back the applied transactions' events (tasks.ATTACH_MAX each)
+                "spark.driver.memory": os.environ.get("MYSQLBACKUP_SPARK_DRIVER_MEMORY", "2g"),
+                "spark.driver.maxResultSize": "0"}
+    if cluster:
+        settings.update(cluster_settings(master, driver_host, conf))
+        if "spark.driver.bindAddress" in settings:  # the launcher's guess, said once
+            os.environ.setdefault("SPARK_LOCAL_IP", settings["spark.driver.bindAddress"])
+    elif not submitted:
+        if driver_host:
+            raise UsageError("--driver-host is for a spark://HOST:PORT master")
+        os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
+    wait = _wait_seconds(conf.pop(WAIT_KEY, None))
+    settings.update(conf)
+    logging.getLogger("py4j").setLevel(logging.WARNING)  # a line per gateway connection
+    from pyspark.sql import SparkSession
+    builder = SparkSession.builder.appName("mysqlbackup-replay")
+    for key, value in settings.items():
+        builder = builder.config(key, value)
     if master or not submitted:
         builder = builder.master(master or "local[*]")
-    spark = builder.getOrCreate()
-    spark.sparkContext.setLogLevel("ERROR")
+    if cluster:  # the JVM first, at no deadline: the wait is the master's, not its start-up
+        from pyspark import SparkConf, SparkContext
+        SparkContext._ensure_initialized(conf=SparkConf().setAll(list(settings.items())))
+        spark = _start(builder, master, settings, wait)
+    else:
+        spark = builder.getOrCreate()
     context = spark.sparkContext
+    context.setLogLevel("ERROR")
+    if cluster:
+        _await_executors(context, master, wait)
     if not getattr(context, "_mysqlbackup_shipped", False):  # once per context: a second
-        package = _package_zip()  # mysqlbackup.zip of another path is refused there
+        from replay.job.shipping import package_zip  # zip of another path is refused there
+        package = package_zip()
         if package:
             context.addPyFile(package)
         context._mysqlbackup_shipped = True
     return spark
 
 
-def _package_zip():
-    """A zip of mysqlbackup/ and replay/ for the executors (as spark-submit --py-files)."""
-    root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-    if not os.path.isdir(os.path.join(root, "mysqlbackup")):
-        return None  # imported from a zip (spark-submit --py-files): already shipped
-    workdir = tempfile.mkdtemp(prefix="mysqlbackup-pyfiles-")
-    staging = os.path.join(workdir, "pkg")
-    for name in ("mysqlbackup", "replay"):
-        shutil.copytree(os.path.join(root, name), os.path.join(staging, name),
-                        ignore=shutil.ignore_patterns("__pycache__"))
-    return shutil.make_archive(os.path.join(workdir, "mysqlbackup"), "zip", staging)
+def _wait_seconds(text):
+    """``spark.mysqlbackup.registrationTimeout`` in seconds (``30``, ``30s``, ``2min``)."""
+    if text is None:
+        return DEFAULT_WAIT
+    value = text.strip().lower()
+    scale = 60.0 if value.endswith("min") else 1.0
+    value = value.removesuffix("min").removesuffix("s")
+    try:
+        seconds = float(value) * scale
+    except ValueError:
+        seconds = -1
+    if seconds <= 0:
+        raise UsageError(f"bad --conf {WAIT_KEY}={text}: expected seconds (30, 30s, 2min)")
+    return seconds
+
+
+def _start(builder, master, settings, wait):
+    """getOrCreate against a standalone master, waiting at most ``wait`` seconds (and
+    SETUP_ALLOWANCE for the context's own set-up) for the master to accept the
+    application (it answers at the driver's advertised address)."""
+    box, wait = {}, wait + SETUP_ALLOWANCE
+
+    def create():
+        try:
+            box["spark"] = builder.getOrCreate()
+        except BaseException as e:  # noqa: BLE001 - handed to the caller's thread
+            box["error"] = e
+    thread = threading.Thread(target=create, name="spark-start", daemon=True)
+    thread.start()
+    thread.join(wait)
+    if thread.is_alive():  # the JVM goes with this process (it watches its stdin)
+        raise MysqlBackupError(
+            f"the Spark master {master} did not accept this application within {wait:.0f}s: "
+            f"it cannot reach the driver at {settings['spark.driver.host']} (give --driver-host "
+            "an address of this machine the master and workers reach) or it is down")
+    if "error" in box:
+        first = str(box["error"]).strip().splitlines()
+        raise MysqlBackupError(f"cannot start Spark on {master}: "
+                               f"{first[0] if first else type(box['error']).__name__}") from None
+    return box["spark"]
+
+
+def _await_executors(context, master, wait):
+    """Return once an executor registered with the driver; after ``wait`` seconds stop
+    the context and raise one line: the executors cannot reach the driver."""
+    deadline = time.monotonic() + wait
+    tracker = context._jsc.sc().statusTracker()
+    while len(tracker.getExecutorInfos()) < 2:  # the driver counts as one
+        if time.monotonic() > deadline:
+            conf = context.getConf()
+            where = f"{conf.get('spark.driver.host')}:{conf.get('spark.driver.port')}"
+            _stop_quietly(context)
+            raise MysqlBackupError(
+                f"no Spark executor registered with the driver at {where} within {wait:.0f}s "
+                f"({master} accepted the application): the workers cannot connect to that "
+                "address (give --driver-host an address of this machine they reach) or "
+                "have no free cores or memory")
+        time.sleep(0.2)
+
+
+def _stop_quietly(context, patience=10.0):
+    """Stop ``context``, giving up after ``patience`` seconds (the error matters more)."""
+    stopper = threading.Thread(target=context.stop, name="spark-stop", daemon=True)
+    stopper.start()
+    stopper.join(patience)

@@ -1,10 +1,17 @@
-"""Entry point for spark-submit (the package shipped as a zip or wheel)::
+"""Entry point for spark-submit (the package shipped as a zip of its sources)::
 
-    python -c "import shutil; shutil.make_archive('mysqlbackup', 'zip', '.', ...)"  # or a wheel
-    spark-submit --master spark://HOST:7077 --py-files mysqlbackup.zip replay/job/spark_main.py \\
-        replay --archive s3://bucket/prefix --target mysql://USER@HOST:3306 --stop-datetime ...
+    .venv/bin/python scripts/pack_replay_env.py --output-dir dist
+    spark-submit --master spark://HOST:7077 \\
+        --archives dist/replay-env.tar.gz#environment \\
+        --conf spark.pyspark.python=./environment/bin/python \\
+        --py-files dist/replay.zip replay/job/spark_main.py \\
+        replay --archive s3://bucket/prefix --sql /tmp/replay.sql --stop-datetime ...
 
-The arguments are those of ``mysqlbackup``; spark-submit's --master is used.
+``scripts/pack_replay_env.py`` writes ``dist/replay.zip`` (``mysqlbackup/`` and
+``replay/`` sources only: never the virtualenv, no compiled files) and
+``dist/replay-env.tar.gz`` (the requirements, for the executors). The arguments are
+those of ``mysqlbackup``; spark-submit's --master is used (``replay --master`` with no
+spark-submit does the same on its own: docs/cluster.md).
 """
 
 from mysqlbackup.cli import main

@@ -5,36 +5,67 @@ archived objects (``mysqlbackup.archive.objects.read_object``) into the transact
 assembler and hands back the transactions without their bytes, the digests and the
 chain facts; ``digest_unit`` only measures the stored objects. ``stream_unit`` is the
 same reading for the driver, ``serve`` and ``archive find``.
+
+Given ``keep`` (what the replay's selection wants of the unit: ``keep_spec``),
+``decode_unit`` also hands back the bytes of the transactions the driver will apply,
+and of no other: the object's bytes are spooled to the executor's local disk as they
+stream into the assembler, and cut from there (``assemble.StreamAttach``) once the
+transactions are known; the driver then reads no object at all.
 """
+
+import os
+import tempfile
+from dataclasses import replace
 
 from mysqlbackup.errors import CorruptBinlog
 
+SPOOL_CHUNK = 1 << 20  # the spool read back a MiB at a time
+# a task hands back at most this many bytes of events: the results of a window of tasks
+# sit in the driver's JVM at once; above it the driver reads the file itself (attach_unit)
+ATTACH_MAX = 256 << 20
 
-def decode_unit(unit, url, options, keyring=None):
+
+def decode_unit(unit, url, options, keyring=None, keep=None):
     """Spark task: read one file from the archive and assemble its transactions.
 
     What comes back to the driver is the transactions without their bytes (event
     lengths instead), the object's size and CRC32 (``fingerprint``), the size and
     sha256 of each object read (``digests``, to compare with their indexes) and what
     the bytes say of their place in the chain (``facts``): the driver checks those
-    (``plan.check_decoded``), then reads the object itself and attaches the bytes
-    (``attach_unit``), so the binlog does not pass through the JVM. A failure comes
+    (``plan.check_decoded``), then (without ``keep``) reads the object itself and
+    attaches the bytes (``run.attach_unit``). A failure comes
     back as ``error`` (kind, message, offset) instead of an exception, which Spark
     would wrap into its own: the driver raises it with the object named.
     A compressed or encrypted object is decoded as it is read (``keyring`` opens it);
     ``digests`` are then those of its raw bytes, compared with the index's raw ones.
     The file streams through (``StreamAssembly``): the task holds one event and a
-    read chunk at a time, never the file."""
-    import traceback
+    read chunk at a time, never the file.
 
-    from mysqlbackup.archive.codec import IdentityError
+    ``keep`` (``keep_spec``): the transactions ``wanted`` names come back with their
+    events (``attached`` True), cut from a spool of the bytes on local disk; the
+    driver then reads nothing of the object. Above ``keep["max_bytes"]`` (ATTACH_MAX)
+    of events they come back without (``attached`` False), as without ``keep``."""
     from replay.job.decoding.assemble import StreamAssembly
     out = {"name": unit["name"], "partial": unit["partial"], "error": None,
            "digests": [], "facts": {}, "transactions": [], "incomplete": None}
     facts = {}
     walk = StreamAssembly(unit["name"], newest=unit["partial"], facts=facts)
+    spool = None if keep is None else _Spool(walk.feed)
     try:
-        digests = stream_unit(unit, url, options, walk.feed, keyring)
+        return _decode(unit, url, options, keyring, keep, out, facts, walk, spool)
+    finally:
+        if spool is not None:
+            spool.close()
+
+
+def _decode(unit, url, options, keyring, keep, out, facts, walk, spool):
+    """``decode_unit``'s body (``spool``: None, or the tee that keeps the bytes)."""
+    import traceback
+
+    from mysqlbackup.archive.codec import IdentityError
+    try:
+        digests = stream_unit(unit, url, options, walk.feed if spool is None else spool.feed,
+                              keyring)
     except IdentityError as e:
         return dict(out, error={"kind": "identity", "message": str(e)})
     except CorruptBinlog as e:  # the stored form does not decode: names its object
@@ -52,8 +83,100 @@ def decode_unit(unit, url, options, keyring=None):
                                 "offset": e.offset})
     except Exception:  # noqa: BLE001 - the driver tells a damaged object from a bug
         return dict(out, error={"kind": "failed", "message": traceback.format_exc()})
+    attached = False
+    if spool is not None:
+        chosen = wanted(transactions, keep)
+        if sum(sum(t.event_lengths) for t in chosen) <= keep.get("max_bytes", ATTACH_MAX):
+            try:
+                spool.attach(chosen, unit["where"], fingerprint)
+            except Exception:  # noqa: BLE001 - the spool is the task's own: a bug or a disk
+                return dict(out, error={"kind": "failed", "message": traceback.format_exc()})
+            attached = True
     return dict(out, transactions=transactions, incomplete=incomplete, fde=fde,
-                fingerprint=fingerprint)
+                fingerprint=fingerprint, attached=attached)
+
+
+def unit_selection(selection, unit):
+    """The selection as it applies to ``unit``, or None when a stop position in an
+    earlier epoch ends the replay before it. A file position names a file of one epoch
+    (``unit["position"]``: the unit's epoch against the start's and the stop's, -1
+    before, 0 same, 1 after)."""
+    start, stop = unit.get("position", (0, 0))
+    if stop > 0:
+        return None
+    changes = {}
+    if stop < 0:
+        changes["stop_position"] = None
+    if start > 0:
+        changes["start_position"] = None
+    return replace(selection, **changes) if changes else selection
+
+
+def gtid_state(text):
+    """The GTID state ``text`` (None for none)."""
+    if not text:
+        return None
+    from mysqlbackup.binlog.gtid import guess_flavor, parse_gtid_set
+    return parse_gtid_set(text, guess_flavor(text))
+
+
+def keep_spec(selection, unit):
+    """What ``decode_unit`` keeps the bytes of, for ``unit`` under ``selection``: the
+    unit's selection (``unit_selection``) and the GTIDs a later epoch repeats."""
+    return {"selection": unit_selection(selection, unit), "skip": unit.get("skip")}
+
+
+def wanted(transactions, keep):
+    """The transactions the driver may apply (``Selection.decide`` says apply), before
+    the first one where it says stop, less those of ``keep["skip"]``: the same choice
+    as the driver's (``run._in_epoch``, ``run._choose``), which checks it got their
+    bytes."""
+    selection, skip = keep["selection"], gtid_state(keep.get("skip"))
+    if selection is None:
+        return []
+    chosen = []
+    for trx in transactions:
+        if skip is not None and trx.gtid_key and skip.contains(*trx.gtid_key):
+            continue
+        decision, _reason = selection.decide(trx)
+        if decision == "stop":
+            break
+        if decision == "apply":
+            chosen.append(trx)
+    return chosen
+
+
+class _Spool:
+    """A tee: the bytes fed go on to ``feed`` and into a temporary file on the
+    executor's local disk (Spark's local dirs), from which ``attach`` cuts the wanted
+    transactions' events a chunk at a time; removed by ``close``."""
+
+    def __init__(self, feed):
+        local = (os.environ.get("SPARK_LOCAL_DIRS") or "").split(",")[0] or None
+        self.next, self.file = feed, tempfile.TemporaryFile(prefix="mysqlbackup-spool-",
+                                                            dir=local)
+
+    def feed(self, data):
+        """The next bytes of the unit."""
+        self.file.write(data)
+        self.next(data)
+
+    def attach(self, transactions, where, fingerprint):
+        """Give ``transactions`` (detached) their events from the spooled bytes."""
+        if not transactions:
+            return
+        from replay.job.decoding.assemble import StreamAttach
+        cut = StreamAttach(transactions)
+        self.file.seek(0)
+        while True:
+            chunk = self.file.read(SPOOL_CHUNK)
+            if not chunk:
+                break
+            cut.feed(chunk)
+        cut.finish(where, fingerprint)
+
+    def close(self):
+        self.file.close()
 
 
 def digest_unit(unit, url, options):

@@ -1,0 +1,37 @@
+"""The one function a replay sends to its executors before any task of its own: can
+their Python import the job?
+
+``replay.job.shipping`` registers this module to be pickled by value, so that the
+probe reaches an executor whose Python has neither this package nor its requirements,
+and says which module is missing instead of failing to unpickle. It imports nothing
+of the project at the top.
+"""
+
+
+def probe(modules, protocol):
+    """Executor side: ``{"where", "python", "version", "missing"}``; ``missing`` is the
+    first of ``modules`` (or the fsspec implementation of ``protocol``) that does not
+    import, as ``(module asked for, module missing, message)``, or None."""
+    import importlib
+    import os
+    import socket
+    import sys
+    missing = None
+    for name in modules:
+        try:
+            importlib.import_module(name)
+        except ImportError as e:
+            missing = (name, getattr(e, "name", None) or name, str(e).splitlines()[0])
+            break
+    if missing is None and protocol not in ("file", "local", ""):
+        try:
+            import fsspec
+            fsspec.get_filesystem_class(protocol)
+        except ImportError as e:
+            missing = (f"fsspec's {protocol}://", getattr(e, "name", None) or protocol,
+                       str(e).splitlines()[0])
+        except ValueError:
+            pass  # a protocol fsspec does not know: the task says so with its store
+    where = os.environ.get("SPARK_LOCAL_IP") or socket.gethostname()
+    return {"where": where, "python": sys.executable,
+            "version": "%d.%d" % sys.version_info[:2], "missing": missing}
