@@ -234,13 +234,17 @@ def caught_up(server, directory):
 
 
 def compare_files(primary, backup):
-    """Every file byte for byte; the active one but for its in-use flag (the server's
-    says in use, the copy may not)."""
+    """Every sealed file byte for byte; the active one as far as the daemon had it when
+    it stopped (the server goes on writing it: a binlog checkpoint event may follow the
+    catch-up), but for its in-use flag (the server's says in use, the copy may not)."""
     files = primary.binlog_files()
     same = [f for f in files if same_bytes(os.path.join(backup, f), primary.binlog_path(f),
                                            active=f == files[-1])]
+    active = os.path.join(backup, files[-1])
+    held = os.path.getsize(active) if os.path.exists(active) else 0
     say(f"{len(same)}/{len(files)} binlog files in {backup} byte-identical to the server's "
-        f"(the active {files[-1]}: all but its in-use flag)")
+        f"(the active {files[-1]}: its first {held} of "
+        f"{os.path.getsize(primary.binlog_path(files[-1]))} bytes, all but its in-use flag)")
     return len(same) == len(files)
 
 
@@ -249,7 +253,8 @@ def same_bytes(local, remote, active):
         return False
     with open(local, "rb") as a, open(remote, "rb") as b:
         mine, theirs = bytearray(a.read()), bytearray(b.read())
-    if active and len(mine) == len(theirs) > 21:  # the format description's flags
+    if active and 21 < len(mine) <= len(theirs):  # the format description's flags
+        theirs = theirs[:len(mine)]
         mine[21] &= ~LOG_EVENT_BINLOG_IN_USE_F
         theirs[21] &= ~LOG_EVENT_BINLOG_IN_USE_F
     return mine == theirs
