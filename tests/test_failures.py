@@ -8,6 +8,7 @@ import time
 
 import pytest
 
+from mysqlbackup.binlog import events as ev
 from mysqlbackup.sandbox import free_port
 from tests.helpers import (Daemon, caught_up, current_binlog, maria_gtids, read, run_cli,
                            same_except_in_use_flag, wait_for)
@@ -174,3 +175,23 @@ def test_another_source_under_the_same_dir_is_refused(primary, make_server, tmp_
     assert daemon.stop() == 0
     result = run_cli(*stream_args(other.url, tmp_path / "d"))
     one_error_line(result, 8, "holds the binlogs of source server-id-1", "server-id-2")
+
+
+def test_an_active_copy_may_lack_only_the_servers_later_binlog_checkpoints(tmp_path):
+    """A daemon stopped at its catch-up may not have the binlog checkpoint event MariaDB
+    writes a moment after a FLUSH: the copy is still the server's file; any other event
+    missing from it is not."""
+    from tests.helpers import make_event
+    fde = bytearray(b"\xfebin" + make_event(ev.FORMAT_DESCRIPTION, b"\x04\x00" + b"x" * 60, 4))
+    fde[21] |= ev.LOG_EVENT_BINLOG_IN_USE_F  # the event's flags: the server's says in use
+    copy = bytearray(fde)
+    copy[21] &= ~ev.LOG_EVENT_BINLOG_IN_USE_F
+    copy = bytes(copy)
+    checkpoint = make_event(ev.MARIA_BINLOG_CHECKPOINT, b"\x0b\x00\x00\x00binlog.0002", 200)
+    query = make_event(ev.QUERY, b"q" * 20, 300)
+    local, remote = tmp_path / "local", tmp_path / "remote"
+    local.write_bytes(copy)
+    for tail, same in ((b"", True), (checkpoint, True), (checkpoint + checkpoint, True),
+                       (query, False), (checkpoint + query, False), (checkpoint[:10], False)):
+        remote.write_bytes(bytes(fde) + tail)
+        assert same_except_in_use_flag(str(local), str(remote)) is same, tail
