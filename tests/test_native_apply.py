@@ -24,8 +24,8 @@ from mysqlbackup.errors import UsageError
 from mysqlbackup.sandbox import REPL_PASSWORD, REPL_USER
 from mysqlbackup.source.spec import SourceSpec
 from replay.job.planning.options import build_selection
-from replay.restore.native import (CONNECTION, End, NativeApply, NativeApplyError, apply_native,
-                                   expected_end)
+from replay.restore.native import CONNECTION, NativeApply, NativeApplyError, apply_native
+from replay.restore.nativeend import End, expected_end
 from replay.restore.run import RestoreOptions, run_restore
 from replay.serve.feed import EndInfo
 from tests.helpers import (REPO, Daemon, caught_up, cli_env, module_primary, run_cli,

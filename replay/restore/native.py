@@ -31,14 +31,13 @@ import logging
 import secrets
 import socket
 import time
-from dataclasses import dataclass
 
 import pymysql
 
-from mysqlbackup.archive.window import epoch
 from mysqlbackup.binlog.gtid import MariaGtidPos, MysqlGtidSet
 from mysqlbackup.errors import MysqlBackupError, UsageError
 from replay.job.sinks.session import connect_target
+from replay.restore.nativeend import applied_count, covers, expected_end, past, state
 
 log = logging.getLogger(__name__)
 
@@ -57,114 +56,6 @@ PROGRESS_EVERY = 5.0                # seconds between progress lines
 
 class NativeApplyError(MysqlBackupError):
     """The target's replication stopped on an error (its IO or SQL thread)."""
-
-
-@dataclass(frozen=True)
-class End:
-    """Where the native apply ends: the target's GTID position after the last
-    transaction before the stop point, and what the report says of it."""
-
-    gtid_pos: object                    # MariaGtidPos, or MysqlGtidSet (a MySQL source)
-    last_gtid: str = None
-    last_commit: float = None           # epoch seconds
-    stop_reason: str = "end of the archive"
-
-
-def expected_end(units, selection, start, url, options, keyring=None):
-    """The End of a replay of the planned ``units`` (replay.job.plan.units_to_read) under
-    ``selection`` from the GTID position ``start``: from the indexes, and from the
-    transactions of the one file a stop point falls in (decoded here, no Spark)."""
-    end, last = start.copy(), (None, None)
-    for unit in units:
-        index = unit["index"]
-        if _may_hold_stop(index, selection, start):
-            found = _walk_unit(unit, selection, start, url, options, keyring, last)
-            if found is not None:
-                return found
-        _merge(end, state(index.get("gtid_after"), start))
-        if index.get("last_gtid"):
-            last = (index["last_gtid"], _epoch(index.get("last_commit")))
-    return End(end, *last)
-
-
-def state(text, like):
-    """The GTID state ``text`` (an index's; None or '': empty) of ``like``'s flavor."""
-    if isinstance(like, MysqlGtidSet):
-        return MysqlGtidSet.parse(text) if text and ":" in text else MysqlGtidSet()
-    return MariaGtidPos.parse(text or "")
-
-
-def _may_hold_stop(index, selection, like):
-    """True when the file of ``index`` may hold the transaction a stop point names."""
-    if selection.stop_before_gtid is not None:
-        after = state(index.get("gtid_after"), like)
-        return after.contains(*selection.stop_before_gtid)
-    if selection.stop_position is not None:
-        return index["name"] == selection.stop_position.file
-    if selection.stop_datetime is not None:
-        last = _epoch(index.get("last_commit"))
-        return last is not None and last >= selection.stop_datetime
-    return False
-
-
-def _walk_unit(unit, selection, start, url, options, keyring, last):
-    """The End inside ``unit`` (None: the stop is not in it)."""
-    from replay.job.tasks import decode_unit
-    result = decode_unit(unit, url, options, keyring)
-    if result["error"]:
-        raise MysqlBackupError(f"{unit['where']}: {result['error']['message']}")
-    pos = state(unit["index"].get("gtid_before"), start)
-    _merge(pos, start)
-    for trx in result["transactions"]:
-        decision, reason = selection.decide(trx)
-        if decision == "stop":
-            return End(pos, *last, stop_reason=reason)
-        if trx.gtid_key and (trx.maria_gtid or isinstance(pos, MysqlGtidSet)):
-            pos.add(*trx.gtid_key)
-            last = (trx.gtid, trx.commit_ts)
-    return None
-
-
-def _merge(pos, other):
-    if isinstance(pos, MysqlGtidSet):
-        for sid, intervals in other.sids.items():
-            for lo, hi in intervals:
-                pos.add_interval(sid, lo, hi)
-        return
-    for domain, (server_id, seq) in other.domains.items():
-        pos.add(domain, server_id, seq)
-
-
-def _epoch(text):
-    return epoch(text) if text else None
-
-
-def covers(pos, end):
-    """True when GTID position ``pos`` holds every domain of ``end`` at or past it (a
-    MySQL set: every GTID of ``end``)."""
-    if isinstance(end, MysqlGtidSet):
-        from replay.serve.mysql import is_subset
-        return is_subset(end, pos)
-    return all(pos.contains(d, s, n) for d, (s, n) in end.domains.items())
-
-
-def past(pos, end):
-    """True when ``pos`` is beyond ``end`` in one of ``end``'s domains (a MySQL set: a
-    GTID of one of ``end``'s UUIDs that ``end`` lacks)."""
-    if isinstance(end, MysqlGtidSet):
-        from replay.serve.mysql import subtract
-        return any(sid in end.sids for sid in subtract(pos, end).sids)
-    return any(pos.domains.get(d, (0, -1))[1] > n for d, (_, n) in end.domains.items())
-
-
-def applied_count(before, after):
-    """Transactions between two GTID positions, by their sequence numbers (one source
-    numbers a domain's transactions one by one; a MySQL set: the GTIDs it gained)."""
-    if isinstance(after, MysqlGtidSet):
-        from replay.serve.mysql import subtract
-        return sum(hi - lo for ivs in subtract(after, before).sids.values() for lo, hi in ivs)
-    return sum(seq - (before.domains.get(d, (0, 0))[1])
-               for d, (_, seq) in after.domains.items())
 
 
 def preflight(spec, base_gtid, progress=None, source_server_id=None):
