@@ -19,7 +19,7 @@ import click
 import pytest
 from click.testing import CliRunner
 
-from mysqlbackup.archive import baselist
+from mysqlbackup.archive import manifest as base_listing
 from mysqlbackup.archive.codec import DEFAULT_LEVEL
 from mysqlbackup.archive.manifest import build_manifest, format_manifest
 from mysqlbackup.archive.names import base_key, binlog_key, format_key
@@ -83,7 +83,7 @@ def bases(binlogs, monkeypatch):
     add_base(store, C, "2022-04-20T22:20:05Z", "0-1-2")
     add_base(store, D, "2022-04-20T22:21:05Z", "0-1-2", manifest=False)
     clock = SimpleNamespace(time=lambda: NOW)
-    monkeypatch.setattr(baselist, "time", clock)
+    monkeypatch.setattr(base_listing, "time", clock)
     monkeypatch.setattr(prune, "time", clock)
     return binlogs
 
@@ -428,7 +428,7 @@ def test_archive_ls_shows_the_bases_as_base_list_does(bases):
 
 
 def test_age_format():
-    assert [baselist.format_age(s) for s in (0, 40, 725, 7200, 7260, 90061, 3 * 86400)] == [
+    assert [base_listing.format_age(s) for s in (0, 40, 725, 7200, 7260, 90061, 3 * 86400)] == [
         "0s", "40s", "12m 5s", "2h", "2h 1m", "1d 1h", "3d"]
 
 

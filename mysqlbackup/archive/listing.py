@@ -16,7 +16,7 @@ refused until something asks for the sources."""
 
 from collections import defaultdict
 
-from mysqlbackup.archive.baselist import checked_manifest
+from mysqlbackup.archive.manifest import checked_manifest
 from mysqlbackup.archive.index import parse_index
 from mysqlbackup.archive.manifest import parse_manifest
 from mysqlbackup.archive.names import (BASE_INDEX, binlog_key, check_source_name, epoch_source,
@@ -155,7 +155,7 @@ class ArchiveListing:
         return parse_manifest(self.store.read(key), key, source, base_id)
 
     def sound_manifests(self, source, problems=None):
-        """The manifests of the source's sound bases (``baselist.checked_manifest``: the
+        """The manifests of the source's sound bases (``manifest.checked_manifest``: the
         manifest reads and validates and the object is listed at the size it names); a
         damaged or vanished one is left out, its error appended to ``problems`` when
         given: no restore is promised from it."""

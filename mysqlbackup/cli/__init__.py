@@ -267,7 +267,7 @@ def archive_ls(archive_url, archive_option, source_name, as_json):
     list shows them: method, end time, age, stored size, GTID, sound or damaged), and
     per source the window in which any moment can be restored (a base backup, then
     every binlog after it without a hole), naming each hole that splits it."""
-    from mysqlbackup.archive.baselist import base_rows, format_base
+    from mysqlbackup.archive.manifest import base_rows, format_base
     from mysqlbackup.archive.verify import format_recovery, list_archive, recovery_summary
     listing, sources = read_listing(archive_url, archive_option, source_name)
     rows = list_archive(listing.store, source_name, listing)
@@ -390,7 +390,7 @@ def base_list(archive_url, archive_option, source_name, as_json):
     time, age, stored size, GTID, and status: sound (manifest and object there, the
     object of the manifest's stored size) or damaged (and why). Reads the listing and
     the manifests only, never a base's object (verify reads those)."""
-    from mysqlbackup.archive.baselist import base_rows, format_base
+    from mysqlbackup.archive.manifest import base_rows, format_base
     listing, sources = read_listing(archive_url, archive_option, source_name)
     rows = base_rows(listing, sources)
     if as_json:

@@ -15,7 +15,7 @@ import time
 from dataclasses import dataclass
 from typing import Optional
 
-from mysqlbackup.archive.baselist import object_problem
+from mysqlbackup.archive.manifest import object_problem
 from mysqlbackup.archive.lease import live_leases
 from mysqlbackup.archive.listing import ArchiveListing
 from mysqlbackup.archive.names import (BASE_INDEX, base_prefix, epoch_source, format_key,
@@ -29,7 +29,7 @@ def read_facts(listing, source, now):
     """The retention Facts of ``source`` from an ArchiveListing (indexes and manifests
     read and validated; a damaged one raises CorruptBinlog: retention stops), epoch
     after epoch of its history. A base whose object is missing or of another size than
-    its manifest's is no base to keep a window by (``baselist.object_problem``): never
+    its manifest's is no base to keep a window by (``manifest.object_problem``): never
     an anchor; deleted once older than the anchor, as a base without manifest is."""
     epochs = [EpochFacts(history, *_binlog_facts(listing, key_source))
               for _, key_source, history in listing.epochs(source)]

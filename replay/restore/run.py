@@ -18,7 +18,7 @@ import logging
 import time
 from dataclasses import dataclass, field, replace
 
-from mysqlbackup.archive.baselist import checked_manifest
+from mysqlbackup.archive.manifest import checked_manifest
 from mysqlbackup.archive.codec import check_keys
 from mysqlbackup.archive.lease import Lease
 from mysqlbackup.archive.listing import ArchiveListing
@@ -297,7 +297,7 @@ def plan_restore(store, opts):
 
 
 def _manifests(listing, source, base_id):
-    """The source's sound base manifests (``baselist.checked_manifest``: the manifest
+    """The source's sound base manifests (``manifest.checked_manifest``: the manifest
     reads, the object is listed at its size); a damaged one is skipped with a warning
     (refused when it is the one asked for), never chosen to fail at its load."""
     manifests = []
