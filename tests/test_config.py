@@ -159,3 +159,16 @@ def test_config_show_every_command(tmp_path):
     assert {"[stream]", "[base]", "[status]", "[verify]", "[archive ls]", "[archive import]",
             "[replay]", "[restore]"} <= set(titles)
     assert result.output.count(f'source-name = "db1"  # file {config}') >= 5
+
+
+def test_a_config_file_leaves_a_nested_plugins_environment_its_name(tmp_path):
+    # reading the file walks every command: ``archive find`` (a plugin of a nested group)
+    # kept MYSQLBACKUP_FIND_* from that walk, and its MYSQLBACKUP_ARCHIVE_FIND_* went unread
+    from_file, from_env = tmp_path / "file", tmp_path / "env"
+    from_file.mkdir()
+    from_env.mkdir()
+    config = write(tmp_path, f'archive = "file://{from_file}"\n')
+    result = invoke("--config", config, "archive", "find",
+                    env={"MYSQLBACKUP_ARCHIVE_FIND_ARCHIVE": f"file://{from_env}"})
+    assert f"file://{from_env}" in result.output and str(from_file) not in result.output, \
+        result.output

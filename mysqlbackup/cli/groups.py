@@ -31,7 +31,10 @@ class CommandGroup(click.Group):
         plugins = _plugins(self.plugin_group)
         if command is None and name in plugins:
             command = plugins[name].load()
-        if command is not None and ctx.auto_envvar_prefix:
+        # named under this group's own context only: config's walks ask a nested group
+        # with the root's (``archive``'s ``find`` would be MYSQLBACKUP_FIND_*, and the
+        # first naming of a command object stays)
+        if command is not None and ctx.auto_envvar_prefix and ctx.command is self:
             config.name_envvars(command, f"{ctx.auto_envvar_prefix}_{name}")
         return command
 
