@@ -8,8 +8,9 @@ One command (docs/cluster.md)::
 writes two files:
 
 * ``dist/replay-env.tar.gz``: a virtualenv of the project's requirements (setup.cfg's
-  ``install_requires`` and the ``s3`` extra; not the project itself, not pyspark, which
-  the workers' Spark provides), packed by venv-pack2. Ship it with ``--conf
+  ``install_requires``, the ``s3`` extra and the ``replay`` one's pyarrow, which the tasks
+  of ``--parquet`` write with; not the project itself, not pyspark, which the workers'
+  Spark provides), packed by venv-pack2. Ship it with ``--conf
   spark.archives=dist/replay-env.tar.gz#environment`` and name its interpreter with
   ``--python ./environment/bin/python``. Its ``python`` links to the same base
   interpreter (path and version) as the one that runs this script: the workers need
@@ -33,14 +34,21 @@ REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, REPO)
 
 
-def requirements(extras=("s3",)):
-    """setup.cfg's install_requires and the given extras, one requirement a string."""
+DEFAULT_EXTRAS = ("s3", "replay")  # S3, and pyarrow for --parquet (the tasks write it)
+PROVIDED = ("pyspark",)  # the workers' Spark has its own
+
+
+def requirements(extras=DEFAULT_EXTRAS):
+    """setup.cfg's install_requires and the given extras, one requirement a string,
+    less what the workers' Spark provides (PROVIDED)."""
     cfg = configparser.ConfigParser()
     cfg.read(os.path.join(REPO, "setup.cfg"))
     lines = cfg.get("options", "install_requires").splitlines()
     for extra in extras:
         lines += cfg.get("options.extras_require", extra).splitlines()
-    return [line.strip() for line in lines if line.strip()]
+    lines = [line.strip() for line in lines if line.strip()]
+    return [line for line in lines
+            if not any(line.startswith(name) for name in PROVIDED)]
 
 
 def run(*command, **kwargs):
@@ -82,11 +90,12 @@ def main():
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--output-dir", default=os.path.join(REPO, "dist"))
     parser.add_argument("--extra", action="append", default=None,
-                        help="setup.cfg extras to add (default: s3; repeatable)")
+                        help="setup.cfg extras to add (default: s3 and replay, less "
+                        "pyspark; repeatable)")
     parser.add_argument("--python-prefix", help="the base Python's prefix on the workers, "
                         "when it differs from this machine's")
     args = parser.parse_args()
-    env_out, zip_out = pack(args.output_dir, args.extra or ["s3"], args.python_prefix)
+    env_out, zip_out = pack(args.output_dir, args.extra or DEFAULT_EXTRAS, args.python_prefix)
     for path in (env_out, zip_out):
         print(f"{path} ({os.path.getsize(path) / 1e6:.1f} MB)")
 

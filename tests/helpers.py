@@ -266,3 +266,11 @@ def tagged(server, *statements, tag="nightly"):
                 cur.execute(sql)
     finally:
         conn.close()
+
+
+def change_table_rows(out):
+    """The rows of the change table at ``out`` (a folder), its parts in the order its
+    ``_SUCCESS`` lists them (commit order)."""
+    import pyarrow.parquet as pq
+    parts = json.loads((out / "_SUCCESS").read_text())["parts"]
+    return [r for part in parts for r in pq.read_table(out / part).to_pylist()]

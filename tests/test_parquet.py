@@ -16,8 +16,8 @@ from mysqlbackup.binlog.scan import iter_events
 from mysqlbackup.errors import UsageError
 from replay.job.decoding.assemble import assemble
 from replay.job.decoding.changes import ChangeDecodeError, encode_value, iter_changes
-from replay.job.sinks.parquet import SCHEMA, ParquetSink, options_for
-from tests.helpers import backup_dir, read, run_cli
+from replay.job.sinks.parquet import SCHEMA, ParquetSink, PartWriter, options_for, part_name
+from tests.helpers import backup_dir, change_table_rows, read, run_cli
 
 MARIA = "rust_mysql_common/mariadb-bin.000001"
 
@@ -93,12 +93,29 @@ def test_an_empty_selection_still_gives_a_readable_table(tmp_path):
     sink.close()
     sink.finish({"stop_reason": "end of the archive"})
     assert sorted(p.name for p in (tmp_path / "changes").iterdir()) == [
-        "_SUCCESS", "part-00000.parquet"]
-    table = pq.read_table(tmp_path / "changes" / "part-00000.parquet")
+        "_SUCCESS", "part-000000-0000.parquet"]
+    table = pq.read_table(tmp_path / "changes" / "part-000000-0000.parquet")
     assert table.num_rows == 0 and table.schema == SCHEMA
     assert json.loads((tmp_path / "changes" / "_SUCCESS").read_text()) == {
-        "rows": 0, "parts": ["part-00000.parquet"], "transactions": 0,
+        "rows": 0, "parts": ["part-000000-0000.parquet"], "transactions": 0,
         "stop_reason": "end of the archive"}
+
+
+def test_the_driver_keeps_only_the_parts_it_adopted(tmp_path):
+    # parts of a file past the stop point (or decoded after an error) are removed;
+    # a task that wrote other transactions than the driver applies is refused
+    out = tmp_path / "changes"
+    sink = ParquetSink(f"file://{out}").open(None)
+    spec = dict(sink.task_spec(), seq=0)
+    for seq in (0, 1):
+        PartWriter(dict(spec, seq=seq)).dest.write_table(part_name(seq, 0), [])
+    sink.adopt({"parts": [(part_name(0, 0), 0)], "rows": 0, "transactions": 0}, [])
+    with pytest.raises(RuntimeError, match="a task wrote 1 transactions of a file, the "
+                                           "replay applies 0"):
+        sink.adopt({"parts": [], "rows": 0, "transactions": 1}, [])
+    sink.finish()
+    assert sorted(p.name for p in out.iterdir()) == ["_SUCCESS", part_name(0, 0)]
+    assert json.loads((out / "_SUCCESS").read_text())["parts"] == [part_name(0, 0)]
 
 
 # -- live: a real MariaDB, its archive, `mysqlbackup replay --parquet` -------------------
@@ -207,12 +224,13 @@ def replayed(source):
 def test_replay_writes_the_exact_change_table(source, replayed):
     result, out = replayed
     assert result.returncode == 0, result.stdout + result.stderr
-    assert "parquet: 9 row changes in 1 parts at file://" in result.stdout
+    assert "parquet: 9 row changes in 2 parts at file://" in result.stdout
     assert result.stdout.strip().splitlines()[-1].startswith("replay of src1: 8 applied")
-    assert sorted(p.name for p in out.iterdir()) == ["_SUCCESS", "part-00000.parquet"]
-    table = pq.read_table(out / "part-00000.parquet")
-    assert table.schema == SCHEMA
-    rows = table.to_pylist()
+    # each file's task wrote its own part (2 files): read in _SUCCESS's order
+    assert sorted(p.name for p in out.iterdir()) == [
+        "_SUCCESS", "part-000000-0000.parquet", "part-000001-0000.parquet"]
+    assert all(pq.read_schema(p) == SCHEMA for p in out.glob("part-*"))
+    rows = change_table_rows(out)
     assert [decoded(r) for r in rows] == source.expected
     # each rows event of the binlogs, in binlog order, at its own start offset
     places = [(r["file"], r["position"]) for r in rows]
@@ -239,26 +257,51 @@ def test_a_destination_with_a_change_table_is_refused(source, replayed):
 
 @pytest.mark.server
 def test_parts_rotate_and_hold_the_same_rows(source, replayed, archive):
-    # the sink alone on the server's own files, two rows a part, file:// and S3 (moto)
+    # a task's writer alone on the server's own files, two rows a part, file:// and S3
     from mysqlbackup.archive.store import parse_options
     url, option_list = archive
     sink = ParquetSink(url + "/changes", parse_options(option_list), rows_per_part=2).open("x")
+    writer = PartWriter(dict(sink.task_spec(), seq=7))
     for name in source.server.binlog_files():
         transactions, _, fde_event = assemble(read(source.server.binlog_path(name)), name,
                                               newest=True)
         fde = ev.parse_format_description(fde_event)
         for trx in transactions:
-            sink.apply(trx, fde_event, True, fde)
-    sink.close()
+            writer.apply(trx, fde, True)
+    written = writer.close()
+    parts = [part_name(7, i) for i in range(5)]
+    assert written == {"parts": list(zip(parts, [2, 2, 2, 2, 1])), "rows": 9,
+                       "transactions": written["transactions"]}
+    sink.adopt(written, [None] * written["transactions"])
     sink.finish()
-    assert sink.parts == [f"part-{i:05d}.parquet" for i in range(5)]
+    assert sink.parts == parts
     listed = sorted(p.rsplit("/", 1)[-1] for p in sink.fs.ls(sink.root, detail=False))
-    assert listed == ["_SUCCESS"] + sink.parts  # no temporary names left behind
-    rows = [r for part in sink.parts
+    assert listed == ["_SUCCESS"] + parts  # no temporary names left behind
+    rows = [r for part in parts
             for r in pq.read_table(f"{sink.root}/{part}", filesystem=sink.fs).to_pylist()]
-    assert [len(pq.read_table(f"{sink.root}/{p}", filesystem=sink.fs)) for p in sink.parts] \
-        == [2, 2, 2, 2, 1]
-    assert rows == pq.read_table(replayed[1] / "part-00000.parquet").to_pylist()
+    assert rows == change_table_rows(replayed[1])
+
+
+@pytest.mark.server
+def test_a_stop_point_keeps_no_part_of_a_later_file(source, tmp_path):
+    # the stop (before g2) is in the first file; the second file's task has written
+    # its part (one window of two files): the driver removes it, _SUCCESS lists one part
+    from replay.job.plan import ReplayOptions
+    from replay.job.planning.options import build_selection
+    from replay.job.run import run_replay
+    g2 = source.expected[4][5]
+    selection = build_selection(None, None, None, g2, None, None, (), (), ())
+    out = tmp_path / "changes"
+    sink = ParquetSink(f"file://{out}").open(None)
+    seen = []
+    summary = run_replay(ReplayOptions(source.url, {}, "src1", selection, window=2,
+                                       engine="local"), sink, progress=seen.append)
+    sink.finish(summary)
+    assert summary["stop_reason"] == f"stop before GTID {g2}"
+    assert summary["applied"] == 4  # three DDL statements and g1
+    assert summary["tasks"] == 2  # one window: the second file was decoded (and written)
+    assert sorted(p.name for p in out.iterdir()) == ["_SUCCESS", part_name(0, 0)]
+    assert [decoded(r) for r in change_table_rows(out)] == source.expected[:4]
 
 
 def test_minimal_row_metadata_fails_clearly(make_server, tmp_path):

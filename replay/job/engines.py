@@ -17,6 +17,7 @@ from replay.job.tasks import decode_unit, digest_unit, keep_spec
 
 ENGINES = ("auto", "spark", "local")
 LOCAL_MAX_BYTES = 256 * 1000 * 1000  # auto: below this many bytes to read, no Spark
+WRITER_MODULE = "replay.job.sinks.parquet"  # what a task that writes imports (pyarrow)
 
 
 def choose_engine(asked, bytes_to_read, filtered, master=None):
@@ -42,9 +43,10 @@ class LocalTasks:
     name = "local"
     parallelism = 1
 
-    def __init__(self, units, opts):
+    def __init__(self, units, opts, write=None):
         self.units, self.opts, self.ran = units, opts, 0
-        self.keeps = [keep_spec(opts.selection, unit) for unit in units]
+        self.keeps = [keep_spec(opts.selection, unit, write, seq)
+                      for seq, unit in enumerate(units)]
 
     def digests(self):
         """``digest_unit`` of every unit, in order."""
@@ -66,8 +68,9 @@ class LocalTasks:
 class SparkTasks:
     """The tasks run on Spark: one partition, hence one task, per unit (file); this
     run's jobs in a job group of their own, so that its tasks can be counted. Each task
-    hands back the events of the transactions the driver applies (``tasks.keep_spec``):
-    the driver reads no object.
+    hands back the events of the transactions the driver applies (``tasks.keep_spec``),
+    or writes them itself for a sink that says how (``write``: ``--parquet``): the
+    driver reads no object.
 
     The storage options travel in the tasks' closure with the driver's S3 credentials
     added (``shipping.executor_options``: an executor needs none of its own); before
@@ -77,16 +80,20 @@ class SparkTasks:
 
     name = "spark"
 
-    def __init__(self, spark, units, opts):
+    def __init__(self, spark, units, opts, write=None):
         url, keyring = opts.archive_url, opts.keyring
         options = executor_options(url, opts.archive_options)
+        if write is not None:  # the sink's destination: its credentials the same way
+            write = dict(write, options=executor_options(write["url"], write["options"]))
         self.sc = spark.sparkContext
         protocol = url.split("://", 1)[0] if "://" in url else "file"
+        extra = () if write is None else (WRITER_MODULE,)
         probed = getattr(self.sc, "_mysqlbackup_probed", set())
-        if not self.sc.master.startswith("local") and protocol not in probed:
-            self._run(check_executors, self.sc, url)  # local[*]: this very Python
-            self.sc._mysqlbackup_probed = probed | {protocol}
-        pairs = [(unit, keep_spec(opts.selection, unit)) for unit in units]
+        if not self.sc.master.startswith("local") and (protocol, extra) not in probed:
+            self._run(check_executors, self.sc, url, extra)  # local[*]: this very Python
+            self.sc._mysqlbackup_probed = probed | {(protocol, extra)}
+        pairs = [(unit, keep_spec(opts.selection, unit, write, seq))
+                 for seq, unit in enumerate(units)]
         self.rdd = self.sc.parallelize(pairs, len(units))
         self.decoded = self.rdd.map(lambda pair: decode_unit(pair[0], url, options, keyring,
                                                              pair[1]))

@@ -8,9 +8,10 @@ against its indexes and the unit before it (``planning.units.check_decoded``,
 ``check_link``) before anything of its window is applied, and applies the transactions
 in commit order to one sink (``replay.job.sinks``), a window of files at a time so that
 memory stays bounded. The tasks hand back the events of the transactions the selection
-applies, and of no other (``tasks.keep_spec``): the driver reads the indexes, never an
-object (``attach_unit``, reading a file again on the driver, serves a result without
-them).
+applies, and of no other (``tasks.keep_spec``), or, for a sink whose tasks write
+(``--parquet``), write them and hand back what they wrote, which the sink adopts: the
+driver reads the indexes, never an object (``attach_unit``, reading a file again on the
+driver, serves a result without them).
 """
 
 import logging
@@ -23,7 +24,6 @@ from replay.job.decoding.rewrite import rewrite_transaction
 from replay.job.plan import units_to_read
 from replay.job.planning.units import check_decoded, check_digests, check_link
 from replay.job.progress import Progress
-from replay.job.spark import spark_session
 from replay.job.engines import LocalTasks, SparkTasks
 from replay.job.tasks import gtid_state, stream_unit, unit_selection
 
@@ -69,7 +69,7 @@ def run_replay(opts, sink, spark=None, progress=None):
     ``progress`` (if given) is called with a ``replay.job.progress.Progress`` when the
     objects are checked and after each file is applied. The tasks run on Spark
     (``spark``, else a session of ``opts.master``) or, with ``opts.engine`` "local", in
-    this process (``replay.job.engines``)."""
+    this process (``replay.job.engines``). ``opts.spark`` says how a session is made."""
     source, units, cut = units_to_read(opts)
     summary = {"source": source, "files": len(units), "applied": 0, "skipped": 0,
                "rows_events": 0, "workers": 1, "parallel_applied": 0,
@@ -79,8 +79,9 @@ def run_replay(opts, sink, spark=None, progress=None):
                "stop_reason": "stop datetime reached" if cut else "end of the archive"}
     if not units:
         return summary
-    tasks = (LocalTasks(units, opts) if opts.engine == "local"
-             else SparkTasks(spark or spark_session(opts.master), units, opts))
+    write = sink.task_spec()  # --parquet: the tasks write the parts themselves
+    tasks = (LocalTasks(units, opts, write) if opts.engine == "local"
+             else SparkTasks(spark or opts.spark.session(opts.master), units, opts, write))
     url, options, keyring = opts.archive_url, opts.archive_options, opts.keyring
     for unit, result in zip(units, tasks.digests()):  # before anything is applied: every
         check_digests(unit, result, opts.allow_gaps)  # object's size and sha256
@@ -98,7 +99,8 @@ def run_replay(opts, sink, spark=None, progress=None):
         results = tasks.decode(parts)
         for result, p in zip(results, parts):  # before anything of this window is applied
             chain.check(units[p], result)
-        return [r if r.get("attached") else attach_unit(r, units[p], url, options, keyring)
+        return [r if r.get("attached") or "written" in r
+                else attach_unit(r, units[p], url, options, keyring)
                 for r, p in zip(results, parts)]
     # the next window is decoded while the driver applies this one
     prefetch = ThreadPoolExecutor(max_workers=1, thread_name_prefix="decode")
@@ -134,7 +136,10 @@ def _apply_file(result, unit, selection, sink, summary):
         summary["stop_reason"] = "stop position reached"
         return True
     chosen, stopped = _choose(transactions, selection, sink, summary, checksum, fde)
-    sink.apply_many(chosen, result["fde"], checksum, fde)
+    if "written" in result:  # the task wrote them: it must have written these
+        sink.adopt(result["written"], chosen)
+    else:
+        sink.apply_many(chosen, result["fde"], checksum, fde)
     summary["applied"] += len(chosen)
     summary["rows_events"] += sum(t.rows_events for t in chosen)
     if stopped:
@@ -178,6 +183,9 @@ def _choose(transactions, selection, sink, summary, checksum, fde):
                 summary["last_gtid"], summary["last_commit"] = trx.gtid, trx.commit_ts
             continue
         summary["last_gtid"], summary["last_commit"] = trx.gtid, trx.commit_ts
+        if sink.written_by_tasks:  # its task filtered, rewrote and wrote it
+            chosen.append(trx)
+            continue
         if trx.events is None:  # tasks.wanted chose otherwise: never the case
             raise RuntimeError(f"{_named(trx)} came back from its task without its bytes")
         kept = selection.filter_events(trx, fde, checksum)

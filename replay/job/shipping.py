@@ -95,16 +95,18 @@ def executor_options(url, options, environ=None):
     return options
 
 
-def check_executors(context, url):
+def check_executors(context, url, extra_modules=()):
     """Run the probe once on each executor (as far as the scheduler spreads one task
-    per executor); raise one line naming the first missing module or the mismatch."""
+    per executor); raise one line naming the first missing module or the mismatch.
+    ``extra_modules``: what this run's tasks import besides TASK_MODULES (the Parquet
+    writer for ``--parquet``)."""
     from pyspark import cloudpickle
 
     from replay.job import probe as probe_module
     cloudpickle.register_pickle_by_value(probe_module)
     protocol = url.split("://", 1)[0] if "://" in url else "file"
     executors = max(1, len(context._jsc.sc().statusTracker().getExecutorInfos()) - 1)
-    modules, probe = TASK_MODULES, probe_module.probe
+    modules, probe = TASK_MODULES + tuple(extra_modules), probe_module.probe
     rdd = context.parallelize(range(executors), executors)
     try:
         answers = rdd.map(lambda _: probe(modules, protocol)).collect()

@@ -84,6 +84,13 @@ def _decode(unit, url, options, keyring, keep, out, facts, walk, spool):
     except Exception:  # noqa: BLE001 - the driver tells a damaged object from a bug
         return dict(out, error={"kind": "failed", "message": traceback.format_exc()})
     attached = False
+    if spool is not None and keep.get("write"):
+        chosen = wanted(transactions, keep)
+        written, error = _write(keep, chosen, spool, unit["where"], fingerprint, fde)
+        if error:
+            return dict(out, error=error)
+        return dict(out, transactions=transactions, incomplete=incomplete, fde=fde,
+                    fingerprint=fingerprint, attached=False, written=written)
     if spool is not None:
         chosen = wanted(transactions, keep)
         if sum(sum(t.event_lengths) for t in chosen) <= keep.get("max_bytes", ATTACH_MAX):
@@ -94,6 +101,41 @@ def _decode(unit, url, options, keyring, keep, out, facts, walk, spool):
             attached = True
     return dict(out, transactions=transactions, incomplete=incomplete, fde=fde,
                 fingerprint=fingerprint, attached=attached)
+
+
+def _write(keep, chosen, spool, where, fingerprint, fde_event):
+    """The task writes ``chosen`` itself (``keep["write"]``: the Parquet parts, as the
+    driver's sink would have: filtered and rewritten), one transaction's events held at a
+    time; (what was written, None) or (None, an error record)."""
+    import traceback
+
+    from mysqlbackup.binlog import events as ev
+    from mysqlbackup.errors import MysqlBackupError, mask_url
+    from replay.job.decoding.rewrite import rewrite_transaction
+    spec, selection = keep["write"], keep["selection"]
+    fde = ev.parse_format_description(fde_event)
+    checksum = fde.checksum_alg == ev.CHECKSUM_CRC32
+    try:
+        from replay.job.sinks.parquet import PartWriter
+    except ImportError as e:  # the probe names it first on a cluster
+        return None, {"kind": "sink", "message": f"the task's Python has no module "
+                                                  f"{e.name!r}, which --parquet needs"}
+    try:
+        writer = PartWriter(spec)
+        for trx in spool.each(chosen, where, fingerprint):
+            kept = selection.filter_events(trx, fde, checksum)
+            writer.apply(rewrite_transaction(kept, selection.rewrite, checksum), fde,
+                         checksum)
+        return writer.close(), None
+    except CorruptBinlog as e:  # the spool does not read back as decoded
+        return None, {"kind": "corrupt", "message": bare_message(e), "offset": e.offset}
+    except MysqlBackupError as e:  # a row change the table cannot hold, named
+        return None, {"kind": "sink", "message": str(e)}
+    except OSError as e:
+        return None, {"kind": "sink", "message": f"cannot write --parquet "
+                                                  f"{mask_url(spec['url'])}: {e}"}
+    except Exception:  # noqa: BLE001 - the driver tells a store's failure from a bug
+        return None, {"kind": "failed", "message": traceback.format_exc()}
 
 
 def unit_selection(selection, unit):
@@ -120,10 +162,15 @@ def gtid_state(text):
     return parse_gtid_set(text, guess_flavor(text))
 
 
-def keep_spec(selection, unit):
+def keep_spec(selection, unit, write=None, seq=0):
     """What ``decode_unit`` keeps the bytes of, for ``unit`` under ``selection``: the
-    unit's selection (``unit_selection``) and the GTIDs a later epoch repeats."""
-    return {"selection": unit_selection(selection, unit), "skip": unit.get("skip")}
+    unit's selection (``unit_selection``) and the GTIDs a later epoch repeats. ``write``
+    (a sink's ``task_spec``, or None): the task writes those transactions itself, as
+    the replay's file number ``seq``, instead of handing their bytes back."""
+    keep = {"selection": unit_selection(selection, unit), "skip": unit.get("skip")}
+    if write is not None:
+        keep["write"] = dict(write, seq=seq)
+    return keep
 
 
 def wanted(transactions, keep):
@@ -167,13 +214,33 @@ class _Spool:
             return
         from replay.job.decoding.assemble import StreamAttach
         cut = StreamAttach(transactions)
+        for chunk in self._chunks():
+            cut.feed(chunk)
+        cut.finish(where, fingerprint)
+
+    def each(self, transactions, where, fingerprint):
+        """``transactions`` (detached, in file order) one at a time with their events,
+        as copies (the originals stay detached); the spool is proved to hold the decoded
+        bytes (``fingerprint``) before the first one."""
+        if not transactions:
+            return
+        from replay.job.decoding.assemble import StreamAttach
+        check = StreamAttach([])
+        for chunk in self._chunks():
+            check.feed(chunk)
+        check.finish(where, fingerprint)
+        cut = StreamAttach([replace(t) for t in transactions])
+        for chunk in self._chunks():
+            cut.feed(chunk)
+            yield from cut.take()
+
+    def _chunks(self):
         self.file.seek(0)
         while True:
             chunk = self.file.read(SPOOL_CHUNK)
             if not chunk:
-                break
-            cut.feed(chunk)
-        cut.finish(where, fingerprint)
+                return
+            yield chunk
 
     def close(self):
         self.file.close()

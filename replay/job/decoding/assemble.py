@@ -312,6 +312,7 @@ class StreamAttach:
         self.transactions = transactions
         self._todo = sorted(transactions, key=lambda t: t.start)
         self._next, self._pieces, self._held, self._cut = 0, [], 0, []
+        self._taken = 0  # transactions handed out by ``take``
         self.size, self.crc = 0, 0
         self._head = bytearray()  # the magic and format description, for ``_Plain``
 
@@ -342,6 +343,18 @@ class StreamAttach:
         plain = _Plain(_fde_head(self._head))
         for trx, events in zip(self._todo, self._cut):
             trx.events, trx.event_lengths = plain.of(trx, events), None
+
+    def take(self):
+        """The transactions cut so far (in file order) given their events, and forgotten
+        here: for a caller that proved the bytes beforehand (a ``finish`` of its own
+        over the same bytes), which then holds one transaction's events at a time."""
+        done, self._cut = self._cut, []
+        plain = _Plain(_fde_head(self._head))
+        taken = self._todo[self._taken:self._taken + len(done)]
+        self._taken += len(done)
+        for trx, events in zip(taken, done):
+            trx.events, trx.event_lengths = plain.of(trx, events), None
+        return taken
 
 
 _FDE_HEAD = 4 + 4096  # the magic and a format description event (a few hundred bytes)

@@ -155,10 +155,10 @@ def check_decoded(unit, result, allow_gaps=False):
     and ``allow_gaps`` lets the replay go on with what it holds (a hole at the end).
     """
     error = result.get("error")
-    if error and error["kind"] != "failed":
+    if error and error["kind"] not in ("failed", "sink"):
         _raise_task_error(unit, error)
     tail_lost = _check_digests(unit, result["digests"], allow_gaps)
-    if error:  # the bytes are the archived ones and still the decode failed: a bug
+    if error and error["kind"] == "failed":  # the bytes are the archived ones: a bug
         raise RuntimeError(f"decoding {unit['where']} failed:\n{error['message']}")
     if not tail_lost:
         facts = result["facts"]
@@ -170,6 +170,8 @@ def check_decoded(unit, result, allow_gaps=False):
     if result["incomplete"] and not unit["partial"]:
         raise ResyncRequired(f"{unit['where']} ends inside a transaction (at "
                              f"{result['incomplete']['start']}) but is sealed")
+    if error:  # the task could not write what it decoded (a row change, the store)
+        raise MysqlBackupError(error["message"])
     return tail_lost
 
 

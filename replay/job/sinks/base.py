@@ -2,7 +2,9 @@
 
 ``replay.job.run.run_replay`` opens the sink with the source's name, asks it which
 transactions it already holds (``is_applied``), hands it each file's chosen
-transactions in commit order (``apply_many``) and closes it, also after an error.
+transactions in commit order (``apply_many``), or, for a sink whose tasks write
+(``task_spec``), what each file's task wrote (``adopt``), and closes it, also after
+an error.
 Afterwards it reads the summary attributes below. A sink that takes one
 transaction at a time implements ``apply`` and inherits ``apply_many``.
 """
@@ -16,6 +18,17 @@ class Sink(ABC):
     most_workers = 1        # the most target connections one batch used
     parallel_applied = 0    # transactions that ran beside another one
     commits = None          # target commits made (None: the sink has no target)
+    written_by_tasks = False  # True: the tasks write (``task_spec``), the sink ``adopt``s
+
+    def task_spec(self):
+        """What a task needs to write a file's transactions itself (picklable), or None:
+        the transactions come to the driver and ``apply_many`` takes them."""
+        return None
+
+    def adopt(self, written, transactions):
+        """Take what a file's task wrote (a sink with ``task_spec``): ``transactions``
+        are the ones the driver chose to apply of that file, without their bytes."""
+        raise NotImplementedError(f"{type(self).__name__} has its transactions applied here")
 
     @abstractmethod
     def open(self, source):

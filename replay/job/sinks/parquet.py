@@ -1,20 +1,26 @@
 """--parquet URL: the replay written as a change table in Parquet (storage I/O).
 
-One row per row change (the columns of ``replay.changes``), in commit order,
-in part files ``part-00000.parquet``, ``part-00001.parquet``, ... under URL
-(any fsspec URL: ``file:///path``, ``s3://bucket/prefix``). A new part starts
-every ``rows_per_part`` rows (or about ``bytes_per_part`` of JSON images), so
-memory stays bounded. On ``file://`` a part is written under a hidden
-``.part-*.tmp-*`` name, fsynced and renamed into place (``mysqlbackup.durable``);
-object stores publish an object only when its upload completes.
+One row per row change (the columns of ``replay.changes``), in commit order, in part
+files under URL (any fsspec URL: ``file:///path``, ``s3://bucket/prefix``). The parts are
+written where the files are decoded, by the Spark tasks (``PartWriter``, called from
+``replay.job.tasks.decode_unit``): file N of the replay (in commit order) writes
+``part-NNNNNN-0000.parquet``, ``part-NNNNNN-0001.parquet``, ... a new part every
+``rows_per_part`` rows (or about ``bytes_per_part`` of JSON images), so memory stays
+bounded; no row change passes through the driver. On a cluster, URL must be storage
+every executor reaches (S3): a ``file://`` path is each host's own disk.
 
-A destination that already holds parts or a ``_SUCCESS`` is refused: a change
-table is written once, whole (there is no resume; remove it and run again).
-``_SUCCESS`` (JSON: rows, parts, transactions) is written last, and only by
-``finish`` after a replay that ended without error; a failed run leaves the
-parts written so far and no ``_SUCCESS``. Readers (Spark, pyarrow.dataset)
-skip names starting with '_' and '.'. When nothing was selected, one empty part
-still carries the schema.
+The driver (``ParquetSink``) checks that each file's task wrote the transactions the
+driver's own choice applies (``adopt``), removes the parts of files it did not adopt
+(past a stop point, or after an error: ``close``) and writes ``_SUCCESS`` (JSON: rows,
+parts, transactions) last, only after a replay that ended without error (``finish``);
+a failed run leaves the adopted parts (a prefix in commit order) and no ``_SUCCESS``.
+On ``file://`` a part is written under a hidden ``.part-*.tmp-*`` name, fsynced and
+renamed into place (``mysqlbackup.durable``); object stores publish an object only when
+its upload completes. Readers (Spark, pyarrow.dataset) skip names starting with '_'
+and '.'. When nothing was selected, one empty part still carries the schema.
+
+A destination that already holds parts or a ``_SUCCESS`` is refused: a change table is
+written once, whole (there is no resume; remove it and run again).
 """
 
 import json
@@ -59,51 +65,72 @@ def options_for(url, archive_url, archive_options):
     return dict(archive_options or {}) if same else {}
 
 
-class ParquetSink(Sink):
-    """A replay sink that writes the change table."""
+def part_name(seq, number):
+    """The name of part ``number`` of the replay's file ``seq`` (both sort in commit order)."""
+    return f"part-{seq:06d}-{number:04d}.parquet"
 
-    def __init__(self, url, storage_options=None, rows_per_part=ROWS_PER_PART,
-                 bytes_per_part=BYTES_PER_PART):
-        self.url, self.options = url, dict(storage_options or {})
-        self.rows_per_part, self.bytes_per_part = rows_per_part, bytes_per_part
-        self.fs = self.root = None
-        self.local = False
-        self.buffer, self.buffered_bytes = [], 0
-        self.parts, self.rows, self.transactions = [], 0, 0
 
-    def open(self, source):
-        """Reach the destination and refuse one that already holds a change table (once:
-        the CLI opens it before Spark starts, the replay's own open is then a no-op)."""
-        if self.fs is not None:
-            return self
-        options = self.options
-        if protocol_of(self.url) in ("s3", "s3a"):
+class _Destination:
+    """The change table's folder: its filesystem, root and how a part is written."""
+
+    def __init__(self, url, options):
+        if protocol_of(url) in ("s3", "s3a"):
             options = s3_client_options(options)
         try:
-            self.fs, root = fsspec.core.url_to_fs(self.url, **options)
+            self.fs, root = fsspec.core.url_to_fs(url, **options)
         except (ImportError, ValueError, TypeError) as e:
-            raise UsageError(f"cannot use --parquet {self.url}: {e}") from None
+            raise UsageError(f"cannot use --parquet {url}: {e}") from None
         self.root = root.rstrip("/")
         self.local = "file" in _protocols(self.fs)
-        taken = self._existing()
-        if taken:
-            raise UsageError(f"--parquet {self.url} already holds a change table ({taken[0]}"
-                             f"{' ...' if len(taken) > 1 else ''}): give an empty destination "
-                             f"or remove it first")
-        if self.local:
-            self.fs.makedirs(self.root, exist_ok=True)
-        return self
 
-    def _existing(self):
+    def names(self):
+        """The change table's names now in the folder (parts and _SUCCESS), sorted."""
         self.fs.invalidate_cache()
         if not self.fs.exists(self.root):
             return []
-        names = sorted(p.rstrip("/").rsplit("/", 1)[-1] for p in self.fs.ls(self.root,
-                                                                             detail=False))
+        names = sorted(p.rstrip("/").rsplit("/", 1)[-1]
+                       for p in self.fs.ls(self.root, detail=False))
         return [n for n in names if n == SUCCESS or (n.startswith("part-")
                                                      and n.endswith(".parquet"))]
 
-    def apply(self, trx, fde_event, checksum, fde):
+    def write(self, name, write):
+        """Publish ``name``, its bytes given by ``write(file)``, whole or not at all."""
+        target = f"{self.root}/{name}"
+        if not self.local:
+            with self.fs.open(target, "wb") as f:
+                write(f)
+            return
+        self.fs.makedirs(self.root, exist_ok=True)
+        with open_durably(target, tmp=f"{self.root}/.{name}.tmp-{uuid.uuid4().hex}") as f:
+            write(f)
+
+    def write_table(self, name, rows):
+        """``rows`` (change dicts) as the Parquet part ``name``."""
+        table = pa.Table.from_pylist(rows, schema=SCHEMA)
+        self.write(name, lambda f: pq.write_table(table, f))
+
+    def remove(self, name):
+        """Remove ``name`` (a part the replay does not keep)."""
+        self.fs.rm_file(f"{self.root}/{name}")
+
+
+class PartWriter:
+    """Task side: the row changes of one file's transactions as its parts.
+
+    ``spec`` (``ParquetSink.task_spec`` with ``seq``, the file's place in the replay):
+    url, storage options, rows_per_part, bytes_per_part. ``close`` writes what is still
+    buffered and returns what was written: {"parts": [(name, rows)], "rows",
+    "transactions"}."""
+
+    def __init__(self, spec):
+        self.dest = _Destination(spec["url"], spec["options"])
+        self.seq = spec["seq"]
+        self.rows_per_part = spec.get("rows_per_part", ROWS_PER_PART)
+        self.bytes_per_part = spec.get("bytes_per_part", BYTES_PER_PART)
+        self.buffer, self.buffered_bytes = [], 0
+        self.parts, self.rows, self.transactions = [], 0, 0
+
+    def apply(self, trx, fde, checksum):
         """Decode the transaction's row changes into the buffer; write full parts."""
         for change in iter_changes(trx, fde, checksum):
             self.buffer.append(change)
@@ -114,37 +141,100 @@ class ParquetSink(Sink):
         self.transactions += 1
 
     def close(self):
-        """Write the rows still buffered (also after an error: the parts hold a prefix)."""
-        if self.fs is not None and self.buffer:
+        """Write the rows still buffered; what was written."""
+        if self.buffer:
             self._flush()
-
-    def finish(self, summary=None):
-        """After a replay that ended without error: the empty part if none, then _SUCCESS."""
-        if self.fs is None:  # nothing was selected: the replay never opened the sink
-            self.open(None)
-        self.close()
-        if not self.parts:
-            self._flush()
-        marker = {"rows": self.rows, "parts": self.parts, "transactions": self.transactions,
-                  "stop_reason": (summary or {}).get("stop_reason")}
-        self._write(SUCCESS, lambda f: f.write(json.dumps(marker, indent=1).encode("utf-8")))
+        return {"parts": self.parts, "rows": self.rows, "transactions": self.transactions}
 
     def _flush(self):
-        table = pa.Table.from_pylist(self.buffer, schema=SCHEMA)
-        name = f"part-{len(self.parts):05d}.parquet"
-        self._write(name, lambda f: pq.write_table(table, f))
-        self.parts.append(name)
+        name = part_name(self.seq, len(self.parts))
+        self.dest.write_table(name, self.buffer)
+        self.parts.append((name, len(self.buffer)))
         self.rows += len(self.buffer)
         self.buffer, self.buffered_bytes = [], 0
 
-    def _write(self, name, write):
-        target = f"{self.root}/{name}"
-        if not self.local:
-            with self.fs.open(target, "wb") as f:
-                write(f)
+
+class ParquetSink(Sink):
+    """Driver side of the change table: the destination refused when taken, each file's
+    parts adopted in commit order, the rest removed, ``_SUCCESS`` last."""
+
+    written_by_tasks = True  # the tasks write the parts (``task_spec``): no bytes come back
+
+    def __init__(self, url, storage_options=None, rows_per_part=ROWS_PER_PART,
+                 bytes_per_part=BYTES_PER_PART):
+        self.url, self.options = url, dict(storage_options or {})
+        self.rows_per_part, self.bytes_per_part = rows_per_part, bytes_per_part
+        self.dest = None
+        self.parts, self.rows, self.transactions = [], 0, 0
+
+    def open(self, source):
+        """Reach the destination and refuse one that already holds a change table (once:
+        the CLI opens it before Spark starts, the replay's own open is then a no-op)."""
+        if self.dest is not None:
+            return self
+        self.dest = _Destination(self.url, self.options)
+        taken = self.dest.names()
+        if taken:
+            raise UsageError(f"--parquet {self.url} already holds a change table ({taken[0]}"
+                             f"{' ...' if len(taken) > 1 else ''}): give an empty destination "
+                             f"or remove it first")
+        if self.dest.local:
+            self.dest.fs.makedirs(self.dest.root, exist_ok=True)
+        return self
+
+    def task_spec(self):
+        """What a task needs to write a file's parts (``PartWriter``; ``seq`` added per
+        file). The storage options are the destination's own (credentials included)."""
+        return {"url": self.url, "options": self.options,
+                "rows_per_part": self.rows_per_part, "bytes_per_part": self.bytes_per_part}
+
+    def adopt(self, written, transactions):
+        """Keep what a file's task wrote (``PartWriter.close``), which must be the row
+        changes of ``transactions``, the ones the driver chose to apply of that file."""
+        if written["transactions"] != len(transactions):
+            raise RuntimeError(f"a task wrote {written['transactions']} transactions of "
+                               f"{transactions[0].file if transactions else 'a file'}, the "
+                               f"replay applies {len(transactions)}")
+        self.parts += [name for name, _rows in written["parts"]]
+        self.rows += written["rows"]
+        self.transactions += written["transactions"]
+
+    def apply_many(self, transactions, fde_event, checksum, fde):
+        """Refused: the tasks write the parts (``adopt``)."""
+        raise RuntimeError("the change table's parts are written by the tasks: "
+                           "ParquetSink.adopt takes what they wrote")
+
+    def close(self):
+        """Remove the parts no file's adoption kept: a file past the stop point, or
+        decoded in the window after an error (called also after an error)."""
+        if self.dest is None:
             return
-        with open_durably(target, tmp=f"{self.root}/.{name}.tmp-{uuid.uuid4().hex}") as f:
-            write(f)
+        kept = set(self.parts)
+        for name in self.dest.names():
+            if name != SUCCESS and name not in kept:
+                self.dest.remove(name)
+
+    def finish(self, summary=None):
+        """After a replay that ended without error: the empty part if none, then _SUCCESS."""
+        if self.dest is None:  # nothing was selected: the replay never opened the sink
+            self.open(None)
+        self.close()
+        if not self.parts:
+            self.dest.write_table(part_name(0, 0), [])
+            self.parts.append(part_name(0, 0))
+        marker = {"rows": self.rows, "parts": self.parts, "transactions": self.transactions,
+                  "stop_reason": (summary or {}).get("stop_reason")}
+        self.dest.write(SUCCESS, lambda f: f.write(json.dumps(marker, indent=1).encode("utf-8")))
+
+    @property
+    def fs(self):
+        """The destination's fsspec filesystem (after ``open``)."""
+        return self.dest.fs
+
+    @property
+    def root(self):
+        """The destination's path in ``fs`` (after ``open``)."""
+        return self.dest.root
 
 
 def _protocols(fs):
