@@ -9,7 +9,7 @@ import click
 
 from mysqlbackup.archive.names import check_source_name
 from mysqlbackup.cli.options import (archive_options, example, handle_errors, identity_option,
-                                     source_name_option, target_options)
+                                     source_name_option, spark_options, target_options)
 from mysqlbackup.config import TARGET_PASSWORD_ENV
 from mysqlbackup.errors import mask_url
 from mysqlbackup.source.spec import source_from_options
@@ -64,19 +64,7 @@ from replay.restore.run import APPLY_WAYS
               help="Apply schema FROM into schema TO (repeatable); names qualified inside "
                    "SQL text are not rewritten.")
 @click.option("--allow-gaps", is_flag=True, help="Replay across holes in the archive chain.")
-@click.option("--master", help="Spark master (default local[*]); spark-submit works too.")
-@click.option("--conf", "spark_conf", multiple=True, metavar="KEY=VALUE",
-              help="A Spark setting (repeatable), such as spark.archives=ENV.tar.gz#environment"
-              " or spark.executor.memory=1g; spark.mysqlbackup.registrationTimeout=SECONDS "
-              "bounds the wait for the master and the first executor (30). Credentials do "
-              "not go here: the driver's AWS_* variables reach the tasks inside them.")
-@click.option("--driver-host", metavar="ADDRESS", help="With a spark:// master: the address "
-              "of this machine the executors connect to (default: the one on the route to "
-              "the master).")
-@click.option("--python", "executor_python", metavar="PATH", help="The executors' Python "
-              "(PYSPARK_PYTHON), a path on the workers, e.g. ./environment/bin/python of an "
-              "environment packed by scripts/pack_replay_env.py and shipped with --conf "
-              "spark.archives=replay-env.tar.gz#environment.")
+@spark_options
 @identity_option
 @handle_errors
 def replay(archive_url, archive_option, source_name, target, target_password_file,
@@ -101,13 +89,14 @@ def replay(archive_url, archive_option, source_name, target, target_password_fil
     from replay.job.progress import reporter
     from replay.job.sinks.sqlfile import SqlFileSink
     from replay.job.sinks.target import TargetApplier
-    from replay.job.spark import parse_conf
-    conf = parse_conf(spark_conf)  # a malformed pair fails before anything is read
+    from replay.job.spark import SparkSetup
+    spark_setup = SparkSetup.of(spark_conf, driver_host, executor_python)  # a
+    # malformed --conf pair fails before anything is read
     selection = build_selection(start_gtid, start_position, stop_datetime, stop_before_gtid,
                                 stop_position, exclude_gtids, databases, tables, rewrites)
     opts = ReplayOptions(archive_url or _missing("--archive"), parse_options(archive_option),
                          source_name, selection, allow_gaps, master,
-                         keyring=keyring_from(identity))
+                         keyring=keyring_from(identity), spark=spark_setup)
     if target:
         spec = source_from_options(target, target_password_file, TARGET_PASSWORD_ENV,
                                    target_tls)
@@ -121,13 +110,9 @@ def replay(archive_url, archive_option, source_name, target, target_password_fil
         sink = ParquetSink(parquet_url, options_for(parquet_url, opts.archive_url,
                                                     opts.archive_options))
         sink.open(None)  # a taken or unusable destination fails before Spark starts
-    spark = None
-    if conf or driver_host or executor_python:  # else run_replay starts it, if it needs one
-        from replay.job.spark import spark_session
-        spark = spark_session(master, conf, driver_host, executor_python)
     progress = reporter(lambda line: click.echo(line, err=True))  # a bar on a terminal
     try:
-        summary = run_replay(opts, sink, spark=spark, progress=progress)
+        summary = run_replay(opts, sink, progress=progress)
     finally:
         progress.close()
     if parquet_url:

@@ -116,6 +116,29 @@ def archive_options(func):
                              "installed fsspec protocol.")(func)
 
 
+def spark_options(func):
+    """The Spark job's --master, --conf (repeatable), --driver-host and --python (replay,
+    restore): the values ``replay.job.spark.SparkSetup.of`` takes."""
+    for decorator in reversed((
+        click.option("--master", help="Spark master (default local[*]); spark-submit "
+                     "works too."),
+        click.option("--conf", "spark_conf", multiple=True, metavar="KEY=VALUE",
+                     help="A Spark setting (repeatable), such as spark.archives=ENV.tar.gz"
+                     "#environment or spark.executor.memory=1g; spark.mysqlbackup."
+                     "registrationTimeout=SECONDS bounds the wait for the master and the "
+                     "first executor (30). Credentials do not go here: the driver's AWS_* "
+                     "variables reach the tasks inside them."),
+        click.option("--driver-host", metavar="ADDRESS", help="With a spark:// master: the "
+                     "address of this machine the executors connect to (default: the one on "
+                     "the route to the master)."),
+        click.option("--python", "executor_python", metavar="PATH", help="The executors' "
+                     "Python (PYSPARK_PYTHON), a path on the workers, e.g. ./environment/bin/"
+                     "python of an environment packed by scripts/pack_replay_env.py and "
+                     "shipped with --conf spark.archives=replay-env.tar.gz#environment."))):
+        func = decorator(func)
+    return func
+
+
 def source_name_option(meaning="one", required=False, help=None):
     """--source-name with the help of its ``meaning`` (SOURCE_NAME_HELP): ``write``
     (stream, base, archive import), ``every`` (readers of every source: verify,

@@ -12,6 +12,7 @@ from dataclasses import dataclass, field
 from mysqlbackup.binlog.names import binlog_sort_key
 from mysqlbackup.errors import MysqlBackupError, UsageError, mask_url
 from replay.job.planning.selection import Selection
+from replay.job.spark import SparkSetup
 from replay.job.planning.units import (check_listed_sizes, check_unit_keys, drop_before_start,
                                        pick_source, plan_epochs)
 
@@ -31,6 +32,7 @@ class ReplayOptions:
     last_file: str = None       # read no file after it (a restore: the stop point's file)
     keyring: object = None      # archive.codec.Keyring: opens encrypted objects
     engine: str = "spark"       # who runs the tasks: "spark", or "local" (this process)
+    spark: SparkSetup = field(default_factory=SparkSetup)  # --conf, --driver-host, --python
 
 
 def units_to_read(opts):

@@ -19,6 +19,7 @@ import socket
 import sys
 import threading
 import time
+from dataclasses import dataclass, field
 
 from mysqlbackup.errors import MysqlBackupError, UsageError
 
@@ -27,6 +28,25 @@ DEFAULT_WAIT = 30.0
 # the context's own set-up before it asks the master (spark.archives unpacked on the
 # driver too: seconds for a packed environment) is not the master's to answer for
 SETUP_ALLOWANCE = 60.0
+
+
+@dataclass(frozen=True)
+class SparkSetup:
+    """How a job's Spark session is made beyond its master (``replay`` and ``restore``:
+    --conf, --driver-host, --python); ``session`` makes it (``spark_session``)."""
+
+    conf: dict = field(default_factory=dict)  # parsed --conf (parse_conf)
+    driver_host: str = None
+    python: str = None                        # the executors' interpreter
+
+    @classmethod
+    def of(cls, conf_pairs=(), driver_host=None, python=None):
+        """From the command line's values; UsageError naming a malformed --conf pair."""
+        return cls(parse_conf(conf_pairs), driver_host, python)
+
+    def session(self, master=None):
+        """The SparkSession of ``master`` (``spark_session`` with these settings)."""
+        return spark_session(master, self.conf, self.driver_host, self.python)
 
 
 def parse_conf(pairs):

@@ -8,7 +8,8 @@ import click
 
 from mysqlbackup.archive.names import check_source_name
 from mysqlbackup.cli.options import (archive_options, example, handle_errors, identity_option,
-                                     json_option, source_name_option, target_options)
+                                     json_option, source_name_option, spark_options,
+                                     target_options)
 from mysqlbackup.config import TARGET_PASSWORD_ENV
 from mysqlbackup.errors import UsageError
 from mysqlbackup.source.spec import source_from_options
@@ -70,13 +71,13 @@ from replay.restore.run import APPLY_MODES, USERS_MODES
               "with --apply native the target's slave_parallel_threads for the run.")
 @click.option("--merge", type=click.IntRange(1, 10000), default=100, show_default=True,
               help="Source transactions per target commit on a target without a binlog.")
-@click.option("--master", help="Spark master (default local[*]); spark-submit works too.")
+@spark_options
 @identity_option
 @handle_errors
 def restore(archive_url, archive_option, source_name, target, target_password_file, target_tls,
             stop_datetime, stop_before_gtid, stop_position, base_id, dry_run, as_json,
             into_nonempty, datadir, tables, rewrites, apply_mode, engine, users, workers, merge,
-            master, identity):
+            master, spark_conf, driver_host, executor_python, identity):
     """Restore a source to a point in time: its base backup (chosen by GTID), then its
     binlogs up to the stop point, exactly once; run again after an interruption, it
     resumes. No stop: everything archived."""
@@ -85,7 +86,9 @@ def restore(archive_url, archive_option, source_name, target, target_password_fi
     from mysqlbackup.archive.store import parse_options
     from replay.job.planning.options import build_selection
     from replay.job.progress import reporter
+    from replay.job.spark import SparkSetup
     from replay.restore.run import RestoreOptions, run_restore
+    spark_setup = SparkSetup.of(spark_conf, driver_host, executor_python)  # before the store
     if not archive_url:
         raise click.UsageError("--archive is required")
     if not target and not dry_run:
@@ -119,7 +122,7 @@ def restore(archive_url, archive_option, source_name, target, target_password_fi
                           selection, base_id, dry_run, into_nonempty, workers, merge, master,
                           " ".join(f"{o} {v}" for o, v in stops), datadir,
                           keyring_from(identity), apply=apply_mode, users=users,
-                          engine=engine)
+                          engine=engine, spark=spark_setup)
     progress = reporter(lambda line: click.echo(line, err=True))  # a bar on a terminal
     lines = []
     try:

@@ -27,6 +27,7 @@ from mysqlbackup.archive.window import iso
 from mysqlbackup.errors import CorruptBinlog, MysqlBackupError, UsageError
 from replay.job.planning.selection import Selection
 from replay.job.planning.units import pick_source
+from replay.job.spark import SparkSetup
 from replay.restore.plan import describe, make_plan, stop_of
 
 log = logging.getLogger(__name__)
@@ -58,6 +59,7 @@ class RestoreOptions:
                                             # own replication applier fed by replay.serve;
                                             # auto: native where the target allows it
     engine: str = "auto"                    # engines.ENGINES: who decodes for statements
+    spark: SparkSetup = field(default_factory=SparkSetup)  # --conf, --driver-host, --python
     users: str = "apply"                    # USERS_MODES: a dump base's accounts loaded
                                             # (the target user checked first) or left out
 
@@ -286,7 +288,8 @@ def plan_restore(store, opts):
                                 restore_plan.replay_selection(table_selection(opts.selection)),
                                 False,
                                 opts.master, first_file=restore_plan.choice.keys[0],
-                                last_file=restore_plan.choice.keys[-1], keyring=opts.keyring)
+                                last_file=restore_plan.choice.keys[-1], keyring=opts.keyring,
+                                spark=opts.spark)
     manifest = restore_plan.manifest
     check_keys(restore_plan.base_object, manifest.get("codec", "zstd"), manifest.get("key_ids"),
                opts.keyring)
