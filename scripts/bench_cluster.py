@@ -9,10 +9,11 @@ nothing is applied, so the time is the tasks'. In that process the objects' byte
 through ``mysqlbackup.archive.objects.read_object`` (the driver's: the tasks run in
 the executors' Python) are counted. ``--mode before`` makes the tasks hand back no event
 bytes, as before the driver stopped reading objects (it then reads every file again:
-``run.attach_unit``); ``--mode after`` is the replay as it is. Prints one line a run
-and a JSON summary.
+``run.attach_unit``); ``after`` is the replay as it is; ``parquet`` writes the change
+table of everything (no filter: the executors decode the row changes and write the
+parts to the shared file:// folder). Prints one line a run and a JSON summary.
 
-Run: .venv/bin/python scripts/bench_cluster.py [--mb 1000] [--reuse DIR]
+Run: .venv/bin/python scripts/bench_cluster.py [--mb 1000] [--reuse DIR] [--runs N]
 """
 
 import argparse
@@ -38,7 +39,8 @@ def prepare(workdir, mb):
     from mysqlbackup.sandbox import MariaDBSandbox
     from mysqlbackup.stream.archiver import Archiver
     source = MariaDBSandbox(os.path.join(workdir, "source"), semi_sync=False,
-                            extra_args=("--max-binlog-size=100M",)).start()
+                            extra_args=("--max-binlog-size=100M",
+                                        "--binlog-row-metadata=FULL")).start()
     try:
         source.execute(*SCHEMA)
         generate(source, mb, 0, 4)
@@ -111,11 +113,13 @@ def one_run(url, master, mode, out):
     objects.read_object = counted
     if mode == "before":
         import replay.job.engines as engines
-        engines.keep_spec = lambda selection, unit: None
+        engines.keep_spec = lambda *args: None
+    sink = (["--parquet", f"file://{out}.parquet"] if mode == "parquet"
+            else ["--table", "nomatch.t", "--sql", out])
     started = time.monotonic()
     try:
-        main(["replay", "--archive", url, "--master", master, "--table", "nomatch.t",
-              "--conf", "spark.executor.memory=512m", "--sql", out], standalone_mode=False)
+        main(["replay", "--archive", url, "--master", master,
+              "--conf", "spark.executor.memory=512m", *sink], standalone_mode=False)
     finally:
         seconds = time.monotonic() - started
         print(json.dumps({"seconds": round(seconds, 1), "driver_bytes": read["bytes"],
@@ -124,6 +128,7 @@ def one_run(url, master, mode, out):
 
 def measure(url, master, mode, workdir):
     """One replay in a child process; its JSON line."""
+    shutil.rmtree(os.path.join(workdir, "out.sql.parquet"), ignore_errors=True)
     done = subprocess.run([sys.executable, __file__, "--one", url, master, mode,
                            os.path.join(workdir, "out.sql")], capture_output=True, text=True,
                           env=dict(os.environ, PYSPARK_PYTHON=sys.executable))
@@ -137,6 +142,7 @@ def main():
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--mb", type=int, default=1000, help="binlog MB (1000)")
     parser.add_argument("--reuse", metavar="DIR", help="an earlier run's folder (kept)")
+    parser.add_argument("--runs", type=int, default=1, help="runs of each set-up (1)")
     parser.add_argument("--one", nargs=4, help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.one:
@@ -148,15 +154,18 @@ def main():
         url = prepare(workdir, args.mb)
         print(f"archive of {args.mb} MB written in {time.monotonic() - started:.0f}s: {workdir}")
     results = {}
-    for workers, mode in ((1, "after"), (2, "after"), (2, "before")):
-        master, procs = start_cluster(workdir, workers)
-        try:
-            got = measure(url, master, mode, workdir)
-        finally:
-            stop_cluster(procs)
-        results[f"{workers} worker(s), {mode}"] = got
-        print(f"{workers} worker(s), {mode}: {got['seconds']}s, the driver read "
-              f"{got['driver_bytes'] / 1e6:.1f} MB in {got['driver_objects']} objects")
+    for workers, mode in ((1, "after"), (2, "after"), (2, "before"), (1, "parquet"),
+                          (2, "parquet")):
+        for run in range(args.runs):
+            master, procs = start_cluster(workdir, workers)
+            try:
+                got = measure(url, master, mode, workdir)
+            finally:
+                stop_cluster(procs)
+            results.setdefault(f"{workers} worker(s), {mode}", []).append(got)
+            print(f"{workers} worker(s), {mode}: {got['seconds']}s, the driver read "
+                  f"{got['driver_bytes'] / 1e6:.1f} MB in {got['driver_objects']} objects",
+                  flush=True)
     print(json.dumps(results, indent=1))
     if not args.reuse:
         print(f"(kept for --reuse: {workdir})")
