@@ -308,14 +308,23 @@ def test_minimal_row_metadata_fails_clearly(make_server, tmp_path):
     server = make_server(semi_sync=False, extra_args=["--binlog-row-metadata=MINIMAL"])
     assert server.execute("SELECT @@binlog_row_metadata")[0][0] == "MINIMAL"
     server.execute("CREATE DATABASE d", "CREATE TABLE d.t (id INT PRIMARY KEY, v INT)",
-                   "INSERT INTO d.t VALUES (1, 2)")
+                   "CREATE TABLE d.u (id INT)")
+    stop = server.execute("SELECT @@gtid_binlog_pos")[0][0]  # the CREATE of d.u
+    server.execute("FLUSH BINARY LOGS", "INSERT INTO d.t VALUES (1, 2)")
     url = archive_of(server, tmp_path)
     out = tmp_path / "changes"
     result = run_cli("replay", "--archive", url, "--parquet", f"file://{out}", timeout=300)
     assert result.returncode == 1, result.stdout + result.stderr
     error = [line for line in result.stderr.splitlines() if "error" in line]
     assert len(error) == 1 and re.fullmatch(
-        r"mysqlbackup: error: binlog\.000001:\d+: TABLE_MAP of d\.t carries no column names: "
+        r"mysqlbackup: error: binlog\.000002:\d+: TABLE_MAP of d\.t carries no column names: "
         r"the source needs binlog_row_metadata=FULL for --parquet", error[0]), result.stderr
     assert not (out / "_SUCCESS").exists()
     assert not list(out.glob("part-*"))
+    # the second file's task fails the same way, but the replay stops in the first one
+    # before it: what the stop point leaves out cannot fail the replay
+    stopped = run_cli("replay", "--archive", url, "--parquet", f"file://{tmp_path / 'early'}",
+                      "--stop-before-gtid", stop, timeout=300)
+    assert stopped.returncode == 0, stopped.stdout + stopped.stderr
+    assert "parquet: 0 row changes in 1 parts" in stopped.stdout
+    assert f"stopped: stop before GTID {stop}" in stopped.stdout

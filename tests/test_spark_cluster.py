@@ -173,6 +173,40 @@ def test_a_parquet_task_writes_its_parts_and_hands_back_no_bytes(tmp_path, share
         "minimal_row_metadata.000001:312: TABLE_MAP of noria.t1 carries no column names")
 
 
+def test_a_writing_task_holds_the_events_of_few_transactions_at_once(shared_binlog,
+                                                                    monkeypatch):
+    """The spool hands a writing task its transactions with their events, those of a
+    spool chunk at a time (64 bytes here: one), and keeps none it handed out; the
+    detached originals that go back to the driver stay without bytes."""
+    import gc
+    import weakref
+
+    import replay.job.tasks as tasks
+    from replay.job.decoding.assemble import StreamAssembly
+    from tests.helpers import read
+    monkeypatch.setattr(tasks, "SPOOL_CHUNK", 64)
+    name = "mysql-bin.000066"
+    data = read(shared_binlog(f"gh-ost/{name}"))
+    walk = StreamAssembly(name)
+    spool = tasks._Spool(walk.feed)
+    try:
+        for at in range(0, len(data), 4096):
+            spool.feed(data[at:at + 4096])
+        transactions, _, _, fingerprint = walk.finish()
+        assert len(transactions) > 5
+        handed, most = [], 0
+        for trx in spool.each(transactions, name, fingerprint):
+            assert b"".join(trx.events) == data[trx.start:trx.end]
+            handed.append(weakref.ref(trx))
+            del trx
+            gc.collect()
+            most = max(most, sum(ref() is not None for ref in handed))
+        assert len(handed) == len(transactions) and most <= 2
+        assert all(t.events is None and t.event_lengths for t in transactions)
+    finally:
+        spool.close()
+
+
 @pytest.fixture(scope="module")
 def packed(tmp_path_factory):
     """scripts/pack_replay_env.py's output: (replay-env.tar.gz, replay.zip)."""

@@ -99,7 +99,7 @@ def run_replay(opts, sink, spark=None, progress=None):
         results = tasks.decode(parts)
         for result, p in zip(results, parts):  # before anything of this window is applied
             chain.check(units[p], result)
-        return [r if r.get("attached") or "written" in r
+        return [r if r.get("attached") or "written" in r or r.get("error")
                 else attach_unit(r, units[p], url, options, keyring)
                 for r, p in zip(results, parts)]
     # the next window is decoded while the driver applies this one
@@ -129,12 +129,14 @@ def run_replay(opts, sink, spark=None, progress=None):
 
 def _apply_file(result, unit, selection, sink, summary):
     """Apply one file's transactions; True when a stop point was reached."""
-    fde = ev.parse_format_description(result["fde"])
-    checksum = fde.checksum_alg == ev.CHECKSUM_CRC32
     selection, transactions = _in_epoch(selection, unit, result["transactions"], summary)
     if selection is None:
         summary["stop_reason"] = "stop position reached"
         return True
+    if result.get("error"):  # its task could not write what this replay applies of it
+        raise MysqlBackupError(result["error"]["message"])  # (check_decoded let it by)
+    fde = ev.parse_format_description(result["fde"])
+    checksum = fde.checksum_alg == ev.CHECKSUM_CRC32
     chosen, stopped = _choose(transactions, selection, sink, summary, checksum, fde)
     if "written" in result:  # the task wrote them: it must have written these
         sink.adopt(result["written"], chosen)

@@ -133,7 +133,8 @@ def _write(keep, chosen, spool, where, fingerprint, fde_event):
         return None, {"kind": "sink", "message": str(e)}
     except OSError as e:
         return None, {"kind": "sink", "message": f"cannot write --parquet "
-                                                  f"{mask_url(spec['url'])}: {e}"}
+                                                  f"{mask_url(spec['url'])} (the parts of "
+                                                  f"{where}): {e}"}
     except Exception:  # noqa: BLE001 - the driver tells a store's failure from a bug
         return None, {"kind": "failed", "message": traceback.format_exc()}
 

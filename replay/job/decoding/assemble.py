@@ -309,7 +309,6 @@ class StreamAttach:
     before any transaction gets its events."""
 
     def __init__(self, transactions):
-        self.transactions = transactions
         self._todo = sorted(transactions, key=lambda t: t.start)
         self._next, self._pieces, self._held, self._cut = 0, [], 0, []
         self._taken = 0  # transactions handed out by ``take``
@@ -350,8 +349,9 @@ class StreamAttach:
         over the same bytes), which then holds one transaction's events at a time."""
         done, self._cut = self._cut, []
         plain = _Plain(_fde_head(self._head))
-        taken = self._todo[self._taken:self._taken + len(done)]
-        self._taken += len(done)
+        first, self._taken = self._taken, self._taken + len(done)
+        taken = self._todo[first:self._taken]
+        self._todo[first:self._taken] = [None] * len(done)  # the caller's alone from now
         for trx, events in zip(taken, done):
             trx.events, trx.event_lengths = plain.of(trx, events), None
         return taken

@@ -24,6 +24,7 @@ written once, whole (there is no resume; remove it and run again).
 """
 
 import json
+import logging
 import uuid
 
 import fsspec
@@ -32,9 +33,11 @@ import pyarrow.parquet as pq
 
 from mysqlbackup.archive.store import s3_client_options
 from mysqlbackup.durable import open_durably
-from mysqlbackup.errors import UsageError
+from mysqlbackup.errors import MysqlBackupError, UsageError, mask_url
 from replay.job.decoding.changes import iter_changes
 from replay.job.sinks.base import Sink
+
+log = logging.getLogger(__name__)
 
 ROWS_PER_PART = 100_000
 BYTES_PER_PART = 128 << 20
@@ -206,19 +209,34 @@ class ParquetSink(Sink):
 
     def close(self):
         """Remove the parts no file's adoption kept: a file past the stop point, or
-        decoded in the window after an error (called also after an error)."""
+        decoded in the window after an error (called also after an error: a failure
+        to remove them is then a warning, the replay's own error stands)."""
         if self.dest is None:
             return
-        kept = set(self.parts)
-        for name in self.dest.names():
-            if name != SUCCESS and name not in kept:
-                self.dest.remove(name)
+        try:
+            self._remove_unadopted()
+        except Exception as e:  # noqa: BLE001 - finish() removes them again, and raises
+            log.warning("--parquet %s: could not remove the parts of files the replay did "
+                        "not adopt: %s", mask_url(self.url), e)
+
+    def _remove_unadopted(self):
+        """Remove the parts not adopted; MysqlBackupError when an adopted one is not
+        there (a file:// destination that is each worker's own disk)."""
+        kept, present = set(self.parts), set(self.dest.names())
+        for name in sorted(present - kept - {SUCCESS}):
+            self.dest.remove(name)
+        missing = sorted(kept - present)
+        if missing:
+            raise MysqlBackupError(
+                f"--parquet {mask_url(self.url)} lacks {missing[0]}, which a task wrote: on a "
+                "cluster the destination must be storage every executor and the driver "
+                "reach (s3://...); a file:// path is each host's own disk")
 
     def finish(self, summary=None):
         """After a replay that ended without error: the empty part if none, then _SUCCESS."""
         if self.dest is None:  # nothing was selected: the replay never opened the sink
             self.open(None)
-        self.close()
+        self._remove_unadopted()
         if not self.parts:
             self.dest.write_table(part_name(0, 0), [])
             self.parts.append(part_name(0, 0))
