@@ -391,6 +391,23 @@ def test_parquet_on_the_cluster_has_the_local_rows(cluster, archive, packed, tmp
 
 
 @on_a_cluster
+def test_a_target_on_the_cluster_is_the_local_one(cluster, archive, packed, tmp_path):
+    # replay --target from the cluster: the executors decode, the driver applies
+    from mysqlbackup.sandbox import MariaDBSandbox
+    sums = {}
+    for where, options in (("local", ()), ("cluster", on_cluster(cluster, packed))):
+        target = MariaDBSandbox(str(tmp_path / where), server_id=8, semi_sync=False).start()
+        try:
+            done, _ = replay(cluster, archive, *options, "--target",
+                             f"mysql://root@127.0.0.1:{target.port}")
+            assert done.returncode == 0, done.stderr[-3000:]
+            sums[where] = target.execute("CHECKSUM TABLE shop.items")
+        finally:
+            target.stop(remove=True)
+    assert sums["cluster"] == sums["local"] == archive.checksum
+
+
+@on_a_cluster
 def test_restore_on_the_cluster_reaches_the_source(cluster, archive, packed, tmp_path):
     # restore takes the cluster options too: the base loaded here, the binlogs decoded
     # by the executors, applied to a target on this host
