@@ -8,10 +8,10 @@ there; ``binlog_file``/``binlog_pos`` is the same point as a file position.
 it is stored (``zstd`` or ``zstd+age``, see archive.codec) and ``key_ids`` which keys
 open it; a manifest written before them means ``zstd``.
 
-The base list (what ``base list`` and ``archive ls`` show, ``checked_manifest``):
-The base backups of an archive as ``base list`` and ``archive ls`` show them: id,
-source, method, end time, age, stored size, GTID and status, from the listing and
-the manifests alone (no base object is read).
+The base list (``base_rows``, ``checked_manifest``): the base backups of an archive as
+``base list`` and ``archive ls`` show them: id, source, method, end time, age, stored
+size, GTID and status, from the listing and the manifests alone (no base object is
+read).
 
 A base is *sound* when its manifest reads and validates and its object is listed at
 the stored size the manifest names; otherwise *damaged*, with the reason (no manifest:

@@ -137,8 +137,9 @@ def _apply_file(result, unit, selection, sink, summary):
         raise MysqlBackupError(result["error"]["message"])  # (check_decoded let it by)
     fde = ev.parse_format_description(result["fde"])
     checksum = fde.checksum_alg == ev.CHECKSUM_CRC32
-    chosen, stopped = _choose(transactions, selection, sink, summary, checksum, fde)
-    if "written" in result:  # the task wrote them: it must have written these
+    written = "written" in result  # its task filtered, rewrote and wrote them
+    chosen, stopped = _choose(transactions, selection, sink, summary, checksum, fde, written)
+    if written:  # the task wrote them: it must have written these
         sink.adopt(result["written"], chosen)
     else:
         sink.apply_many(chosen, result["fde"], checksum, fde)
@@ -167,8 +168,9 @@ def _in_epoch(selection, unit, transactions, summary):
     return selection, transactions
 
 
-def _choose(transactions, selection, sink, summary, checksum, fde):
-    """(transactions to apply, in order; True when a stop point ends the file)."""
+def _choose(transactions, selection, sink, summary, checksum, fde, written=False):
+    """(transactions to apply, in order; True when a stop point ends the file);
+    ``written``: their task wrote them, they are chosen as they came (without bytes)."""
     chosen = []
     for trx in transactions:
         decision, reason = selection.decide(trx)
@@ -185,7 +187,7 @@ def _choose(transactions, selection, sink, summary, checksum, fde):
                 summary["last_gtid"], summary["last_commit"] = trx.gtid, trx.commit_ts
             continue
         summary["last_gtid"], summary["last_commit"] = trx.gtid, trx.commit_ts
-        if sink.written_by_tasks:  # its task filtered, rewrote and wrote it
+        if written:
             chosen.append(trx)
             continue
         if trx.events is None:  # tasks.wanted chose otherwise: never the case

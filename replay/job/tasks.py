@@ -221,19 +221,17 @@ class _Spool:
 
     def each(self, transactions, where, fingerprint):
         """``transactions`` (detached, in file order) one at a time with their events,
-        as copies (the originals stay detached); the spool is proved to hold the decoded
-        bytes (``fingerprint``) before the first one."""
+        as copies (the originals stay detached), in one pass over the spool; at its end
+        CorruptBinlog when the spool is not the decoded bytes (``fingerprint``): the
+        task then hands back an error, and the driver adopts nothing it wrote."""
         if not transactions:
             return
         from replay.job.decoding.assemble import StreamAttach
-        check = StreamAttach([])
-        for chunk in self._chunks():
-            check.feed(chunk)
-        check.finish(where, fingerprint)
         cut = StreamAttach([replace(t) for t in transactions])
         for chunk in self._chunks():
             cut.feed(chunk)
             yield from cut.take()
+        cut.finish(where, fingerprint)
 
     def _chunks(self):
         self.file.seek(0)

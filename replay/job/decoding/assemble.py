@@ -345,8 +345,9 @@ class StreamAttach:
 
     def take(self):
         """The transactions cut so far (in file order) given their events, and forgotten
-        here: for a caller that proved the bytes beforehand (a ``finish`` of its own
-        over the same bytes), which then holds one transaction's events at a time."""
+        here (the caller holds one transaction's events at a time): for a caller that
+        calls ``finish`` after the last bytes, which proves them, and keeps nothing of
+        what it took when that fails."""
         done, self._cut = self._cut, []
         plain = _Plain(_fde_head(self._head))
         first, self._taken = self._taken, self._taken + len(done)

@@ -18,7 +18,6 @@ class Sink(ABC):
     most_workers = 1        # the most target connections one batch used
     parallel_applied = 0    # transactions that ran beside another one
     commits = None          # target commits made (None: the sink has no target)
-    written_by_tasks = False  # True: the tasks write (``task_spec``), the sink ``adopt``s
 
     def task_spec(self):
         """What a task needs to write a file's transactions itself (picklable), or None:

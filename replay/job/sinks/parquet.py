@@ -161,8 +161,6 @@ class ParquetSink(Sink):
     """Driver side of the change table: the destination refused when taken, each file's
     parts adopted in commit order, the rest removed, ``_SUCCESS`` last."""
 
-    written_by_tasks = True  # the tasks write the parts (``task_spec``): no bytes come back
-
     def __init__(self, url, storage_options=None, rows_per_part=ROWS_PER_PART,
                  bytes_per_part=BYTES_PER_PART):
         self.url, self.options = url, dict(storage_options or {})
