@@ -82,8 +82,20 @@ class Daemon:
 
     def start(self):
         self.log = open(self.log_path, "ab")
+        self.started_at = self.log.tell()  # the log of this run starts here
         self.proc = subprocess.Popen(self.args, env=cli_env(self.password), stdout=self.log,
                                      stderr=subprocess.STDOUT)
+        return self
+
+    def wait_streaming(self, timeout=30):
+        """Wait until this run (not an earlier one into the same log) streams: it holds
+        the directory's lock and its signal handlers are in place."""
+        def streaming():
+            with open(self.log_path, "rb") as f:
+                f.seek(self.started_at)
+                return b"streaming from" in f.read() or self.proc.poll() is not None
+        wait_for(streaming, timeout, what="the daemon streaming")
+        assert self.proc.poll() is None, self.output()[-3000:]
         return self
 
     def kill9(self):

@@ -29,7 +29,9 @@ def server(tmp_path_factory):
 
 
 def _started(server, directory, *extra, server_id=77):
-    daemon = Daemon(server, directory, *extra, server_id=server_id).start()
+    # (a daemon started again finds the first one's checkpoint and files: it is started
+    # once it streams)
+    daemon = Daemon(server, directory, *extra, server_id=server_id).start().wait_streaming()
     wait_for(lambda: os.path.exists(os.path.join(directory, STATE_FILE)), 30,
              what="the daemon's first checkpoint")
     wait_for(lambda: caught_up(server, directory), 30, what="the daemon to catch up")

@@ -263,15 +263,10 @@ def dump_from(host, port, user, password, start, server_id, semi_sync=False):
     replica client sees it (the FDE's in-use flag cleared: the server's active file)."""
     from mysqlbackup.binlog import events as ev
     from mysqlbackup.source import protocol
-    from mysqlbackup.source.client import ReplicaClient
     from mysqlbackup.source.spec import SourceSpec
+    from tests.serve.world import PatientClient
 
-    class Patient(ReplicaClient):
-        """A short heartbeat ends each dump fast; a loaded machine may still leave a
-        server silent for seconds, which is no dead link here."""
-        silence_limit = 30.0
-
-    client = Patient(SourceSpec(host, port, user, password), server_id,
+    client = PatientClient(SourceSpec(host, port, user, password), server_id,
                      semi_sync=semi_sync, heartbeat=0.2)
     client.connect()
     try:

@@ -20,12 +20,12 @@ from mysqlbackup.binlog.gtid import MysqlGtidSet
 from mysqlbackup.errors import MysqlBackupError
 from mysqlbackup.sandbox import REPL_PASSWORD, REPL_USER
 from mysqlbackup.source import protocol
-from mysqlbackup.source.client import ReplicaClient
 from mysqlbackup.source.spec import SourceSpec
 from replay.job.planning.options import build_selection
 from replay.serve.server import ServeOptions, start_server
 from tests.helpers import tagged, wait_for
 from tests.serve import rawclient
+from tests.serve.world import PatientClient
 
 pytestmark = pytest.mark.mysql
 
@@ -84,7 +84,7 @@ def dump(port, user, password, start, server_id=77, last=None):
     """The events our ReplicaClient receives from 127.0.0.1:``port`` for ``start`` (a
     GTID set text, or (file, pos)) up to the first heartbeat naming ``last`` (file,
     pos): the whole dump, artificial events included."""
-    client = ReplicaClient(SourceSpec("127.0.0.1", port, user, password), server_id,
+    client = PatientClient(SourceSpec("127.0.0.1", port, user, password), server_id,
                            semi_sync=False, heartbeat=HEARTBEAT)
     client.connect()
     try:

@@ -3,12 +3,20 @@ files, and the helpers that start serve, attach a replica to it and wait."""
 
 import pymysql
 
+from mysqlbackup.source.client import ReplicaClient
 from replay.job.planning.options import build_selection
 from replay.serve.server import ServeOptions, start_server
 from tests.helpers import wait_for
 
 PASSWORD = "serve-secret"
 T0 = 1700000000      # commit times of the three files' transactions: T0, T0+100, T0+200
+
+
+class PatientClient(ReplicaClient):
+    """Our replica client for dump tests: a short heartbeat ends each dump fast, and a
+    loaded machine may still leave a server silent for seconds, which is no dead link
+    here."""
+    silence_limit = 30.0
 
 
 def serve(url, listen=("127.0.0.1", 0), storage_options=None, tls=None, **selection):
