@@ -2,13 +2,12 @@
 
 One archive of a real source (its stream starts with CREATE DATABASE; one file per
 batch of rows, each row naming its file), copied and damaged per test; replayed
-into a new, empty target through ``mysqlbackup replay``. A damaged object must stop
-the replay with exit 6 naming it, and nothing of it may reach the target.
+into a new, empty target through ``mysqlbackup replay`` (in this process, but for one
+test). A damaged object must stop the replay with exit 6 naming it, and nothing of it
+may reach the target.
 """
 
 import shutil
-import subprocess
-import sys
 
 import pytest
 
@@ -16,7 +15,7 @@ from mysqlbackup.stream.archiver import Archiver
 from mysqlbackup.archive.store import ArchiveStore
 from mysqlbackup.sandbox import MariaDBSandbox
 from replay.job.decoding.assemble import assemble
-from tests.helpers import REPO, backup_dir, cli_env
+from tests.helpers import backup_dir, run_cli
 
 SOURCE = "fz1"
 BATCHES = 4      # binlog.000002 .. binlog.000005 hold one batch each
@@ -56,11 +55,12 @@ def damaged(pristine, tmp_path):
     return copy, f"file://{copy}"
 
 
-def replay(url, target, *extra):
-    args = [sys.executable, "-m", "mysqlbackup", "replay", "--archive", url, "--target",
-            f"mysql://root@127.0.0.1:{target.port}", *extra]
-    return subprocess.run(args, env=cli_env(password=""), cwd=REPO, capture_output=True,
-                          text=True, timeout=600)
+def replay(url, target, *extra, process=False):
+    """``mysqlbackup replay`` into ``target``: in this process on the run's Spark session
+    (the test asks for ``spark``), or with ``process`` as a user runs it (one test)."""
+    return run_cli("replay", "--archive", url, "--target",
+                   f"mysql://root@127.0.0.1:{target.port}", *extra, password="",
+                   process=process, timeout=600)
 
 
 def rows_by_file(target):
@@ -93,7 +93,7 @@ def assert_refused(result, target, damaged_file, what):
 
 
 def test_replay_into_an_empty_target_of_a_stream_starting_with_create_database(
-        pristine, make_server):
+        pristine, make_server, spark):
     target = empty_target(make_server)
     result = replay(f"file://{pristine[0]}", target)
     assert result.returncode == 0, result.stdout + result.stderr
@@ -101,7 +101,7 @@ def test_replay_into_an_empty_target_of_a_stream_starting_with_create_database(
     assert rows_by_file(target) == {f: ROWS for f in range(2, BATCHES + 2)}
 
 
-def test_an_object_replaced_by_the_previous_file_is_refused(damaged, make_server):
+def test_an_object_replaced_by_the_previous_file_is_refused(damaged, make_server, spark):
     directory, url = damaged
     sealed = directory / SOURCE / "binlog"
     shutil.copyfile(sealed / "binlog.000002", sealed / "binlog.000003")  # index left as is
@@ -110,7 +110,7 @@ def test_an_object_replaced_by_the_previous_file_is_refused(damaged, make_server
     assert rows_by_file(target) == {}  # refused before anything at all was applied
 
 
-def test_an_object_cut_at_a_transaction_boundary_is_refused(damaged, make_server):
+def test_an_object_cut_at_a_transaction_boundary_is_refused(damaged, make_server, spark):
     directory, url = damaged
     path = directory / SOURCE / "binlog" / "binlog.000004"
     data = path.read_bytes()
@@ -131,13 +131,13 @@ def test_a_flipped_byte_is_refused_with_object_and_offset(damaged, make_server):
     data[victim.start + 25] ^= 0x01
     path.write_bytes(bytes(data))
     target = empty_target(make_server)
-    result = replay(url, target)
+    result = replay(url, target, process=True)  # end to end: a process's exit code, stderr
     assert_refused(result, target, 3, f"binlog.000003 at offset {victim.start}: ")
     assert "CRC" in result.stderr
 
 
 @pytest.mark.parametrize("text", [b"not json", b"[]", b"{}"])
-def test_a_bad_index_is_refused_by_name_before_anything(damaged, make_server, text):
+def test_a_bad_index_is_refused_by_name_before_anything(damaged, make_server, spark, text):
     directory, url = damaged
     key = sorted((directory / SOURCE / "partial").glob("binlog.*/*.json"))[0]
     key.write_bytes(text)
