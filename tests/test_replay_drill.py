@@ -16,7 +16,8 @@ from replay.job.run import run_replay
 from replay.job.planning.options import build_selection
 from replay.job.sinks.sqlfile import SqlFileSink
 from replay.job.sinks.target import TargetApplier
-from tests.helpers import REPO, Daemon, backup_dir, cli_env, wait_archived_to_the_end, wait_for
+from tests.helpers import (REPO, Daemon, backup_dir, cli_env, run_cli,
+                           wait_archived_to_the_end, wait_for)
 
 TABLES = ["shop.customers", "shop.orders", "shop.ledger", "crm.notes"]
 
@@ -171,9 +172,10 @@ def test_replay_excluding_the_drop_and_going_on(drill, make_server, spark):
 
 
 @pytest.mark.parametrize("log_bin", [True, False], ids=["target-binlog", "checkpoint-only"])
-def test_killed_replay_rerun_gives_the_same_state(drill, make_server, log_bin):
+def test_killed_replay_rerun_gives_the_same_state(drill, make_server, spark, log_bin):
     # with a binlog the target's GTID state says what is applied; without one, only the
-    # checkpoint row written inside each applied transaction does
+    # checkpoint row written inside each applied transaction does. The killed replay is
+    # a process (kill -9); the one run again, the same command in this process
     target = target_server(make_server, drill, log_bin)
     args = [sys.executable, "-m", "mysqlbackup", "replay", "--archive", drill["url"],
             *[f"--archive-option={o}" for o in drill["cli_options"]], "--target",
@@ -191,7 +193,7 @@ def test_killed_replay_rerun_gives_the_same_state(drill, make_server, log_bin):
     wait_for(some_applied, timeout=120, interval=0.01, what="the replay to start applying")
     proc.send_signal(signal.SIGKILL)
     proc.wait()
-    rerun = subprocess.run(args, env=env, cwd=REPO, capture_output=True, text=True, timeout=300)
+    rerun = run_cli(*args[3:], password="")
     assert rerun.returncode == 0, rerun.stdout + rerun.stderr
     assert "stopped: stop before GTID" in rerun.stdout
     assert re.search(r"^target: \d+ transactions in \d+ commits; workers: \d+ connection",
