@@ -196,8 +196,11 @@ def scenario_sigterm(ctx):
         stream.start(*(() if os.path.isdir(directory) else ("--start-file", start)))
         wait_for(lambda: "streaming from" in stream.output(), 20, 0.1)
         if state == "backing-off":
+            retries = stream.output().count("reconnecting in")
             proxy.stop()
-            time.sleep(12)
+            # the third failed attempt: it sleeps through a longer step of the backoff
+            wait_for(lambda: stream.output().count("reconnecting in") >= retries + 3
+                     or not stream.alive(), 40, 0.1)
         elif state == "blackholed":
             proxy.blackhole(True)
             proxy.cut()
