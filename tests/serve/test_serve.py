@@ -267,7 +267,7 @@ def dump_from(host, port, user, password, start, server_id, semi_sync=False):
     from tests.serve.world import PatientClient
 
     client = PatientClient(SourceSpec(host, port, user, password), server_id,
-                     semi_sync=semi_sync, heartbeat=0.2)
+                           semi_sync=semi_sync, heartbeat=0.2)
     client.connect()
     try:
         if isinstance(start, str):  # a GTID state

@@ -116,13 +116,18 @@ def after_each(served):
     check_whole(served)
 
 
+def descriptors_back(served):
+    """Wait until serve has closed what it opened since it started (but two)."""
+    fds = served.start[0]
+    wait_for(lambda: served.fds() <= fds + 2, timeout=HANDSHAKE_TIMEOUT + 5,
+             what=f"serve's descriptors back to {fds} (now {served.fds()})")
+
+
 def check_whole(served, rss_margin_mb=40):
     assert served.proc.poll() is None, served.log()[-3000:]
     assert served.login_seconds() < 1.0
-    fds, rss = served.start
-    wait_for(lambda: served.fds() <= fds + 2, timeout=HANDSHAKE_TIMEOUT + 5,
-             what=f"serve's descriptors back to {fds} (now {served.fds()})")
-    assert served.rss_mb() < rss + rss_margin_mb
+    descriptors_back(served)
+    assert served.rss_mb() < served.start[1] + rss_margin_mb
     assert "Traceback" not in served.log()
 
 
@@ -429,9 +434,7 @@ def test_connections_past_the_caps_get_too_many_connections(archive, tmp_path):
         held = []
         # each closed connection leaves the counts when serve reads its end: every one
         # of them first (a login tried before might count against what is still there)
-        fds = served.start[0]
-        wait_for(lambda: served.fds() <= fds + 2, timeout=HANDSHAKE_TIMEOUT + 5,
-                 what=f"the connections closed by serve (descriptors {served.fds()})")
+        descriptors_back(served)
         check_whole(served)  # a login once the others left
     finally:
         for sock in held:
