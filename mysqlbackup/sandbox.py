@@ -90,6 +90,17 @@ def _sweep_templates(parent):
             shutil.rmtree(os.path.join(parent, name), ignore_errors=True)
 
 
+def private_tmpdir(path):
+    """Make and return ``path``, a server's own temporary folder.
+
+    At start-up (mariadb-install-db's bootstrap too) mariadbd deletes every ``#sql*``
+    file in its tmpdir: left at the shared /tmp, each server we start would delete the
+    temporary tables of every other server using /tmp, a bootstrap under way among them
+    (seen: "Unknown table 'mysql.tmp_user_sys'")."""
+    os.makedirs(path, exist_ok=True)
+    return path
+
+
 class SandboxServer:
     """What every throwaway server shares (``basedir``, ``datadir``, ``socket``, ``port``
     and ``proc`` set by its class): stop, context manager, root connections, SQL."""
@@ -186,28 +197,36 @@ class MariaDBSandbox(SandboxServer):
 
     @staticmethod
     def _install_db(datadir):
-        """mariadb-install-db into ``datadir`` (the accounts as installed)."""
+        """mariadb-install-db into ``datadir`` (the accounts as installed), with a
+        temporary folder of its own (see :func:`private_tmpdir`)."""
         tool = find_binary("mariadb-install-db")
         if tool is None:
             raise RuntimeError("mariadb-install-db not found: apt-get install mariadb-server")
         os.makedirs(datadir, exist_ok=True)
+        tmpdir = private_tmpdir(datadir + ".tmp")
         args = [tool, "--no-defaults", "--user=root", f"--datadir={datadir}",
-                "--auth-root-authentication-method=normal", "--skip-test-db"]
-        for attempt in (1, 2):  # seen failing once in a while under load: say why, retry
-            done = subprocess.run(args, stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
-            if done.returncode == 0:
-                return
-            output = done.stdout.decode(errors="replace").strip()
-            log.warning("mariadb-install-db exited %d (attempt %d): %s", done.returncode,
-                        attempt, output[-2000:])
-            shutil.rmtree(datadir, ignore_errors=True)
-            os.makedirs(datadir)
+                f"--tmpdir={tmpdir}", "--auth-root-authentication-method=normal",
+                "--skip-test-db"]
+        try:
+            for attempt in (1, 2):  # seen failing once in a while under load: say why, retry
+                done = subprocess.run(args, stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
+                if done.returncode == 0:
+                    return
+                output = done.stdout.decode(errors="replace").strip()
+                log.warning("mariadb-install-db exited %d (attempt %d): %s",
+                            done.returncode, attempt, output[-2000:])
+                shutil.rmtree(datadir, ignore_errors=True)
+                os.makedirs(datadir)
+        finally:
+            shutil.rmtree(tmpdir, ignore_errors=True)
         raise RuntimeError(f"mariadb-install-db failed twice for {datadir}: "
                            f"{output[-2000:]}")
 
     def _server_args(self):
         args = [find_binary("mariadbd"), "--no-defaults", "--user=root",
-                f"--datadir={self.datadir}", f"--port={self.port}", "--bind-address=127.0.0.1",
+                f"--datadir={self.datadir}",
+                f"--tmpdir={private_tmpdir(os.path.join(self.basedir, 'tmp'))}",
+                f"--port={self.port}", "--bind-address=127.0.0.1",
                 f"--socket={self.socket}", f"--pid-file={self.pidfile}",
                 f"--log-error={self.errlog}", f"--server-id={self.server_id}",
                 "--skip-name-resolve", "--innodb-buffer-pool-size=64M",

@@ -76,7 +76,7 @@ class MySQLSandbox(SandboxServer):
         problem = why_no_mysql(self.tree)
         if problem:
             raise RuntimeError(problem)
-        os.makedirs(self.basedir, exist_ok=True)
+        os.makedirs(os.path.join(self.basedir, "tmp"), exist_ok=True)  # its own: no #sql* shared
         for name, source in self.files.items():
             shutil.copyfile(source, os.path.join(self.basedir, name))
             os.chmod(os.path.join(self.basedir, name), 0o600)
@@ -119,7 +119,7 @@ class MySQLSandbox(SandboxServer):
         lines = ["[mysqld]", "user=root", f"datadir={inner}/data", f"port={self.port}",
                  "bind-address=127.0.0.1", f"socket={inner}/mysqld.sock",
                  f"pid-file={inner}/mysqld.pid", f"log-error={inner}/error.log",
-                 f"secure-file-priv={inner}",
+                 f"tmpdir={inner}/tmp", f"secure-file-priv={inner}",
                  f"server-id={self.server_id}", "skip-name-resolve", "mysqlx=OFF",
                  "innodb-buffer-pool-size=64M", "innodb-redo-log-capacity=64M",
                  "performance-schema=OFF", "gtid-mode=ON", "enforce-gtid-consistency=ON",

@@ -490,6 +490,7 @@ def test_physical_base_restores_into_a_new_datadir_and_serves_equal_tables(sourc
         restored.socket, restored.port = f"/tmp/mysqlbackup-restore-{target.port}.sock", None
         tables = user_tables(source)
         assert user_tables(restored) == tables
+        assert restored.execute("SELECT @@tmpdir")[0][0] == f"{datadir}.tmp"   # not /tmp
         assert checksums(restored, tables) == checksums(source, tables)
     finally:
         stop_server(server)

@@ -42,7 +42,8 @@ from replay.restore.run import APPLY_MODES, USERS_MODES
               "schemas (the dump drops and recreates the tables it holds).")
 @click.option("--datadir", type=click.Path(file_okay=False), help="Physical bases: a new "
               "directory to restore into; a server is started on it at the --target "
-              "host:port (the target user must be one of the source's users).")
+              "host:port (the target user must be one of the source's users), with "
+              "DIRECTORY.tmp beside it as its own tmpdir.")
 @click.option("--table", "tables", multiple=True, metavar="DB.TABLE", help="Restore only "
               "this table (repeatable): its part of the base, then its row changes; with "
               "--rewrite-db into another schema of a live server (--into-nonempty implied).")

@@ -28,7 +28,7 @@ from mysqlbackup.archive.codec import Digest
 from mysqlbackup.base.client import ToolError, find_tool
 from mysqlbackup.durable import write_bytes
 from mysqlbackup.errors import UsageError
-from mysqlbackup.sandbox import find_binary
+from mysqlbackup.sandbox import find_binary, private_tmpdir
 from replay.restore.load import check_digests, stream_object
 
 MARKER = "mysqlbackup-restore.json"
@@ -141,6 +141,7 @@ def server_args(binary, datadir, host, port, flavor="mariadb"):
     gives each transaction the source's GTID)."""
     args = [binary, "--no-defaults", f"--datadir={datadir}", f"--port={port}",
             f"--bind-address={host}", f"--socket={_socket_path(port)}",
+            f"--tmpdir={tmpdir_path(datadir)}",
             f"--pid-file={os.path.join(datadir, 'mysqld.pid')}",
             f"--log-error={os.path.join(datadir, 'error.log')}"]
     if flavor == "mysql":
@@ -153,6 +154,13 @@ def server_args(binary, datadir, host, port, flavor="mariadb"):
 
 def _socket_path(port):
     return os.path.join(tempfile.gettempdir(), f"mysqlbackup-restore-{port}.sock")
+
+
+def tmpdir_path(datadir):
+    """The restored server's own temporary folder, beside its datadir (``DATADIR.tmp``):
+    at start-up mariadbd and mysqld delete every ``#sql*`` file in their tmpdir, which
+    must not be another server's (a shared /tmp)."""
+    return os.path.normpath(datadir) + ".tmp"
 
 
 def start_server(datadir, target, progress, timeout=START_TIMEOUT, flavor="mariadb"):
@@ -169,6 +177,7 @@ def start_server(datadir, target, progress, timeout=START_TIMEOUT, flavor="maria
         raise UsageError(f"{target.address} is in use: choose a free port for the restored "
                          f"server in --target")
     progress(f"restore: starting {name} on {datadir} at {target.address}")
+    private_tmpdir(tmpdir_path(datadir))
     proc = subprocess.Popen(server_args(binary, datadir, target.host, target.port, flavor),
                             stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
                             stderr=subprocess.DEVNULL, start_new_session=True)
