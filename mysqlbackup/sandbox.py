@@ -132,9 +132,11 @@ class SandboxServer:
         return f"mysql://{REPL_USER}@127.0.0.1:{self.port}"
 
     def root(self, database=None, autocommit=True, charset="utf8mb4"):
-        """A new root connection over the unix socket."""
+        """A new root connection over the unix socket (no TLS there, as the mysql client;
+        PyMySQL's default would also load the system's CA store for each connection)."""
         return pymysql.connect(unix_socket=self.socket, user="root", database=database,
-                               autocommit=autocommit, connect_timeout=5, charset=charset)
+                               autocommit=autocommit, connect_timeout=5, charset=charset,
+                               ssl_disabled=True)
 
     def execute(self, *statements):
         """Run statements as root; return the rows of the last one."""
