@@ -137,6 +137,14 @@ def wait_semi_sync_client(server, timeout=20):
              timeout, what="a semi-sync replica with semi-sync ON")
 
 
+def wait_semi_sync_source(server, timeout=30):
+    """MySQL's: a semi-sync replica connected and semi-sync ON, which it turns on once
+    that replica has caught up (a commit before that goes async: no_tx, not yes_tx)."""
+    wait_for(lambda: server.status("Rpl_semi_sync_source_clients") == "1"
+             and server.status("Rpl_semi_sync_source_status") == "ON",
+             timeout, what="a semi-sync replica with semi-sync ON")
+
+
 def current_binlog(server):
     if hasattr(server, "current_binlog"):  # MySQL 8.4+: SHOW BINARY LOG STATUS
         return server.current_binlog()

@@ -6,7 +6,7 @@ import tarfile
 
 import pytest
 
-from tests.helpers import Daemon, read, wait_for
+from tests.helpers import Daemon, read, wait_for, wait_semi_sync_source
 
 PASSWORD = "repl-secret"
 
@@ -66,8 +66,7 @@ def test_semi_sync_and_identical_files_on_mysql_84(mysql84, tmp_path):
     start = server.execute("SHOW BINARY LOG STATUS")[0][0]
     daemon = Daemon(server, tmp_path / "dir", "--start-file", start, password=PASSWORD).start()
     try:
-        wait_for(lambda: server.status("Rpl_semi_sync_source_clients") == "1", 30,
-                 what="semi-sync replica")
+        wait_semi_sync_source(server)
         yes0 = int(server.status("Rpl_semi_sync_source_yes_tx"))
         for i in range(100):
             server.execute(f"INSERT INTO d.t (v) VALUES ({i})")

@@ -11,7 +11,7 @@ import subprocess
 
 from mysqlbackup.binlog.gtid import MysqlGtidSet
 from tests.helpers import (Daemon, caught_up, current_binlog, read, run_cli, tagged,
-                           same_except_in_use_flag, wait_for)
+                           same_except_in_use_flag, wait_for, wait_semi_sync_source)
 
 
 def gtid_executed(server):
@@ -55,11 +55,11 @@ def test_semi_sync_byte_identical_files_and_a_kill9_resume(make_mysql, tmp_path)
     directory = tmp_path / "dir"
     daemon = Daemon(server, directory, "--start-file", first).start()
     try:
-        wait_for(lambda: server.status("Rpl_semi_sync_source_clients") == "1", 30,
-                 what="the daemon as a semi-sync replica")
+        wait_semi_sync_source(server)
         acked = int(server.status("Rpl_semi_sync_source_yes_tx"))
         server.execute(*inserts(0, 50))
-        assert int(server.status("Rpl_semi_sync_source_yes_tx")) - acked == 50
+        assert int(server.status("Rpl_semi_sync_source_yes_tx")) - acked == 50, \
+            server.status("Rpl_semi_sync_source_no_tx")
         server.execute("FLUSH BINARY LOGS", *inserts(50, 20))
         wait_for(lambda: caught_up(server, directory), what="catch-up")
     finally:

@@ -23,7 +23,8 @@ import types
 
 import pytest
 
-from tests.helpers import Daemon, caught_up, current_binlog, run_cli, wait_for
+from tests.helpers import (Daemon, caught_up, current_binlog, run_cli, wait_for,
+                           wait_semi_sync_source)
 
 pytest.importorskip("cryptography.x509", reason="the test's certificates need the "
                     "cryptography package (a test dependency in setup.cfg)")
@@ -131,8 +132,7 @@ def _stream_and_base(w, pki):
                     "--archive", w.archive, "--archive-interval", "0.3",
                     "--source-name", "db1", password=PASSWORD).start()
     try:
-        wait_for(lambda: source.status("Rpl_semi_sync_source_clients") == "1", 30,
-                 what="the daemon as a semi-sync replica")
+        wait_semi_sync_source(source)
         acked = int(source.status("Rpl_semi_sync_source_yes_tx"))
         source.execute("CREATE DATABASE shop",
                        "CREATE TABLE shop.items (id INT PRIMARY KEY, name VARCHAR(40))",

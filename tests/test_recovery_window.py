@@ -36,7 +36,8 @@ def archived(tmp_path_factory):
                        "FLUSH BINARY LOGS", "INSERT INTO shop.t VALUES (20)",
                        "FLUSH BINARY LOGS", "INSERT INTO shop.t VALUES (21)")
         gtid = server.execute("SELECT @@gtid_binlog_pos")[0][0]
-        wait_for(lambda: json.loads(ls(url, "--json"))["files"][-1]["last_gtid"] == gtid,
+        wait_for(lambda: [f["last_gtid"] for f in json.loads(ls(url, "--json"))["files"]][-1:]
+                 == [gtid],
                  timeout=30, what="the archive to hold every transaction")
     finally:
         daemon.stop()

@@ -21,7 +21,7 @@ from mysqlbackup.retention.prune import retain, retainer
 from mysqlbackup.source.spec import SourceSpec
 from replay.job.planning.options import build_selection
 from replay.restore.run import RestoreOptions, run_restore
-from tests.helpers import current_binlog, module_primary, run_cli
+from tests.helpers import current_binlog, module_primary, run_cli, wait_for
 
 pytestmark = pytest.mark.server
 
@@ -232,15 +232,20 @@ def test_real_run_then_restore_to_the_oldest_promised_moment_beside_a_greedy_ret
         opts = RestoreOptions(url, SourceSpec("127.0.0.1", target.port, "root", ""),
                               selection=build_selection(stop_datetime=iso_z(w["T"])))
         result["report"] = run_restore(opts, echo=lambda line: None)
+    # the restore waits on the target's global read lock until retain has run (a restore
+    # of a few seconds would otherwise end, its lease gone, before retain starts)
+    blocker = target.root()
+    blocker.cursor().execute("FLUSH TABLES WITH READ LOCK")
     thread = threading.Thread(target=restore)
     thread.start()
-    deadline = time.monotonic() + 60
-    while not [k for k in store.list("db1/lease")] and time.monotonic() < deadline:
-        time.sleep(0.05)
-    assert thread.is_alive(), result
-    kept = objects(url)
-    sleep_past(epoch(w["manifests"][w["C"]]["end_time"]) + 2)  # C ended before the window
-    retain(store, 1, echo=greedy.append)  # the window starts now: base C would anchor
+    try:
+        wait_for(lambda: store.list("db1/lease"), timeout=60, what="the restore's lease")
+        kept = objects(url)
+        sleep_past(epoch(w["manifests"][w["C"]]["end_time"]) + 2)  # C ended before the window
+        assert thread.is_alive(), result
+        retain(store, 1, echo=greedy.append)  # the window starts now: base C would anchor
+    finally:
+        blocker.close()
     thread.join(timeout=300)
     assert f"base {w['B']}: kept: a restore holds lease " in "\n".join(greedy)
     assert not [line for line in greedy if line.startswith("deleted")], greedy
