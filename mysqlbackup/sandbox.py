@@ -210,7 +210,7 @@ class MariaDBSandbox(SandboxServer):
                 f"--tmpdir={tmpdir}", "--auth-root-authentication-method=normal",
                 "--skip-test-db"]
         try:
-            for attempt in (1, 2):  # seen failing once in a while under load: say why, retry
+            for attempt in (1, 2):  # a failure says why and is tried once more
                 done = subprocess.run(args, stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
                 if done.returncode == 0:
                     return
