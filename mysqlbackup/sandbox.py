@@ -173,6 +173,7 @@ class MariaDBSandbox(SandboxServer):
         self.socket = socket_path(self.basedir)
         self.pidfile = os.path.join(self.basedir, "mysqld.pid")
         self.errlog = os.path.join(self.basedir, "error.log")
+        self.tmpdir = os.path.join(self.basedir, "tmp")   # its own (see private_tmpdir)
         self.server_id = server_id
         self.log_bin = log_bin
         self.log_bin_name = log_bin_name
@@ -191,6 +192,7 @@ class MariaDBSandbox(SandboxServer):
             datadir_from_template(self.datadir, "mariadb", tempfile.gettempdir(),
                                   self._install_db)
         self.port = self.port or free_port()
+        private_tmpdir(self.tmpdir)
         self.proc = subprocess.Popen(self._server_args(), stdout=subprocess.DEVNULL,
                                      stderr=subprocess.DEVNULL, start_new_session=True)
         self._wait_ready()
@@ -226,8 +228,7 @@ class MariaDBSandbox(SandboxServer):
 
     def _server_args(self):
         args = [find_binary("mariadbd"), "--no-defaults", "--user=root",
-                f"--datadir={self.datadir}",
-                f"--tmpdir={private_tmpdir(os.path.join(self.basedir, 'tmp'))}",
+                f"--datadir={self.datadir}", f"--tmpdir={self.tmpdir}",
                 f"--port={self.port}", "--bind-address=127.0.0.1",
                 f"--socket={self.socket}", f"--pid-file={self.pidfile}",
                 f"--log-error={self.errlog}", f"--server-id={self.server_id}",

@@ -24,7 +24,7 @@ import uuid
 import pymysql
 
 from mysqlbackup.sandbox import (REPL_PASSWORD, REPL_USER, SandboxServer, datadir_from_template,
-                                 free_port)
+                                 free_port, private_tmpdir)
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 TREE_ENV = "MYSQLBACKUP_MYSQL_TREE"
@@ -76,7 +76,7 @@ class MySQLSandbox(SandboxServer):
         problem = why_no_mysql(self.tree)
         if problem:
             raise RuntimeError(problem)
-        os.makedirs(os.path.join(self.basedir, "tmp"), exist_ok=True)  # its own: no #sql* shared
+        private_tmpdir(os.path.join(self.basedir, "tmp"))
         for name, source in self.files.items():
             shutil.copyfile(source, os.path.join(self.basedir, name))
             os.chmod(os.path.join(self.basedir, name), 0o600)

@@ -141,7 +141,7 @@ def server_args(binary, datadir, host, port, flavor="mariadb"):
     gives each transaction the source's GTID)."""
     args = [binary, "--no-defaults", f"--datadir={datadir}", f"--port={port}",
             f"--bind-address={host}", f"--socket={_socket_path(port)}",
-            f"--tmpdir={tmpdir_path(datadir)}",
+            f"--tmpdir={_tmpdir_path(datadir)}",
             f"--pid-file={os.path.join(datadir, 'mysqld.pid')}",
             f"--log-error={os.path.join(datadir, 'error.log')}"]
     if flavor == "mysql":
@@ -156,10 +156,9 @@ def _socket_path(port):
     return os.path.join(tempfile.gettempdir(), f"mysqlbackup-restore-{port}.sock")
 
 
-def tmpdir_path(datadir):
-    """The restored server's own temporary folder, beside its datadir (``DATADIR.tmp``):
-    at start-up mariadbd and mysqld delete every ``#sql*`` file in their tmpdir, which
-    must not be another server's (a shared /tmp)."""
+def _tmpdir_path(datadir):
+    """The restored server's own temporary folder, beside its datadir (``DATADIR.tmp``;
+    why: ``mysqlbackup.sandbox.private_tmpdir``)."""
     return os.path.normpath(datadir) + ".tmp"
 
 
@@ -177,7 +176,7 @@ def start_server(datadir, target, progress, timeout=START_TIMEOUT, flavor="maria
         raise UsageError(f"{target.address} is in use: choose a free port for the restored "
                          f"server in --target")
     progress(f"restore: starting {name} on {datadir} at {target.address}")
-    private_tmpdir(tmpdir_path(datadir))
+    private_tmpdir(_tmpdir_path(datadir))
     proc = subprocess.Popen(server_args(binary, datadir, target.host, target.port, flavor),
                             stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
                             stderr=subprocess.DEVNULL, start_new_session=True)
