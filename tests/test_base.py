@@ -335,7 +335,8 @@ def test_base_while_the_daemon_streams_and_writers_commit(source, target, tmp_pa
         at_start = writer.count
         result = base_cli(source, url)
         during = writer.count - at_start
-        time.sleep(0.3)
+        wait_for(lambda: writer.count > at_start + during + 20,
+                 what="writers committing after the base")
         writer.stop.set()
         writer.join(timeout=30)
         wait_for(lambda: caught_up(source, tmp_path / "copy"), what="the daemon caught up")

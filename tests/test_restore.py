@@ -86,7 +86,8 @@ def take_base_while_writing(primary, url):
                          "--archive", url, "--source-name", "db1", password="", timeout=120,
                          process=True)  # base as a user runs it: a process of its own
         during = sum(len(w.ids) for w in writers)
-        time.sleep(0.3)
+        wait_for(lambda: sum(len(w.ids) for w in writers) > during + 20,
+                 what="writers committing after the base")
     finally:
         for w in writers:
             w.stop.set()
