@@ -8,6 +8,7 @@ from dataclasses import dataclass, field
 from mysqlbackup.source.spec import SourceSpec
 from replay.job.engines import LOCAL_MAX_BYTES, choose_engine
 from replay.job.planning.options import build_selection
+from replay.job.spark import SparkSetup
 from replay.restore.run import ApplyChoice, RestoreOptions, choose_apply
 
 MB = 1000 * 1000
@@ -36,6 +37,8 @@ def test_the_engine_is_local_for_a_small_archive_without_filters():
         "spark", "filters: Spark decodes every file in parallel")
     assert choose_engine("auto", 1, False, master="spark://h:7077") == (
         "spark", "--master spark://h:7077")
+    assert choose_engine("auto", 1, False, spark_settings=("--conf", "--python")) == (
+        "spark", "--conf, --python given: Spark settings")
     assert choose_engine("spark", 1, False) == ("spark", "asked for")
     assert choose_engine("local", 10 * LOCAL_MAX_BYTES, True) == ("local", "asked for")
 
@@ -77,6 +80,18 @@ def test_auto_says_why_not_native_and_which_engine_decodes():
                                   "gtid_flavor": "mariadb"}))
     assert physical.why == ("auto: not native, base p1 is a physical backup: --apply native "
                             "is not supported for it yet")
+
+
+def test_spark_settings_make_auto_decode_on_spark():
+    shipped = SparkSetup.of(["spark.archives=env.tar.gz#environment"],
+                            python="./environment/bin/python")
+    assert shipped.given() == ("--conf", "--python")
+    assert SparkSetup.of().given() == ()
+    opts = RestoreOptions("file:///a", local_target(), apply="statements", spark=shipped)
+    assert choose_apply(opts, Plan()) == ApplyChoice(
+        "statements", "asked for", "spark", "--conf, --python given: Spark settings", False)
+    plain = RestoreOptions("file:///a", local_target(), apply="statements")
+    assert choose_apply(plain, Plan()).engine == "local"
 
 
 def test_asked_for_ways_are_kept():

@@ -20,14 +20,17 @@ LOCAL_MAX_BYTES = 256 * 1000 * 1000  # auto: below this many bytes to read, no S
 WRITER_MODULE = "replay.job.sinks.parquet"  # what a task that writes imports (pyarrow)
 
 
-def choose_engine(asked, bytes_to_read, filtered, master=None):
+def choose_engine(asked, bytes_to_read, filtered, master=None, spark_settings=()):
     """(engine, why): ``asked`` ("spark" or "local") as given; "auto": local for an
-    archive under LOCAL_MAX_BYTES to read without filters and without --master, else
-    spark."""
+    archive under LOCAL_MAX_BYTES to read without filters, without --master and without
+    Spark settings (``spark_settings``: the names of the Spark options given, such as
+    "--conf": a user who gives them means Spark), else spark."""
     if asked != "auto":
         return asked, "asked for"
     if master:
         return "spark", f"--master {master}"
+    if spark_settings:
+        return "spark", f"{', '.join(spark_settings)} given: Spark settings"
     if filtered:
         return "spark", "filters: Spark decodes every file in parallel"
     if bytes_to_read >= LOCAL_MAX_BYTES:

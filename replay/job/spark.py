@@ -44,6 +44,12 @@ class SparkSetup:
         """From the command line's values; UsageError naming a malformed --conf pair."""
         return cls(parse_conf(conf_pairs), driver_host, python)
 
+    def given(self):
+        """The names of the options given (``--conf``, ``--driver-host``, ``--python``),
+        in that order: what makes ``restore --engine auto`` choose Spark."""
+        return tuple(name for name, value in (("--conf", self.conf), ("--driver-host",
+                     self.driver_host), ("--python", self.python)) if value)
+
     def session(self, master=None):
         """The SparkSession of ``master`` (``spark_session`` with these settings)."""
         return spark_session(master, self.conf, self.driver_host, self.python)

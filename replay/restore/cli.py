@@ -59,8 +59,8 @@ from replay.restore.run import APPLY_MODES, USERS_MODES
 @click.option("--engine", type=click.Choice(ENGINES), default="auto", show_default=True,
               help="With statements, who decodes the binlogs: spark (one Spark task per "
               "file, in parallel), local (this process, one file after another: no Spark "
-              "start-up) or auto (local under 256 MB to read without --table or --master, "
-              "else spark).")
+              "start-up) or auto (local under 256 MB to read without --table, --master, "
+              "--conf, --driver-host or --python, else spark).")
 @click.option("--users", type=click.Choice(USERS_MODES), default="apply", show_default=True,
               help="A dump base's accounts and grants: apply (created on the target after "
               "the data; before anything is loaded, the target user is checked for what "

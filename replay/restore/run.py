@@ -163,7 +163,8 @@ def choose_apply(opts, plan):
 def _statements(opts, plan, why, auto):
     from replay.job.engines import choose_engine
     filtered = bool(opts.selection.tables or opts.selection.rewrite)
-    engine, engine_why = choose_engine(opts.engine, plan.bytes_to_read, filtered, opts.master)
+    engine, engine_why = choose_engine(opts.engine, plan.bytes_to_read, filtered, opts.master,
+                                       opts.spark.given())
     return ApplyChoice("statements", why, engine, engine_why, auto)
 
 
