@@ -6,7 +6,6 @@ import re
 import subprocess
 import sys
 import threading
-import time
 
 import pytest
 import zstandard
