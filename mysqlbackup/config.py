@@ -308,6 +308,8 @@ def resolve(root, chain, args):
     for name, command in chain[:-1]:
         ctx = click.Context(command, info_name=name, parent=ctx)
     name, command = chain[-1]
+    if ctx.auto_envvar_prefix:  # a plugin under a nested group is named only when it runs
+        name_envvars(command, f"{ctx.auto_envvar_prefix}_{name}")
     sub = command.make_context(name, list(args), parent=ctx, resilient_parsing=True)
     return rows_of(sub, root.meta.get("mysqlbackup.config"))
 

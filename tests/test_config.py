@@ -172,3 +172,18 @@ def test_a_config_file_leaves_a_nested_plugins_environment_its_name(tmp_path):
                     env={"MYSQLBACKUP_ARCHIVE_FIND_ARCHIVE": f"file://{from_env}"})
     assert f"file://{from_env}" in result.output and str(from_file) not in result.output, \
         result.output
+
+
+def test_config_show_reads_a_nested_plugins_environment(monkeypatch):
+    # ``archive find`` (a plugin of a nested group) is named only when it runs: as in a
+    # fresh process, its options start unnamed, and config show must name them itself
+    from mysqlbackup.cli.groups import _plugins
+    find = _plugins("mysqlbackup.archive_commands")["find"].load()
+    for param in find.params:
+        monkeypatch.setattr(param, "envvar", None)
+    env = {"MYSQLBACKUP_ARCHIVE_FIND_ARCHIVE": "file:///from/env"}
+    for words in (["archive", "find"], []):
+        result = invoke("config", "show", *words, env=env)
+        assert result.exit_code == 0, result.output
+        assert ('[archive find]\narchive = "file:///from/env"  # env '
+                'MYSQLBACKUP_ARCHIVE_FIND_ARCHIVE\n') in result.output, words
