@@ -373,7 +373,8 @@ def test_a_switch_while_the_archive_lags_behind_loses_nothing(make_server, tmp_p
         segments = sorted(k for k in store.list("db1/partial/binlog.000002")
                           if k.endswith(".json"))
         assert json.loads(store.read(segments[-1]))["end"] == history["previous_pos"]
-        wait_for(lambda: sorted(os.listdir(directory / "epoch" / "2")) and not [
+        wait_for(lambda: (directory / "epoch" / "2").is_dir() and sorted(
+            os.listdir(directory / "epoch" / "2")) and not [
             n for n in os.listdir(directory) if n.startswith("binlog.")],
             what="A's local files to go once epoch 1 is archived (--keep-local 0)")
     finally:

@@ -38,10 +38,11 @@ def test_500_semi_sync_transactions_and_identical_files(primary, tmp_path, monke
         primary.execute("FLUSH BINARY LOGS")
         files = primary.binlog_files()
         newest = files[-1]
-        # the server appends its BINLOG_CHECKPOINT event to the new file a moment later
-        wait_for(lambda: same_except_in_use_flag(os.path.join(daemon.directory, newest),
-                                                 primary.binlog_path(newest)),
-                 what="the rotated file, byte for byte")
+        # the daemon makes the new file when the rotation reaches it, and the server
+        # appends its BINLOG_CHECKPOINT event to that file a moment later
+        local = os.path.join(daemon.directory, newest)
+        wait_for(lambda: os.path.exists(local) and same_except_in_use_flag(
+            local, primary.binlog_path(newest)), what="the rotated file, byte for byte")
     finally:
         assert daemon.stop() == 0, daemon.output()
     assert f"stream path: {path}" in daemon.output()
