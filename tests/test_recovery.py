@@ -1,5 +1,6 @@
 """Crash recovery of a local directory: cut torn events and incomplete transactions."""
 
+import os
 import shutil
 
 import pytest
@@ -7,7 +8,8 @@ import pytest
 from mysqlbackup.binlog import events as ev
 from mysqlbackup.binlog.scan import iter_events
 from mysqlbackup.errors import LocalStateError
-from mysqlbackup.localdir.files import list_binlogs, recover
+from mysqlbackup.localdir import files
+from mysqlbackup.localdir.files import list_binlogs, recover, sized_binlogs
 from mysqlbackup.localdir.state import State, load_state, save_state
 from tests.helpers import read
 
@@ -100,3 +102,14 @@ def test_state_round_trip(tmp_path):
     save_state(str(tmp_path), state)
     assert load_state(str(tmp_path)) == state
     assert not (tmp_path / "mysqlbackup.state.json.tmp").exists()
+
+
+def test_a_file_removed_while_listed_is_left_out(tmp_path, monkeypatch):
+    # a running daemon's archiver (--keep-local) removes a sealed file while status lists
+    (tmp_path / "binlog.000002").write_bytes(ev.MAGIC + bytes(96))
+    listed = os.listdir(str(tmp_path)) + ["binlog.000001"]  # gone before its stat
+    monkeypatch.setattr(files.os, "listdir", lambda path: listed)
+    assert sized_binlogs(str(tmp_path)) == [("binlog.000002", 100)]
+    assert list_binlogs(str(tmp_path)) == ["binlog.000002"]
+    monkeypatch.setattr(files, "_check_magic", lambda path: os.remove(path) or open(path))
+    assert list_binlogs(str(tmp_path)) == []  # gone between its stat and its read

@@ -13,6 +13,7 @@ import logging
 import mmap
 import os
 import socket
+import stat
 import time
 from dataclasses import dataclass
 
@@ -52,18 +53,29 @@ def epoch_dir(directory, epoch):
 
 
 def list_binlogs(directory):
-    """Local binlog file names, oldest first; refuse foreign files and non-binlogs."""
-    names = []
+    """Local binlog file names, oldest first; refuse foreign files and non-binlogs. A
+    file removed while it is listed (a running daemon's archiver, ``--keep-local``,
+    beside a ``status``) is not there: left out, not refused."""
+    return [name for name, _ in sized_binlogs(directory)]
+
+
+def sized_binlogs(directory):
+    """[(name, size)] of the local binlog files, oldest first (``list_binlogs``)."""
+    found = []
     for entry in sorted(os.listdir(directory)):
         if entry in _OURS or entry == EPOCHS and os.path.isdir(os.path.join(directory, entry)):
             continue
         path = os.path.join(directory, entry)
-        if not is_binlog_name(entry) or not os.path.isfile(path):
-            raise LocalStateError(f"{path} is not a binlog file or a mysqlbackup file: "
-                                  f"use a directory of its own for the backup")
-        _check_magic(path)
-        names.append(entry)
-    return sorted(names, key=binlog_sort_key)
+        try:
+            info = os.stat(path)
+            if not is_binlog_name(entry) or not stat.S_ISREG(info.st_mode):
+                raise LocalStateError(f"{path} is not a binlog file or a mysqlbackup file: "
+                                      f"use a directory of its own for the backup")
+            _check_magic(path)
+        except FileNotFoundError:
+            continue  # removed since the listing
+        found.append((entry, info.st_size))
+    return sorted(found, key=lambda pair: binlog_sort_key(pair[0]))
 
 
 def _check_magic(path):

@@ -5,7 +5,7 @@ import os
 import time
 
 from mysqlbackup.errors import mask_url
-from mysqlbackup.localdir.files import epoch_dir, list_binlogs, lock_holder
+from mysqlbackup.localdir.files import epoch_dir, lock_holder, sized_binlogs
 from mysqlbackup.localdir.state import ARCHIVE_STATE_FILE, load_state
 
 
@@ -16,8 +16,7 @@ def collect_status(directory, now=None):
         return {"directory": directory, "exists": False}
     state = load_state(directory)
     folder = epoch_dir(directory, state and state.epoch)  # the current epoch's files
-    names = list_binlogs(folder)
-    files = [{"name": n, "size": os.path.getsize(os.path.join(folder, n))} for n in names]
+    files = [{"name": n, "size": size} for n, size in sized_binlogs(folder)]
     lock = lock_holder(directory)
     archive = archive_view(_archive_report(directory), files, now)
     result = {"directory": directory, "exists": True, "files": files, "lock": lock,
