@@ -93,10 +93,11 @@ def test_storage_outage_keeps_semi_sync_and_loses_nothing(make_server, aws_env, 
             insert(server, 40)
             server.execute("FLUSH BINARY LOGS")
         sealed = server.binlog_files()[:-1]
-        time.sleep(1.5)
+        # an archiver pass has failed on the sealed files (and could have deleted them)
+        wait_for(lambda: (r := daemon.status().get("archive")) and r.get(
+            "last_error") and set(sealed) <= set(r.get("backlog_files") or ()),
+            what="a failed archiver pass, the sealed files in the backlog")
         assert all((local / n).exists() for n in sealed)  # nothing deleted while S3 is down
-        report = daemon.status()["archive"]
-        assert report["backlog_files"] and report["last_error"]
         assert int(server.status("Rpl_semi_sync_master_yes_tx")) - yes0 == 120
         assert int(server.status("Rpl_semi_sync_master_no_tx")) - no0 == 0
         s3.restart()

@@ -146,8 +146,9 @@ def test_blips_after_healthy_streaming_reconnect_within_a_second(make_server, tm
         code = daemon.stop()
         proxy.stop()
     assert code == 0, daemon.output()
-    # before the fix the 7th and 8th blips waited 16 s and 30 s
-    assert max(delays) < 3.0, delays
+    # before the fix the 7th and 8th blips waited 16 s and 30 s; about 1.7 s is expected
+    # (the 0.5 s backoff, a connect through the proxy, the setup), more on a loaded machine
+    assert max(delays) < 8.0, delays
 
 
 def test_silent_source_is_a_dead_link_and_stop_is_prompt_in_every_state(make_server,
@@ -350,7 +351,9 @@ def test_ack_of_a_rotate_names_the_old_file_while_catching_up(make_server, tmp_p
                          str(tmp_path / "dir"), start_file=start)
     load = threading.Thread(target=_insert, args=(server, table, 400, 20))
     thread, errors = _run_in_thread(opts, stop, instrument)
-    load.start()  # traffic with rotations while the daemon catches up
+    wait_semi_sync_client(server)  # connected: the load's commits ask for ACKs
+    load.start()  # traffic with rotations; the daemon catches up whenever a late ACK
+    # (100 ms) turned semi-sync OFF
     try:
         load.join(120)
         server.execute("FLUSH BINARY LOGS")

@@ -67,10 +67,10 @@ def test_kill_9_under_load_keeps_files_identical(make_server, tmp_path):
             daemon.kill9()
         daemon = Daemon(server, tmp_path / "dir").start()
         time.sleep(0.5)
+        wait_for(lambda: load.count > 50, what="the load committing through the kills")
     finally:
         load.stop()
     try:
-        assert load.count > 50
         server.execute("FLUSH BINARY LOGS")
         # the server writes BINLOG_CHECKPOINT into the new file some time after the FLUSH
         # (later under load): the copy must stay equal for a whole second before the stop
@@ -85,18 +85,19 @@ def test_kill_9_under_load_keeps_files_identical(make_server, tmp_path):
 def test_source_restart_reconnects_and_resumes(make_server, tmp_path):
     server = make_server()
     start = current_binlog(server)
-    daemon = Daemon(server, tmp_path / "dir", "--start-file", start).start()
+    # streaming before the source goes: a daemon that never connected gives up at once
+    daemon = Daemon(server, tmp_path / "dir", "--start-file", start).start().wait_streaming()
     try:
         load = Load(server, "restart")
         load.start()
-        time.sleep(0.5)
+        wait_for(lambda: load.count > 20, what="commits before the restart")
         load.stop()
         server.stop()
-        time.sleep(1.0)
+        time.sleep(1.0)  # the source away a while: the daemon's reconnects fail meanwhile
         server.start()  # same datadir and port; the server begins a new binlog file
         load = Load(server, "restart2")
         load.start()
-        time.sleep(0.5)
+        wait_for(lambda: load.count > 20, what="commits after the restart")
         load.stop()
         server.execute("FLUSH BINARY LOGS")
         wait_for(lambda: caught_up(server, daemon.directory), timeout=60, what="catch-up")

@@ -154,7 +154,7 @@ def test_check_archive_behind(server, tmp_path):
     try:
         # a heartbeat says the old last transaction is all there is; all of it archived
         wait_for(lambda: _status(directory)["state"]["lag_s"] == 0, 10, what="a heartbeat")
-        wait_for(lambda: _status(directory)["archive"].get("lag_s") == 0, 20,
+        wait_for(lambda: (_status(directory)["archive"] or {}).get("lag_s") == 0, 20,
                  what="everything durable archived")
         code, line = _check(directory, "--max-archive-lag", "1")
         assert code == 0, (line, _status(directory))

@@ -379,9 +379,11 @@ def test_idle_connections_by_the_hundred(live):
         with PeakFds(live) as fds:
             held = [connect(live.port) for _ in range(IDLE)]
             started = time.monotonic()
-            status, _ = _get(live.port, 1.0)  # the cap is full of idle clients: a quick 503
+            # the cap is full of idle clients: a quick 503 (the over-cap ones queued
+            # before it are answered first, on a loaded machine too)
+            status, _ = _get(live.port, 3.0)
             took = time.monotonic() - started
-            assert status in (200, 503) and took < 1.0, (status, took)
+            assert status in (200, 503) and took < 3.0, (status, took)
             _progress(live, 10)  # the backup goes on under the attack
             wait_for(lambda: _get(live.port, 1.0)[0] == 200, DEADLINE + 5,
                      what="a scrape once the idle clients are cut off")

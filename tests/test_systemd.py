@@ -217,5 +217,6 @@ def test_notify_protocol(server, tmp_path):
     span = pings[-1] - started
     # half of WATCHDOG_USEC (0.5 s), from the loop, which looks every 0.5 s at most
     assert len(pings) >= span / 1.0 - 1, (len(pings), span)
-    assert min(b - a for a, b in zip(pings, pings[1:])) >= 0.45
-    assert max(b - a for a, b in zip(pings, pings[1:])) <= 1.5
+    # stamped on receipt: a late wake-up of the listener shortens the next gap a little
+    assert min(b - a for a, b in zip(pings, pings[1:])) >= 0.35
+    assert max(b - a for a, b in zip(pings, pings[1:])) <= 2.0
