@@ -41,6 +41,18 @@ def classify_sql(sql):
     return "other"
 
 
+_FRAMING = ("SAVEPOINT ", "RELEASE SAVEPOINT ", "ROLLBACK TO ", "XA ")
+
+
+def is_control(sql):
+    """True for the text of a QUERY event that only frames a transaction (BEGIN, COMMIT,
+    ROLLBACK [TO SAVEPOINT], SAVEPOINT, RELEASE SAVEPOINT, XA ...), not a statement
+    that changes data or schema by itself."""
+    head = sql.lstrip()[:24].upper()
+    return head.rstrip(";").strip() in ("BEGIN", "COMMIT", "ROLLBACK", "START TRANSACTION") \
+        or head.startswith(_FRAMING)
+
+
 class TrxTracker:
     """Follows one binlog's events and reports transaction boundaries and GTIDs."""
 

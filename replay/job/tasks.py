@@ -187,7 +187,7 @@ def wanted(transactions, keep):
         if skip is not None and trx.gtid_key and skip.contains(*trx.gtid_key):
             continue
         decision, _reason = selection.decide(trx)
-        if decision == "stop":
+        if decision in ("stop", "gap"):  # the driver raises at a gap
             break
         if decision == "apply":
             chosen.append(trx)

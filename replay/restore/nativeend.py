@@ -1,13 +1,15 @@
-"""Where a native apply ends and how far a target got (pure over indexes and GTID
-states, but the one file a stop point falls in, decoded here): ``expected_end`` from the
-archive's indexes, ``covers``/``past``/``applied_count`` over the target's positions.
-``replay.restore.native`` drives the target with them."""
+"""Where a native apply ends, whether it may run in parallel, and how far a target got
+(pure over indexes and GTID states, but the one file a stop point falls in, decoded
+here): ``expected_end`` from the archive's indexes, ``serial_reason`` (why parallel
+apply would not be exact), ``covers``/``past``/``applied_count`` over the target's
+positions. ``replay.restore.native`` drives the target with them."""
 
 from dataclasses import dataclass
 
 from mysqlbackup.archive.window import epoch
 from mysqlbackup.binlog.gtid import MariaGtidPos, MysqlGtidSet
 from mysqlbackup.errors import MysqlBackupError
+from replay.job.planning.selection import gap_error
 
 
 @dataclass(frozen=True)
@@ -36,6 +38,32 @@ def expected_end(units, selection, start, url, options, keyring=None):
         if index.get("last_gtid"):
             last = (index["last_gtid"], _epoch(index.get("last_commit")))
     return End(end, *last)
+
+
+def serial_reason(statements, before, after):
+    """Why a parallel native apply of files could give other data than one thread does
+    (the pipe ``mariadb-binlog | mariadb`` applies in binlog order), or None.
+    ``statements``: each file's index count of statement-based transactions (None: an
+    index written before they were counted); ``before``/``after``: the GTID states
+    before the first file and after the last. Statement-based transactions take values
+    from the order they run in (AUTO_INCREMENT in triggers, ...); a MariaDB replica
+    applies each GTID domain on its own, out of the binlog's order."""
+    unknown = sum(count is None for count in statements)
+    if unknown:
+        return (f"the indexes of {unknown} of the files do not say whether they hold "
+                "statement-based transactions (archived by an older version)")
+    found = sum(statements)
+    if found:
+        return (f"{found} statement-based transaction{'s' if found > 1 else ''}: their "
+                "values follow the order they are applied in")
+    if ":" in (before or "") + (after or ""):
+        return None
+    first, last = MariaGtidPos.parse(before or ""), MariaGtidPos.parse(after or "")
+    moved = sorted(d for d, pos in last.domains.items() if first.domains.get(d) != pos)
+    if len(moved) > 1:
+        return (f"GTID domains {', '.join(map(str, moved))}: a parallel replica applies "
+                "each domain on its own, out of the binlog's order")
+    return None
 
 
 def state(text, like):
@@ -68,6 +96,8 @@ def _walk_unit(unit, selection, start, url, options, keyring, last):
     _merge(pos, start)
     for trx in result["transactions"]:
         decision, reason = selection.decide(trx)
+        if decision == "gap":
+            raise gap_error(trx, reason)
         if decision == "stop":
             return End(pos, *last, stop_reason=reason)
         if trx.gtid_key and (trx.maria_gtid or isinstance(pos, MysqlGtidSet)):

@@ -22,20 +22,25 @@ from mysqlbackup.binlog import compressed as cz
 from mysqlbackup.binlog import events as ev
 from mysqlbackup.binlog.gtid import gtid_text
 from mysqlbackup.binlog.scan import EventStream, check_magic, iter_events, read_fde
-from mysqlbackup.binlog.transactions import OUTSIDE, TrxTracker
+from mysqlbackup.binlog.transactions import OUTSIDE, TrxTracker, is_control
 from mysqlbackup.errors import CorruptBinlog
 from replay.job.decoding.groups import commit_group
 from replay.job.decoding.transaction import Transaction
 
-# Events replay can apply; anything else inside a transaction is refused by name.
-APPLIABLE = ev.PLAIN_ROWS_EVENTS | {ev.QUERY, ev.XID, ev.TABLE_MAP, ev.INTVAR,
-             ev.MARIA_ANNOTATE_ROWS, ev.ROWS_QUERY, ev.GTID, ev.ANONYMOUS_GTID,
-             ev.GTID_TAGGED, ev.MARIA_GTID}
+# Every event a transaction holds is kept as it is: nothing inside a transaction is
+# judged here (a sink refuses, by name, what it cannot apply, and only for a transaction
+# a replay applies: never one at or after its stop point). An INCIDENT becomes a marker
+# (``Transaction.incident``) that the selection turns into an error where a replay
+# reaches it. A TRANSACTION_PAYLOAD may hold only what follows a GTID event.
 _COMPRESSED = cz.COMPRESSED
-# What a TRANSACTION_PAYLOAD may hold: a transaction's events after its GTID event.
-INNER = APPLIABLE - {ev.GTID, ev.ANONYMOUS_GTID, ev.GTID_TAGGED, ev.MARIA_GTID}
 HEADER_EVENTS = {ev.FORMAT_DESCRIPTION, ev.ROTATE, ev.STOP, ev.PREVIOUS_GTIDS,
                  ev.MARIA_GTID_LIST, ev.MARIA_BINLOG_CHECKPOINT}
+_NOT_INNER = HEADER_EVENTS | {ev.GTID, ev.ANONYMOUS_GTID, ev.GTID_TAGGED, ev.MARIA_GTID,
+                              ev.TRANSACTION_PAYLOAD, ev.INCIDENT}
+# events that carry a statement's context: a transaction holding one (or a statement
+# other than BEGIN/COMMIT/XA/savepoints) runs alone, in the replay's main session
+CONTEXT_EVENTS = {ev.INTVAR, ev.RAND, ev.USER_VAR, ev.BEGIN_LOAD_QUERY, ev.APPEND_BLOCK,
+                  ev.EXECUTE_LOAD_QUERY}
 
 
 def assemble(data, name, base=0, tracker=None, newest=False, facts=None):
@@ -76,10 +81,15 @@ class Assembler:
         etype, tracker = event[4], self.tracker
         if etype == ev.FORMAT_DESCRIPTION:
             self.fde_event = bytes(event)
-        _refuse(etype, off, self.name)
+        if etype == ev.INCIDENT:
+            tracker.feed(event)
+            self.transactions.append(_incident(self.name, off, event, tracker.checksum,
+                                               self.keep_events))
+            return
         if self.current is None and etype not in HEADER_EVENTS:
             self.current = {"file": self.name, "start": off, "events": [], "lengths": [],
-                            "first": bytes(event), "rows": 0, "tables": set()}
+                            "first": bytes(event), "rows": 0, "tables": set(),
+                            "statements": False}
         if etype not in _COMPRESSED:
             plain = None
             tracker.feed(event)
@@ -93,11 +103,13 @@ class Assembler:
         _note(self.facts, event, etype, tracker, self.whole)
         if self.current is not None:
             self.current["lengths"].append(len(event))
-            if plain is None:
-                _collect(self.current, event, tracker, self.keep_events)
-            else:
-                for piece in plain:
+            try:
+                for piece in (event,) if plain is None else plain:
                     _collect(self.current, piece, tracker, self.keep_events)
+            except CorruptBinlog as e:
+                if e.file is not None:
+                    raise
+                raise CorruptBinlog(str(e), self.name, off) from None
         if self.current is not None and tracker.state == OUTSIDE:
             self.transactions.append(_finish(self.current, off + len(event), event, tracker,
                                              self.keep_events))
@@ -176,18 +188,20 @@ def _is_torn(error):
     return str(error).split(": ", 1)[-1].startswith("torn event")
 
 
-def _refuse(etype, off, name):
-    if etype not in APPLIABLE and etype not in _COMPRESSED and etype not in HEADER_EVENTS \
-            and etype != ev.INCIDENT:
-        raise CorruptBinlog(f"{ev.event_name(etype)} event: replay cannot apply it", name, off)
-    if etype == ev.INCIDENT:
-        raise CorruptBinlog("INCIDENT event: the source lost events here; resync required",
-                            name, off)
+def _incident(name, off, event, checksum, keep_events=True):
+    """The marker of an INCIDENT event at ``off``: the source lost events there (its one
+    event held as a transaction's are: bytes, or detached, its length)."""
+    _, kind, message = ev.parse_incident(event, checksum)
+    what = f"INCIDENT event ({kind}{': ' + message if message else ''})"
+    return Transaction(file=name, start=off, end=off + len(event),
+                       commit_ts=ev.parse_header(event).timestamp, incident=what,
+                       events=[bytes(event)] if keep_events else None,
+                       event_lengths=None if keep_events else [len(event)])
 
 
 def _inner_checked(events, off, name):
     for event in events:
-        if event[4] not in INNER:
+        if event[4] in _NOT_INNER:
             raise CorruptBinlog(f"TRANSACTION_PAYLOAD holds a {ev.event_name(event[4])} "
                                 "event: replay cannot apply it", name, off)
         yield event
@@ -225,10 +239,13 @@ def _collect(current, event, tracker, keep_events=True):
     etype = event[4]
     if etype == ev.TABLE_MAP:
         current["tables"].add(table_of(event))
-    elif etype == ev.QUERY and "db" not in current:
-        q = ev.parse_query(event, tracker.checksum, tracker.fde, max_sql=16)
-        if q.sql.strip().upper() not in ("BEGIN", "COMMIT"):
-            current["db"] = q.db
+    elif etype in CONTEXT_EVENTS:
+        current["statements"] = True
+    elif etype == ev.QUERY:
+        q = ev.parse_query(event, tracker.checksum, tracker.fde, max_sql=32)
+        if not is_control(q.sql):
+            current["statements"] = True
+            current.setdefault("db", q.db)
     current["rows"] += etype in ev.ROWS_EVENTS
     if keep_events:
         current["events"].append(bytes(event))
@@ -244,8 +261,9 @@ def _finish(current, end, last_event, tracker, keep_events=True):
         events=current["events"] if keep_events else None,
         event_lengths=None if keep_events else current["lengths"],
         db=current.get("db"),
-        group=commit_group(current["first"], tracker.checksum),
-        rows_events=current["rows"])
+        group=None if current["statements"] else commit_group(current["first"],
+                                                               tracker.checksum),
+        rows_events=current["rows"], statements=current["statements"])
 
 
 def detach_events(transactions, data):
@@ -377,10 +395,14 @@ def _split(data, lengths):
 
 
 def table_of(event):
-    """'db.table' named by a TABLE_MAP event (post-header: table_id 6, flags 2)."""
+    """'db.table' named by a TABLE_MAP event (post-header: table_id 6, flags 2);
+    CorruptBinlog when its lengths run past its end."""
     body = memoryview(event)[ev.HEADER_LEN + 8:]
-    db_len = body[0]
-    db = bytes(body[1:1 + db_len]).decode("utf-8", "replace")
-    t_len = body[2 + db_len]
+    try:
+        db_len = body[0]
+        db = bytes(body[1:1 + db_len]).decode("utf-8", "replace")
+        t_len = body[2 + db_len]
+    except IndexError:
+        raise CorruptBinlog("TABLE_MAP event shorter than its lengths say") from None
     table = bytes(body[3 + db_len:3 + db_len + t_len]).decode("utf-8", "replace")
     return f"{db}.{table}"

@@ -28,6 +28,8 @@ class Transaction:
     rows_events: int = 0
     event_lengths: list = None  # while detached: the length of each event, in order
     db_map: dict = None        # --rewrite-db mapping its statements run under
+    statements: bool = False   # holds a logged statement or its context (runs alone)
+    incident: str = None       # an INCIDENT marker (no transaction): what it says
 
     @property
     def gtid_key(self):

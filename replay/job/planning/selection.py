@@ -12,6 +12,7 @@ from mysqlbackup.binlog import events as ev
 from mysqlbackup.archive.window import contains
 from mysqlbackup.binlog.gtid import one_text
 from mysqlbackup.binlog.position import Position
+from mysqlbackup.errors import CorruptBinlog
 from replay.job.decoding.assemble import table_of
 
 
@@ -54,10 +55,14 @@ class Selection:
             tzinfo=timezone.utc).timestamp() >= self.stop_datetime
 
     def decide(self, trx):
-        """('apply' | 'skip' | 'stop', reason)."""
+        """('apply' | 'skip' | 'stop' | 'gap', reason) of one transaction, in file order:
+        the stop point first, so that nothing at or after it is judged; 'gap': an
+        INCIDENT marker before it (``gap_error`` is what the caller raises)."""
         stop = self._stop(trx)
         if stop:
             return "stop", stop
+        if trx.incident:
+            return "gap", f"{trx.incident}: the source lost events here; resync required"
         parts = trx.gtid_key
         if parts and self.start_gtids is not None and self.start_gtids.contains(*parts):
             return "skip", "in the start GTID set"
@@ -129,6 +134,11 @@ class Selection:
         if ended and not ev.rows_statement_end(kept[-1], fde):
             kept[-1] = ev.with_statement_end(kept[-1], fde, checksum)
         return kept
+
+
+def gap_error(trx, reason):
+    """The CorruptBinlog a replay stops with at an INCIDENT marker it reached."""
+    return CorruptBinlog(reason, trx.file, trx.start)
 
 
 def _bookkeeping(name):
