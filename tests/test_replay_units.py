@@ -81,7 +81,7 @@ def test_steps_of_a_real_mariadb_transaction(shared_binlog):
     assert incomplete is None and len(transactions) == 2
     fde = ev.parse_format_description(fde_event)
     steps = transaction_steps(transactions[0], fde, True)
-    assert [k for k, _ in steps] == ["sql", "binlog", "commit"]
+    assert [k for k, _ in steps] == ["begin", "binlog", "commit"]
     assert steps[0][1] == "BEGIN" and step_sql(*steps[1]).startswith("BINLOG '")
     assert [e[4] for e in steps[1][1]] == [ev.TABLE_MAP, 23]  # whole events, in order
     assert transactions[0].gtid_parts == [0, 1, 1]

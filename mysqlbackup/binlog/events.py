@@ -23,11 +23,12 @@ CRC_LEN = 4
 
 # Event types (MySQL numbering; MariaDB's own start at 160).
 UNKNOWN, START_V3, QUERY, STOP, ROTATE, INTVAR = 0, 1, 2, 3, 4, 5
-RAND, USER_VAR, FORMAT_DESCRIPTION, XID = 13, 14, 15, 16
+APPEND_BLOCK, RAND, USER_VAR, FORMAT_DESCRIPTION, XID = 9, 13, 14, 15, 16
 BEGIN_LOAD_QUERY, EXECUTE_LOAD_QUERY, TABLE_MAP = 17, 18, 19
 INCIDENT, HEARTBEAT, IGNORABLE, ROWS_QUERY = 26, 27, 28, 29
 GTID, ANONYMOUS_GTID, PREVIOUS_GTIDS = 33, 34, 35
-XA_PREPARE, TRANSACTION_PAYLOAD, HEARTBEAT_V2, GTID_TAGGED = 38, 40, 41, 42
+XA_PREPARE, PARTIAL_UPDATE_ROWS = 38, 39
+TRANSACTION_PAYLOAD, HEARTBEAT_V2, GTID_TAGGED = 40, 41, 42
 MARIA_ANNOTATE_ROWS, MARIA_BINLOG_CHECKPOINT, MARIA_GTID, MARIA_GTID_LIST = 160, 161, 162, 163
 MARIA_START_ENCRYPTION = 164
 
@@ -193,12 +194,13 @@ Query = namedtuple("Query", "db sql")
 
 
 def query_parts(event, checksum, fde=None):
-    """(body, status vars, schema, start of the statement) of a QUERY event, as views of
-    its body; raise CorruptBinlog if the inner lengths overflow it."""
+    """(body, status vars, schema, start of the statement) of a QUERY event (or an
+    EXECUTE_LOAD_QUERY, a QUERY with a longer post-header), as views of its body; raise
+    CorruptBinlog if the inner lengths overflow it."""
     body = event_body(event, checksum)
-    phl = post_header_len(fde, QUERY, 13)
+    phl = post_header_len(fde, event[4], 13 if event[4] == QUERY else 26)
     if len(body) < phl:
-        raise CorruptBinlog("QUERY event shorter than its post-header")
+        raise CorruptBinlog(f"{event_name(event[4])} event shorter than its post-header")
     db_len = body[8]
     status_len = struct.unpack_from("<H", body, 11)[0] if phl >= 13 else 0
     db_start = phl + status_len

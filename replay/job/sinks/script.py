@@ -7,8 +7,8 @@ and recorded after, both unlogged (``replay.job.sinks.target`` explains why).
 """
 
 from replay.job.sinks.session import BinlogPacket
-from replay.job.sinks.statements import (MYSQL_GTID_AUTOMATIC, gtid_session, mysql_gtid,
-                                     transaction_steps)
+from replay.job.sinks.statements import (MYSQL_GTID_AUTOMATIC, ddl_prefix, gtid_session,
+                                         mysql_gtid, transaction_steps)
 
 
 def add_gtid(gtids, trx):
@@ -24,27 +24,42 @@ class TrxScript:
 
     def __init__(self, trx, body, commit):
         self.trx, self.body, self.commit = trx, body, commit
-        self.ddl_at = None  # index in body of a statement that commits by itself
+        # a transaction that commits by itself: the index in body of its first statement
+        # of the source's (what errors_if_already_applied reads on a rerun)
+        self.first_raw = None
+        # MariaDB's CREATE ... SELECT: the packets of its DDL, which a rerun cut off after
+        # it skips when they say they ran (the rows' part is one commit of its own)
+        self.ddl_packets = 0
 
 
 def script_transaction(trx, fde, checksum, cap, checkpoint, source, quote, keep_gtid=True):
-    """The TrxScript of ``trx``: SQL text, the source's bytes, or a BinlogPacket (statements,
-    then a BINLOG, which must end its packet); ``checkpoint`` (its row's SQL) goes with
-    its commit. ``quote``: the connection's escape (a value -> an SQL literal).
+    """The TrxScript of ``trx``: SQL text, the source's bytes, a LoadData or a BinlogPacket
+    (statements, then a BINLOG, which must end its packet); ``checkpoint`` (its row's SQL)
+    goes with its commit, or, for a transaction that commits by itself, in a commit of
+    its own after it. ``quote``: the connection's escape (a value -> an SQL literal).
     ``keep_gtid``: the target logs it under its original GTID (else one of its own)."""
     steps = transaction_steps(trx, fde, checksum, cap)
-    session = gtid_session(trx) if keep_gtid else None
-    packets, current = [], [session] if session else []
-    for kind, what in steps:
+    session = gtid_session(trx) if keep_gtid else []
+    prefix = ddl_prefix(steps)
+    packets, current = [], list(session) if prefix is None else []
+    if prefix is not None and keep_gtid:  # the GTID goes with the rows' commit
+        current = ["SET SESSION sql_log_bin=0"]
+    ddl_packets = None
+    for i, (kind, what) in enumerate(steps):
+        if i == prefix:
+            packets += [";\n".join(current)] if current else []
+            ddl_packets, current = len(packets), []
+            if keep_gtid:
+                current = ["SET SESSION sql_log_bin=1"] + session
         if kind == "commit":
             continue  # the checkpoint row goes with the COMMIT: one packet
-        if kind == "sql":
+        if kind in ("sql", "begin"):
             current.append(what)
             continue
         before = "".join(sql + ";\n" for sql in current)
         if kind == "binlog":
             packets.append(BinlogPacket(before, what))
-        else:  # the source's own bytes: a packet of their own
+        else:  # the source's own bytes, or a LoadData: a packet of their own
             packets += [before] if before else []
             packets.append(what)
         current = []
@@ -53,7 +68,11 @@ def script_transaction(trx, fde, checksum, cap, checkpoint, source, quote, keep_
     # MySQL: a GTID set in gtid_next is spent by its commit and must be set again
     automatic = f";\n{MYSQL_GTID_AUTOMATIC}" if session and mysql_gtid(trx) else ""
     if steps[-1][0] == "commit":
-        return TrxScript(trx, packets, f"{checkpoint};\nCOMMIT{automatic}")
+        script = TrxScript(trx, packets, f"{checkpoint};\nCOMMIT{automatic}")
+        script.ddl_packets = ddl_packets or 0
+        script.first_raw = next((i for i, p in enumerate(packets)
+                                 if not isinstance(p, (str, BinlogPacket))), None)
+        return script
     script = _ddl_script(trx, packets, checkpoint, quote(source), quote)
     if automatic:
         script.commit = f"{MYSQL_GTID_AUTOMATIC};\n{script.commit}"
@@ -61,7 +80,8 @@ def script_transaction(trx, fde, checksum, cap, checkpoint, source, quote, keep_
 
 
 def _ddl_script(trx, packets, checkpoint, source, quote):
-    """DDL commits by itself: announced before, recorded after (both unlogged)."""
+    """A transaction that commits by itself (DDL, a non-transactional change, XA PREPARE
+    or COMMIT): announced before, recorded after (both unlogged)."""
     announce = ("SET SESSION sql_log_bin=0;\nREPLACE INTO mysqlbackup_replay.pending_ddl "
                 f"(source, file, start, gtid) VALUES ({source}, {quote(trx.file)}, "
                 f"{trx.start}, {quote(trx.gtid or '')});\n"
@@ -69,8 +89,8 @@ def _ddl_script(trx, packets, checkpoint, source, quote):
     script = TrxScript(trx, [announce] + packets, "SET SESSION sql_log_bin=0;\nBEGIN;\n"
                 f"{checkpoint};\nDELETE FROM mysqlbackup_replay.pending_ddl WHERE "
                 f"source = {source};\nCOMMIT;\nSET SESSION sql_log_bin=1")
-    raw = [i for i, packet in enumerate(packets) if isinstance(packet, bytes)]
-    script.ddl_at = 1 + raw[0] if len(raw) == 1 else None  # after the announcement
+    raw = [i for i, packet in enumerate(packets) if not isinstance(packet, (str, BinlogPacket))]
+    script.first_raw = 1 + raw[0] if raw else None  # after the announcement
     return script
 
 

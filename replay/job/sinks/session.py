@@ -8,6 +8,8 @@ SQL text, the source's own statement bytes, and BINLOG statements of row events
 """
 
 import base64
+import os
+import tempfile
 
 import pymysql
 from pymysql.constants import CLIENT
@@ -17,7 +19,7 @@ from mysqlbackup.source.connect import ACCESS_DENIED, denied, tls_failure
 from mysqlbackup.source.connect import connect as tls_connect
 from mysqlbackup.source.protocol import (COM_STMT_EXECUTE, COM_STMT_PREPARE, parse_prepare_ok,
                                          stmt_execute_blob_args)
-from replay.job.sinks.statements import binlog_statement
+from replay.job.sinks.statements import LoadData, binlog_statement
 
 CHECKPOINT_DDL = (
     "CREATE TABLE IF NOT EXISTS mysqlbackup_replay.checkpoint (source VARCHAR(128) NOT NULL, "
@@ -44,8 +46,12 @@ TARGET_PASSWORD_FROM = ("MYSQLBACKUP_TARGET_PASSWORD, MYSQLBACKUP_PASSWORD or "
 
 def connect(spec):
     """A TargetSession on a new connection to ``spec`` (autocommit, multi-statements,
-    its TLS settings)."""
-    return TargetSession(connect_target(spec, client_flag=CLIENT.MULTI_STATEMENTS))
+    LOAD DATA LOCAL, its TLS settings), in pseudo-replica mode as the engines' binlog
+    readers start their output (``TargetSession.pseudo_replica``)."""
+    session = TargetSession(connect_target(spec, client_flag=CLIENT.MULTI_STATEMENTS,
+                                           local_infile=True))
+    session.pseudo_replica()
+    return session
 
 
 def connect_target(spec, **kwargs):
@@ -66,6 +72,9 @@ class TargetSession:
 
     def __init__(self, conn):
         self.conn, self.fde = conn, None
+        # the client reads a local file only for our own LOAD DATA (``load``): a server
+        # asking at any other time is refused
+        conn._local_infile = False
         self.fragment_stmt = None  # id of the prepared FRAGMENT_SET
         # MySQL: a format description applied with BINLOG leaves gtid_next to be set
         # (ANONYMOUS, refused under GTID_MODE=ON): the statement that sets it back
@@ -81,6 +90,14 @@ class TargetSession:
                 while cur.nextset():
                     pass
         return rows
+
+    def pseudo_replica(self):
+        """Pseudo-replica mode (``pseudo_slave_mode``, MySQL's ``pseudo_replica_mode``),
+        as ``mariadb-binlog``/``mysqlbinlog`` output sets it: an XA transaction is let go
+        of at XA PREPARE, so that the session goes on with the next transaction."""
+        mariadb = "mariadb" in self.run("SELECT VERSION()")[0][0].lower()
+        self.run(f"SET @@session.{'pseudo_slave_mode' if mariadb else 'pseudo_replica_mode'}"
+                 " = 1")
 
     def create_tables(self, logged=False):
         """The checkpoint and pending_ddl tables: unlogged (they invent no GTID), or
@@ -98,10 +115,25 @@ class TargetSession:
             self.fde = fde_event
 
     def send(self, packet, fragments):
-        """One packet of a script: SQL text or bytes, or a BinlogPacket."""
+        """One packet of a script: SQL text or bytes, a LoadData or a BinlogPacket."""
         if isinstance(packet, BinlogPacket):
             return self.binlog(packet.events, packet.before, fragments)
+        if isinstance(packet, LoadData):
+            return self.load(packet)
         return self.run(packet)
+
+    def load(self, load):
+        """Run a LOAD DATA LOCAL INFILE of ``load``'s bytes: they go to a private file for
+        the statement's time (the client sends the file the server then asks for)."""
+        fd, path = tempfile.mkstemp(prefix="mysqlbackup-load-")
+        try:
+            with os.fdopen(fd, "wb") as f:
+                f.write(load.data)
+            self.conn._local_infile = True
+            return self.run(load.statement(path))
+        finally:
+            self.conn._local_infile = False
+            os.unlink(path)
 
     def binlog(self, events, before="", fragments=True):
         """Apply whole events with BINLOG after ``before`` (statements in the same

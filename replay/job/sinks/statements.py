@@ -1,30 +1,72 @@
 """One transaction -> the SQL that applies it on a MySQL/MariaDB target (pure).
 
-Row events go as a ``BINLOG '<base64>'`` statement (the server's own row
-applier, as for ``mariadb-binlog | mariadb``), after one BINLOG of the file's
-format description per connection. Statements (DDL, statement-based DML) run
-as their raw bytes (kind 'raw', in the source's character set) under ``USE db``
-(none when the event's header flags LOG_EVENT_SUPPRESS_USE_F, as for CREATE DATABASE),
-after the ``SET`` statements that recreate the source session (timestamp,
-sql_mode, character sets, time zone, checks: ``mysqlbackup.query_vars``); the
-session is reset afterwards. The original MariaDB GTID is kept through the
+The events are turned into statements as the engine's own binlog reader prints them
+(``mariadb-binlog`` / ``mysqlbinlog``), so that ``... | mariadb`` and this replay apply
+the same thing: row events as a ``BINLOG '<base64>'`` statement (the server's own row
+applier), after one BINLOG of the file's format description per connection; a logged
+statement (DDL, statement-based DML) as its raw bytes (kind 'raw', in the source's
+character set) under ``USE db`` (none when the event's header flags
+LOG_EVENT_SUPPRESS_USE_F, as for CREATE DATABASE), after the ``SET`` statements that
+recreate the source session (``mysqlbackup.binlog.query_vars``: timestamp, the source
+session's thread id, sql_mode, AUTO_INCREMENT steps, character sets, time zone, ...),
+and after its context (``mysqlbackup.binlog.context``: INSERT_ID/LAST_INSERT_ID, the
+RAND seeds, user variables); LOAD DATA as ``LOAD DATA LOCAL INFILE`` of the bytes its
+load blocks carry (kind 'load'); an XA transaction's XA START / XA PREPARE from its
+events; the session is reset afterwards. The original MariaDB GTID is kept through the
 session variables ``gtid_domain_id``, ``server_id`` and ``gtid_seq_no``.
+
+A transaction opened by BEGIN and committed by an XID ends with the kind 'commit': its
+applier may put a row of its own into that commit. Any other one (DDL, a
+non-transactional change committed by COMMIT, an XA PREPARE, XA COMMIT, MySQL's
+CREATE ... SELECT) commits by itself. MariaDB's CREATE ... SELECT logged in rows is a
+GTID group holding a DDL (its CREATE TABLE commits by itself) and then the rows: its
+steps are the DDL, then a 'begin' and the rows up to the 'commit' (no client session
+can log the two as one transaction: ``script.script_transaction`` logs the rows'
+part under the GTID).
 """
 
 import base64
 import re
-import struct
+from dataclasses import dataclass
 
+from pymysql.charset import charset_by_id
+
+from mysqlbackup.binlog import context as cx
 from mysqlbackup.binlog import events as ev
 from mysqlbackup.binlog.query_vars import RESET_SESSION, raw_query, session_statements
 from mysqlbackup.binlog.transactions import classify_sql
-from mysqlbackup.errors import CorruptBinlog
+from mysqlbackup.errors import MysqlBackupError
 
 LOG_EVENT_SUPPRESS_USE_F = 0x0008  # header flag: run without USE (CREATE/DROP DATABASE)
 BINLOG_CAP = 4 << 20  # raw bytes a BINLOG statement gathers before it ends at a statement
-ROW_EVENTS = ev.PLAIN_ROWS_EVENTS | {ev.TABLE_MAP}
+ROW_EVENTS = ev.PLAIN_ROWS_EVENTS | {ev.TABLE_MAP, ev.PARTIAL_UPDATE_ROWS}
 SKIPPED = {ev.MARIA_ANNOTATE_ROWS, ev.ROWS_QUERY, ev.GTID, ev.ANONYMOUS_GTID, ev.GTID_TAGGED,
            ev.MARIA_GTID, ev.XID}
+FL_DDL = 0x20  # MariaDB GTID event flag: the group holds a DDL
+# MySQL 8.0.21+ logs CREATE ... SELECT as "CREATE TABLE t (...) START TRANSACTION ..."
+_STARTS_TRANSACTION = re.compile(rb"\s*CREATE\b.*\)\s*START\s+TRANSACTION\b", re.I | re.S)
+# MySQL and MariaDB start pseudo-replica mode as their binlog readers' output does: an XA
+# transaction is let go of at XA PREPARE (the session goes on), BINLOG takes any event
+PSEUDO_REPLICA = "SET @@session.pseudo_slave_mode=1"
+
+
+class UnappliableEvent(MysqlBackupError):
+    """A transaction holds an event the statements way cannot turn into SQL."""
+
+
+@dataclass(frozen=True)
+class LoadData:
+    """A LOAD DATA statement and the bytes of its file: ``before`` + the file's name
+    as a quoted string + ``after`` is the statement (``LOCAL INFILE`` in it)."""
+
+    before: bytes
+    after: bytes
+    data: bytes
+
+    def statement(self, path):
+        """The statement reading the file ``path``."""
+        quoted = path.replace("\\", "\\\\").replace("'", "\\'")
+        return self.before + quoted.encode() + self.after
 
 
 def binlog_statement(events):
@@ -48,9 +90,23 @@ def binlog_chunks(events, fde, cap):
     return chunks
 
 
+def ddl_prefix(steps):
+    """The number of steps before the 'begin' that follows a DDL (MariaDB's CREATE ...
+    SELECT, see the module's docstring), else None."""
+    seen_raw = False
+    for i, (kind, _) in enumerate(steps):
+        if kind == "begin":
+            return i if seen_raw else None
+        seen_raw = seen_raw or kind in ("raw", "load")
+    return None
+
+
 def step_sql(kind, what):
-    """The text (or the source's bytes) of one step, as a SQL file or client sends it."""
-    return binlog_statement(what) if kind == "binlog" else what
+    """The text (or the source's bytes) of one step, as a SQL file or client sends it
+    (a 'load' step: its statement with the file's name left to fill in)."""
+    if kind == "binlog":
+        return binlog_statement(what)
+    return what.statement("{file}") if kind == "load" else what
 
 
 def mergeable(trx, checksum, fde):
@@ -79,10 +135,13 @@ _AGAIN = {("CREATE", "DATABASE"): {1007}, ("DROP", "DATABASE"): {1008},
           ("DROP", "INDEX"): {1091}, ("CREATE", "TRIGGER"): {1359},
           ("DROP", "TRIGGER"): {1360}, ("CREATE", "PROCEDURE"): {1304},
           ("CREATE", "FUNCTION"): {1304}, ("DROP", "PROCEDURE"): {1305},
-          ("DROP", "FUNCTION"): {1305}, ("CREATE", "USER"): {1396}, ("DROP", "USER"): {1396}}
+          ("DROP", "FUNCTION"): {1305}, ("CREATE", "USER"): {1396}, ("DROP", "USER"): {1396},
+          # XA: the XID prepared already (XAER_DUPID), committed or rolled back (XAER_NOTA)
+          ("XA", "START"): {1440}, ("XA", "COMMIT"): {1397}, ("XA", "ROLLBACK"): {1397}}
 _OBJECTS = {"DATABASE": "DATABASE", "SCHEMA": "DATABASE", "TABLE": "TABLE", "VIEW": "VIEW",
             "INDEX": "INDEX", "TRIGGER": "TRIGGER", "PROCEDURE": "PROCEDURE",
-            "FUNCTION": "FUNCTION", "USER": "USER"}
+            "FUNCTION": "FUNCTION", "USER": "USER", "START": "START", "COMMIT": "COMMIT",
+            "ROLLBACK": "ROLLBACK"}
 
 
 def errors_if_already_applied(sql):
@@ -106,15 +165,18 @@ MYSQL_GTID_AUTOMATIC = "SET SESSION gtid_next='AUTOMATIC'"
 
 
 def gtid_session(trx):
-    """SET statement that makes the target log the transaction under its original GTID:
-    MariaDB's domain, server_id and seq_no; MySQL's gtid_next (``mysql_gtid``: the
-    session must set it again after the commit, ``MYSQL_GTID_AUTOMATIC``)."""
+    """The SET statements (a list; empty without a GTID) that make the target log the
+    transaction under its original GTID: MariaDB's domain, server_id and seq_no, each a
+    statement of its own (the server checks a seq_no against the domain and server_id
+    in force before its SET); MySQL's gtid_next (``mysql_gtid``: the session must set
+    it again after the commit, ``MYSQL_GTID_AUTOMATIC``)."""
     if trx.maria_gtid:
         domain, server_id, seq = trx.maria_gtid
-        return f"SET SESSION gtid_domain_id={domain}, server_id={server_id}, gtid_seq_no={seq}"
+        return [f"SET SESSION gtid_domain_id={domain}", f"SET SESSION server_id={server_id}",
+                f"SET SESSION gtid_seq_no={seq}"]
     if mysql_gtid(trx):
-        return f"SET SESSION gtid_next='{trx.gtid}'"
-    return None
+        return [f"SET SESSION gtid_next='{trx.gtid}'"]
+    return []
 
 
 def mysql_gtid(trx):
@@ -126,36 +188,151 @@ def mysql_gtid(trx):
 def transaction_steps(trx, fde, checksum, cap=BINLOG_CAP):
     """[(kind, what)] for one transaction: 'sql' (text), 'binlog' (a list of whole row
     events for one BINLOG statement, which must end its packet), 'raw' (bytes: a
-    packet of its own) and 'commit'.
-
-    A transaction with a commit (XID or COMMIT) is wrapped in BEGIN/COMMIT; a
-    standalone statement (DDL) runs alone. ``checksum``: events carry a CRC32.
-    """
-    steps, rows = [], []
-    transactional = any(e[4] == ev.XID or _is_commit(e, checksum, fde) for e in trx.events)
-    if transactional:
-        steps.append(("sql", "BEGIN"))
+    packet of its own), 'load' (a LoadData: a packet of its own) and, last, 'commit'
+    for a transaction opened by BEGIN and committed by an XID (see the module's
+    docstring). ``checksum``: events carry a CRC32. UnappliableEvent for an event
+    that has no SQL form, naming the transaction."""
+    walk = _Walk(trx, fde, checksum, cap)
     for event in trx.events:
+        walk.event(event)
+    return walk.finish()
+
+
+class _Walk:
+    """One transaction's events, in order, into its steps (``transaction_steps``)."""
+
+    def __init__(self, trx, fde, checksum, cap):
+        self.trx, self.fde, self.checksum, self.cap = trx, fde, checksum, cap
+        self.mariadb = ev.is_mariadb_version(fde.server_version)
+        self.steps, self.rows, self.blocks, self.begun = [], [], {}, False
+        self.ddl_group = False  # a MariaDB GTID group holding a DDL and rows
+
+    def event(self, event):
         etype = event[4]
         if etype in ROW_EVENTS:
-            rows.append(event)
-            continue
-        if etype in SKIPPED:
-            continue  # an Annotate_rows between statements need not end a BINLOG
-        if rows:
-            steps += [("binlog", chunk) for chunk in binlog_chunks(rows, fde, cap)]
-            rows = []
-        steps.extend(_other(event, etype, checksum, fde, trx.db_map or {}))
-    if rows:
-        steps += [("binlog", chunk) for chunk in binlog_chunks(rows, fde, cap)]
-    if transactional:
-        steps.append(("commit", "COMMIT"))
-    return steps
+            self.rows.append(event)
+            return
+        if etype in SKIPPED and etype not in (ev.MARIA_GTID, ev.XID):
+            return  # an Annotate_rows between statements need not end a BINLOG
+        self._flush_rows()
+        handler = _HANDLERS.get(etype)
+        if handler is None:
+            raise UnappliableEvent(
+                f"transaction {self.trx.gtid or '(no GTID)'} at {self.trx.file}:"
+                f"{self.trx.start} holds a {ev.event_name(etype)} event, which the "
+                "statements way cannot apply: use --apply native, or the engine's own "
+                "binlog reader")
+        handler(self, event)
+
+    def finish(self):
+        self._flush_rows()
+        return self.steps
+
+    def _flush_rows(self):
+        if self.rows:
+            self.steps += [("binlog", chunk) for chunk in binlog_chunks(self.rows, self.fde,
+                                                                       self.cap)]
+            self.rows = []
+
+    def _maria_gtid(self, event):
+        g = ev.parse_maria_gtid(event, self.checksum)
+        if g.flags & cx.FL_PREPARED_XA:
+            xid = cx.maria_gtid_xid(event, self.checksum)
+            self.steps.append(("raw", f"XA START {cx.xid_sql(xid)}".encode()))
+        elif g.flags & FL_DDL and not g.flags & ev.FL_STANDALONE:
+            self.ddl_group = True  # its BEGIN comes after the DDL (``_statement``)
+        elif not g.flags & ev.FL_STANDALONE:
+            self._begin()
+
+    def _begin(self):
+        self.steps.append(("begin", "BEGIN"))
+        self.begun = True
+
+    def _query(self, event):
+        q = raw_query(event, self.checksum, self.fde)
+        head = q.sql[:20].decode("ascii", "replace").strip().rstrip(";").strip().upper()
+        if head in ("BEGIN", "START TRANSACTION"):
+            return self._begin()
+        if head in ("COMMIT", "ROLLBACK"):
+            return self.steps.append(("sql", head))  # a non-transactional group's end
+        self._statement(event, q, ("raw", q.sql))
+
+    def _statement(self, event, q, step):
+        db = None if suppresses_use(event) else (self.trx.db_map or {}).get(q.db, q.db)
+        use = [("sql", f"USE `{db.replace('`', '``')}`")] if db else []
+        self.steps += [("sql", sql) for sql in session_statements(q, self.mariadb)] + use
+        self.steps.append(step)
+        if _STARTS_TRANSACTION.match(q.sql):
+            # MySQL's CREATE ... SELECT: nothing but its rows and COMMIT may follow, and
+            # it commits by itself (no row of the applier's may join its commit)
+            self.begun = False
+            return
+        self.steps.append(("sql", RESET_SESSION))
+        if self.ddl_group and not self.begun:
+            self._begin()
+
+    def _load_block(self, event):
+        file_id, data = cx.parse_load_block(event, self.checksum)
+        self.blocks[file_id] = self.blocks.get(file_id, b"") + data
+
+    def _execute_load(self, event):
+        q = raw_query(event, self.checksum, self.fde)
+        load = cx.parse_execute_load(event, self.checksum)
+        dup = {cx.LOAD_DUP_IGNORE: b" IGNORE", cx.LOAD_DUP_REPLACE: b" REPLACE"}.get(
+            load.dup, b"")
+        step = LoadData(q.sql[:load.start] + b" LOCAL INFILE '",
+                        b"'" + dup + b" INTO" + q.sql[load.end:],
+                        self.blocks.pop(load.file_id, b""))
+        self._statement(event, q, ("load", step))
+
+    def _intvar(self, event):
+        name, value = cx.parse_intvar(event, self.checksum)
+        self.steps.append(("sql", f"SET {name}={value}"))
+
+    def _rand(self, event):
+        seed1, seed2 = cx.parse_rand(event, self.checksum)
+        self.steps.append(("sql", f"SET @@RAND_SEED1={seed1}, @@RAND_SEED2={seed2}"))
+
+    def _user_var(self, event):
+        self.steps.append(("sql", user_var_sql(cx.parse_user_var(event, self.checksum))))
+
+    def _xid(self, event):
+        self.steps.append(("commit", "COMMIT") if self.begun else ("sql", "COMMIT"))
+
+    def _xa_prepare(self, event):
+        one_phase, xid = cx.parse_xa_prepare(event, self.checksum)
+        verb = f"XA COMMIT {cx.xid_sql(xid)} ONE PHASE" if one_phase else \
+            f"XA PREPARE {cx.xid_sql(xid)}"
+        self.steps.append(("raw", verb.encode()))
 
 
-def _is_commit(event, checksum, fde):
-    return event[4] == ev.QUERY and classify_sql(
-        ev.parse_query(event, checksum, fde, max_sql=64).sql) == "commit"
+_HANDLERS = {
+    ev.MARIA_GTID: _Walk._maria_gtid, ev.QUERY: _Walk._query,
+    ev.BEGIN_LOAD_QUERY: _Walk._load_block, ev.APPEND_BLOCK: _Walk._load_block,
+    ev.EXECUTE_LOAD_QUERY: _Walk._execute_load, ev.INTVAR: _Walk._intvar,
+    ev.RAND: _Walk._rand, ev.USER_VAR: _Walk._user_var, ev.XID: _Walk._xid,
+    ev.XA_PREPARE: _Walk._xa_prepare,
+}
+
+
+def user_var_sql(var):
+    """The SET of a user variable (a ``context.UserVar``), as mysqlbinlog prints it."""
+    name = "@`" + var.name.replace("`", "``") + "`"
+    if var.kind == "null":
+        value = "NULL"
+    elif var.kind == "string":
+        try:
+            cs = charset_by_id(var.charset)
+        except KeyError:
+            raise UnappliableEvent(f"user variable {name} is in collation {var.charset}, "
+                                   "which this replay does not know by name") from None
+        value = f"_{cs.name} X'{var.value.hex().upper()}' COLLATE `{cs.collation}`"
+    elif var.kind == "real":
+        value = repr(var.value)
+        value += "" if "e" in value or "n" in value else "e0"  # a DOUBLE, not a DECIMAL
+    else:
+        value = str(var.value)
+    return f"SET {name}:={value}"
 
 
 def suppresses_use(event):
@@ -163,22 +340,3 @@ def suppresses_use(event):
     sets LOG_EVENT_SUPPRESS_USE_F on CREATE/DROP DATABASE, whose ``db`` is the very
     database they create or drop (mysqlbinlog prints no ``use`` for them either)."""
     return bool(ev.parse_header(event).flags & LOG_EVENT_SUPPRESS_USE_F)
-
-
-def _other(event, etype, checksum, fde, db_map):
-    if etype in SKIPPED:
-        return []
-    if etype == ev.QUERY:
-        if classify_sql(ev.parse_query(event, checksum, fde, max_sql=64).sql) != "other":
-            return []  # BEGIN / COMMIT come from the wrapping
-        q = raw_query(event, checksum, fde)
-        db = None if suppresses_use(event) else db_map.get(q.db, q.db)
-        use = [("sql", f"USE `{db.replace('`', '``')}`")] if db else []
-        return ([("sql", sql) for sql in session_statements(q)] + use
-                + [("raw", q.sql), ("sql", RESET_SESSION)])
-    if etype == ev.INTVAR:
-        body = ev.event_body(event, checksum)
-        kind, value = struct.unpack_from("<BQ", body, 0)
-        name = "LAST_INSERT_ID" if kind == 1 else "INSERT_ID"
-        return [("sql", f"SET {name}={value}")]
-    raise CorruptBinlog(f"{ev.event_name(etype)} event: replay cannot apply it")

@@ -206,28 +206,61 @@ class TargetApplier(Sink):
     def _apply_serially(self, transactions, fde_event, fde, checksum):
         session = self.sessions[0]
         for trx in transactions:
-            script, sent = self._script(trx, fde, checksum, self.applied, 0), 0
+            script, sent = self._script(trx, fde, checksum, self.applied, 0), [0]
+            self._check_cut_off(trx, script)
             try:
                 session.use_fde(fde_event)
-                for packet in script.body:
-                    session.send(packet, self.mariadb)
-                    sent += 1
+                self._send_body(session, trx, script, sent)
                 session.run(script.commit)
                 self.commits += 1
             except pymysql.err.MySQLError as e:
                 session.rollback()
                 if not self._ran_before(trx, e, session, script):
-                    if sent == script.ddl_at:  # the DDL itself was refused: it did not run
+                    if sent[0] == script.first_raw:  # refused at once: nothing of it ran
                         self._withdraw(session)
                     raise ApplyError(f"the target refused transaction {trx.gtid or ''} "
                                      f"at {trx.file}:{trx.start}: {e.args[-1]}") from None
             self._mark(script.trx)
 
+    def _send_body(self, session, trx, script, sent):
+        """Send ``script``'s body; ``sent[0]``: how many packets went. The DDL of a
+        MariaDB CREATE ... SELECT that a run cut off after it already made is skipped
+        (its rows' part, one commit with the checkpoint row, did not happen)."""
+        while sent[0] < len(script.body):
+            try:
+                session.send(script.body[sent[0]], self.mariadb)
+            except pymysql.err.MySQLError as e:
+                if not (sent[0] < script.ddl_packets and trx.start_position == self.position
+                        and e.args[0] in _again(script.body[script.first_raw])):
+                    raise
+                log.warning("%s at %s:%s: its DDL was made by an earlier run cut off "
+                            "before its rows (%s); applying its rows", trx.gtid or "the "
+                            "transaction", trx.file, trx.start, e.args[-1])
+                sent[0] = script.ddl_packets
+                continue
+            sent[0] += 1
+
+    def _check_cut_off(self, trx, script):
+        """ApplyError when an earlier run was cut off in ``trx``, a transaction that commits
+        by itself, and nothing tells whether it ran: a target without a binlog keeps no
+        GTIDs, and it is neither a DDL nor an XA statement (whose second run says so)."""
+        if self.pending_ddl != trx.start_position or self.binlog or not self.mariadb:
+            return
+        if script.first_raw is not None and _again(script.body[script.first_raw]):
+            return
+        raise ApplyError(
+            f"an earlier run was cut off while applying transaction {trx.gtid or ''} at "
+            f"{trx.file}:{trx.start}, which commits by itself (non-transactional tables), "
+            "and this target (no binlog, no GTIDs) cannot tell whether it ran: compare its "
+            "tables with the source's at that transaction, then delete the row of "
+            "mysqlbackup_replay.pending_ddl to apply it, or restore into a new server")
+
     def _ran_before(self, trx, error, session, script):
-        """True (and its checkpoint written) when ``trx`` is the DDL an earlier run was
-        cut off in, and the target says it is already there (MariaDB DDL is atomic)."""
-        if self.pending_ddl != trx.start_position or script.ddl_at is None or \
-                error.args[0] not in errors_if_already_applied(script.body[script.ddl_at]):
+        """True (and its checkpoint written) when ``trx`` is the DDL (or XA statement) an
+        earlier run was cut off in, and the target says it is already there (MariaDB DDL
+        is atomic)."""
+        if self.pending_ddl != trx.start_position or script.first_raw is None or \
+                error.args[0] not in _again(script.body[script.first_raw]):
             return False
         log.warning("%s at %s:%s was cut off in an earlier run and the target already has "
                     "it (%s); recorded as applied", trx.gtid or "the statement",
@@ -264,6 +297,12 @@ class TargetApplier(Sink):
         for session in self.sessions:
             session.close()
         self.sessions = []
+
+
+def _again(packet):
+    """The error codes the statement ``packet`` gives when it already ran (see
+    ``errors_if_already_applied``; none for a LOAD DATA)."""
+    return errors_if_already_applied(packet) if isinstance(packet, (bytes, str)) else set()
 
 
 def _union(gtids, more):
