@@ -15,13 +15,13 @@ from mysqlbackup.stream import archiver as archiver_module
 from mysqlbackup.archive import importer as importer_module
 from mysqlbackup.stream.archiver import Archiver
 from mysqlbackup.archive.upload import UploadMismatch
-from mysqlbackup.archive.index import IndexBuilder, build_index
+from mysqlbackup.archive.index import STATEMENT_CONTEXT, IndexBuilder, build_index
 from mysqlbackup.archive.importer import import_directory
 from mysqlbackup.archive.store import ArchiveStore
 from mysqlbackup.binlog import events as ev
 from mysqlbackup.binlog.gtid import gtid_text
 from mysqlbackup.binlog.scan import EventStream, iter_events
-from mysqlbackup.binlog.transactions import IN_TRX, INERT_IN_TRX, TrxTracker
+from mysqlbackup.binlog.transactions import IN_TRX, INERT_IN_TRX, TrxTracker, is_control
 from mysqlbackup.errors import CorruptBinlog
 from mysqlbackup.localdir.state import State, save_state
 from tests.bigbinlog import grow_binlog
@@ -38,7 +38,9 @@ CHUNKS = (None, 1, 7, 4096, 1 << 20)  # None: build_index over the whole bytes
 def reference_index(data, name, predecessor=None, start=0, tracker=None, source=None,
                     where=None):
     """build_index as it was before the one-pass pipeline, kept verbatim as the
-    reference the streamed index must equal field for field."""
+    reference the streamed index must equal field for field (and the later count of
+    statement-based transactions: an event that makes the open one so, counted as it
+    ends)."""
     import hashlib
     from datetime import datetime, timezone
 
@@ -47,7 +49,9 @@ def reference_index(data, name, predecessor=None, start=0, tracker=None, source=
     tracker = tracker or TrxTracker()
     before = str(tracker.gtids) if tracker.gtids is not None else None
     info = {"first_gtid": None, "last_gtid": None, "first_commit": None,
-            "last_commit": None, "transactions": 0, "next_file": None, "server_id": None}
+            "last_commit": None, "transactions": 0, "next_file": None, "server_id": None,
+            "statements": 0}
+    statement = False
     offset = 4 if start == 0 else 0
     checksum = None if start == 0 else tracker.checksum
     for off, event in iter_events(data, offset, checksum, file=where or name, base=start):
@@ -56,9 +60,15 @@ def reference_index(data, name, predecessor=None, start=0, tracker=None, source=
         header = ev.parse_header(event)
         if off == 4:
             info["server_id"] = header.server_id
+        if tracker.state == IN_TRX and (event[4] in STATEMENT_CONTEXT or (
+                event[4] == ev.QUERY and not is_control(
+                    ev.parse_query(event, tracker.checksum, tracker.fde).sql))):
+            statement = True
         count = tracker.transactions
         tracker.feed(event)
         if tracker.transactions > count:
+            info["statements"] += statement
+            statement = False
             info["transactions"] += 1
             info["first_commit"] = info["first_commit"] or header.timestamp
             info["last_commit"] = header.timestamp

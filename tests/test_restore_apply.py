@@ -4,6 +4,7 @@ the restores that exercise each way against real servers are in test_restore.py 
 test_native_apply.py."""
 
 from dataclasses import dataclass, field
+from types import SimpleNamespace
 
 from mysqlbackup.source.spec import SourceSpec
 from replay.job.engines import LOCAL_MAX_BYTES, choose_engine
@@ -22,6 +23,7 @@ class Plan:
         "id": "20261126T100000Z", "method": "dump", "gtid": "0-1-42",
         "gtid_flavor": "mariadb"})
     bytes_to_read: int = 100 * MB
+    spans: tuple = ()
 
 
 def local_target():
@@ -50,6 +52,34 @@ def test_auto_is_native_where_the_base_and_the_target_allow_it():
     assert choice.lines(RestoreOptions("file:///a", workers=3)) == [
         "apply: native (auto: the target's own applier, nothing decoded here; the target's "
         "replication applier, 3 parallel threads, fed by mysqlbackup serve on loopback)"]
+
+
+def test_native_runs_one_thread_where_parallel_apply_would_not_be_exact():
+    """The target's parallel applier is exact for row events of one GTID domain; a
+    statement-based transaction, a second MariaDB domain, or an index that does not say
+    make it one thread, and the plan's line says why."""
+    def line(*spans, workers=4):
+        plan = Plan(spans=tuple(SimpleNamespace(statements=s, gtid_after=after)
+                                for s, after in spans))
+        opts = RestoreOptions("file:///a", local_target(), workers=workers)
+        return choose_apply(opts, plan).lines(opts)[0].split("; ")[1]
+    assert line((0, "0-1-50"), (0, "0-1-90")) == (
+        "the target's replication applier, 4 parallel threads, fed by mysqlbackup serve on "
+        "loopback)")
+    assert line((0, "0-1-50"), (2, "0-1-90")) == (
+        "the target's replication applier, one thread, not 4: 2 statement-based "
+        "transactions: their values follow the order they are applied in, fed by "
+        "mysqlbackup serve on loopback)")
+    assert line((0, "0-1-50,1-1-3")) == (
+        "the target's replication applier, one thread, not 4: GTID domains 0, 1: a parallel "
+        "replica applies each domain on its own, out of the binlog's order, fed by "
+        "mysqlbackup serve on loopback)")
+    assert line((None, "0-1-50"), (0, "0-1-90")) == (
+        "the target's replication applier, one thread, not 4: the indexes of 1 of the files "
+        "do not say whether they hold statement-based transactions (archived by an older "
+        "version), fed by mysqlbackup serve on loopback)")
+    assert line((0, "0-1-50,1-1-3"), workers=1) == (
+        "the target's replication applier, one thread, fed by mysqlbackup serve on loopback)")
 
 
 def test_auto_says_why_not_native_and_which_engine_decodes():

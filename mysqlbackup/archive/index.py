@@ -4,7 +4,9 @@ streamed a chunk at a time).
 Replay picks files for a stop point from these without reading the files: size,
 sha256, first/last GTID, first/last commit time (UTC), transaction count, the
 GTID set before and after the file, the server that wrote it, its predecessor
-and the file its ROTATE names.
+and the file its ROTATE names; ``statements``: how many of its transactions hold a
+logged statement or its context (statement-based DML: a native apply runs those
+one thread, ``replay.restore.native``; absent from an index written before it).
 
 The checks over indexes live here too (``compare_index``, ``check_chain``,
 ``check_segments``): each problem is a short sentence naming the object and, where it
@@ -20,7 +22,7 @@ from mysqlbackup.binlog import events as ev
 from mysqlbackup.binlog.gtid import gtid_text
 from mysqlbackup.binlog.names import next_binlog_name
 from mysqlbackup.binlog.scan import EventStream
-from mysqlbackup.binlog.transactions import IN_TRX, INERT_IN_TRX, TrxTracker
+from mysqlbackup.binlog.transactions import IN_TRX, INERT_IN_TRX, TrxTracker, is_control
 from mysqlbackup.errors import CorruptBinlog
 
 INDEX_VERSION = 1
@@ -63,7 +65,8 @@ class IndexBuilder:
         self.before = str(tracker.gtids) if tracker.gtids is not None else None
         self.info = {"first_gtid": None, "last_gtid": None, "first_commit": None,
                      "last_commit": None, "transactions": 0, "next_file": None,
-                     "server_id": None}
+                     "server_id": None, "statements": 0}
+        self._statement_open = False  # the open transaction holds a statement
         self.size, self._sha = 0, hashlib.sha256()
         self.boundary = start or len(ev.MAGIC)
         self.stream = EventStream(self._event, where or name, start=start,
@@ -84,7 +87,12 @@ class IndexBuilder:
         tracker = self.tracker
         if tracker.state == IN_TRX and event[4] in INERT_IN_TRX:
             return  # the bulk of a row-based file: nothing to count
-        _account(self.info, tracker, event, off == 4)
+        if tracker.state == IN_TRX and _is_statement(event, tracker):
+            self._statement_open = True
+        ended = _account(self.info, tracker, event, off == 4)
+        if ended:
+            self.info["statements"] += self._statement_open
+            self._statement_open = False
         if event[4] == ev.FORMAT_DESCRIPTION and self.start == 0:
             self.before = None
         if event[4] in (ev.MARIA_GTID_LIST, ev.PREVIOUS_GTIDS) and self.before is None:
@@ -108,7 +116,22 @@ class IndexBuilder:
         }
 
 
+# events that carry a logged statement's context (INTVAR, RAND, USER_VAR, LOAD DATA)
+STATEMENT_CONTEXT = frozenset({ev.INTVAR, ev.RAND, ev.USER_VAR, ev.BEGIN_LOAD_QUERY,
+                               ev.APPEND_BLOCK, ev.EXECUTE_LOAD_QUERY})
+
+
+def _is_statement(event, tracker):
+    """True for an event inside a transaction that makes it statement-based: a QUERY
+    that is more than BEGIN/COMMIT/savepoints/XA, or a statement's context."""
+    if event[4] in STATEMENT_CONTEXT:
+        return True
+    return event[4] == ev.QUERY and not is_control(
+        ev.parse_query(event, tracker.checksum, tracker.fde, max_sql=32).sql)
+
+
 def _account(info, tracker, event, is_first):
+    """Count ``event`` into ``info``; True when it ended a transaction."""
     header = ev.parse_header(event)
     if is_first:
         info["server_id"] = header.server_id
@@ -124,6 +147,7 @@ def _account(info, tracker, event, is_first):
             info["last_gtid"] = gtid
     if header.type == ev.ROTATE and not ev.is_artificial(header):
         info["next_file"] = ev.parse_rotate(event, tracker.checksum)[1]
+    return tracker.transactions > count
 
 
 _TEXT, _COUNT, _FLAG = (str,), (int,), (bool,)
@@ -143,6 +167,8 @@ _HEX = frozenset("0123456789abcdef")
 # codecs, which mean: stored as it is (codec "none", stored size and sha256 the raw ones)
 STORED_FIELDS = {"codec": _TEXT, "stored_size": _COUNT, "stored_sha256": _TEXT,
                  "key_ids": (list,)}
+# fields added since, absent from older indexes (their readers say what absence means)
+LATER_FIELDS = {"statements": _COUNT}
 CODECS = ("none", "zstd", "age", "zstd+age")
 
 
@@ -193,7 +219,7 @@ def _field_problem(obj):
 
 def _stored_problem(obj):
     """What is wrong with the optional fields of how the object is stored, or None."""
-    for field, types in STORED_FIELDS.items():
+    for field, types in {**STORED_FIELDS, **LATER_FIELDS}.items():
         value = obj.get(field)
         if field in obj and (isinstance(value, bool) or not isinstance(value, types)
                              or (types is _COUNT and value < 0)):

@@ -235,6 +235,8 @@ def merge_segment_indexes(name, indexes):
             "first_commit": first("first_commit"), "last_commit": last("last_commit"),
             "first_gtid": first("first_gtid"), "last_gtid": last("last_gtid"),
             "transactions": sum(i["transactions"] for i in indexes),
+            "statements": (None if any("statements" not in i for i in indexes)
+                           else sum(i["statements"] for i in indexes)),
             "size": indexes[-1]["end"], "partial": True, "epoch": indexes[0].get("epoch", 1)}
 
 

@@ -94,13 +94,16 @@ class Span:
     epoch: int = 1                 # the source's epoch the file belongs to (history)
     skip: Optional[str] = None     # the first file of a later epoch: the GTID state its
     # transactions are duplicates within (where the epoch before it ends)
+    statements: Optional[int] = None  # transactions holding a logged statement (None:
+    # an index written before it was counted)
 
     @classmethod
     def of(cls, index, partial=False):
         return cls(index["name"], partial, index.get("gtid_before"), index.get("gtid_after"),
                    index.get("first_commit"), index.get("last_commit"),
                    index.get("first_gtid"), index.get("last_gtid"), index.get("next_file"),
-                   index.get("size", 0), index.get("epoch", 1))
+                   index.get("size", 0), index.get("epoch", 1),
+                   statements=index.get("statements"))
 
     @property
     def key(self):

@@ -37,7 +37,8 @@ import pymysql
 from mysqlbackup.binlog.gtid import MariaGtidPos, MysqlGtidSet
 from mysqlbackup.errors import MysqlBackupError, UsageError
 from replay.job.sinks.session import connect_target
-from replay.restore.nativeend import applied_count, covers, expected_end, past, state
+from replay.restore.nativeend import (applied_count, covers, expected_end, past,
+                                      serial_reason, state)
 
 log = logging.getLogger(__name__)
 
@@ -110,6 +111,7 @@ class NativeApply:
     """The target (MariaDB) as a replica of ``address`` for one run (one connection)."""
 
     PARALLEL_VAR, EMPTY = "slave_parallel_threads", MariaGtidPos
+    SERIAL = 0   # the value of PARALLEL_VAR that applies in the binlog's order, alone
 
     def __init__(self, spec, progress=None, conn=None):
         self.spec, self.progress = spec, progress or (lambda line: None)
@@ -277,6 +279,7 @@ class MysqlNativeApply(NativeApply):
     replica status is read with MariaDB's names (``Slave_IO_Running``, ...)."""
 
     PARALLEL_VAR, EMPTY = "replica_parallel_workers", MysqlGtidSet
+    SERIAL = 1
     WHAT, NAME = "channel", "Channel_Name"
 
     def position(self):
@@ -400,11 +403,12 @@ def apply_native(spec, address, user, password, start, end, fresh=True, threads=
             progress(f"native: the target is already at GTID {before}: nothing to apply")
             return _summary(end, before, before)
         try:
+            threads = max(threads, target.SERIAL)
             target.parallel(threads)
             target.start(*address, user, password, end.gtid_pos)
+            how = f"{threads} parallel threads" if threads > 1 else "one thread"
             progress(f"native: the target replicates from {address[0]}:{address[1]} "
-                     f"({threads} parallel threads) from GTID {str(before) or '(none)'} to "
-                     f"{end.gtid_pos}")
+                     f"({how}) from GTID {str(before) or '(none)'} to {end.gtid_pos}")
             after = target.wait(end.gtid_pos, timeout, ended)
         finally:
             target.finish()
@@ -455,6 +459,13 @@ def run_native(replay_opts, spec, threads=4, fresh=False, progress=None, timeout
     check_local(spec)
     source, units, cut = units_to_read(replay_opts)
     start = start_of(selection, units)
+    serial = serial_reason([u["index"].get("statements") for u in units],
+                           units[0]["index"].get("gtid_before") if units else None,
+                           units[-1]["index"].get("gtid_after") if units else None)
+    if serial and threads > 1:
+        progress = progress or (lambda line: None)
+        progress(f"native: one thread, not {threads}: {serial}")
+        threads = 0
     end = expected_end(units, selection, start, replay_opts.archive_url,
                        replay_opts.archive_options, replay_opts.keyring)
     password = secrets.token_urlsafe(24)

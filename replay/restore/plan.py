@@ -51,6 +51,11 @@ class RestorePlan:
         return self.choice.files
 
     @property
+    def spans(self):
+        """The window.Spans of the binlog files read after the base."""
+        return self.choice.spans
+
+    @property
     def base_object(self):
         """The archive key of the base's object (its dump or physical stream)."""
         return format_key(base_key(self.source, self.manifest["id"], self.manifest["member"]))

@@ -28,6 +28,7 @@ from mysqlbackup.errors import CorruptBinlog, MysqlBackupError, UsageError
 from replay.job.planning.selection import Selection
 from replay.job.planning.units import pick_source
 from replay.job.spark import SparkSetup
+from replay.restore.nativeend import serial_reason
 from replay.restore.plan import describe, make_plan, stop_of
 
 log = logging.getLogger(__name__)
@@ -134,12 +135,18 @@ class ApplyChoice:
     engine: str = None
     engine_why: str = None
     auto: bool = False
+    serial: str = None     # native: why it runs one thread (nativeend.serial_reason)
 
     def lines(self, opts):
         """The plan's line saying how the binlogs will be applied, and why."""
         if self.mode == "native":
+            threads = f"{opts.workers} parallel threads"
+            if opts.workers <= 1:
+                threads = "one thread"
+            elif self.serial:
+                threads = f"one thread, not {opts.workers}: {self.serial}"
             return [f"apply: native ({self.why}; the target's replication applier, "
-                    f"{opts.workers} parallel threads, fed by mysqlbackup serve on loopback)"]
+                    f"{threads}, fed by mysqlbackup serve on loopback)"]
         where = "Spark" if self.engine == "spark" else "this process, no Spark"
         return [f"apply: statements ({self.why}); decoded by {where} ({self.engine_why})"]
 
@@ -149,13 +156,15 @@ def choose_apply(opts, plan):
     the base and the target (when given) allow it (``check_native``), else statements.
     Statements are decoded on Spark, or in this process for a small archive without
     filters (``engines.choose_engine``)."""
+    serial = serial_reason([s.statements for s in plan.spans], plan.manifest.get("gtid"),
+                           plan.spans[-1].gtid_after if plan.spans else None)
     if opts.apply == "native":
-        return ApplyChoice("native", "asked for")
+        return ApplyChoice("native", "asked for", serial=serial)
     if opts.apply == "auto":
         refusal = native_refusal(opts, plan)
         if refusal is None:
             return ApplyChoice("native", "auto: the target's own applier, nothing decoded "
-                               "here", auto=True)
+                               "here", auto=True, serial=serial)
         return _statements(opts, plan, f"auto: not native, {refusal}", True)
     return _statements(opts, plan, "asked for", False)
 
