@@ -116,9 +116,14 @@ def replay(archive_url, archive_option, source_name, target, target_password_fil
     finally:
         progress.close()
     if parquet_url:
-        sink.finish(summary)
         click.echo(f"parquet: {sink.rows} row changes in {len(sink.parts)} parts at "
                    f"{mask_url(parquet_url)}")
+        if sink.left_out:
+            first = sink.left_out[0]
+            click.echo(f"parquet: warning: {len(sink.left_out)} statement-based DML "
+                       f"statements are not in the table (no row events; the first: "
+                       f"{first['statement']} of {first['gtid'] or '-'} at {first['file']}:"
+                       f"{first['position']}); _SUCCESS names them", err=True)
     click.echo(f"replay of {summary['source']}: {summary['applied']} applied, "
                f"{summary['skipped']} skipped, {len(summary['dropped_incomplete'])} incomplete "
                f"dropped, {summary['files']} files in {summary['tasks']} Spark tasks; stopped: "

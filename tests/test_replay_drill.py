@@ -218,7 +218,7 @@ def test_sql_sink_of_a_truncated_newest_file_keeps_complete_transactions(drill, 
     assert len(summary["dropped_incomplete"]) == 1
     assert summary["stop_reason"] == "end of the archive"
     text = out.read_text()
-    assert text.count("BEGIN;") == text.count("COMMIT;") > 0
+    assert text.count("BEGIN\n/*!*/;") == text.count("COMMIT\n/*!*/;") > 0
     newest = last.split("/")[2]
     # five single-row transactions went into the newest file; the cut fifth is left out
     assert len(re.findall(rf"^-- 0-1-\d+ {re.escape(newest)}:", text, re.M)) == 4

@@ -37,4 +37,4 @@ def test_spark_submit_with_py_files_zip(tmp_path, shared_binlog):
     assert "2 applied, 0 skipped, 0 incomplete dropped, 1 files in 1 Spark tasks" in \
         result.stdout
     sql = (tmp_path / "out.sql").read_text()
-    assert sql.count("COMMIT;") == 2 and "gtid_seq_no=2" in sql
+    assert sql.count("COMMIT\n/*!*/;") == 2 and "gtid_seq_no=2" in sql

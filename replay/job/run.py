@@ -22,6 +22,7 @@ from mysqlbackup.binlog import events as ev
 from mysqlbackup.errors import MysqlBackupError, UsageError, mask_url
 from replay.job.decoding.rewrite import rewrite_transaction
 from replay.job.plan import units_to_read
+from replay.job.planning.selection import gap_error
 from replay.job.planning.units import check_decoded, check_digests, check_link
 from replay.job.progress import Progress
 from replay.job.engines import LocalTasks, SparkTasks
@@ -78,6 +79,7 @@ def run_replay(opts, sink, spark=None, progress=None):
                "last_gtid": None, "last_commit": None,  # the last one the target holds
                "stop_reason": "stop datetime reached" if cut else "end of the archive"}
     if not units:
+        sink.finish(summary)
         return summary
     write = sink.task_spec()  # --parquet: the tasks write the parts themselves
     tasks = (LocalTasks(units, opts, write) if opts.engine == "local"
@@ -117,6 +119,9 @@ def run_replay(opts, sink, spark=None, progress=None):
                     break
             if stopped:
                 break
+    except BaseException:
+        sink.failed()
+        raise
     finally:
         prefetch.shutdown(wait=True, cancel_futures=True)
         sink.close()
@@ -124,6 +129,7 @@ def run_replay(opts, sink, spark=None, progress=None):
     summary["workers"] = sink.most_workers
     summary["parallel_applied"] = sink.parallel_applied
     summary["target_commits"] = sink.commits
+    sink.finish(summary)
     return summary
 
 
@@ -174,6 +180,8 @@ def _choose(transactions, selection, sink, summary, checksum, fde, written=False
     chosen = []
     for trx in transactions:
         decision, reason = selection.decide(trx)
+        if decision == "gap":
+            raise gap_error(trx, reason)
         if decision == "stop":
             if sink.is_applied(trx):
                 raise UsageError(

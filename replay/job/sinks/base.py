@@ -3,8 +3,9 @@
 ``replay.job.run.run_replay`` opens the sink with the source's name, asks it which
 transactions it already holds (``is_applied``), hands it each file's chosen
 transactions in commit order (``apply_many``), or, for a sink whose tasks write
-(``task_spec``), what each file's task wrote (``adopt``), and closes it, also after
-an error.
+(``task_spec``), what each file's task wrote (``adopt``), tells it when the replay
+stops on an error (``failed``), closes it, also after an error, and, once the replay
+ended well, tells it so with the summary (``finish``).
 Afterwards it reads the summary attributes below. A sink that takes one
 transaction at a time implements ``apply`` and inherits ``apply_many``.
 """
@@ -48,6 +49,12 @@ class Sink(ABC):
         """Take one transaction (the arguments of ``apply_many``)."""
         raise NotImplementedError(f"{type(self).__name__} implements neither apply "
                                   "nor apply_many")
+
+    def failed(self):
+        """The replay stopped on an error (called before ``close``)."""
+
+    def finish(self, summary):
+        """The replay ended well (called after ``close``, with its summary dict)."""
 
     @abstractmethod
     def close(self):
