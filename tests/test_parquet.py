@@ -16,7 +16,8 @@ from mysqlbackup.binlog.scan import iter_events
 from mysqlbackup.errors import UsageError
 from replay.job.decoding.assemble import assemble
 from replay.job.decoding.changes import ChangeDecodeError, encode_value, iter_changes
-from replay.job.sinks.parquet import SCHEMA, ParquetSink, PartWriter, options_for, part_name
+from replay.job.sinks.parquet import (NOT_IN_TABLE, SCHEMA, ParquetSink, PartWriter,
+                                      options_for, part_name)
 from tests.helpers import backup_dir, change_table_rows, read, run_cli
 
 MARIA = "rust_mysql_common/mariadb-bin.000001"
@@ -74,12 +75,18 @@ def test_a_table_map_without_column_names_is_refused(shared_binlog):
                    "minimal_row_metadata.000001")
 
 
-def test_statement_based_dml_is_refused_not_dropped(shared_binlog):
-    # MySQL 5.6, MIXED: INSERTs logged as statements
-    with pytest.raises(ChangeDecodeError, match=r":585: statement-based INSERT .*"
-                       r"binlog_format=ROW"):
-        changes_of(shared_binlog("rust_mysql_common/binlog_56_gtid_reserved_word.000001"),
-                   "binlog_56_gtid_reserved_word.000001")
+def test_statement_based_dml_is_left_out_and_named(shared_binlog):
+    # MySQL 5.6, MIXED: INSERTs logged as statements (and later TABLE_MAPs without column
+    # names, which the table refuses)
+    name = "binlog_56_gtid_reserved_word.000001"
+    transactions, _, fde_event = assemble(read(shared_binlog(f"rust_mysql_common/{name}")),
+                                          name)
+    fde = ev.parse_format_description(fde_event)
+    left_out = []
+    for trx in [t for t in transactions if t.end <= 901]:
+        assert list(iter_changes(trx, fde, True, left_out)) == []
+    assert left_out[0] == {"gtid": left_out[0]["gtid"], "file": name, "position": 585,
+                           "statement": "INSERT"}
 
 
 def test_storage_options_follow_the_archive_protocol_only():
@@ -98,7 +105,8 @@ def test_an_empty_selection_still_gives_a_readable_table(tmp_path):
     assert table.num_rows == 0 and table.schema == SCHEMA
     assert json.loads((tmp_path / "changes" / "_SUCCESS").read_text()) == {
         "rows": 0, "parts": ["part-000000-0000.parquet"], "transactions": 0,
-        "stop_reason": "end of the archive"}
+        "stop_reason": "end of the archive",
+        "not_in_table": {"statements": 0, "first_statements": [], "why": NOT_IN_TABLE}}
 
 
 def test_the_driver_keeps_only_the_parts_it_adopted(tmp_path):
@@ -271,7 +279,7 @@ def test_parts_rotate_and_hold_the_same_rows(source, replayed, archive):
     written = writer.close()
     parts = [part_name(7, i) for i in range(5)]
     assert written == {"parts": list(zip(parts, [2, 2, 2, 2, 1])), "rows": 9,
-                       "transactions": written["transactions"]}
+                       "transactions": written["transactions"], "left_out": []}
     sink.adopt(written, [None] * written["transactions"])
     sink.finish()
     assert sink.parts == parts
@@ -296,7 +304,6 @@ def test_a_stop_point_keeps_no_part_of_a_later_file(source, tmp_path):
     seen = []
     summary = run_replay(ReplayOptions(source.url, {}, "src1", selection, window=2,
                                        engine="local"), sink, progress=seen.append)
-    sink.finish(summary)
     assert summary["stop_reason"] == f"stop before GTID {g2}"
     assert summary["applied"] == 4  # three DDL statements and g1
     assert summary["tasks"] == 2  # one window: the second file was decoded (and written)

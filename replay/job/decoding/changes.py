@@ -36,20 +36,31 @@ Values in the JSON images, encoded deterministically:
   only when it is not zero); TIMESTAMP: the same in UTC with a "Z"; DATE:
   "2024-02-29"; TIME: "[-]HH:MM:SS[.ffffff]" (hours may exceed 24); YEAR: integer;
 - ENUM: its string; SET: a JSON list of the members in the column's order
-  ([] when empty); BIT: a string of '0'/'1', most significant bit first;
+  ([] when empty); BIT: a string of '0'/'1', most significant bit first; BINARY(n):
+  its n bytes (the binlog drops the trailing zero bytes, the server pads them back);
+  YEAR 0000: 0;
   MariaDB JSON (a LONGTEXT): its text; MySQL JSON (type 245, binary in the
   rows event): its text as MySQL prints it (``SELECT col``): keys in stored
   order, integers and doubles as MySQL writes them, DECIMAL with its scale,
   dates and times quoted (``replay.job.decoding.mysqljson``); a top-level string
   keeps its quotes ('"hello"'), the JSON null literal is 'null' (SQL NULL: null);
 - NULL: null. A zero or invalid DATE/DATETIME ('0000-00-00') also becomes
-  null: the library does not return it. A column missing from a row image
-  (binlog_row_image=MINIMAL or NOBLOB) is absent from the JSON object.
+  null: the library does not return it; so does the zero TIMESTAMP. A column missing
+  from a row image (binlog_row_image=MINIMAL or NOBLOB) is absent from the JSON object.
+
+Rows undone by ROLLBACK TO SAVEPOINT are left out: a transaction's rows events after
+a ``SAVEPOINT x`` up to a ``ROLLBACK TO x`` the binlog holds (it logs them only when the
+transaction also changed a non-transactional table, whose rows go outside it) are
+changes the source undid.
 
 Statements are not row changes: DDL (and TRUNCATE) are left out of the change
-table; statement-based DML (binlog_format STATEMENT or MIXED) is refused, never
-silently dropped. So is MySQL's PARTIAL_UPDATE_ROWS (binlog_row_value_options=
-PARTIAL_JSON: a JSON column's after image may be a diff, not the document).
+table, and so is statement-based DML (binlog_format STATEMENT or MIXED): each one is
+named in ``left_out`` (the caller's list, which the table's ``_SUCCESS`` records). What
+the binlog never holds cannot be in the table either: rows a foreign key's ON DELETE
+CASCADE / ON UPDATE CASCADE changed, on servers that log the statement's own rows only
+(MariaDB, MySQL 8.x; MySQL 9.x logs them).
+MySQL's PARTIAL_UPDATE_ROWS (binlog_row_value_options=PARTIAL_JSON: a JSON column's
+after image may be a diff, not the document) is refused.
 """
 
 import base64
@@ -110,10 +121,14 @@ class _Control:
         return self.dbms
 
 
-def iter_changes(trx, fde, checksum):
-    """Yield one change dict per row of the transaction's rows events, in binlog order."""
+def iter_changes(trx, fde, checksum, left_out=None):
+    """Yield one change dict per row of the transaction's rows events, in binlog order,
+    less the rows a ROLLBACK TO SAVEPOINT undid (so the transaction's changes are held
+    until its end). ``left_out``: a list that gets a dict (gtid, file, position,
+    statement) for each statement-based DML statement, which is no row change."""
     reader = Reader.of(fde, checksum)
     table_map, keys, at = {}, {}, [None, 0]  # position, rows numbered at it so far
+    changes, savepoints = [], {}
     for event in trx.events:
         etype = event[4]
         if etype == ev.TABLE_MAP:
@@ -121,15 +136,43 @@ def iter_changes(trx, fde, checksum):
             keys[table.table_id] = primary_key(table)
         elif etype in OPS:
             rows_event = _library_event(event, table_map, reader, trx)
-            yield from _changes(rows_event, event, keys, trx, at)
+            changes.extend(_changes(rows_event, event, keys, trx, at))
         elif etype == PARTIAL_UPDATE_ROWS:
             raise ChangeDecodeError(
                 f"{_where(trx, event)}: PARTIAL_UPDATE_ROWS event (the source logs JSON "
                 f"updates as diffs: binlog_row_value_options=PARTIAL_JSON): --parquet cannot "
                 f"rebuild the documents it changes; set binlog_row_value_options='' on the "
                 f"source")
-        elif etype == ev.QUERY:
-            _refuse_statement_dml(event, fde, checksum, trx)
+        elif etype in (ev.QUERY, ev.EXECUTE_LOAD_QUERY):
+            _statement(event, fde, checksum, trx, changes, savepoints, left_out)
+    yield from changes
+
+
+_SAVEPOINT = re.compile(r"\s*SAVEPOINT\s+`?([^`]*)`?\s*$", re.I)
+_ROLLBACK_TO = re.compile(r"\s*ROLLBACK\s+(?:WORK\s+)?TO\s+(?:SAVEPOINT\s+)?`?([^`]*)`?\s*$",
+                          re.I)
+
+
+def _statement(event, fde, checksum, trx, changes, savepoints, left_out):
+    """A QUERY event inside a transaction: a savepoint set or rolled back to (the
+    changes since then dropped), or statement-based DML (named in ``left_out``)."""
+    sql = ev.parse_query(event, checksum, fde, max_sql=256).sql
+    mark = _SAVEPOINT.match(sql)
+    if mark:
+        savepoints[mark.group(1)] = len(changes)
+        return
+    back = _ROLLBACK_TO.match(sql)
+    if back and back.group(1) in savepoints:
+        cut = savepoints[back.group(1)]
+        del changes[cut:]
+        for name in [n for n, at in savepoints.items() if at > cut]:
+            del savepoints[name]  # set after it: gone with the rollback
+        return
+    match = _FIRST_WORD.match(sql)
+    word = match.group(1).upper() if match else ""
+    if word in _DML and left_out is not None:
+        left_out.append({"gtid": trx.gtid, "file": trx.file,
+                         "position": event_position(event), "statement": word})
 
 
 def _table_map(event, table_map, reader, trx):
@@ -232,8 +275,59 @@ def _image(values, none_sources, columns):
         if source == NONE_SOURCE.EMPTY_SET:
             image[name] = []
             continue
-        image[name] = encode_value(value, columns.get(name))
+        column = columns.get(name)
+        image[name] = encode_value(_as_stored(value, column), column)
     return image
+
+
+_ZERO_TIMESTAMP = datetime.datetime(1970, 1, 1)
+
+
+def _as_stored(value, column):
+    """The value the server holds, where the library gives another: a BINARY(n) value
+    padded back to n bytes, YEAR 0000 (the library's 1900), the zero TIMESTAMP (the
+    library's 1970-01-01 00:00:00, out of a TIMESTAMP's range) as None."""
+    if column is None or value is None:
+        return value
+    if column.type == FIELD_TYPE.STRING and column.character_set_name == "binary":
+        # (the library "decodes" an empty value to '': Python decodes b'' in any codec)
+        raw = value.encode("latin-1") if isinstance(value, str) else bytes(value)
+        return raw.ljust(column.max_length, b"\x00")
+    if column.type == FIELD_TYPE.YEAR and value == 1900:
+        return 0
+    if column.type in _TIMESTAMPS and value == _ZERO_TIMESTAMP:
+        return None
+    return value
+
+
+def time2(raw, fsp):
+    """A TIME(fsp) value of a rows event (MySQL 5.6+'s TIME2, MariaDB's too: 3 bytes of
+    [sign][hours 10][minutes 6][seconds 6] and the fraction in (fsp + 1) // 2 bytes, the
+    whole an offset integer) as a timedelta, negative fractions included."""
+    n = (fsp + 1) // 2
+    if n == 3:
+        packed = int.from_bytes(raw[:6], "big") - 0x800000000000
+    else:
+        intpart, frac = int.from_bytes(raw[:3], "big") - 0x800000, 0
+        if n:
+            frac = int.from_bytes(raw[3:3 + n], "big")
+            if intpart < 0 and frac:  # the fraction counts up from the next integer
+                intpart, frac = intpart + 1, frac - (1 << (8 * n))
+        packed = (intpart << 24) + frac * (10000 if n == 1 else 100)
+    sign, packed = (-1 if packed < 0 else 1), abs(packed)
+    hms = packed >> 24
+    return sign * datetime.timedelta(hours=(hms >> 12) % 1024, minutes=(hms >> 6) % 64,
+                                     seconds=hms % 64, microseconds=packed % (1 << 24))
+
+
+def _read_time2(rows_event, column):
+    """The library's TIME2 reader, mended (``time2``): it gets a negative value with a
+    fraction wrong (-12:34:56.789012 read as -12:34:56.210988)."""
+    return time2(rows_event.packet.read(3 + (column.fsp + 1) // 2), column.fsp)
+
+
+# mysql-replication is pinned (setup.cfg): its private reader of TIME2 values is replaced
+row_event.RowsEvent._RowsEvent__read_time2 = _read_time2
 
 
 def _key(pk, before, after):
@@ -289,16 +383,6 @@ def _json(obj):
 
 def _utc(epoch):
     return datetime.datetime.fromtimestamp(epoch, datetime.timezone.utc)
-
-
-def _refuse_statement_dml(event, fde, checksum, trx):
-    sql = ev.parse_query(event, checksum, fde, max_sql=256).sql
-    match = _FIRST_WORD.match(sql)
-    word = match.group(1).upper() if match else ""
-    if word in _DML:
-        raise ChangeDecodeError(f"{_where(trx, event)}: statement-based {word} (binlog_format "
-                                f"STATEMENT or MIXED): --parquet needs row events "
-                                f"(binlog_format=ROW)")
 
 
 def event_position(event):

@@ -14,6 +14,8 @@ driver's own choice applies (``adopt``), removes the parts of files it did not a
 (past a stop point, or after an error: ``close``) and writes ``_SUCCESS`` (JSON: rows,
 parts, transactions) last, only after a replay that ended without error (``finish``);
 a failed run leaves the adopted parts (a prefix in commit order) and no ``_SUCCESS``.
+``_SUCCESS`` also says what the table cannot hold (``not_in_table``): statement-based
+DML, counted and named, and cascaded foreign-key changes, which the binlog lacks.
 On ``file://`` a part is written under a hidden ``.part-*.tmp-*`` name, fsynced and
 renamed into place (``mysqlbackup.durable``); object stores publish an object only when
 its upload completes. Readers (Spark, pyarrow.dataset) skip names starting with '_'
@@ -42,6 +44,12 @@ log = logging.getLogger(__name__)
 ROWS_PER_PART = 100_000
 BYTES_PER_PART = 128 << 20
 SUCCESS = "_SUCCESS"
+LEFT_OUT_LISTED = 100  # statement-based DML statements named one by one in _SUCCESS
+# what _SUCCESS says the table cannot hold (changes.iter_changes)
+NOT_IN_TABLE = ("statement-based DML (binlog_format STATEMENT or MIXED) logs statements, "
+                "not rows: each is counted and the first ones named here; rows a foreign "
+                "key's ON DELETE/ON UPDATE CASCADE changed are not in the binlog of MariaDB "
+                "and MySQL 8.x (MySQL 9.x logs them)")
 SCHEMA = pa.schema([
     pa.field("op", pa.string(), nullable=False),
     pa.field("db", pa.string(), nullable=False),
@@ -123,7 +131,8 @@ class PartWriter:
     ``spec`` (``ParquetSink.task_spec`` with ``seq``, the file's place in the replay):
     url, storage options, rows_per_part, bytes_per_part. ``close`` writes what is still
     buffered and returns what was written: {"parts": [(name, rows)], "rows",
-    "transactions"}."""
+    "transactions", "left_out"} (``left_out``: the statement-based DML statements, which
+    are no row changes: ``changes.iter_changes``)."""
 
     def __init__(self, spec):
         self.dest = _Destination(spec["url"], spec["options"])
@@ -131,11 +140,11 @@ class PartWriter:
         self.rows_per_part = spec.get("rows_per_part", ROWS_PER_PART)
         self.bytes_per_part = spec.get("bytes_per_part", BYTES_PER_PART)
         self.buffer, self.buffered_bytes = [], 0
-        self.parts, self.rows, self.transactions = [], 0, 0
+        self.parts, self.rows, self.transactions, self.left_out = [], 0, 0, []
 
     def apply(self, trx, fde, checksum):
         """Decode the transaction's row changes into the buffer; write full parts."""
-        for change in iter_changes(trx, fde, checksum):
+        for change in iter_changes(trx, fde, checksum, self.left_out):
             self.buffer.append(change)
             self.buffered_bytes += len(change["before"] or "") + len(change["after"] or "")
             if (len(self.buffer) >= self.rows_per_part
@@ -147,7 +156,8 @@ class PartWriter:
         """Write the rows still buffered; what was written."""
         if self.buffer:
             self._flush()
-        return {"parts": self.parts, "rows": self.rows, "transactions": self.transactions}
+        return {"parts": self.parts, "rows": self.rows, "transactions": self.transactions,
+                "left_out": self.left_out}
 
     def _flush(self):
         name = part_name(self.seq, len(self.parts))
@@ -167,6 +177,7 @@ class ParquetSink(Sink):
         self.rows_per_part, self.bytes_per_part = rows_per_part, bytes_per_part
         self.dest = None
         self.parts, self.rows, self.transactions = [], 0, 0
+        self.left_out = []  # statement-based DML the table cannot hold (named in _SUCCESS)
 
     def open(self, source):
         """Reach the destination and refuse one that already holds a change table (once:
@@ -199,6 +210,7 @@ class ParquetSink(Sink):
         self.parts += [name for name, _rows in written["parts"]]
         self.rows += written["rows"]
         self.transactions += written["transactions"]
+        self.left_out += written.get("left_out", [])
 
     def apply_many(self, transactions, fde_event, checksum, fde):
         """Refused: the tasks write the parts (``adopt``)."""
@@ -239,7 +251,11 @@ class ParquetSink(Sink):
             self.dest.write_table(part_name(0, 0), [])
             self.parts.append(part_name(0, 0))
         marker = {"rows": self.rows, "parts": self.parts, "transactions": self.transactions,
-                  "stop_reason": (summary or {}).get("stop_reason")}
+                  "stop_reason": (summary or {}).get("stop_reason"),
+                  "not_in_table": {
+                      "statements": len(self.left_out),
+                      "first_statements": self.left_out[:LEFT_OUT_LISTED],
+                      "why": NOT_IN_TABLE}}
         self.dest.write(SUCCESS, lambda f: f.write(json.dumps(marker, indent=1).encode("utf-8")))
 
     @property
