@@ -1,0 +1,159 @@
+"""The fidelity suite's source and its ways (the test modules ``test_fidelity*.py``
+share them): a source streamed by the daemon from its first binlog, a dump base after
+the schema, the workload's sections with a checkpoint after each, then each way of
+the tool, and the engine's own pipe, restored into fresh servers checkpoint after
+checkpoint."""
+
+import os
+from dataclasses import dataclass
+
+from mysqlbackup.archive.listing import ArchiveListing
+from mysqlbackup.archive.store import ArchiveStore
+from mysqlbackup.binlog.gtid import parse_gtid_set
+from tests.fidelity import Tools, base_dump, fingerprint
+from tests.helpers import (Daemon, caught_up, current_binlog, run_cli, wait_archived_to_the_end,
+                           wait_for)
+from tests.workload import SECTIONS, Sessions, schema
+
+SOURCE = "db1"
+
+
+@dataclass
+class Checkpoint:
+    """The source at the end of a section: its GTID state, binlog file and offset, the
+    GTID of the transaction that comes next (None at the end) and its Fingerprint."""
+
+    name: str
+    gtids: str
+    file: str
+    pos: int
+    stop_gtid: str
+    print: object
+
+
+@dataclass
+class Mark:
+    """A point of a section (``("mark", name)``): the GTID that comes next, and the rows
+    of ``f.types`` then, in the change table's encoding."""
+
+    stop_gtid: str
+    types: list
+
+
+class Source:
+    """A source that ran the workload, archived, with its base and checkpoints."""
+
+    def __init__(self, server, flavor, root, tools):
+        self.server, self.flavor, self.root, self.tools = server, flavor, root, tools
+        self.url = f"file://{root / 'archive'}"
+        self.store = ArchiveStore(self.url)
+        self.checkpoints, self.manifest, self.marks = [], None, {}
+
+    def run(self):
+        """Schema, base, sections; the daemon streams it all from the first file."""
+        server = self.server
+        daemon = Daemon(server, self.root / "backup", "--start-file", server.binlog_files()[0],
+                        "--archive", self.url, "--archive-interval", "0.2",
+                        "--source-name", SOURCE).start()
+        sessions = Sessions(server)
+        try:
+            daemon.wait_streaming()
+            server.execute(*schema(self.flavor))
+            base = run_cli("base", "--source", f"mysql://root@127.0.0.1:{server.port}",
+                           "--archive", self.url, "--source-name", SOURCE, password="",
+                           timeout=120, path=self.tools.path)
+            assert base.returncode == 0, base.stdout + base.stderr
+            [self.manifest] = ArchiveListing(self.store).sound_manifests(SOURCE)
+            for i, (name, section) in enumerate(SECTIONS):
+                for step in section(self.flavor):
+                    if step[0] == "mark":
+                        self.marks[step[1]] = self._mark()
+                        continue
+                    sessions.run(step)
+                sessions.wait_closed()
+                self.checkpoints.append(self._checkpoint(name, i == len(SECTIONS) - 1))
+            wait_for(lambda: caught_up(server, self.root / "backup"), what="caught up")
+            wait_archived_to_the_end(server, self.store, SOURCE)
+        finally:
+            sessions.close()
+            assert daemon.stop() == 0, daemon.output()[-3000:]
+        return self
+
+    def _checkpoint(self, name, last):
+        server = self.server
+        key = "gtid_executed" if self.flavor == "mysql" else "gtid_binlog_pos"
+        gtids = server.execute(f"SELECT @@GLOBAL.{key}")[0][0].replace("\n", "")
+        file = current_binlog(server)
+        pos = os.path.getsize(server.binlog_path(file))
+        return Checkpoint(name, gtids, file, pos, None if last else self._next(gtids),
+                          fingerprint(server, self.flavor))
+
+    def _mark(self):
+        from tests.fidelity_parquet import source_images
+        key = "gtid_executed" if self.flavor == "mysql" else "gtid_binlog_pos"
+        gtids = self.server.execute(f"SELECT @@GLOBAL.{key}")[0][0].replace("\n", "")
+        return Mark(self._next(gtids), source_images(self.server, "f", "types"))
+
+    def _next(self, gtids):
+        """The GTID the next transaction of the source's own sessions will take."""
+        state = parse_gtid_set(gtids, self.flavor)
+        if self.flavor == "mysql":
+            uuid = self.server.execute("SELECT @@server_uuid")[0][0]
+            return f"{uuid}:{state.sids[uuid][-1][1]}"  # intervals are half-open
+        _, seq = state.domains[0]
+        return f"0-1-{seq + 1}"
+
+    def files_between(self, first, last):
+        """The source's binlog files ``first`` to ``last`` as the binlog reader finds them
+        (MySQL's runs in the tree, through chroot: the path there)."""
+        names = self.server.binlog_files()
+        where = getattr(self.server, "inside", None)
+        return [where(f"data/{n}") if where else self.server.binlog_path(n)
+                for n in names[names.index(first):names.index(last) + 1]]
+
+    def load_base(self, target):
+        """The base's dump loaded with the engine's own client (the pipe's start)."""
+        path = self.root / f"base-{target.port}.sql"
+        self.tools.load(target, base_dump(self.store, SOURCE, self.manifest, path))
+        os.unlink(path)
+
+    def pipe_to(self, target, previous, checkpoint):
+        """The engine's own pipe from ``previous`` (a Checkpoint, None: the base) to
+        ``checkpoint``."""
+        if previous is None:
+            first, start = self.manifest["binlog_file"], self.manifest["binlog_pos"]
+        else:
+            first, start = previous.file, previous.pos
+        self.tools.pipe(target, self.files_between(first, checkpoint.file), start,
+                        checkpoint.pos)
+
+    def stop_args(self, point):
+        """The replay's stop option for a Checkpoint or Mark (none at the end)."""
+        return ["--stop-before-gtid", point.stop_gtid] if point.stop_gtid else []
+
+    def restore(self, target, checkpoint, *extra):
+        """``mysqlbackup restore`` into ``target`` to ``checkpoint``."""
+        done = run_cli("restore", "--archive", self.url, "--source-name", SOURCE,
+                       "--target", f"mysql://root@127.0.0.1:{target.port}",
+                       *self.stop_args(checkpoint), *extra, password="", timeout=300,
+                       path=self.tools.path)
+        return done
+
+    def replay_sql(self, target, previous, checkpoint, name):
+        """``replay --sql`` from ``previous`` (the base when None) to ``checkpoint``,
+        loaded with the engine's own client. MySQL's client runs in its tree (chroot):
+        the file, and the LOAD DATA files beside it, are written in the target's folder
+        there and named by their path inside."""
+        start = previous.gtids if previous is not None else self.manifest["gtid"]
+        path = os.path.join(target.basedir, name)
+        done = run_cli("replay", "--archive", self.url, "--source-name", SOURCE,
+                       "--start-gtid", start, *self.stop_args(checkpoint), "--sql", path,
+                       password="", timeout=300)
+        assert done.returncode == 0, done.stdout + done.stderr
+        tree = getattr(target, "tree", None)
+        if tree:
+            with open(path, "rb") as f:
+                text = f.read().replace(os.path.abspath(tree).encode(), b"")
+            with open(path, "wb") as f:
+                f.write(text)
+        self.tools.load(target, path)

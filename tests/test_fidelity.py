@@ -1,0 +1,84 @@
+"""Restore fidelity on MariaDB: every way of the tool restores every checkpoint of a broad
+workload (``tests/workload.py``) exactly as ``mariadb-binlog | mariadb`` does from the
+same base, and that pipe gives the source's own state at each checkpoint (its known
+limits: ``tests.fidelity.PIPE_LIMITS``)."""
+
+import pytest
+
+from tests.fidelity import fingerprint, float_columns
+from tests.fidelity_parquet import check_change_table
+from tests.fidelity_run import Source
+from tests.helpers import module_primary
+
+FLAVOR = "mariadb"
+pytestmark = pytest.mark.server
+
+
+@pytest.fixture(scope="module")
+def source(tmp_path_factory):
+    from tests.fidelity import Tools
+    server = module_primary(tmp_path_factory, "fidelity-source")
+    try:
+        yield Source(server, FLAVOR, tmp_path_factory.mktemp("fidelity"),
+                     Tools.of(FLAVOR)).run()
+    finally:
+        server.stop(remove=True)
+
+
+@pytest.fixture(scope="module")
+def pipe(source, tmp_path_factory):
+    """The engine's own pipe's Fingerprint at each checkpoint (one server, the pipe run
+    from each checkpoint to the next)."""
+    from mysqlbackup.sandbox import MariaDBSandbox
+    target = MariaDBSandbox(str(tmp_path_factory.mktemp("pipe")), server_id=9,
+                            log_bin=False, semi_sync=False).start()
+    try:
+        source.load_base(target)
+        prints, previous = [], None
+        for checkpoint in source.checkpoints:
+            source.pipe_to(target, previous, checkpoint)
+            prints.append(fingerprint(target, FLAVOR))
+            previous = checkpoint
+        yield prints
+    finally:
+        target.stop(remove=True)
+
+
+def test_the_pipe_gives_the_source_at_every_checkpoint(source, pipe):
+    for checkpoint, got in zip(source.checkpoints, pipe):
+        want = checkpoint.print
+        assert got.differences(want, float_columns(want), ignore_auto_increment=True) == [], \
+            checkpoint.name
+
+
+WAYS = {
+    "native": dict(server=dict(), args=()),
+    "statements-local-binlog": dict(server=dict(), args=("--apply", "statements",
+                                                         "--engine", "local")),
+    "statements-spark-nobinlog": dict(server=dict(log_bin=False),
+                                      args=("--apply", "statements", "--engine", "spark")),
+}
+
+
+@pytest.mark.parametrize("way", WAYS)
+def test_each_way_restores_every_checkpoint_as_the_pipe(way, source, pipe, make_server):
+    target = make_server(server_id=2, semi_sync=False, **WAYS[way]["server"])
+    for checkpoint, want in zip(source.checkpoints, pipe):
+        done = source.restore(target, checkpoint, *WAYS[way]["args"])
+        assert done.returncode == 0, done.stdout + done.stderr
+        got = fingerprint(target, FLAVOR)
+        assert got.differences(want) == [], (checkpoint.name, done.stdout + done.stderr)
+
+
+def test_replay_sql_loads_with_the_client_as_the_pipe(source, pipe, make_server):
+    target = make_server(server_id=2, semi_sync=False, log_bin=False)
+    source.load_base(target)
+    previous = None
+    for i, (checkpoint, want) in enumerate(zip(source.checkpoints, pipe)):
+        source.replay_sql(target, previous, checkpoint, f"replay-{i}.sql")
+        assert fingerprint(target, FLAVOR).differences(want) == [], checkpoint.name
+        previous = checkpoint
+
+
+def test_the_change_table_holds_the_sources_values(source, tmp_path):
+    check_change_table(source, tmp_path)

@@ -1,0 +1,108 @@
+"""Restore fidelity on MySQL 9.7 (the ``.mysql/tree`` server): every way of the tool
+restores every checkpoint of the workload (``tests/workload.py``: MINIMAL images,
+PARTIAL_JSON, compressed transactions, STATEMENT and MIXED sessions, XA) exactly as
+``mysqlbinlog | mysql`` does from the same base, and that pipe gives the source's own
+state at each checkpoint (``tests.fidelity.PIPE_LIMITS``)."""
+
+
+import pytest
+
+from tests.fidelity import Tools, fingerprint, float_columns
+from tests.fidelity_parquet import check_change_table
+from tests.fidelity_run import Source
+
+pytestmark = pytest.mark.mysql
+
+FLAVOR = "mysql"
+# LOAD DATA LOCAL INFILE: MySQL's server refuses it unless asked (the engine's pipe too)
+LOCAL_INFILE = "SET GLOBAL local_infile = 1"
+
+
+def mysql_server(**kwargs):
+    from mysqlbackup.sandbox_mysql import MySQLSandbox
+    server = MySQLSandbox(**kwargs).start()
+    server.execute(LOCAL_INFILE)
+    return server
+
+
+@pytest.fixture(scope="module")
+def source(tmp_path_factory):
+    from mysqlbackup.sandbox_mysql import client_wrappers, why_no_mysql
+    problem = why_no_mysql()
+    if problem:
+        pytest.skip(problem)
+    root = tmp_path_factory.mktemp("fidelity-mysql")
+    server = mysql_server(server_id=1, semi_sync_timeout_ms=1000)
+    try:
+        yield Source(server, FLAVOR, root, Tools.of(FLAVOR, client_wrappers(root / "bin"))).run()
+    finally:
+        server.stop(remove=True)
+
+
+@pytest.fixture(scope="module")
+def pipe(source):
+    """The engine's own pipe's Fingerprint at each checkpoint (one server, the pipe run
+    from each checkpoint to the next)."""
+    target = mysql_server(server_id=9, log_bin=False, semi_sync=False)
+    try:
+        source.load_base(target)
+        prints, previous = [], None
+        for checkpoint in source.checkpoints:
+            source.pipe_to(target, previous, checkpoint)
+            prints.append(fingerprint(target, FLAVOR))
+            previous = checkpoint
+        yield prints
+    finally:
+        target.stop(remove=True)
+
+
+def test_the_pipe_gives_the_source_at_every_checkpoint(source, pipe):
+    for checkpoint, got in zip(source.checkpoints, pipe):
+        want = checkpoint.print
+        assert got.differences(want, float_columns(want), ignore_auto_increment=True) == [], \
+            checkpoint.name
+
+
+WAYS = {
+    "native": dict(server=dict(), args=()),
+    "statements-local-binlog": dict(server=dict(), args=("--apply", "statements",
+                                                         "--engine", "local")),
+    "statements-spark-nobinlog": dict(server=dict(log_bin=False),
+                                      args=("--apply", "statements", "--engine", "spark")),
+}
+
+
+@pytest.fixture
+def target():
+    servers = []
+
+    def make(**kwargs):
+        servers.append(mysql_server(server_id=2, semi_sync=False, **kwargs))
+        return servers[-1]
+    yield make
+    for server in servers:
+        server.stop(remove=True)
+
+
+@pytest.mark.parametrize("way", WAYS)
+def test_each_way_restores_every_checkpoint_as_the_pipe(way, source, pipe, target):
+    server = target(**WAYS[way]["server"])
+    for checkpoint, want in zip(source.checkpoints, pipe):
+        done = source.restore(server, checkpoint, *WAYS[way]["args"])
+        assert done.returncode == 0, done.stdout + done.stderr
+        got = fingerprint(server, FLAVOR)
+        assert got.differences(want) == [], (checkpoint.name, done.stdout + done.stderr)
+
+
+def test_replay_sql_loads_with_the_client_as_the_pipe(source, pipe, target):
+    server = target(log_bin=False)
+    source.load_base(server)
+    previous = None
+    for i, (checkpoint, want) in enumerate(zip(source.checkpoints, pipe)):
+        source.replay_sql(server, previous, checkpoint, f"replay-{i}.sql")
+        assert fingerprint(server, FLAVOR).differences(want) == [], checkpoint.name
+        previous = checkpoint
+
+
+def test_the_change_table_holds_the_sources_values(source, tmp_path):
+    check_change_table(source, tmp_path)
