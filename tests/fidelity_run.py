@@ -10,7 +10,7 @@ from dataclasses import dataclass
 from mysqlbackup.archive.listing import ArchiveListing
 from mysqlbackup.archive.store import ArchiveStore
 from mysqlbackup.binlog.gtid import parse_gtid_set
-from tests.fidelity import Tools, base_dump, fingerprint
+from tests.fidelity import base_dump, fingerprint
 from tests.helpers import (Daemon, caught_up, current_binlog, run_cli, wait_archived_to_the_end,
                            wait_for)
 from tests.workload import SECTIONS, Sessions, schema

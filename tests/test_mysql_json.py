@@ -19,7 +19,6 @@ import pytest
 
 from mysqlbackup.binlog import events as ev
 from mysqlbackup.binlog.scan import iter_events
-from mysqlbackup.errors import CorruptBinlog
 from replay.job.decoding.changes import ChangeDecodeError, iter_changes
 from replay.job.decoding.mysqljson import (
     JsonBinaryError,

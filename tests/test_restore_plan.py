@@ -2,7 +2,7 @@
 
 from mysqlbackup.archive.window import build_runs
 from replay.job.planning.options import build_selection
-from replay.restore.plan import describe, make_plan, stop_of
+from replay.restore.plan import describe, make_plan
 
 BASE = {"id": "20261120T030500.000Z", "method": "dump", "member": "dump.sql.zst",
         "gtid": "0-1-5", "gtid_flavor": "mariadb", "binlog_file": "binlog.000001",
@@ -24,7 +24,7 @@ def test_an_empty_newest_file_does_not_hide_where_the_target_will_be():
     sealed = [index("binlog.000001", "", "0-1-10", "2026-11-20T03:09:00Z", "binlog.000002")]
     partial = index("binlog.000002", "0-1-10", "0-1-10", None, size=379)
     runs, holes = build_runs("db1", sealed, partial)
-    plan = make_plan("db1", runs, holes, [BASE], stop_of(build_selection()))
+    plan = make_plan("db1", runs, holes, [BASE], build_selection().stop)
     lines = describe(plan)
     assert lines[3] == "GTIDs: after 0-1-5, through 0-1-10"
     assert lines[5] == ("target at: 2026-11-20T03:09:00Z, GTID 0-1-10 (the last commit "

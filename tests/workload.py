@@ -35,7 +35,7 @@ def edge_rows(flavor):
         "3.40282e38, 1.7976931348623157e308, b'1111111111111111111111111111111111111111111111"
         "111111111111111111', b'1', '9999-12-31', '9999-12-31 23:59:59.999999', "
         "'9999-12-31 23:59:59', '2038-01-19 03:14:07.999999', '838:59:59.000000', "
-        f"'838:59:59', 2155, 'zzzzzzzzzz', REPEAT('v', 300), x'ffffffffffffffff', "
+        "'838:59:59', 2155, 'zzzzzzzzzz', REPEAT('v', 300), x'ffffffffffffffff', "
         "REPEAT(x'ff', 20), REPEAT('t', 70000), REPEAT(x'00ff', 30000), 'c', 'x,y,z', "
         "'[]', 'ÿ', REPEAT('😀', 20))",
         # the values easy to get wrong: trailing zero bytes, negative fractions, zero dates

@@ -59,13 +59,46 @@ class NoBaseError(MysqlBackupError):
 
 @dataclass(frozen=True)
 class Stop:
-    """Where a restore stops: at most one of a datetime (epoch seconds, UTC: stop
-    before the first transaction committed at or after it), a GTID (stop before
-    it) or a Position (stop before a transaction ending past it); none: the end."""
+    """Where a replay or restore stops: at most one of a datetime (epoch seconds, UTC:
+    stop before the first transaction committed at or after it), a GTID (stop before
+    it) or a Position (stop before a transaction ending past it); none: the end.
+
+    The one owner of the stop rule: for one transaction (``reached``, which the replay's
+    ``Selection.decide`` asks first, before anything else of the transaction is judged)
+    and for a file from its index (``may_hold``: the file the stop falls in;
+    ``after_start_of``: a file wholly at or after it)."""
 
     datetime: Optional[float] = None
     before_gtid: Optional[tuple] = None  # gtid.parse_one: (d, s, n) or (uuid[:tag], gno)
     position: Optional[Position] = None
+
+    def reached(self, gtid_key, commit_ts, end):
+        """Why a transaction (its GTID as a tuple or None, its commit time, the Position
+        just past its last byte) is at or past the stop point, or None."""
+        if self.datetime is not None and commit_ts >= self.datetime:
+            return "stop datetime reached"
+        if self.before_gtid is not None and gtid_key == self.before_gtid:
+            return f"stop before GTID {one_text(gtid_key)}"
+        if self.position and not Position(end.file, end.offset - 1) < self.position:
+            return "stop position reached"
+        return None
+
+    def may_hold(self, span):
+        """True when the file ``span`` (a Span) may hold the transaction the stop falls
+        on (a datetime: the file's last commit is at or after it)."""
+        if self.before_gtid is not None:
+            return holds(span.gtid_after, self.before_gtid)
+        if self.position is not None:
+            return span.name == self.position.file
+        if self.datetime is not None:
+            return bool(span.last_commit) and epoch(span.last_commit) >= self.datetime
+        return False
+
+    def after_start_of(self, span):
+        """True when every transaction of ``span`` is at or after the stop: its first
+        commit is at or after the stop datetime (False for other stops)."""
+        return (self.datetime is not None and bool(span.first_commit)
+                and epoch(span.first_commit) >= self.datetime)
 
     def describe(self):
         if self.datetime is not None:
@@ -291,15 +324,10 @@ def _stop_span(run, stop):
     """Index in ``run.spans`` of the file the stop point falls in; None when the run
     ends before it (len(spans) - 1 for no stop or a datetime past the run)."""
     last = len(run.spans) - 1
-    if stop.before_gtid is not None:
-        return next((i for i, sp in enumerate(run.spans)
-                     if holds(sp.gtid_after, stop.before_gtid)), None)
     if stop.position is not None:
         return position_span(run.spans, stop.position.file)
-    if stop.datetime is not None:
-        return next((i for i, sp in enumerate(run.spans)
-                     if sp.last_commit and epoch(sp.last_commit) >= stop.datetime), last)
-    return last
+    found = next((i for i, sp in enumerate(run.spans) if stop.may_hold(sp)), None)
+    return found if found is not None or stop.before_gtid is not None else last
 
 
 def position_span(spans, name):

@@ -6,7 +6,7 @@ positions. ``replay.restore.native`` drives the target with them."""
 
 from dataclasses import dataclass
 
-from mysqlbackup.archive.window import epoch
+from mysqlbackup.archive.window import Span, epoch
 from mysqlbackup.binlog.gtid import MariaGtidPos, MysqlGtidSet
 from mysqlbackup.errors import MysqlBackupError
 from replay.job.planning.selection import gap_error
@@ -30,7 +30,7 @@ def expected_end(units, selection, start, url, options, keyring=None):
     end, last = start.copy(), (None, None)
     for unit in units:
         index = unit["index"]
-        if _may_hold_stop(index, selection, start):
+        if selection.stop.may_hold(Span.of(index)):
             found = _walk_unit(unit, selection, start, url, options, keyring, last)
             if found is not None:
                 return found
@@ -71,19 +71,6 @@ def state(text, like):
     if isinstance(like, MysqlGtidSet):
         return MysqlGtidSet.parse(text) if text and ":" in text else MysqlGtidSet()
     return MariaGtidPos.parse(text or "")
-
-
-def _may_hold_stop(index, selection, like):
-    """True when the file of ``index`` may hold the transaction a stop point names."""
-    if selection.stop_before_gtid is not None:
-        after = state(index.get("gtid_after"), like)
-        return after.contains(*selection.stop_before_gtid)
-    if selection.stop_position is not None:
-        return index["name"] == selection.stop_position.file
-    if selection.stop_datetime is not None:
-        last = _epoch(index.get("last_commit"))
-        return last is not None and last >= selection.stop_datetime
-    return False
 
 
 def _walk_unit(unit, selection, start, url, options, keyring, last):

@@ -26,11 +26,6 @@ def base_wanted(text):
     return None if not text or text.lower() == LATEST else text
 
 
-def stop_of(selection):
-    """The window.Stop of a replay Selection's stop options."""
-    return Stop(selection.stop_datetime, selection.stop_before_gtid, selection.stop_position)
-
-
 @dataclass(frozen=True)
 class RestorePlan:
     """A restore's base (window.Choice) and the binlog files read after it."""

@@ -29,7 +29,7 @@ from replay.job.planning.selection import Selection
 from replay.job.planning.units import pick_source
 from replay.job.spark import SparkSetup
 from replay.restore.nativeend import serial_reason
-from replay.restore.plan import describe, make_plan, stop_of
+from replay.restore.plan import describe, make_plan
 
 log = logging.getLogger(__name__)
 
@@ -293,7 +293,7 @@ def plan_restore(store, opts):
     source = pick_source(listing.sources(), opts.source_name)
     runs, holes = listing.chain(source)
     restore_plan = make_plan(source, runs, holes, _manifests(listing, source, opts.base_id),
-                             stop_of(opts.selection), opts.base_id)
+                             opts.selection.stop, opts.base_id)
     replay_opts = ReplayOptions(opts.archive_url, opts.archive_options, source,
                                 restore_plan.replay_selection(table_selection(opts.selection)),
                                 False,

@@ -2,15 +2,14 @@
 
 Each point is judged here at two levels: a whole file from its index
 (``wholly_applied``, ``wholly_after``: the planner leaves such files out) and
-one transaction (``decide``: apply, skip or stop).
+one transaction (``decide``: apply, skip, stop or gap). The stop rule itself is
+``mysqlbackup.archive.window.Stop``'s (``stop``), at both levels.
 """
 
 from dataclasses import dataclass, field, replace
-from datetime import datetime, timezone
 
 from mysqlbackup.binlog import events as ev
-from mysqlbackup.archive.window import contains
-from mysqlbackup.binlog.gtid import one_text
+from mysqlbackup.archive.window import Span, Stop, contains
 from mysqlbackup.binlog.position import Position
 from mysqlbackup.errors import CorruptBinlog
 from replay.job.decoding.assemble import table_of
@@ -45,20 +44,21 @@ class Selection:
             return False
         return contains(str(self.start_gtids), after)
 
+    @property
+    def stop(self):
+        """The stop point as a ``window.Stop``, the owner of the stop rule."""
+        return Stop(self.stop_datetime, self.stop_before_gtid, self.stop_position)
+
     def wholly_after(self, index):
         """True when the file ``index`` describes commits its first transaction at or
         after the stop datetime; False without a stop datetime."""
-        if self.stop_datetime is None:
-            return False
-        first = index.get("first_commit")
-        return bool(first) and datetime.strptime(first, "%Y-%m-%dT%H:%M:%SZ").replace(
-            tzinfo=timezone.utc).timestamp() >= self.stop_datetime
+        return self.stop.after_start_of(Span.of(index))
 
     def decide(self, trx):
         """('apply' | 'skip' | 'stop' | 'gap', reason) of one transaction, in file order:
         the stop point first, so that nothing at or after it is judged; 'gap': an
         INCIDENT marker before it (``gap_error`` is what the caller raises)."""
-        stop = self._stop(trx)
+        stop = self.stop.reached(trx.gtid_key, trx.commit_ts, trx.end_position)
         if stop:
             return "stop", stop
         if trx.incident:
@@ -73,16 +73,6 @@ class Selection:
         if not self._wanted(trx):
             return "skip", "filtered out"
         return "apply", None
-
-    def _stop(self, trx):
-        parts = trx.gtid_key
-        if self.stop_datetime is not None and trx.commit_ts >= self.stop_datetime:
-            return "stop datetime reached"
-        if self.stop_before_gtid is not None and parts == self.stop_before_gtid:
-            return f"stop before GTID {one_text(parts)}"
-        if self.stop_position and not Position(trx.file, trx.end - 1) < self.stop_position:
-            return "stop position reached"
-        return None
 
     def _wanted(self, trx):
         names = trx.tables
