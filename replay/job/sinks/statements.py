@@ -38,6 +38,9 @@ from mysqlbackup.binlog.transactions import classify_sql
 from mysqlbackup.errors import MysqlBackupError
 
 LOG_EVENT_SUPPRESS_USE_F = 0x0008  # header flag: run without USE (CREATE/DROP DATABASE)
+LOG_EVENT_IGNORABLE_F = 0x0080     # header flag: an applier that does not know it skips it
+# MySQL group replication's events: no change of data (mysqlbinlog prints comments)
+_NO_SQL = {36, 37}  # TRANSACTION_CONTEXT, VIEW_CHANGE
 BINLOG_CAP = 4 << 20  # raw bytes a BINLOG statement gathers before it ends at a statement
 ROW_EVENTS = ev.PLAIN_ROWS_EVENTS | {ev.TABLE_MAP, ev.PARTIAL_UPDATE_ROWS}
 SKIPPED = {ev.MARIA_ANNOTATE_ROWS, ev.ROWS_QUERY, ev.GTID, ev.ANONYMOUS_GTID, ev.GTID_TAGGED,
@@ -212,7 +215,8 @@ class _Walk:
         if etype in ROW_EVENTS:
             self.rows.append(event)
             return
-        if etype in SKIPPED and etype not in (ev.MARIA_GTID, ev.XID):
+        if (etype in SKIPPED and etype not in (ev.MARIA_GTID, ev.XID)) or etype in _NO_SQL \
+                or ev.parse_header(event).flags & LOG_EVENT_IGNORABLE_F:
             return  # an Annotate_rows between statements need not end a BINLOG
         self._flush_rows()
         handler = _HANDLERS.get(etype)
