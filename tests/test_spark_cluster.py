@@ -160,7 +160,8 @@ def test_a_parquet_task_writes_its_parts_and_hands_back_no_bytes(tmp_path, share
     assert result["error"] is None and result["attached"] is False
     assert all(t.events is None and t.event_lengths for t in result["transactions"])
     assert result["written"] == {"parts": [(part_name(3, 0), 1)], "rows": 1,
-                                 "transactions": 1}  # 0-1-1 only: the stop is 0-1-2
+                                 "transactions": 1,  # 0-1-1 only: the stop is 0-1-2
+                                 "left_out": []}
     sink.adopt(result["written"], result["transactions"][:1])
     sink.finish()
     (row,) = change_table_rows(tmp_path / "changes")
