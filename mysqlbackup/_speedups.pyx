@@ -28,7 +28,7 @@ cdef enum:
 KIND_OTHER, KIND_INERT_IN_TRX, KIND_XID, KIND_MARIA_GTID = 0, 1, 2, 3
 # which version of the twins this is: ``fusedloop.TWIN`` must be the same, else a build
 # from another version of this file is not used
-TWIN = 2
+TWIN = 3
 
 # The protocol's constants, handed over by ``configure`` from their one definition.
 cdef unsigned char _kinds[256]
@@ -101,10 +101,13 @@ def walk_events(data, Py_ssize_t off, uint64_t pos, bint in_trx):
     while n - off >= HEADER:
         p = &view[off]
         size = _u32(p + 9)
-        if size < HEADER + CRC_SIZE or size > n - off or _u32(p + 13) != pos + size \
-                or (p[17] | (p[18] << 8)) & _artificial:
-            break
         kind = _kinds[p[4]]
+        # MariaDB 11.4+ (binlog_legacy_event_pos=OFF): a row event inside a transaction
+        # carries no end position (0); the offset follows the sizes
+        if size < HEADER + CRC_SIZE or size > n - off or (p[17] | (p[18] << 8)) & _artificial \
+                or (_u32(p + 13) != pos + size and not (
+                    in_trx and kind == KIND_INERT_IN_TRX and _u32(p + 13) == 0)):
+            break
         if in_trx:
             if kind != KIND_INERT_IN_TRX and kind != KIND_XID:
                 break

@@ -24,7 +24,7 @@ from mysqlbackup.source import protocol
 KIND_OTHER, KIND_INERT_IN_TRX, KIND_XID, KIND_MARIA_GTID = 0, 1, 2, 3
 # the version of the twins: ``_speedups.TWIN`` must be the same (bump both on a change
 # of arguments, results or stops)
-TWIN = 2
+TWIN = 3
 
 
 def _kind_table():
@@ -97,10 +97,11 @@ def _squeeze_semi_sync(buf, off, end, seq):
 
 def walk_events(data, off, pos, in_trx):
     """Take the common events of ``data[off:]`` (whole events back to back) at file
-    position ``pos``: right end position, not artificial, CRC32 by its residue, and of a
-    kind followed here (rows and table maps inside a transaction, its XID, a MariaDB
-    GTID that opens one). The GTIDs and XIDs taken alternate: an XID first closes the
-    group open before the walk.
+    position ``pos``: right end position (or none, 0, for a row event inside a
+    transaction: MariaDB 11.4+'s binlog_legacy_event_pos=OFF), not artificial, CRC32 by
+    its residue, and of a kind followed here (rows and table maps inside a transaction,
+    its XID, a MariaDB GTID that opens one). The GTIDs and XIDs taken alternate: an XID
+    first closes the group open before the walk.
 
     Returns (bytes taken, events taken, in a transaction after them, file position
     after the last XID taken or 0, timestamp of the last taken, [(domain, server_id,
@@ -111,9 +112,10 @@ def walk_events(data, off, pos, in_trx):
     while n - off >= _HEADER:
         timestamp, etype, server_id, size, end, flags = unpack(data, off)
         stop = off + size
-        if size < _SMALLEST or stop > n or end != pos + size or flags & artificial:
-            break
         kind = kinds[etype]
+        if size < _SMALLEST or stop > n or flags & artificial or (
+                end != pos + size and not (in_trx and kind == KIND_INERT_IN_TRX and end == 0)):
+            break
         if in_trx:
             if kind != KIND_INERT_IN_TRX and kind != KIND_XID:
                 break
@@ -123,12 +125,12 @@ def walk_events(data, off, pos, in_trx):
         if crc32(data[off:stop]) != residue:
             break
         if kind == KIND_XID:
-            in_trx, boundary = False, end
+            in_trx, boundary = False, pos + size
             closed += 1
         elif kind == KIND_MARIA_GTID:
             in_trx = True
             seq_no, domain = _GTID.unpack_from(data, off + _HEADER)
             opened.append((domain, server_id, seq_no))
-        when, pos, off = timestamp, end, stop
+        when, pos, off = timestamp, pos + size, stop
         count += 1
     return off - start, count, in_trx, boundary, when, opened, closed

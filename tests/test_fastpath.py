@@ -557,3 +557,62 @@ def test_a_build_of_another_version_is_not_used(monkeypatch):
     assert speedups._load()[0] is None
     monkeypatch.undo()
     assert speedups._load() == (speedups.compiled, "compiled")
+
+
+# -- MariaDB 11.4+: events inside a transaction without an end position ----------------
+
+def maria_fde():
+    """A MariaDB 10.11-style format description (CRC32), at offset 4."""
+    body = (struct.pack("<H", 4) + b"11.8.9-MariaDB-log".ljust(50, b"\0")
+            + struct.pack("<I", 0) + bytes([ev.HEADER_LEN]) + bytes([13] * 40) + b"\x01")
+    return make_event(ev.FORMAT_DESCRIPTION, body, 4 + ev.HEADER_LEN + len(body) + 4)
+
+
+def positionless(events):
+    """``events`` as binlog_legacy_event_pos=OFF writes them: the events inside a
+    transaction (its table maps and rows) with end position 0, their CRC made again."""
+    import zlib
+    out = []
+    for event in events:
+        if event[4] in INERT_IN_TRX:
+            raw = event[:13] + b"\0\0\0\0" + event[17:-4]
+            event = raw + struct.pack("<I", zlib.crc32(raw))
+        out.append(event)
+    return out
+
+
+@pytest.mark.parametrize("loop", LOOPS)
+@pytest.mark.parametrize("semi_sync", [False, True])
+def test_events_without_an_end_position_follow_the_sizes_on_every_path(
+        tmp_path, semi_sync, monkeypatch, loop):
+    """MariaDB 11.4+ (binlog_legacy_event_pos=OFF) gives an end position to GTID and
+    commit events only: the file offset follows the sizes, every path writes the same
+    bytes (those the server's file holds), and ACKs name the commits' ends."""
+    first = maria_fde()
+    events = [first] + positionless(a_mixed_run(4 + len(first), 30, artificial=False))
+    acks = [semi_sync and e[4] == ev.XID for e in events]
+    want = reference(tmp_path / "general", "binlog.000001", events, acks, semi_sync)
+    assert want[1] is None
+    assert want[3]["binlog.000001"] == ev.MAGIC + b"".join(events)
+    assert not acks[-1] or want[2] == [("binlog.000001", 4 + sum(map(len, events)))]
+    for chunk in (300, 1 << 30):
+        got = squeezed(tmp_path / str(chunk), "binlog.000001", events, acks, semi_sync, chunk,
+                       monkeypatch, loop)
+        assert got[:4] == want and got[4] > len(events) // 2
+
+
+@pytest.mark.parametrize("loop", LOOPS)
+def test_a_commit_whose_end_is_not_where_the_sizes_lead_stops_every_path(
+        tmp_path, monkeypatch, loop):
+    """Where the server gives a position, it must be where the sizes lead: an event lost
+    inside a transaction (its end position 0 says nothing) is caught at the commit."""
+    first = maria_fde()
+    events = [first] + positionless(a_mixed_run(4 + len(first), 6, artificial=False))
+    lost = next(i for i, e in enumerate(events) if e[4] == 23)  # a row event dropped
+    events = events[:lost] + events[lost + 1:]
+    want = reference(tmp_path / "general", "binlog.000001", events, None, False)
+    assert want[1] is not None and want[1][1].startswith("XID event ends at ")
+    assert "but binlog.000001 is at" in want[1][1]
+    got = squeezed(tmp_path / "fused", "binlog.000001", events, None, False, 1 << 30,
+                   monkeypatch, loop)
+    assert got[1:4] == want[1:]

@@ -111,8 +111,8 @@ class Syncer:
                         tracker.feed(event)
                         if tracker.state == OUTSIDE:
                             self.boundary = Position(name, writer.pos)
-                if needs_ack:
-                    ack = Position(name, end)
+                if needs_ack:  # (an event without an end position: where it was written)
+                    ack = Position(name, end or writer.pos)
         finally:
             if not writer.failed:
                 self._commit(ack)
@@ -149,9 +149,13 @@ class Syncer:
         return taken
 
     def _route(self, event):
-        """The common case (a real event of a transaction) takes the short path."""
+        """The common case (a real event of a transaction) takes the short path. An
+        event without an end position (0) is a real one inside a transaction (MariaDB
+        11.4+, binlog_legacy_event_pos=OFF: only GTID and commit events carry it), and
+        outside one the server's own making (the stream's first format description)."""
         header = _HEADER.unpack_from(event)
-        if header[1] in _SPECIAL or header[5] & ev.LOG_EVENT_ARTIFICIAL_F or not header[4]:
+        if header[1] in _SPECIAL or header[5] & ev.LOG_EVENT_ARTIFICIAL_F or (
+                not header[4] and self.tracker.state == OUTSIDE):
             self._route_special(event, ev.EventHeader(*header))
         else:
             self._write(event, header)
@@ -169,10 +173,11 @@ class Syncer:
                 self._rotate(ev.parse_rotate(event, self.tracker.checksum)[1])
 
     def _write(self, event, header):
-        """Check an event (CRC, position), append it, and follow transaction boundaries."""
+        """Check an event (CRC, and its end position where it has one: the file offset
+        follows the sizes), append it, and follow transaction boundaries."""
         self._check_crc(event, header[1])
         writer, size = self.writer, header[3]
-        if header[4] != writer.pos + size:
+        if header[4] and header[4] != writer.pos + size:
             raise ProtocolError(f"{ev.event_name(header[1])} event ends at {header[4]} "
                                 f"but {writer.name} is at {writer.pos}")
         writer.append(event)
