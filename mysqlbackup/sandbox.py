@@ -103,7 +103,10 @@ def private_tmpdir(path):
 
 class SandboxServer:
     """What every throwaway server shares (``basedir``, ``datadir``, ``socket``, ``port``
-    and ``proc`` set by its class): stop, context manager, root connections, SQL."""
+    and ``proc`` set by its class): stop, context manager, root connections, SQL.
+    ``admin``: (user, password) of an administrator's TCP login."""
+
+    admin = ("root", "")
 
     def stop(self, remove=False):
         """SIGTERM the server (by its pid) and wait; optionally delete its files."""

@@ -44,3 +44,6 @@ fi
 # the live MySQL server of the tests (Debian sid's, in .mysql/tree, built once); where it
 # cannot be built, the reason is printed and the MySQL tests skip saying so
 scripts/mysql_tree.sh || echo "setup: no live MySQL server: its tests will skip" >&2
+# the live MariaDB 11.8 LTS server (Debian trixie's, in .mariadb/tree, built once): the
+# server new installs run, beside the host's 10.11; where it cannot be built, its tests skip
+scripts/mariadb_tree.sh || echo "setup: no live MariaDB 11.8 server: its tests will skip" >&2

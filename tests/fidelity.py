@@ -214,16 +214,20 @@ class Tools:
 
     @classmethod
     def of(cls, flavor, bin_dir=None):
-        """MariaDB's from the host; MySQL's from the tree (``bin_dir``: wrappers)."""
-        if flavor == "mysql":
-            return cls("mysql", os.path.join(bin_dir, "mysql"),
-                       os.path.join(bin_dir, "mysqlbinlog"),
-                       str(bin_dir) + os.pathsep + os.environ["PATH"])
-        return cls("mariadb", "mariadb", "mariadb-binlog", os.environ["PATH"])
+        """The host's MariaDB tools, or (``bin_dir``: wrappers of a tree's) MySQL's or
+        MariaDB 11.8's."""
+        if bin_dir is None:
+            return cls("mariadb", "mariadb", "mariadb-binlog", os.environ["PATH"])
+        client, reader = ("mysql", "mysqlbinlog") if flavor == "mysql" else \
+            ("mariadb", "mariadb-binlog")
+        return cls(flavor, os.path.join(bin_dir, client), os.path.join(bin_dir, reader),
+                   str(bin_dir) + os.pathsep + os.environ["PATH"])
 
     def client_args(self, server, *extra):
-        return [self.client, "--protocol=TCP", "-h127.0.0.1", f"-P{server.port}", "-uroot",
-                "--local-infile=1", "--binary-mode", *extra]
+        user, password = server.admin
+        return [self.client, "--protocol=TCP", "-h127.0.0.1", f"-P{server.port}", f"-u{user}",
+                *([f"-p{password}"] if password else []), "--local-infile=1",
+                "--binary-mode", *extra]
 
     def load(self, server, sql_path, *extra):
         """``client < sql_path``; the client's stderr on failure (AssertionError)."""

@@ -59,8 +59,9 @@ class Source:
         try:
             daemon.wait_streaming()
             server.execute(*schema(self.flavor))
-            base = run_cli("base", "--source", f"mysql://root@127.0.0.1:{server.port}",
-                           "--archive", self.url, "--source-name", SOURCE, password="",
+            user, password = server.admin
+            base = run_cli("base", "--source", f"mysql://{user}@127.0.0.1:{server.port}",
+                           "--archive", self.url, "--source-name", SOURCE, password=password,
                            timeout=120, path=self.tools.path)
             assert base.returncode == 0, base.stdout + base.stderr
             [self.manifest] = ArchiveListing(self.store).sound_manifests(SOURCE)
@@ -133,9 +134,10 @@ class Source:
 
     def restore(self, target, checkpoint, *extra):
         """``mysqlbackup restore`` into ``target`` to ``checkpoint``."""
+        user, password = target.admin
         done = run_cli("restore", "--archive", self.url, "--source-name", SOURCE,
-                       "--target", f"mysql://root@127.0.0.1:{target.port}",
-                       *self.stop_args(checkpoint), *extra, password="", timeout=300,
+                       "--target", f"mysql://{user}@127.0.0.1:{target.port}",
+                       *self.stop_args(checkpoint), *extra, password=password, timeout=300,
                        path=self.tools.path)
         return done
 

@@ -45,6 +45,11 @@ def test_user_variables_of_every_type_are_set_as_mysqlbinlog_prints_them():
     # DECIMAL(8,6) 12.345678: precision and scale, then MySQL's binary form
     assert sql(user_var(b"d", cx.DECIMAL_RESULT, 0, bytes([8, 6]) +
                         bytes.fromhex("8C05464E"))) == "SET @`d`:=12.345678"
+    # MariaDB 11's UCA 14.0.0 collations: by rule (utf8mb4_uca1400_ai_ci is 2304)
+    assert sql(user_var(b"m", cx.STRING_RESULT, 2304, b"a")) == \
+        "SET @`m`:=_utf8mb4 X'61' COLLATE `utf8mb4_uca1400_ai_ci`"
+    assert sql(user_var(b"m", cx.STRING_RESULT, 2048 + (4 << 8) + (24 << 3) + 7, b"a")) == \
+        "SET @`m`:=_utf32 X'61' COLLATE `utf32_uca1400_croatian_nopad_as_cs`"
     with pytest.raises(UnappliableEvent, match="collation 4000"):
         sql(user_var(b"x", cx.STRING_RESULT, 4000, b"a"))
 

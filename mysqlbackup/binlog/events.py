@@ -118,7 +118,11 @@ FormatDescription = namedtuple(
 
 
 def parse_version(text):
-    """(major, minor, patch) of a server version string such as '5.6.4-m7-debug-log'."""
+    """(major, minor, patch) of a server version string such as '5.6.4-m7-debug-log',
+    '26.10.0' (MySQL's calendar versions), '12.3.2-MariaDB' or, as a MariaDB server
+    announces itself to clients, '5.5.5-10.11.6-MariaDB' (10, 11, 6)."""
+    if text.startswith("5.5.5-") and is_mariadb_version(text):
+        text = text[len("5.5.5-"):]
     parts = []
     for piece in text.split("-")[0].split(".")[:3]:
         digits = "".join(ch for ch in piece if ch.isdigit())

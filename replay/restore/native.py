@@ -34,6 +34,7 @@ import time
 
 import pymysql
 
+from mysqlbackup.binlog import events as ev
 from mysqlbackup.binlog.gtid import MariaGtidPos, MysqlGtidSet
 from mysqlbackup.errors import MysqlBackupError, UsageError
 from replay.job.sinks.session import connect_target
@@ -212,12 +213,17 @@ class NativeApply:
                 cur.execute("SET SESSION sql_log_bin = 1")
 
     def start(self, host, port, user, password, end):
-        """CHANGE MASTER (our connection, its parallel mode) and START SLAVE UNTIL
-        ``end``."""
+        """CHANGE MASTER (our connection, TLS, its parallel mode) and START SLAVE UNTIL
+        ``end``. Over TLS always; a MariaDB 11.4+ target verifies serve's certificate
+        (made at its start) by the password (``replay.serve.certs``), an older one
+        cannot without a CA file of its own (loopback, both ends this run's)."""
+        verify = int(ev.parse_version(self._value("SELECT VERSION()")) >= (11, 4, 0))
         with self.conn.cursor() as cur:
             cur.execute(f"CHANGE MASTER '{CONNECTION}' TO MASTER_HOST = %s, MASTER_PORT = %s, "
                         "MASTER_USER = %s, MASTER_PASSWORD = %s, MASTER_USE_GTID = slave_pos, "
-                        "MASTER_CONNECT_RETRY = 1", (host, port, user, password))
+                        "MASTER_CONNECT_RETRY = 1, MASTER_SSL = 1, "
+                        f"MASTER_SSL_VERIFY_SERVER_CERT = {verify}",
+                        (host, port, user, password))
             cur.execute(f"SET GLOBAL {CONNECTION}.slave_parallel_mode = %s", (PARALLEL_MODE,))
             cur.execute(f"START SLAVE '{CONNECTION}' UNTIL master_gtid_pos = %s", (str(end),))
 
@@ -323,7 +329,7 @@ class MysqlNativeApply(NativeApply):
         with self.conn.cursor() as cur:
             cur.execute("CHANGE REPLICATION SOURCE TO SOURCE_HOST = %s, SOURCE_PORT = %s, "
                         "SOURCE_USER = %s, SOURCE_PASSWORD = %s, SOURCE_AUTO_POSITION = 1, "
-                        "SOURCE_CONNECT_RETRY = 1, SOURCE_SSL = 0, GET_SOURCE_PUBLIC_KEY = 1 "
+                        "SOURCE_CONNECT_RETRY = 1, SOURCE_SSL = 1, GET_SOURCE_PUBLIC_KEY = 1 "
                         f"FOR CHANNEL '{CONNECTION}'", (host, port, user, password))
             cur.execute(f"START REPLICA UNTIL SQL_AFTER_GTIDS = %s FOR CHANNEL '{CONNECTION}'",
                         (str(end),))

@@ -21,6 +21,7 @@ import time
 
 from mysqlbackup.errors import MysqlBackupError, mask_url
 from mysqlbackup.source.protocol import BINLOG_DUMP_NON_BLOCK, BINLOG_SEND_ANNOTATE_ROWS_EVENT
+from replay.serve import certs
 from replay.serve import mysql as my
 from replay.serve import packets as pk
 from replay.serve.feed import (NO_CHECKSUM, NOT_IN_INDEX, DumpContext, DumpError, DumpStart,
@@ -188,6 +189,7 @@ class Connection:
     def _authenticate(self):
         ends = time.monotonic() + HANDSHAKE_TIMEOUT  # the whole handshake, TLS included
         scramble = bytes(random.SystemRandom().randrange(0x21, 0x7F) for _ in range(20))
+        self.scramble = scramble  # a MariaDB login's OK proves the certificate with it
         context = self.server.tls_context
         mysql = self.server.facts.flavor == "mysql"
         hello = my.handshake_v10 if mysql else pk.handshake_v10
@@ -233,13 +235,20 @@ class Connection:
         options = self.server.options
         if response.user == options.user and pk.native_password_ok(
                 self.server.stored_hash, scramble, token):
-            return self._accepted(response, token, seq)
+            return self._accepted(response, token, seq, native=True)
         return self._denied(response, token, seq, "wrong user or password")
 
-    def _accepted(self, response, token, seq):
-        """The password was right: logged in, unless clear text is refused."""
+    def _accepted(self, response, token, seq, native=False):
+        """The password was right: logged in, unless clear text is refused. A MariaDB
+        login by mysql_native_password over TLS gets the certificate's proof in its OK
+        (``certs.cert_proof``: what lets a MariaDB 11.4+ replica trust the certificate
+        serve made itself)."""
         if self.tls or not self.server.options.require_tls:
-            return self._logged_in(seq)
+            proof = b""
+            if native and self.tls and self.server.facts.flavor != "mysql":
+                proof = certs.cert_proof(self.server.stored_hash, self.scramble,
+                                         self.server.tls_fingerprint)
+            return self._logged_in(seq, proof)
         return self._denied(response, token, seq, "clear text refused "
                             "(--require-secure-transport), as for a user REQUIRE SSL")
 
@@ -298,7 +307,7 @@ class Connection:
             server.sha2_cache.add(response.user)
         return self._accepted(response, token, seq + 1)
 
-    def _logged_in(self, seq):
+    def _logged_in(self, seq, proof=b""):
         if not self.server.logged_in(self):
             self.server.note("too-many", logging.WARNING, "connection %d from %s: refused, "
                              "%d replicas connected (--max-connections)", self.id,
@@ -306,7 +315,7 @@ class Connection:
             self.send([pk.err_packet(pk.ER_CON_COUNT_ERROR, "Too many connections")], seq)
             return False
         self.logged_in = True
-        self.send([pk.ok_packet()], seq)
+        self.send([pk.ok_packet(proof)], seq)
         return True
 
     def _start_tls(self, context, ends):

@@ -191,9 +191,11 @@ def native_password_ok(stored_hash, scramble, token):
 
 # --- generic answers --------------------------------------------------------------
 
-def ok_packet():
-    """OK: no rows affected, autocommit on, no warnings."""
-    return b"\x00\x00\x00" + struct.pack("<HH", SERVER_STATUS_AUTOCOMMIT, 0)
+def ok_packet(info=b""):
+    """OK: no rows affected, autocommit on, no warnings; ``info``: its message (the
+    certificate proof of ``certs.cert_proof`` after a login)."""
+    return (b"\x00\x00\x00" + struct.pack("<HH", SERVER_STATUS_AUTOCOMMIT, 0)
+            + (_lenstr(info) if info else b""))
 
 
 def eof_packet():

@@ -24,8 +24,11 @@ most once per kind every few seconds.
 
 import errno
 import logging
+import os
+import shutil
 import socket
 import ssl
+import tempfile
 import threading
 import time
 from collections import Counter, OrderedDict, deque
@@ -36,6 +39,7 @@ from mysqlbackup.binlog.gtid import MariaGtidPos
 from mysqlbackup.binlog.names import binlog_sort_key
 from mysqlbackup.errors import UsageError, mask_url
 from replay.job.planning.selection import Selection
+from replay.serve import certs
 from replay.serve import packets as pk
 from replay.serve.connection import Connection
 from replay.serve.feed import gtid_state_at
@@ -145,8 +149,6 @@ def start_server(options):
     when the archive, the source or the address cannot be used."""
     if options.max_connections < 1:
         raise UsageError("--max-connections must be at least 1")
-    if options.require_tls and not options.tls_cert:
-        raise UsageError("--require-secure-transport needs --ssl-cert (and --ssl-key)")
     if not options.password:
         raise UsageError("serve needs a password for its user ($MYSQLBACKUP_SERVE_PASSWORD "
                          "or --replica-password-file)")
@@ -168,7 +170,8 @@ class _Server:
         self.options = options
         self.keyring = options.keyring or keyring_from(options.identity)
         self.stored_hash = pk.password_hash(options.password)
-        self.tls_context = _tls_context(options.tls_cert, options.tls_key)
+        self.tls_context, self.tls_fingerprint = _tls_context(options.tls_cert,
+                                                              options.tls_key)
         self.source, units, _ = self.units()
         self.facts = self._facts(units)
         self.listener = _listen(options.listen)
@@ -529,19 +532,40 @@ def _rsa_key(path):
 
 
 def _tls_context(cert, key):
-    """The server-side SSLContext of ``cert``/``key`` (None without a certificate);
-    UsageError when they cannot be loaded."""
+    """(server-side SSLContext, SHA-256 fingerprint of its certificate) of ``cert``/``key``,
+    or of a self-signed certificate made now when no ``cert`` is given
+    (``certs.self_signed``); UsageError when they cannot be loaded."""
     if not cert:
         if key:
             raise UsageError("--ssl-key needs --ssl-cert")
-        return None
+        pem, key_pem = certs.self_signed()
+        return _context_of_pem(pem, key_pem), certs.fingerprint(pem)
     context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
     context.minimum_version = ssl.TLSVersion.TLSv1_2
     try:
         context.load_cert_chain(cert, key)
-    except (OSError, ssl.SSLError) as e:
+        with open(cert, "rb") as f:
+            found = certs.fingerprint(f.read())
+    except (OSError, ssl.SSLError, ValueError) as e:
         raise UsageError(f"cannot load the TLS certificate {cert}"
-                         f"{f' and key {key}' if key else ''}: {e.strerror or e}") from None
+                         f"{f' and key {key}' if key else ''}: "
+                         f"{getattr(e, 'strerror', None) or e}") from None
+    return context, found
+
+
+def _context_of_pem(pem, key_pem):
+    """An SSLContext of a certificate and key held in memory (the ssl module loads only
+    files: they pass through a private 0600 file, removed at once)."""
+    context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+    context.minimum_version = ssl.TLSVersion.TLSv1_2
+    folder = tempfile.mkdtemp(prefix="mysqlbackup-serve-tls-")
+    try:
+        path = os.path.join(folder, "cert.pem")
+        with open(os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600), "wb") as f:
+            f.write(pem + key_pem)
+        context.load_cert_chain(path)
+    finally:
+        shutil.rmtree(folder, ignore_errors=True)
     return context
 
 

@@ -66,7 +66,8 @@ def test_tls_replica_gets_it_all_and_clear_text_is_denied(primary, archive, repl
 def test_tls_client_hello_in_the_ssl_requests_segment(archive, pki):
     """A client may send its TLS ClientHello right behind its SSL request (one TCP
     segment here): serve leaves it to TLS, and the login over TLS gets its OK with
-    sequence id 3 (request 1, response 2), as from mariadbd."""
+    sequence id 3 (request 1, response 2), as from mariadbd, the certificate's proof in
+    it (what a MariaDB 11.4+ client checks a certificate it cannot chain by)."""
     import ssl
     import struct
 
@@ -97,13 +98,16 @@ def test_tls_client_hello_in_the_ssl_requests_segment(archive, pki):
         client.write(frame(start + b"mysqlbackup_serve\0" + bytes([len(token)]) + token, 2))
         sock.sendall(outgoing.read())
         reply = b""
-        while len(reply) < 11:
+        while len(reply) < 4 or len(reply) < 4 + int.from_bytes(reply[:3], "little"):
             incoming.write(sock.recv(65536))
             try:
                 reply += client.read(4096)
             except ssl.SSLWantReadError:
                 pass
-        assert (reply[3], reply[4:]) == (3, pk.ok_packet())
+        from replay.serve.certs import cert_proof, fingerprint
+        proof = cert_proof(pk.password_hash(PASSWORD), scramble,
+                           fingerprint((pki / "serve.pem").read_bytes()))
+        assert (reply[3], reply[4:]) == (3, pk.ok_packet(proof))
         assert client.version() in ("TLSv1.3", "TLSv1.2")
 
 

@@ -29,9 +29,8 @@ import base64
 import re
 from dataclasses import dataclass
 
-from pymysql.charset import charset_by_id
-
 from mysqlbackup.binlog import context as cx
+from mysqlbackup.binlog.collations import collation_of
 from mysqlbackup.binlog import events as ev
 from mysqlbackup.binlog.query_vars import RESET_SESSION, raw_query, session_statements
 from mysqlbackup.binlog.transactions import classify_sql
@@ -326,11 +325,11 @@ def user_var_sql(var):
         value = "NULL"
     elif var.kind == "string":
         try:
-            cs = charset_by_id(var.charset)
+            charset, collation = collation_of(var.charset)
         except KeyError:
             raise UnappliableEvent(f"user variable {name} is in collation {var.charset}, "
                                    "which this replay does not know by name") from None
-        value = f"_{cs.name} X'{var.value.hex().upper()}' COLLATE `{cs.collation}`"
+        value = f"_{charset} X'{var.value.hex().upper()}' COLLATE `{collation}`"
     elif var.kind == "real":
         value = repr(var.value)
         value += "" if "e" in value or "n" in value else "e0"  # a DOUBLE, not a DECIMAL
