@@ -361,3 +361,17 @@ def test_hostile_logins_and_dumps_get_mysqld_errors(world, tmp_path, caplog):
         sock.close()
         assert answer[:1] == b"\x00"
     assert not [r for r in caplog.records if r.exc_info], "a traceback was logged"
+
+
+def test_a_stock_replica_given_no_tls_option_connects_over_serves_own_certificate(
+        world, make_mysql):
+    """CHANGE REPLICATION SOURCE as a new MySQL 9.7 replica takes it, no SOURCE_SSL nor
+    GET_SOURCE_PUBLIC_KEY: it asks for TLS, and serve, given no certificate, offers the
+    one it made at its start (caching_sha2_password's full authentication then goes in
+    clear over TLS)."""
+    replica = replica_of(make_mysql)
+    with serve(world["url"]) as handle:
+        attach(replica, handle)
+        caught_up(replica, world["end"])
+        assert checksums(replica) == checksums(world["source"])
+        assert handle.dump_tls[0].startswith("TLSv1.")
