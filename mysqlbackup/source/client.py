@@ -48,8 +48,10 @@ _LINK_ERRORS = {2006, 2013, 2055, 2014, 0}
 class ServerInfo:
     """What the daemon needs to know about the source before it dumps."""
 
-    def __init__(self, version, server_id, server_uuid, log_bin, checksum, semi_sync_vars):
+    def __init__(self, version, server_id, server_uuid, log_bin, checksum, semi_sync_vars,
+                 binlog_engine=None):
         self.version = version
+        self.binlog_engine = binlog_engine  # MariaDB 12.3+: where its binlog lives
         self.flavor = "mariadb" if ev.is_mariadb_version(version) else "mysql"
         self.server_id = server_id
         self.server_uuid = server_uuid
@@ -178,7 +180,8 @@ class ReplicaClient:
                 if k in ("rpl_semi_sync_master_enabled", "rpl_semi_sync_source_enabled")}
         return ServerInfo(version, int(self._variable("server_id")),
                           self._variable("server_uuid"), bool(int(self._variable("log_bin"))),
-                          self._variable("binlog_checksum"), semi)
+                          self._variable("binlog_checksum"), semi,
+                          self._variable("binlog_storage_engine"))
 
     def binary_logs(self):
         """Names of the binlog files the source still has, oldest first."""

@@ -88,7 +88,7 @@ class Assembler:
             return
         if self.current is None and etype not in HEADER_EVENTS:
             self.current = {"file": self.name, "start": off, "events": [], "lengths": [],
-                            "first": bytes(event), "rows": 0, "tables": set(),
+                            "starts": [], "first": bytes(event), "rows": 0, "tables": set(),
                             "statements": False}
         if etype not in _COMPRESSED:
             plain = None
@@ -105,7 +105,7 @@ class Assembler:
             self.current["lengths"].append(len(event))
             try:
                 for piece in (event,) if plain is None else plain:
-                    _collect(self.current, piece, tracker, self.keep_events)
+                    _collect(self.current, piece, tracker, self.keep_events, off)
             except CorruptBinlog as e:
                 if e.file is not None:
                     raise
@@ -196,6 +196,7 @@ def _incident(name, off, event, checksum, keep_events=True):
     return Transaction(file=name, start=off, end=off + len(event),
                        commit_ts=ev.parse_header(event).timestamp, incident=what,
                        events=[bytes(event)] if keep_events else None,
+                       event_starts=[off] if keep_events else None,
                        event_lengths=None if keep_events else [len(event)])
 
 
@@ -207,20 +208,22 @@ def _inner_checked(events, off, name):
         yield event
 
 
-def expand_events(events, start, fde, checksum, name):
+def expand_events(events, start, fde, checksum, name, starts=None):
     """The plain events of the consecutive events ``events`` of file ``name`` (the first
-    at offset ``start``): each compressed one replaced by those it stands for."""
-    if not any(e[4] in cz.COMPRESSED for e in events):
-        return events
+    at offset ``start``): each compressed one replaced by those it stands for;
+    ``starts`` (a list) gets the file offset of the event each came from."""
     out, off = [], start
     for event in events:
         if event[4] == ev.TRANSACTION_PAYLOAD:
-            out.extend(_inner_checked(cz.plain_events(event, off, checksum, fde, name),
-                                      off, name))
+            pieces = list(_inner_checked(cz.plain_events(event, off, checksum, fde, name),
+                                         off, name))
         elif event[4] in cz.MARIA_COMPRESSED:
-            out.append(cz.maria_plain(event, checksum, fde, name, off))
+            pieces = [cz.maria_plain(event, checksum, fde, name, off)]
         else:
-            out.append(event)
+            pieces = [event]
+        out += pieces
+        if starts is not None:
+            starts += [off] * len(pieces)
         off += len(event)
     return out
 
@@ -235,7 +238,7 @@ def _note(facts, event, etype, tracker, whole):
         facts["next_file"] = ev.parse_rotate(event, tracker.checksum)[1]
 
 
-def _collect(current, event, tracker, keep_events=True):
+def _collect(current, event, tracker, keep_events=True, off=None):
     etype = event[4]
     if etype == ev.TABLE_MAP:
         current["tables"].add(table_of(event))
@@ -249,6 +252,7 @@ def _collect(current, event, tracker, keep_events=True):
     current["rows"] += etype in ev.ROWS_EVENTS
     if keep_events:
         current["events"].append(bytes(event))
+        current["starts"].append(off)
 
 
 def _finish(current, end, last_event, tracker, keep_events=True):
@@ -259,6 +263,7 @@ def _finish(current, end, last_event, tracker, keep_events=True):
         commit_ts=ev.parse_header(last_event).timestamp,
         tables=sorted(current["tables"]),
         events=current["events"] if keep_events else None,
+        event_starts=current["starts"] if keep_events else None,
         event_lengths=None if keep_events else current["lengths"],
         db=current.get("db"),
         group=None if current["statements"] else commit_group(current["first"],
@@ -273,6 +278,7 @@ def detach_events(transactions, data):
     attaches the bytes again can prove they are the ones decoded."""
     for trx in transactions:
         trx.event_lengths, trx.events = _stored_lengths(data, trx.start, trx.end), None
+        trx.event_starts = None
     return len(data), ev.crc32(data)
 
 
@@ -305,12 +311,18 @@ class _Plain:
         self.head, self.fde = head, None
 
     def of(self, trx, events):
+        """The plain events of ``trx``'s stored ``events``; ``trx.event_starts`` set."""
+        starts = trx.event_starts = []
         if not any(e[4] in cz.COMPRESSED for e in events):
+            off = trx.start
+            for event in events:
+                starts.append(off)
+                off += len(event)
             return events
         if self.fde is None:
             self.fde = read_fde(self.head, trx.file)[1]
         checksum = self.fde.checksum_alg == ev.CHECKSUM_CRC32
-        return expand_events(events, trx.start, self.fde, checksum, trx.file)
+        return expand_events(events, trx.start, self.fde, checksum, trx.file, starts)
 
 
 def _check_fingerprint(size, crc, name, fingerprint):

@@ -129,14 +129,20 @@ def iter_changes(trx, fde, checksum, left_out=None):
     reader = Reader.of(fde, checksum)
     table_map, keys, at = {}, {}, [None, 0]  # position, rows numbered at it so far
     changes, savepoints = [], {}
-    for event in trx.events:
+    for i, event in enumerate(trx.events):
         etype = event[4]
         if etype == ev.TABLE_MAP:
             table = _table_map(event, table_map, reader, trx)
             keys[table.table_id] = primary_key(table)
         elif etype in OPS:
             rows_event = _library_event(event, table_map, reader, trx)
-            changes.extend(_changes(rows_event, event, keys, trx, at))
+            changes.extend(_changes(rows_event, event, keys, trx, at,
+                                    _position(trx, i, event)))
+        elif etype not in ev.EVENT_NAMES:
+            raise ChangeDecodeError(
+                f"{trx.file}:{_position(trx, i, event)}: an event of type {etype}, which "
+                f"--parquet does not know (MariaDB 12.3's PARTIAL_ROW_DATA splits a row "
+                f"event into such pieces): refused, never skipped")
         elif etype == PARTIAL_UPDATE_ROWS:
             raise ChangeDecodeError(
                 f"{_where(trx, event)}: PARTIAL_UPDATE_ROWS event (the source logs JSON "
@@ -172,7 +178,7 @@ def _statement(event, fde, checksum, trx, changes, savepoints, left_out):
     word = match.group(1).upper() if match else ""
     if word in _DML and left_out is not None:
         left_out.append({"gtid": trx.gtid, "file": trx.file,
-                         "position": event_position(event), "statement": word})
+                         "position": _position_of(trx, event), "statement": word})
 
 
 def _table_map(event, table_map, reader, trx):
@@ -215,7 +221,7 @@ def _library_event(event, table_map, reader, trx):
                                 f"a TABLE_MAP before it in its transaction")
     if decoded._is_event_valid is False:
         raise CorruptBinlog(f"CRC32 mismatch in {ev.event_name(event[4])} event",
-                            trx.file, event_position(event))
+                            trx.file, _position_of(trx, event))
     return decoded
 
 
@@ -236,8 +242,15 @@ def primary_key(table):
     return [table.columns[i].name for i in indexes]
 
 
-def _changes(rows_event, event, keys, trx, at):
-    op, position = OPS[event[4]], event_position(event)
+def _position(trx, index, event):
+    """The file offset of ``trx``'s event ``index``: where its stored event starts (the
+    assembler's ``event_starts``), else from the header's end position (0 inside a
+    transaction of MariaDB 11.4+: binlog_legacy_event_pos=OFF)."""
+    return trx.event_starts[index] if trx.event_starts else event_position(event)
+
+
+def _changes(rows_event, event, keys, trx, at, position):
+    op = OPS[event[4]]
     if at[0] != position:
         at[:] = [position, 0]
     try:
@@ -392,8 +405,14 @@ def event_position(event):
     return end - len(event) if end >= len(event) else None
 
 
+def _position_of(trx, event):
+    """``_position`` of an event of ``trx`` known by itself (messages, rare events)."""
+    index = next((i for i, e in enumerate(trx.events or ()) if e is event), None)
+    return _position(trx, index, event) if index is not None else event_position(event)
+
+
 def _where(trx, event):
-    return f"{trx.file}:{event_position(event)}"
+    return f"{trx.file}:{_position_of(trx, event)}"
 
 
 def _decode_error(trx, event, error):

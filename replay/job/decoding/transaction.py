@@ -29,6 +29,8 @@ class Transaction:
     event_lengths: list = None  # while detached: the length of each event, in order
     db_map: dict = None        # --rewrite-db mapping its statements run under
     statements: bool = False   # holds a logged statement or its context (runs alone)
+    event_starts: list = None  # with events: the file offset of the stored event each
+    # came from (a compressed event's for the plain ones it holds)
     incident: str = None       # an INCIDENT marker (no transaction): what it says
 
     @property
