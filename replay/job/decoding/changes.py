@@ -178,7 +178,7 @@ def _statement(event, fde, checksum, trx, changes, savepoints, left_out):
     word = match.group(1).upper() if match else ""
     if word in _DML and left_out is not None:
         left_out.append({"gtid": trx.gtid, "file": trx.file,
-                         "position": _position_of(trx, event), "statement": word})
+                         "position": position_of(trx, event), "statement": word})
 
 
 def _table_map(event, table_map, reader, trx):
@@ -221,7 +221,7 @@ def _library_event(event, table_map, reader, trx):
                                 f"a TABLE_MAP before it in its transaction")
     if decoded._is_event_valid is False:
         raise CorruptBinlog(f"CRC32 mismatch in {ev.event_name(event[4])} event",
-                            trx.file, _position_of(trx, event))
+                            trx.file, position_of(trx, event))
     return decoded
 
 
@@ -405,14 +405,14 @@ def event_position(event):
     return end - len(event) if end >= len(event) else None
 
 
-def _position_of(trx, event):
+def position_of(trx, event):
     """``_position`` of an event of ``trx`` known by itself (messages, rare events)."""
     index = next((i for i, e in enumerate(trx.events or ()) if e is event), None)
     return _position(trx, index, event) if index is not None else event_position(event)
 
 
 def _where(trx, event):
-    return f"{trx.file}:{_position_of(trx, event)}"
+    return f"{trx.file}:{position_of(trx, event)}"
 
 
 def _decode_error(trx, event, error):

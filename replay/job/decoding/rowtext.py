@@ -45,7 +45,7 @@ import struct
 from pymysqlreplication.constants import FIELD_TYPE, NONE_SOURCE
 
 from mysqlbackup.binlog import events as ev
-from replay.job.decoding.changes import OPS, Reader, decode_event, event_position, time_text
+from replay.job.decoding.changes import OPS, Reader, decode_event, position_of, time_text
 from replay.job.decoding.rowcount import table_id_size
 from replay.job.decoding.sqltext import printable
 
@@ -315,5 +315,5 @@ def quote_name(name):
 
 
 def _where(trx, event):
-    start = event_position(event)
+    start = position_of(trx, event)
     return f"{trx.file}:{'?' if start is None else start}"
