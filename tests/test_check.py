@@ -116,7 +116,7 @@ def test_healthy_json(world):
     assert source["restorable_to"] == world["files"][-1]["last_commit"]
     assert [(c["name"], c["ok"]) for c in source["checks"]] == [
         ("base", True), ("binlogs", True), ("keys", True), ("base_age", True),
-        ("archive_lag", True)]
+        ("archive_lag", True), ("purge_horizon", True)]
     assert source["checks"][4]["detail"] == "archive 0 s behind the daemon (limit 5m)"
     assert source["checks"][2]["detail"] == "no object of the plan is encrypted"
 
@@ -132,7 +132,8 @@ def test_base_less(world):
     code, lines = run_check("--archive", url, "--json")
     checks = {c["name"]: c["ok"] for c in json.loads("\n".join(lines))["sources"][0]["checks"]}
     assert code == 2 and checks == {"base": False, "binlogs": None, "keys": None,
-                                    "base_age": None, "archive_lag": None}
+                                    "base_age": None, "archive_lag": None,
+                                    "purge_horizon": None}
 
 
 @pytest.mark.server
@@ -247,7 +248,8 @@ def test_encrypted_base_keys(world, tmp_path):
     manifest.write_text(json.dumps(dict(doc, codec="zstd+age", key_ids=["0123456789abcdef"])))
     code, lines = run_check("--archive", url, "--json")
     (source,) = json.loads("\n".join(lines))["sources"]
-    assert code == 0 and [c["ok"] for c in source["checks"]] == [True, True, None, True, None]
+    assert code == 0 and [c["ok"] for c in source["checks"]] == [True, True, None, True, None,
+                                                                 None]
     assert source["checks"][2]["detail"].startswith("not checked: the plan's objects are "
                                                     "encrypted and no --identity was given")
     identity = tmp_path / "archive.key"
@@ -297,12 +299,24 @@ def test_verdicts_without_a_server():
                               "(base 20261126T090000Z, 3h ago; archive 2 s behind the daemon)"]
     slow = DaemonFacts("/d", "db1", 400.0, "binlog.000003:1000", 0, 100, "boom")
     verdict = evaluate(facts, slow, Limits(), now)
-    assert verdict.checks[-1] == Check(
+    assert verdict.checks[-2] == Check(
         "archive_lag", False, "archive 400 s behind the daemon (limit 5m): /d is durable "
         "to binlog.000003:1000, the archive ends at binlog.000003:900 (0 sealed files and "
         "100 bytes of the newest file not archived); last error: boom")
     other = DaemonFacts("/d", "db2", 0.0)
-    assert evaluate(facts, other, Limits(), now).checks[-1].ok is None
-    assert evaluate(facts, other, Limits(), now, named=True).checks[-1].ok is False
+    assert evaluate(facts, other, Limits(), now).checks[-2].ok is None
+    assert evaluate(facts, other, Limits(), now, named=True).checks[-2].ok is False
+    # the purge horizon from the daemon's last record: none yet, far, near
+    assert verdict.checks[-1] == Check("purge_horizon", None, "not checked: the daemon at /d "
+                                       "has not recorded the primary's binlogs yet")
+    near = {"purged": False, "oldest": "binlog.000003", "files_before": 0, "bytes_before": 0,
+            "seconds_left": 60.0, "bytes_left": None, "replicas_needed": None}
+    close = DaemonFacts("/d", "db1", 2.0, "binlog.000003:900", horizon=near)
+    assert evaluate(facts, close, Limits(), now).checks[-1] == Check(
+        "purge_horizon", False, "purge horizon: the primary may purge our file by age in 60 s "
+        "(limit 3600 s), 0 files (0 bytes) before it")
+    far = DaemonFacts("/d", "db1", 2.0, "binlog.000003:900",
+                      horizon=dict(near, seconds_left=86400.0))
+    assert evaluate(facts, far, Limits(), now).checks[-1].ok is True
     assert [format_age(s) for s in (5, 119.4, 600, 7300, 200000)] == [
         "5s", "119s", "10m", "2h", "2d"]

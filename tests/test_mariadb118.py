@@ -6,6 +6,7 @@ a rotation, and verify passes; a stock 11.8 replica, given no TLS option, follow
 ``serve`` over TLS with the certificate verified (the proof in serve's OK), and one
 whose proof does not match is refused."""
 
+import os
 import signal
 
 import pytest
@@ -147,3 +148,28 @@ def test_a_replica_refuses_a_certificate_proof_that_does_not_match(primary, monk
             assert handle.dumps == 0
     finally:
         replica.stop(remove=True)
+
+
+def test_base_archive_ls_find_and_check_on_an_118_primary(primary, tmp_path):
+    """A dump base by 11.8's own mariadb-dump; the archive of a primary whose events
+    inside transactions carry no end position listed, searched (the rows of each
+    transaction counted) and planned like any."""
+    from mysqlbackup.sandbox_mysql import client_wrappers
+    from mysqlbackup.sandbox_tree import TOOLS
+    path = client_wrappers(tmp_path / "bin", primary.tree, TOOLS) + os.pathsep + \
+        os.environ["PATH"]
+    user, password = primary.admin
+    base = run_cli("base", "--source", f"mysql://{user}@127.0.0.1:{primary.port}",
+                   "--archive", primary.url_archive, "--source-name", "db1",
+                   password=password, timeout=120, path=path)
+    assert base.returncode == 0, base.stdout + base.stderr
+    wait_archived_to_the_end(primary, ArchiveStore(primary.url_archive))
+    listed = run_cli("archive", "ls", "--archive", primary.url_archive, "--source-name", "db1")
+    assert listed.returncode == 0 and "binlog.000002" in listed.stdout, listed.stderr
+    found = run_cli("archive", "find", "--archive", primary.url_archive, "--source-name",
+                    "db1", "--table", "d.t", "--type", "delete")
+    assert found.returncode == 0, found.stderr
+    lines = found.stdout.splitlines()
+    assert lines and all("d.t delete 1 row" in line for line in lines), lines[:3]
+    done = run_cli("check", "--archive", primary.url_archive, "--source-name", "db1")
+    assert done.returncode == 0 and done.stdout.startswith("CHECK OK"), done.stdout

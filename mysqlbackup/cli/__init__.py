@@ -161,8 +161,9 @@ def stream(source, password_file, tls, server_id, directory, start_file, start_g
 @json_option("the files, the checkpoint, the lock holder, lag and archive backlog (with "
              "--check: and the health verdict)")
 @click.option("--check", is_flag=True, help="Health check: print one line and exit 0 when "
-              "healthy, 1 when the daemon is down (no process holds the lock), stale, behind "
-              "or the archive is behind (the line says which).")
+              "healthy, 1 when the daemon is down (no process holds the lock), stale, behind, "
+              "the archive is behind, or the primary may soon purge the binlog the daemon is "
+              "in (the line says which).")
 @click.option("--max-lag", type=click.FloatRange(0), default=health.DEFAULT_MAX_LAG,
               show_default=True, metavar="SECONDS", help="--check: seconds behind the source "
               "(event times, 0 once a heartbeat named the durable position) allowed.")
@@ -173,12 +174,19 @@ def stream(source, password_file, tls, server_id, directory, start_file, start_g
               default=health.DEFAULT_MAX_ARCHIVE_LAG, show_default=True, metavar="SECONDS",
               help="--check: seconds since the last successful archive pass allowed while "
               "something durable is not archived yet.")
+@click.option("--min-horizon", type=click.FloatRange(0), default=health.DEFAULT_MIN_HORIZON,
+              show_default=True, metavar="SECONDS", help="--check: the least time left before "
+              "the primary's binlog expiry could purge the file the daemon is in (from the "
+              "daemon's last record of the primary's binlogs; a file already purged always "
+              "fails).")
 @handle_errors
-def status(directory, as_json, check, max_lag, max_stale, max_archive_lag):
-    """Show DIR's files, durable position, GTID set, last ACK, lag, archive backlog, and
-    which process holds the lock since when; --check: healthy or not (exit 0 or 1)."""
+def status(directory, as_json, check, max_lag, max_stale, max_archive_lag, min_horizon):
+    """Show DIR's files, durable position, GTID set, last ACK, lag, archive backlog, how
+    close the primary's binlog purge is, and which process holds the lock since when;
+    --check: healthy or not (exit 0 or 1)."""
     text, code = health.run_status(directory, as_json, check,
-                                   health.Limits(max_lag, max_stale, max_archive_lag))
+                                   health.Limits(max_lag, max_stale, max_archive_lag,
+                                                 min_horizon))
     click.echo(text)
     sys.exit(code)
 

@@ -24,14 +24,16 @@ from mysqlbackup.binlog.scan import iter_events, read_fde
 from mysqlbackup.binlog.transactions import TrxTracker
 from mysqlbackup.durable import write_bytes
 from mysqlbackup.errors import CorruptBinlog, LocalStateError
-from mysqlbackup.localdir.state import (ARCHIVE_STATE_FILE, LOCK_FILE, LOCK_HOLDER_FILE,
+from mysqlbackup.localdir.state import (ARCHIVE_STATE_FILE, HORIZON_FILE, LOCK_FILE,
+                                        LOCK_HOLDER_FILE,
                                         STATE_FILE)
 
 log = logging.getLogger(__name__)
 
 EPOCHS = "epoch"  # the folder of later epochs' files: {dir}/epoch/{N}/ (a failover)
 _OURS = {STATE_FILE, STATE_FILE + ".tmp", LOCK_FILE, ARCHIVE_STATE_FILE,
-         ARCHIVE_STATE_FILE + ".tmp", LOCK_HOLDER_FILE, LOCK_HOLDER_FILE + ".tmp"}
+         ARCHIVE_STATE_FILE + ".tmp", LOCK_HOLDER_FILE, LOCK_HOLDER_FILE + ".tmp",
+         HORIZON_FILE, HORIZON_FILE + ".tmp"}
 
 
 @dataclass

@@ -6,7 +6,9 @@ its checkpoint for ``max_stale`` seconds: a streaming daemon rewrites it at leas
 every 30 s, heartbeats included, so it is not streaming: source unreachable,
 reconnecting, or hung), behind (``lag_s`` over ``max_lag``), or the archive is
 behind (something durable not archived, and the last successful archive pass older
-than ``max_archive_lag``). ``run_status`` is what the command prints and exits with.
+than ``max_archive_lag``), or the primary may purge the daemon's file soon (its last
+record of the primary's binlogs: ``localdir.horizon``; named also while the daemon is
+down, when it matters most). ``run_status`` is what the command prints and exits with.
 """
 
 import json
@@ -15,6 +17,8 @@ import time
 from dataclasses import dataclass
 
 from mysqlbackup.errors import MysqlBackupError, mask_url
+from mysqlbackup.localdir.horizon import DEFAULT_MIN_HORIZON
+from mysqlbackup.localdir.horizon import problem as horizon_problem
 from mysqlbackup.localdir.state import LOCK_FILE
 from mysqlbackup.localdir.status import collect_status, format_lock, format_status
 
@@ -30,6 +34,7 @@ class Limits:
     max_lag: float = DEFAULT_MAX_LAG
     max_stale: float = DEFAULT_MAX_STALE
     max_archive_lag: float = DEFAULT_MAX_ARCHIVE_LAG
+    min_horizon: float = DEFAULT_MIN_HORIZON
 
 
 def check_health(status, limits, now):
@@ -43,9 +48,11 @@ def check_health(status, limits, now):
     if not lock["held"]:
         last = format_lock(lock).replace("none holds the lock", "", 1)
         return [f"daemon down: no process holds {os.path.join(status['directory'], LOCK_FILE)}"
-                + last]
+                + last] + [p for p in (horizon_problem(status.get("horizon"),
+                                                       limits.min_horizon),) if p]
     problems = [p for p in (_stale(status, lock, limits, now), _behind(status, limits),
-                            _archive_behind(status.get("archive"), limits)) if p]
+                            _archive_behind(status.get("archive"), limits),
+                            horizon_problem(status.get("horizon"), limits.min_horizon)) if p]
     return problems
 
 

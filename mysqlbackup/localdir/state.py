@@ -17,6 +17,7 @@ STATE_FILE = "mysqlbackup.state.json"
 LOCK_FILE = "mysqlbackup.lock"
 LOCK_HOLDER_FILE = "mysqlbackup.lock.json"  # pid and start time of the lock's holder
 ARCHIVE_STATE_FILE = "mysqlbackup.archive.json"
+HORIZON_FILE = "mysqlbackup.horizon.json"  # the primary's binlogs as last read (horizon)
 FORMAT_VERSION = 1
 
 

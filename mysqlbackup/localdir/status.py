@@ -6,6 +6,8 @@ import time
 
 from mysqlbackup.errors import mask_url
 from mysqlbackup.localdir.files import epoch_dir, lock_holder, sized_binlogs
+from mysqlbackup.localdir.horizon import describe as describe_horizon
+from mysqlbackup.localdir.horizon import load_record, margin
 from mysqlbackup.localdir.state import ARCHIVE_STATE_FILE, load_state
 
 
@@ -25,6 +27,7 @@ def collect_status(directory, now=None):
                                      lock["since"] if lock["held"] else None)}
     if state is None:
         return result
+    result["horizon"] = margin(load_record(directory), state.file, now)
     result["state"] = {
         "source": state.source_address, "source_identity": state.source_identity,
         "flavor": state.flavor, "durable_file": state.file, "durable_pos": state.pos,
@@ -155,6 +158,7 @@ def format_status(status):
         + ("" if st.get("lag_s") is None else f", {st['lag_s']:.1f} s behind the source"),
         "checkpoint age:   " + ("unknown" if st["checkpoint_age_s"] is None
                                  else f"{st['checkpoint_age_s']:.1f} s"),
+        "primary:          " + describe_horizon(status.get("horizon")),
     ]
     return lines + _format_archive(status.get("archive"))
 

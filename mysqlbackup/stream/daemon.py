@@ -27,6 +27,7 @@ from mysqlbackup.source.client import ReplicaClient, nudge_ack_receiver
 from mysqlbackup.stream import notify
 from mysqlbackup.durable import fsync_dir
 from mysqlbackup.stream.metrics import NULL_METRICS, open_metrics
+from mysqlbackup.stream.horizon import recorder_thread
 from mysqlbackup.stream.syncer import Syncer
 from mysqlbackup.stream.writer import BinlogWriter
 
@@ -127,8 +128,8 @@ def run_stream(opts, stop=lambda: False, sleep=time.sleep, on_syncer=None, notif
                                                       archive=bool(opts.archive_url)))
             ticking, on_syncer = notifier.watch(stop, on_syncer)  # the loop's thread only
             try:
-                with _archiver_thread(opts, stop):
-                    _stream_loop(opts, ticking, sleep, on_syncer)
+                with _archiver_thread(opts, stop), recorder_thread(opts, stop) as recorder:
+                    _stream_loop(opts, ticking, sleep, _also(on_syncer, recorder.streaming.set))
             finally:
                 opts.metrics.close()
     except OSError as e:
@@ -137,6 +138,15 @@ def run_stream(opts, stop=lambda: False, sleep=time.sleep, on_syncer=None, notif
         raise LocalStateError(f"{e.filename}: {e.strerror or e}") from None
     finally:
         notifier.stopping()
+
+
+def _also(on_syncer, then):
+    """``on_syncer`` (may be None), then ``then()``: each time a syncer starts streaming."""
+    def both(syncer):
+        if on_syncer:
+            on_syncer(syncer)
+        then()
+    return both
 
 
 @contextlib.contextmanager

@@ -17,6 +17,8 @@ a daemon without ``--metrics-address`` pays one empty method call per batch.
 import math
 import time
 
+from mysqlbackup.localdir.horizon import margin
+
 # fsync and ACK latencies: from 50 us (a cached SSD fsync) to 10 s (a stalled disk)
 LATENCY_BUCKETS = (0.00005, 0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025,
                    0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0)
@@ -60,6 +62,10 @@ class NullMetrics:
         and ``active``: (newest file, end of its archived segments, its durable end then),
         so that a scrape counts the newest file's durable bytes not archived as of now."""
 
+    def horizon(self, record):
+        """A new record of the primary's binlog files and purge settings
+        (``localdir.horizon``)."""
+
     def close(self):
         """Stop serving (nothing to stop here)."""
 
@@ -83,6 +89,7 @@ class StreamMetrics(NullMetrics):
         self._event_time = None     # newest event's timestamp (source clock)
         self._caught_up = False
         self._archive = ({"files": 0, "bytes": 0, "last_success": None} if archive else None)
+        self._horizon = None        # the newest record of the primary's purge horizon
         self.registry.register(_LiveCollector(self))
         self.server = None          # httpd.MetricsServer once serving
 
@@ -146,6 +153,9 @@ class StreamMetrics(NullMetrics):
     def archive(self, backlog_files, backlog_bytes, last_success, active=None):
         self._archive = {"files": backlog_files, "bytes": backlog_bytes,
                          "last_success": last_success, "active": active}
+
+    def horizon(self, record):
+        self._horizon = record
 
     def archive_backlog_bytes(self):
         """Sealed bytes not archived at the last pass, plus the newest file's durable bytes
@@ -215,6 +225,8 @@ class _LiveCollector:
         if m._archive is not None:
             yield from _archive_families(m._archive, m.archive_backlog_bytes(), m.clock(),
                                          m.started)
+        if m._horizon is not None and m._position is not None:
+            yield from _horizon_families(margin(m._horizon, m._position[0], m.clock()))
 
 
 def _archive_families(archive, backlog_bytes, now, started):
@@ -233,6 +245,20 @@ def _archive_families(archive, backlog_bytes, now, started):
                             "Seconds since the last complete archiver pass (since the "
                             "daemon started, before the first one)",
                             value=max(0.0, now - (last if last is not None else started)))
+
+
+def _horizon_families(found):
+    from prometheus_client.core import GaugeMetricFamily
+    yield GaugeMetricFamily("mysqlbackup_purge_horizon_files", "Binlog files the primary "
+                            "held before ours when last read (-1: it no longer held ours)",
+                            value=-1 if found["purged"] else found["files_before"])
+    if not found["purged"]:
+        yield GaugeMetricFamily("mysqlbackup_purge_horizon_bytes", "Bytes of the binlog "
+                                "files the primary held before ours", value=found["bytes_before"])
+    if found["seconds_left"] is not None:
+        yield GaugeMetricFamily("mysqlbackup_purge_horizon_seconds", "At least this long "
+                                "before the primary's expiry can purge our file",
+                                value=found["seconds_left"])
 
 
 def open_metrics(address, archive=False):

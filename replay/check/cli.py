@@ -12,6 +12,7 @@ import click
 
 from mysqlbackup.errors import UsageError, mask_url
 from mysqlbackup.localdir.health import DEFAULT_MAX_ARCHIVE_LAG
+from mysqlbackup.localdir.horizon import DEFAULT_MIN_HORIZON
 from replay.check.verdict import UNKNOWN, Limits, format_limit
 
 EPILOG = """\b
@@ -76,6 +77,10 @@ def _duration(ctx, param, value):
               f"the archiver's last successful pass while something durable is not archived, "
               f"as status --check reads it) [default: "
               f"{format_limit(DEFAULT_MAX_ARCHIVE_LAG)}].")
+@click.option("--min-horizon", callback=_duration, metavar="DURATION",
+              help=f"With --dir: the least time left before the primary's binlog expiry "
+              f"could purge the file the daemon is in (its last record of the primary's "
+              f"binlogs) [default: {format_limit(DEFAULT_MIN_HORIZON)}].")
 @click.option("--json", "as_json", is_flag=True, help="Print one JSON document: the status, "
               "and per source each check's name, ok (true, false, or null when not "
               "checked) and detail.")
@@ -84,12 +89,13 @@ def _duration(ctx, param, value):
               "(default: the file $MYSQLBACKUP_IDENTITY names; without one, the keys of an "
               "encrypted archive are not checked).")
 def check(archive_url, archive_option, source_name, directory, max_base_age, max_archive_lag,
-          as_json, identity):
+          min_horizon, as_json, identity):
     """Can a restore to the newest archived moment be planned right now? Exit 0 only
     when, for every source checked, a base sits in the archived binlogs, the binlogs
     from it to the newest archived moment are contiguous (the restore's own plan: the
     one restore --dry-run prints), that base is younger than --max-base-age, and, with
-    --dir, the archive is within --max-archive-lag of the daemon's durable position.
+    --dir, the archive is within --max-archive-lag of the daemon's durable position and
+    the primary is not about to purge the binlog the daemon is in (--min-horizon).
 
     One Nagios-style line (CHECK OK / CHECK CRITICAL / CHECK UNKNOWN), then one line per
     failed check; --json for one JSON document. It reads the archive's listing,
@@ -97,7 +103,7 @@ def check(archive_url, archive_option, source_name, directory, max_base_age, max
     status --check watches the daemon, verify reads every byte, drill restores."""
     try:
         access, limits = _arguments(archive_url, archive_option, source_name, directory,
-                                    max_base_age, max_archive_lag, identity)
+                                    max_base_age, max_archive_lag, identity, min_horizon)
         report = _run(access, source_name, directory, limits)
     except click.UsageError as e:
         raise unknown_usage(e) from None
@@ -106,7 +112,7 @@ def check(archive_url, archive_option, source_name, directory, max_base_age, max
 
 
 def _arguments(archive_url, archive_option, source_name, directory, max_base_age,
-               max_archive_lag, identity):
+               max_archive_lag, identity, min_horizon=None):
     """(ArchiveAccess, Limits) of the options; click.UsageError."""
     from mysqlbackup.archive.codec import keyring_from
     from mysqlbackup.archive.names import check_source_name
@@ -114,9 +120,11 @@ def _arguments(archive_url, archive_option, source_name, directory, max_base_age
     from replay.check.gather import ArchiveAccess
     if not archive_url:
         raise click.UsageError("--archive URL is required")
-    if max_archive_lag is not None and not directory:
-        raise click.UsageError("--max-archive-lag needs --dir (the daemon's directory): "
-                               "without it the archive lag is not checked")
+    for name, given, what in (("--max-archive-lag", max_archive_lag, "the archive lag"),
+                              ("--min-horizon", min_horizon, "the purge horizon")):
+        if given is not None and not directory:
+            raise click.UsageError(f"{name} needs --dir (the daemon's directory): without it "
+                                   f"{what} is not checked")
     try:
         if source_name:
             check_source_name(source_name)  # before the store is asked
@@ -125,7 +133,8 @@ def _arguments(archive_url, archive_option, source_name, directory, max_base_age
     except UsageError as e:
         raise click.UsageError(mask_url(e)) from None
     lag = DEFAULT_MAX_ARCHIVE_LAG if max_archive_lag is None else max_archive_lag
-    return access, Limits(max_base_age, lag)
+    horizon = DEFAULT_MIN_HORIZON if min_horizon is None else min_horizon
+    return access, Limits(max_base_age, lag, horizon)
 
 
 def _run(access, source_name, directory, limits):

@@ -145,7 +145,7 @@ def read_daemon(directory, archive_url, now):
         report.get("lag_s"),
         f"{state['durable_file']}:{state['durable_pos']}" if state else None,
         len(report.get("backlog_files") or ()), report.get("pending_bytes") or 0,
-        mask_url(report.get("last_error")))
+        mask_url(report.get("last_error")), horizon=status.get("horizon"))
     if _same_url(report.get("url"), archive_url):
         return facts
     return replace(facts, problem=f"the daemon at {directory} archives to "

@@ -15,7 +15,10 @@ The checks of a source, in order:
   daemon's durable position (``status``'s notion: 0 when nothing durable waits for the
   archive, else the seconds since the archiver's last successful pass). Without
   ``--dir`` it is not checked: the archive alone cannot tell an idle source from a
-  stalled daemon (the newest archived commit of an idle source ages without harm).
+  stalled daemon (the newest archived commit of an idle source ages without harm);
+- ``purge_horizon``: with ``--dir``, the primary will not purge the binlog the daemon is
+  in within ``min_horizon`` (from the daemon's last record of the primary's binlogs:
+  ``localdir.horizon``), and had not purged it when last seen.
 
 A check is ok (True), failed (False) or not checked (None, its detail says why); the
 state is CRITICAL when any check failed (or the archive holds no source at all),
@@ -29,6 +32,7 @@ from typing import Optional
 
 from mysqlbackup.archive.window import epoch, iso
 from mysqlbackup.localdir.health import DEFAULT_MAX_ARCHIVE_LAG
+from mysqlbackup.localdir.horizon import DEFAULT_MIN_HORIZON, describe, problem
 
 OK, WARNING, CRITICAL, UNKNOWN = 0, 1, 2, 3
 STATES = {OK: "OK", WARNING: "WARNING", CRITICAL: "CRITICAL", UNKNOWN: "UNKNOWN"}
@@ -41,6 +45,7 @@ class Limits:
 
     max_base_age: float = DEFAULT_MAX_BASE_AGE
     max_archive_lag: float = DEFAULT_MAX_ARCHIVE_LAG
+    min_horizon: float = DEFAULT_MIN_HORIZON
 
 
 @dataclass(frozen=True)
@@ -92,6 +97,7 @@ class DaemonFacts:
     pending_bytes: int = 0
     last_error: Optional[str] = None
     problem: Optional[str] = None        # why its lag cannot be told for this archive
+    horizon: Optional[dict] = None       # localdir.horizon.margin of its durable file
 
 
 @dataclass(frozen=True)
@@ -122,7 +128,8 @@ def evaluate(facts, daemon, limits, now, named=False):
     """The SourceVerdict of ``facts`` (SourceFacts) and ``daemon`` (DaemonFacts or None:
     no ``--dir``); ``named``: the source was asked for by ``--source-name``."""
     lag = _archive_lag(facts, daemon, limits, named)
-    checks = (_base(facts), _binlogs(facts), _keys(facts), _base_age(facts, limits, now), lag)
+    checks = (_base(facts), _binlogs(facts), _keys(facts), _base_age(facts, limits, now), lag,
+              _purge_horizon(daemon, limits))
     lag_s = daemon.lag_s if lag.ok else None
     return SourceVerdict(facts.source, checks, facts, lag_s)
 
@@ -202,6 +209,16 @@ def _archive_lag(facts, daemon, limits, named):
             f"{daemon.pending_bytes} bytes of the newest file not archived)")
     return Check("archive_lag", False, text + (f"; last error: {daemon.last_error}"
                                                if daemon.last_error else ""))
+
+
+def _purge_horizon(daemon, limits):
+    if daemon is None or daemon.problem:
+        return Check("purge_horizon", None, "not checked: no daemon directory read")
+    if daemon.horizon is None:
+        return Check("purge_horizon", None, f"not checked: the daemon at {daemon.directory} "
+                     "has not recorded the primary's binlogs yet")
+    why = problem(daemon.horizon, limits.min_horizon)
+    return Check("purge_horizon", why is None, why or describe(daemon.horizon))
 
 
 @dataclass(frozen=True)
