@@ -75,6 +75,7 @@ def test_status_text_and_json(tmp_path, shared_binlog):
         "last ack:         mariadb-bin.000001:1074",
         "lag:              26 bytes",
         "checkpoint age:   unknown",
+        "primary:          purge horizon: not recorded yet",
     ]
     data = json.loads(invoke("status", "--dir", str(tmp_path), "--json").output)
     assert data["state"]["durable_pos"] == 1074 and data["files"][0]["size"] == 1074
