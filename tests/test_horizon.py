@@ -48,6 +48,13 @@ def test_status_and_check_say_how_close_the_primarys_purge_is(tmp_path_factory, 
     server = module_primary(tmp_path_factory, "horizon",
                             "SET GLOBAL binlog_expire_logs_seconds = 1800",
                             "CREATE DATABASE h", "CREATE TABLE h.t (id INT PRIMARY KEY)")
+    try:
+        _watch_the_horizon(server, tmp_path)
+    finally:
+        server.stop(remove=True)
+
+
+def _watch_the_horizon(server, tmp_path):
     url = f"file://{tmp_path / 'archive'}"
     daemon = Daemon(server, tmp_path / "backup", "--archive", url, "--source-name", "db1",
                     "--archive-interval", "0.2").start().wait_streaming()
@@ -77,7 +84,6 @@ def test_status_and_check_say_how_close_the_primarys_purge_is(tmp_path_factory, 
     down = run_cli("status", "--dir", tmp_path / "backup", "--check")
     assert down.returncode == 1 and "daemon down" in down.stdout
     assert "purge horizon: the primary may purge our file by age" in down.stdout, down.stdout
-    server.stop(remove=True)
 
 
 def test_the_metrics_give_the_horizon_from_the_newest_record():

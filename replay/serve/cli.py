@@ -55,8 +55,9 @@ def parse_listen(text):
               "point was met), look for newly archived transactions this often and send "
               "them (0: never).")
 @click.option("--ssl-cert", type=A_FILE, metavar="FILE",
-              help="PEM certificate (chain) of this server, as mysqld's --ssl-cert: TLS is "
-                   "offered to replicas (CHANGE MASTER TO MASTER_SSL=1, MASTER_SSL_CA=...). "
+              help="PEM certificate (chain) of this server, as mysqld's --ssl-cert (default: "
+                   "one made at start): TLS is offered to replicas (CHANGE MASTER TO "
+                   "MASTER_SSL=1, MASTER_SSL_CA=...). "
                    "Replicas' certificates are not asked for (no --ssl-ca).")
 @click.option("--ssl-key", type=A_FILE, metavar="FILE",
               help="Its private key (PEM), unless it is in --ssl-cert.")
@@ -95,10 +96,20 @@ def serve(archive_url, archive_option, source_name, listen, user, replica_passwo
     whole transactions, read from the archive's sealed and newest objects
     (compressed or encrypted alike), up to the stop point; then the connection
     stays open with heartbeats. A position or GTID state the archive lacks gets the
-    server's error 1236. With --ssl-cert a replica may connect over TLS
-    (MASTER_SSL=1); --require-secure-transport refuses clear text (mysqld's names;
-    the old --tls-cert, --tls-key, --require-tls and --password-file still work,
+    server's error 1236. TLS is offered as a MariaDB 11.4+ or MySQL server offers it:
+    with a certificate made at start (a stock MariaDB 11.8 replica verifies it by the
+    password), or --ssl-cert's; --require-secure-transport refuses clear text (mysqld's
+    names; the old --tls-cert, --tls-key, --require-tls and --password-file still work,
     with a warning). Runs until SIGTERM or SIGINT.
+
+    Binlog clients other than replicas read from it as from the primary:
+    mariadb-binlog and mysqlbinlog --read-from-remote-server (--raw gives the archived
+    files; without --stop-never the dump ends at the archive's end),
+    python-mysql-replication, zongji; their queries (binlog_checksum,
+    binlog_row_metadata, SHOW MASTER STATUS / SHOW BINARY LOG STATUS, SHOW BINARY LOGS,
+    INFORMATION_SCHEMA.COLUMNS' column names from the archive's TABLE_MAPs) are
+    answered from the archive. See the guide's "A CDC consumer lost its primary's
+    binlogs".
 
     Hostile clients are bounded: a whole handshake within 10 s, packets of at most
     64 KiB before login and 1 MiB after, failed logins slowed down per address

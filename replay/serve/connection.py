@@ -362,6 +362,9 @@ class Connection:
             reply = answer(sql, self.session, self.server.facts)
             log.debug("connection %d: query %r: %s%s", self.id, sql[:200], reply.kind,
                       f" {reply.code}" if reply.kind == "error" else "")
+            if reply.warning:
+                self.server.note("query", logging.WARNING, "connection %d: %s", self.id,
+                                 reply.warning)
             self.send(reply.payloads(), 1)
         elif command in (COM_PING, COM_INIT_DB):
             self.send([pk.ok_packet()], 1)
@@ -404,7 +407,7 @@ class Connection:
                  else f"{request.file or '(first file)'}:{request.pos}")
         out = _Sender(self, session.semi_sync)
         try:
-            if server.facts.checksum != "NONE" and not session.checksum_wanted:
+            if server.facts.checksum != "NONE" and not session.checksum_aware:
                 raise DumpError(NO_CHECKSUM)
             end, follow = self._stream(request, start, out)
             while True:
@@ -437,7 +440,8 @@ class Connection:
                           server.facts.checksum == "CRC32",
                           "stop datetime reached" if cut else None,
                           mysql or bool(request.flags & BINLOG_SEND_ANNOTATE_ROWS_EVENT),
-                          mysql and bool(request.flags & my.USE_HEARTBEAT_EVENT_V2))
+                          mysql and bool(request.flags & my.USE_HEARTBEAT_EVENT_V2),
+                          self.session.rotate_checksum, server.catalog)
         self.heartbeat_v2 = ctx.heartbeat_v2
         for kind, value in dump_events(units, start, ctx, resume=previous is not None,
                                        walk_class=MysqlWalk if mysql else None):

@@ -375,6 +375,9 @@ class DumpContext:
     cut_reason: str = None    # why the plan left the archive's later files out
     annotate: bool = True     # the dump asked for ANNOTATE_ROWS (BINLOG_SEND_ANNOTATE_ROWS)
     heartbeat_v2: bool = False  # MySQL: the dump asked for HEARTBEAT_LOG_EVENT_V2
+    rotate_checksum: bool = None  # the first fake ROTATE's CRC32: as the replica's
+    # @master_binlog_checksum says (None: the server's setting)
+    catalog: object = None    # catalog.Catalog: told of each TABLE_MAP sent
 
 
 def dump_events(units, start, ctx, resume=False, walk_class=None):
@@ -420,7 +423,8 @@ class _Walk:
         # a later epoch's first file: what the epoch before it ended with are duplicates
         self.duplicates = self._skip_set(unit)
         if not resumed:
-            yield "event", pk.fake_rotate(name, offset, ctx.server_id, ctx.checksum)
+            yield "event", pk.fake_rotate(name, offset, ctx.server_id,
+                                          self._rotate_checksum(first))
         if first and self.state is not None:
             self._note_start_state(unit)
         grouper, checksum, fde = Grouper(name), False, None
@@ -444,6 +448,15 @@ class _Walk:
             if self.end is not None:
                 return
 
+    def _rotate_checksum(self, first):
+        """Whether a fake ROTATE carries a CRC32: the dump's first as the replica's
+        @master_binlog_checksum says (mariadb-binlog and mysqlbinlog set 'NONE'), a later
+        one as the events before it (the server sends it with the algorithm in force)."""
+        if first:
+            return self.ctx.checksum if self.ctx.rotate_checksum is None \
+                else self.ctx.rotate_checksum
+        return self.checksum
+
     def _note_start_state(self, unit):
         before = MariaGtidPos.parse(unit["index"].get("gtid_before") or "")
         for d, (s, n) in self.state.domains.items():
@@ -451,6 +464,8 @@ class _Walk:
                 self.reached[d] = True
 
     def _header(self, off, event, offset, first):
+        if event[4] == ev.FORMAT_DESCRIPTION:
+            event = pk.without_in_use(event, self.checksum)
         if event[4] == ev.FORMAT_DESCRIPTION and offset > 4:
             if not self.resumed:
                 yield "event", pk.resent_fde(event)
@@ -489,7 +504,10 @@ class _Walk:
         events = trx.events if decision == "apply" else self._emptied(trx, checksum, fde)
         if not self.ctx.annotate:  # as a server does for a replica that did not ask
             events = (e for e in events if e[4] != ev.MARIA_ANNOTATE_ROWS)
+        catalog = self.ctx.catalog
         for event in events:
+            if event[4] == ev.TABLE_MAP and catalog is not None:
+                catalog.saw(event, checksum, fde)
             yield "event", event
         self.pos, self.last_gtid = trx.end, trx.gtid or self.last_gtid
 

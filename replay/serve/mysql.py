@@ -244,18 +244,6 @@ def is_subset(a, b):
 
 # --- artificial events ------------------------------------------------------------
 
-def without_in_use(event, checksum):
-    """A format description as mysqld sends it: LOG_EVENT_BINLOG_IN_USE_F cleared (the
-    active file's has it), its CRC32 (computed with the flag clear) then its own."""
-    if not event[17] & ev.LOG_EVENT_BINLOG_IN_USE_F:
-        return event
-    out = bytearray(event)
-    out[17] &= ~ev.LOG_EVENT_BINLOG_IN_USE_F & 0xFF
-    if checksum:
-        struct.pack_into("<I", out, len(out) - ev.CRC_LEN, ev.crc32(bytes(out[:-ev.CRC_LEN])))
-    return bytes(out)
-
-
 def heartbeat_v2(file, pos, server_id, checksum):
     """HEARTBEAT_LOG_EVENT_V2: its fields as type, length and value (1: the file name,
     2: the position as a length-encoded integer), then 0; timestamp 0, log_pos the

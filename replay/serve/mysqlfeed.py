@@ -110,7 +110,7 @@ class MysqlWalk(_Walk):
     def _header(self, off, event, offset, first):
         if event[4] == ev.FORMAT_DESCRIPTION:
             crc = ev.parse_format_description(event).checksum_alg == ev.CHECKSUM_CRC32
-            event = my.without_in_use(event, crc)
+            event = pk.without_in_use(event, crc)
         if event[4] == ev.FORMAT_DESCRIPTION and first and self.state is not None:
             yield "event", (pk.resent_fde(event, clear_log_pos=False) if self.clear_created
                             else event)

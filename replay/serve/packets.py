@@ -46,6 +46,8 @@ ER_HANDSHAKE_ERROR = 1043
 ER_ACCESS_DENIED = 1045
 ER_UNKNOWN_COM = 1047
 ER_UNKNOWN_SYSTEM_VARIABLE = 1193
+ER_BAD_FIELD_ERROR = 1054
+ER_PARSE_ERROR = 1064
 ER_NOT_SUPPORTED = 1235
 ER_UNKNOWN_ERROR = 1105
 ER_NET_PACKET_TOO_LARGE = 1153
@@ -53,7 +55,8 @@ ER_NET_PACKETS_OUT_OF_ORDER = 1156
 ER_MASTER_FATAL_READING_BINLOG = 1236
 SQLSTATES = {ER_CON_COUNT_ERROR: "08004", ER_HANDSHAKE_ERROR: "08S01",
              ER_ACCESS_DENIED: "28000", ER_UNKNOWN_COM: "08S01",
-             ER_NET_PACKET_TOO_LARGE: "08S01", ER_NET_PACKETS_OUT_OF_ORDER: "08S01"}
+             ER_NET_PACKET_TOO_LARGE: "08S01", ER_NET_PACKETS_OUT_OF_ORDER: "08S01",
+             ER_BAD_FIELD_ERROR: "42S22", ER_PARSE_ERROR: "42000"}
 
 # auth data a client may send: the largest plugin answer (an RSA-encrypted password of a
 # 4096-bit key is 512 bytes); a user name is bounded by the packet's own limit
@@ -245,7 +248,10 @@ def parse_binlog_dump(payload):
     if len(payload) < 11:
         raise MalformedPacket("COM_BINLOG_DUMP too short")
     pos, flags, server_id = struct.unpack_from("<IHI", payload, 1)
-    return DumpRequest(pos, flags, server_id, bytes(payload[11:]).decode("utf-8", "replace"))
+    # a name of NULs (python-mysql-replication's MariaDB dump sends four) is empty: the
+    # server reads it as a C string and starts at its first binlog file
+    name = bytes(payload[11:]).split(b"\0", 1)[0]
+    return DumpRequest(pos, flags, server_id, name.decode("utf-8", "replace"))
 
 
 def parse_register_slave(payload):
@@ -291,12 +297,25 @@ def fake_gtid_list(gtids, log_pos, server_id, checksum):
 CREATED_AT = ev.HEADER_LEN + 2 + 50   # the format description's 'created' timestamp
 
 
+def without_in_use(event, checksum):
+    """A format description as a server sends it, in every dump (mysqld 9.7 and mariadbd
+    10.11 alike, seen with ``--raw``): LOG_EVENT_BINLOG_IN_USE_F cleared (the active
+    file's has it), its CRC32 (computed with the flag clear) then its own."""
+    if not event[17] & ev.LOG_EVENT_BINLOG_IN_USE_F:
+        return event
+    out = bytearray(event)
+    out[17] &= ~ev.LOG_EVENT_BINLOG_IN_USE_F & 0xFF
+    if checksum:
+        struct.pack_into("<I", out, len(out) - ev.CRC_LEN, ev.crc32(bytes(out[:-ev.CRC_LEN])))
+    return bytes(out)
+
+
 def resent_fde(event, clear_log_pos=True):
     """A file's format description event as a primary resends it at the start of a
     dump: 'created' 0 (the replica must not drop its temporary tables, as after a
     primary's restart), and log_pos 0 too for a dump from past offset 4 (the replica
     must not move its position); the CRC32 computed again when it has one (with the
-    in-use flag of an active file's event cleared, as the server sums it). MariaDB
+    in-use flag cleared, as the server sums it: see ``without_in_use``). MariaDB
     10.11 clears 'created' for a dump by a non-empty GTID state (log_pos kept) and
     both past offset 4; a dump from a file's start gets the event as it is."""
     out = bytearray(event)

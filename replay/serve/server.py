@@ -37,12 +37,13 @@ from dataclasses import dataclass, field, replace
 from mysqlbackup.binlog import events as ev
 from mysqlbackup.binlog.gtid import MariaGtidPos
 from mysqlbackup.binlog.names import binlog_sort_key
-from mysqlbackup.errors import UsageError, mask_url
+from mysqlbackup.errors import MysqlBackupError, UsageError, mask_url
 from replay.job.planning.selection import Selection
 from replay.serve import certs
 from replay.serve import packets as pk
 from replay.serve.connection import Connection
-from replay.serve.feed import gtid_state_at
+from replay.serve.catalog import SCAN_BYTES, SCAN_UNITS, Catalog
+from replay.serve.feed import file_end, gtid_state_at, walk_events
 from replay.serve.limits import (MAX_CONNECTIONS, MAX_HANDSHAKES, MAX_HANDSHAKES_PER_ADDRESS,
                                  LoginThrottle, LogLimiter, throttle_key)
 from replay.serve.queries import ServerFacts
@@ -174,6 +175,10 @@ class _Server:
                                                               options.tls_key)
         self.source, units, _ = self.units()
         self.facts = self._facts(units)
+        self.catalog = Catalog(self.facts.flavor, self._newest_table_maps)
+        self.facts.binary_logs = self.binary_logs
+        self.facts.row_metadata = self.catalog.row_metadata
+        self.facts.table_columns = self.catalog.table
         self.listener = _listen(options.listen)
         self.lock, self.ended = threading.Condition(), None
         self.connections, self.dumps, self.errors = {}, {}, deque(maxlen=KEPT)
@@ -242,6 +247,39 @@ class _Server:
                 self._gtid_now = (time.monotonic(), value)
             return value
 
+    def binary_logs(self):
+        """[(file, size)] of the archive now, as SHOW BINARY LOGS lists a server's (the
+        newest file up to its last whole transaction); [] when the store fails."""
+        try:
+            _, units, _ = self.units()
+        except MysqlBackupError as e:
+            log.warning("listing the archive's files failed: %s", mask_url(e))
+            return []
+        sizes = {}
+        for unit in units:  # a file of two epochs (a failover): the later one's size
+            sizes[unit["name"]] = file_end(unit)
+        return list(sizes.items())
+
+    def _newest_table_maps(self):
+        """(event, checksum, fde) of the first TABLE_MAP of each of the archive's newest
+        files, newest first (at most catalog.SCAN_UNITS files and SCAN_BYTES read)."""
+        _, units, _ = self.units()
+        budget = SCAN_BYTES
+        for unit in list(reversed(units))[:SCAN_UNITS]:
+            chunks, fde = self.chunks(unit), None
+            try:
+                for _, event in walk_events(chunks, unit["name"], unit["partial"]):
+                    budget -= len(event)
+                    if event[4] == ev.FORMAT_DESCRIPTION:
+                        fde = ev.parse_format_description(event)
+                    elif event[4] == ev.TABLE_MAP and fde is not None:
+                        yield event, fde.checksum_alg == ev.CHECKSUM_CRC32, fde
+                        break
+                    if budget <= 0:
+                        return
+            finally:
+                chunks.close()
+
     def chunks(self, unit):
         from replay.serve.feed import unit_chunks
         return unit_chunks(unit, self.options.archive_url, self.options.storage_options,
@@ -289,7 +327,6 @@ class _Server:
         return (s.stop_datetime, s.stop_before_gtid, s.stop_position) != (None, None, None)
 
     def _read_fde(self, unit):
-        from replay.serve.feed import walk_events
         chunks = self.chunks(unit)
         try:
             for _, event in walk_events(chunks, unit["name"], unit["partial"]):

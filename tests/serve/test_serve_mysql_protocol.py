@@ -114,7 +114,7 @@ def test_a_mysql_replicas_queries_are_answered_as_mysqld():
                                 "@source_binlog_checksum = @@global.binlog_checksum"),
                 f"SET @slave_uuid = '{OTHER}', @replica_uuid = '{OTHER}'"):
         assert answer(sql, session, facts).kind == "ok"
-    assert (session.heartbeat_ns, session.checksum_wanted) == (500000000, True)
+    assert (session.heartbeat_ns, session.checksum_aware) == (500000000, True)
     for sql, value in (("SELECT @@GLOBAL.SERVER_ID", 1), ("SELECT @@GLOBAL.GTID_MODE", "ON"),
                        ("SELECT @@GLOBAL.SERVER_UUID", UUID),
                        ("SELECT @source_binlog_checksum", "CRC32"),
