@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Set up a fresh machine: MariaDB server/client (and mariadb-backup), a Java 17 runtime and
-# Chromium (headless: the docs site's test) from Debian when missing, and a virtualenv in .venv
+# Chromium (headless: the docs site's test), Node's npm (zongji) from Debian when missing, a virtualenv in .venv
 # with the package and its test and docs extras. Safe to re-run. It apt-installs packages:
 # for a throwaway machine or CI (on a MySQL host, mariadb-server would replace MySQL's packages).
 set -euo pipefail
@@ -47,3 +47,17 @@ scripts/mysql_tree.sh || echo "setup: no live MySQL server: its tests will skip"
 # the live MariaDB 11.8 LTS server (Debian trixie's, in .mariadb/tree, built once): the
 # server new installs run, beside the host's 10.11; where it cannot be built, its tests skip
 scripts/mariadb_tree.sh || echo "setup: no live MariaDB 11.8 server: its tests will skip" >&2
+# zongji (a Node binlog client) for serve's client tests, pinned (they run its queries):
+# Debian's nodejs and npm when missing; where npm cannot install it, those tests skip
+ZONGJI=0.9.0
+if ! command -v npm >/dev/null; then
+    SUDO=""; [ "$(id -u)" -ne 0 ] && SUDO="sudo"
+    $SUDO apt-get update -qq
+    DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq nodejs npm >/dev/null \
+        || echo "setup: no npm: the zongji tests will skip" >&2
+fi
+if command -v npm >/dev/null && ! grep -qs "\"version\": \"$ZONGJI\"" \
+        .node/node_modules/@vlasky/zongji/package.json; then
+    npm install --prefix .node --no-audit --no-fund --silent "@vlasky/zongji@$ZONGJI" \
+        || echo "setup: @vlasky/zongji not installed: the zongji tests will skip" >&2
+fi

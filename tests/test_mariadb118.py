@@ -173,3 +173,36 @@ def test_base_archive_ls_find_and_check_on_an_118_primary(primary, tmp_path):
     assert lines and all("d.t delete 1 row" in line for line in lines), lines[:3]
     done = run_cli("check", "--archive", primary.url_archive, "--source-name", "db1")
     assert done.returncode == 0 and done.stdout.startswith("CHECK OK"), done.stdout
+
+
+def test_binlog_clients_read_from_serve_what_the_primary_gives(primary, tmp_path):
+    """11.8's own mariadb-binlog (--raw: the files, the active one's in-use flag clear as
+    a dump sends it; -v decoded) and python-mysql-replication get from serve what they
+    get from the primary, events inside transactions without an end position and all."""
+    import uuid
+
+    from mysqlbackup.sandbox_mysql import client_wrappers, shared_dir
+    from mysqlbackup.sandbox_tree import TOOLS
+    from tests.serve.clients import (Endpoint, pmr_rows, read_decoded, read_raw,
+                                     without_in_use)
+    reader = os.path.join(client_wrappers(tmp_path / "bin", primary.tree, TOOLS),
+                          "mariadb-binlog")
+    shared = os.path.join(shared_dir(primary.tree), f"clients-{uuid.uuid4().hex[:8]}")
+    wait_archived_to_the_end(primary, ArchiveStore(primary.url_archive))
+    live, first = Endpoint.of_server(primary), primary.binlog_files()[0]
+    try:
+        with serve(primary.url_archive) as handle:
+            ends = Endpoint.of_serve(handle, "mysqlbackup_serve", PASSWORD)
+            served = read_raw(reader, ends, first, os.path.join(shared, "s"))
+            decoded = read_decoded(reader, ends, first, os.path.join(shared, "s-load"))
+            rows = pmr_rows(ends, True, log_file=first, log_pos=4)
+        assert served == read_raw(reader, live, first, os.path.join(shared, "p"))
+        assert decoded == read_decoded(reader, live, first, os.path.join(shared, "p-load"))
+        assert rows == pmr_rows(live, True, log_file=first, log_pos=4)
+    finally:
+        import shutil
+        shutil.rmtree(shared, ignore_errors=True)
+    newest = primary.binlog_files()[-1]
+    with open(primary.binlog_path(newest), "rb") as f:
+        assert served[newest] == without_in_use(f.read())
+    assert ("insert", "d", "t", {"id": 1, "v": "v"}) in rows

@@ -23,9 +23,9 @@ from mysqlbackup.source import protocol
 from mysqlbackup.source.spec import SourceSpec
 from replay.job.planning.options import build_selection
 from replay.serve.server import ServeOptions, start_server
-from tests.helpers import tagged, wait_for
+from tests.helpers import wait_for
 from tests.serve import rawclient
-from tests.serve.world import PatientClient
+from tests.serve.world import PatientClient, gtid_executed
 
 pytestmark = pytest.mark.mysql
 
@@ -33,45 +33,8 @@ USER, PASSWORD = "mysqlbackup_serve", "serve-secret"
 HEARTBEAT = 0.2
 
 
-def gtid_executed(server):
-    return server.execute("SELECT @@gtid_executed")[0][0].replace("\n", "")
-
-
 def checksums(server):
     return [server.execute(f"CHECKSUM TABLE d.{t}")[0][1] for t in ("t", "u")]
-
-
-@pytest.fixture(scope="module")
-def world(tmp_path_factory):
-    """A MySQL source writing three binlog files (tagged GTIDs and a DDL among them), its
-    files copied (the last one active) and archived; what the tests compare with."""
-    from mysqlbackup.sandbox_mysql import MySQLSandbox, why_no_mysql
-    problem = why_no_mysql()
-    if problem:
-        pytest.skip(problem)
-    source = MySQLSandbox(server_id=1, semi_sync=False).start()
-    try:
-        source.execute("CREATE DATABASE d", "CREATE TABLE d.t (id INT PRIMARY KEY, v INT)",
-                       *[f"INSERT INTO d.t VALUES ({i}, {i})" for i in range(5)],
-                       "FLUSH BINARY LOGS")
-        mid = gtid_executed(source)  # the GTIDs of the first file
-        source.execute("INSERT INTO d.t VALUES (5, 5)", "UPDATE d.t SET v = v + 1")
-        mid2 = gtid_executed(source)  # inside the second file
-        tagged(source, "INSERT INTO d.t VALUES (6, 6)", "INSERT INTO d.t VALUES (7, 7)")
-        source.execute("CREATE TABLE d.u (a INT PRIMARY KEY)", "INSERT INTO d.u VALUES (1)")
-        position = source.execute("SHOW BINARY LOG STATUS")[0][:2]
-        source.execute("DELETE FROM d.t WHERE id = 2", "FLUSH BINARY LOGS",
-                       "INSERT INTO d.u VALUES (2)", "UPDATE d.t SET v = 0 WHERE id = 3")
-        files = tmp_path_factory.mktemp("mysql-serve-files")
-        for name in source.binlog_files():
-            shutil.copyfile(source.binlog_path(name), files / name)
-        url = f"file://{tmp_path_factory.mktemp('mysql-serve-archive')}"
-        import_directory(ArchiveStore(url), str(files), "my1", echo=lambda line: None,
-                         codec=PLAIN)
-        yield {"source": source, "url": url, "files": files, "mid": mid, "mid2": mid2,
-               "position": position, "end": gtid_executed(source)}
-    finally:
-        source.stop(remove=True)
 
 
 def serve(url, **options):

@@ -57,6 +57,11 @@ def caught_up(replica, gtid):
     wait_for(done, timeout=20, what=f"the replica at {gtid}")
 
 
+def gtid_executed(server):
+    """A MySQL server's gtid_executed, on one line."""
+    return server.execute("SELECT @@gtid_executed")[0][0].replace("\n", "")
+
+
 def rows(server):
     return server.execute("SELECT id, v FROM d.t ORDER BY id")
 

@@ -1,0 +1,114 @@
+"""``serve`` over a MySQL 9.7 source's archive for the binlog clients that are not
+replicas, each against serve and against the live source (conftest.py's ``world``):
+``mysqlbinlog --read-from-remote-server`` raw and decoded, python-mysql-replication by
+file:position and by GTID set, zongji."""
+
+import os
+import uuid
+
+import pymysql
+import pytest
+
+from tests.serve.clients import (Endpoint, files_in, pmr_rows, read_decoded, read_raw,
+                                 why_no_zongji, without_in_use, zongji_rows)
+from tests.serve.test_serve_mysql import PASSWORD, USER, serve
+
+pytestmark = pytest.mark.mysql
+
+
+@pytest.fixture(scope="module")
+def tools(tmp_path_factory):
+    """mysqlbinlog of the MySQL tree (a chroot wrapper), and a folder it and the host
+    both see by one path (where --raw writes)."""
+    from mysqlbackup.sandbox_mysql import client_wrappers, shared_dir
+    bin_dir = client_wrappers(tmp_path_factory.mktemp("mysql-bin"))
+    shared = os.path.join(shared_dir(), f"serve-clients-{uuid.uuid4().hex[:8]}")
+    os.makedirs(shared)
+    yield os.path.join(bin_dir, "mysqlbinlog"), shared
+    import shutil
+    shutil.rmtree(shared, ignore_errors=True)
+
+
+def ends(handle):
+    return Endpoint.of_serve(handle, USER, PASSWORD)
+
+
+def test_mysqlbinlog_raw_gets_the_archived_files_and_ends(world, tools):
+    mysqlbinlog, shared = tools
+    source = world["source"]
+    with serve(world["url"]) as handle:
+        served = read_raw(mysqlbinlog, ends(handle), "binlog.000001",
+                          os.path.join(shared, "serve"))
+    live = read_raw(mysqlbinlog, Endpoint.of_server(source), "binlog.000001",
+                    os.path.join(shared, "primary"))
+    archived = {n: d for n, d in files_in(world["files"]).items() if n != "binlog.index"}
+    assert list(served) == list(archived) and len(served) >= 3
+    assert served == live
+    newest = list(archived)[-1]
+    assert served[newest] == without_in_use(archived[newest])
+    assert all(served[n] == archived[n] for n in list(archived)[:-1])
+
+
+def test_mysqlbinlog_decoded_as_from_the_source(world, tools):
+    mysqlbinlog, shared = tools
+    with serve(world["url"]) as handle:
+        served = read_decoded(mysqlbinlog, ends(handle), "binlog.000001",
+                              os.path.join(shared, "s-load"))
+    live = read_decoded(mysqlbinlog, Endpoint.of_server(world["source"]), "binlog.000001",
+                        os.path.join(shared, "p-load"))
+    assert "### INSERT INTO `d`.`t`" in served and ":nightly:" in served
+    assert served == live
+
+
+def test_python_mysql_replication_by_position_and_by_gtid(world):
+    live = Endpoint.of_server(world["source"])
+    with serve(world["url"]) as handle:
+        from_file = pmr_rows(ends(handle), False, log_file="binlog.000001", log_pos=4)
+        from_gtid = pmr_rows(ends(handle), False, auto_position=world["mid"])
+    assert from_file == pmr_rows(live, False, log_file="binlog.000001", log_pos=4)
+    assert from_gtid == pmr_rows(live, False, auto_position=world["mid"])
+    assert ("insert", "d", "t", {"id": 0, "v": 0}) in from_file
+    assert ("insert", "d", "t", {"id": 0, "v": 0}) not in from_gtid
+    assert ("insert", "d", "u", {"a": 2}) in from_gtid
+
+
+def test_the_queries_of_binlog_clients_as_mysqld_answers_them(world):
+    source = world["source"]
+
+    def ask(at, *statements):
+        conn = pymysql.connect(host=at.host, port=at.port, user=at.user, password=at.password,
+                               database="information_schema")
+        out = []
+        try:
+            with conn.cursor() as cur:
+                for sql in statements:
+                    try:
+                        cur.execute(sql)
+                        out.append(cur.fetchall())
+                    except pymysql.err.MySQLError as e:
+                        out.append(e.args[0])
+        finally:
+            conn.close()
+        return out
+    statements = ("SHOW BINARY LOGS", "SHOW BINARY LOG STATUS", "SHOW MASTER STATUS",
+                  "SHOW VARIABLES LIKE 'BINLOG_ROW_METADATA'",
+                  "select @@GLOBAL.binlog_checksum as checksum",
+                  "SELECT COLUMN_NAME FROM INFORMATION_SCHEMA.COLUMNS WHERE TABLE_SCHEMA = 'd' "
+                  "AND TABLE_NAME = 'u' ORDER BY ORDINAL_POSITION")
+    with serve(world["url"]) as handle:
+        pmr_rows(ends(handle), False, log_file="binlog.000001", log_pos=4)  # maps seen
+        served = ask(ends(handle), *statements)
+    live = ask(Endpoint.of_server(source), *statements)
+    assert served[0] == tuple(r[:2] + ("No",) for r in live[0])  # the archive: unencrypted
+    assert served[1:] == live[1:]
+    assert served[2] == 1064 and served[5] == (("a",),)
+
+
+@pytest.mark.skipif(why_no_zongji() is not None, reason=str(why_no_zongji()))
+def test_zongji_reads_the_rows_the_source_gives(world):
+    live = Endpoint.of_server(world["source"])
+    count = len(pmr_rows(live, False, log_file="binlog.000001", log_pos=4))
+    with serve(world["url"]) as handle:
+        served = zongji_rows(ends(handle), count)
+    assert served == zongji_rows(live, count)
+    assert len(served) == count > 5
