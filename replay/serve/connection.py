@@ -441,7 +441,9 @@ class Connection:
                           "stop datetime reached" if cut else None,
                           mysql or bool(request.flags & BINLOG_SEND_ANNOTATE_ROWS_EVENT),
                           mysql and bool(request.flags & my.USE_HEARTBEAT_EVENT_V2),
-                          self.session.rotate_checksum, server.catalog)
+                          # a resumed dump's fake ROTATE: as the events before it
+                          self.session.rotate_checksum if previous is None else None,
+                          server.catalog)
         self.heartbeat_v2 = ctx.heartbeat_v2
         for kind, value in dump_events(units, start, ctx, resume=previous is not None,
                                        walk_class=MysqlWalk if mysql else None):

@@ -112,3 +112,52 @@ def test_zongji_reads_the_rows_the_source_gives(world):
         served = zongji_rows(ends(handle), count)
     assert served == zongji_rows(live, count)
     assert len(served) == count > 5
+
+
+def test_blocking_readers_follow_the_archive(world, tools, tmp_path):
+    """The archive without its newest file, then with it: python-mysql-replication
+    (blocking=True) and mysqlbinlog --stop-never get the newly archived transactions
+    on the same connection, as from a primary that commits them (the next file's fake
+    ROTATE with the CRC32 of the events before it, as mysqld sends it: mysqlbinlog,
+    which set @source_binlog_checksum='NONE', cut a name sent without it short)."""
+    import shutil
+    import threading
+
+    from mysqlbackup.archive.codec import PLAIN
+    from mysqlbackup.archive.importer import import_directory
+    from mysqlbackup.archive.store import ArchiveStore
+    from tests.helpers import wait_for
+    mysqlbinlog, shared = tools
+    names = sorted(n for n in files_in(world["files"]) if n != "binlog.index")
+    part, url = tmp_path / "part", f"file://{tmp_path / 'growing'}"
+    part.mkdir()
+    for name in names[:-1]:
+        shutil.copyfile(world["files"] / name, part / name)
+    import_directory(ArchiveStore(url), str(part), "my1", echo=lambda line: None, codec=PLAIN)
+    whole = pmr_rows(Endpoint.of_server(world["source"]), False, log_file=names[0], log_pos=4)
+    out = os.path.join(shared, "follow")
+    with serve(url, poll_interval=0.2) as handle:
+        got = {}
+        rows = threading.Thread(target=lambda: got.update(rows=pmr_rows(
+            ends(handle), False, blocking=True, limit=len(whole), log_file=names[0],
+            log_pos=4)))
+        rows.start()
+        reader = read_raw(mysqlbinlog, ends(handle), names[0], out, follow=True)
+        try:
+            wait_for(lambda: handle.dumps == 2, what="both readers dumping")
+            shutil.copyfile(world["files"] / names[-1], part / names[-1])
+            import_directory(ArchiveStore(url), str(part), "my1", echo=lambda line: None,
+                             codec=PLAIN)
+            rows.join(30)
+            newest = os.path.join(out, names[-1])
+            size = (world["files"] / names[-1]).stat().st_size
+            wait_for(lambda: reader.poll() is not None or (
+                os.path.exists(newest) and os.path.getsize(newest) == size),
+                what=f"mysqlbinlog to follow into {names[-1]}: {os.listdir(out)}")
+            assert reader.poll() is None, reader.stderr.read()
+        finally:
+            reader.kill()
+            reader.wait()
+    assert got.get("rows") == whole
+    with open(newest, "rb") as f:
+        assert f.read() == without_in_use((world["files"] / names[-1]).read_bytes())
