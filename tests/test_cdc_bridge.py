@@ -90,3 +90,49 @@ def bridge(server, tmp_path):
         assert seen + missing + rest == list(range(1, 26))  # each row once, none missing
     finally:
         assert daemon.stop() == 0, daemon.output()
+
+
+@pytest.mark.server
+def test_without_full_row_metadata_the_names_come_from_the_dump_base(tmp_path_factory,
+                                                                     tmp_path, caplog):
+    """A source with binlog_row_metadata=MINIMAL: TABLE_MAPs name no column, and a
+    consumer that asks INFORMATION_SCHEMA.COLUMNS (python-mysql-replication's
+    use_column_name_cache) gets from serve the names the newest dump base's CREATE
+    TABLE gives, as the primary gives its own; a table the base lacks gets no rows, and
+    serve's log says which query."""
+    from pymysqlreplication import row_event
+
+    from tests.helpers import run_cli
+    from tests.serve.clients import pmr_rows
+    server = module_primary(tmp_path_factory, "cdc-minimal",
+                            "SET GLOBAL binlog_row_metadata = 'MINIMAL'", "CREATE DATABASE cdc",
+                            "CREATE TABLE cdc.t (id INT PRIMARY KEY, v INT)")
+    url = f"file://{tmp_path / 'archive'}"
+    daemon = Daemon(server, tmp_path / "backup", "--archive", url, "--source-name", "db1",
+                    "--archive-interval", "0.2").start().wait_streaming()
+    try:
+        base = run_cli("base", "--source", f"mysql://root@127.0.0.1:{server.port}",
+                       "--archive", url, "--source-name", "db1", password="", timeout=120)
+        assert base.returncode == 0, base.stderr
+        insert(server, range(1, 4))
+        server.execute("CREATE TABLE cdc.later (k INT)", "INSERT INTO cdc.later VALUES (7)")
+        wait_archived_to_the_end(server, ArchiveStore(url))
+
+        def read(at):
+            row_event._COLUMN_NAME_CACHE.clear()  # the library's own, process-wide
+            return pmr_rows(at, True, log_file="binlog.000001", log_pos=4,
+                            use_column_name_cache=True)
+        with start_server(ServeOptions(url, "db1", ("127.0.0.1", 0), "cdc", PASSWORD,
+                                       build_selection(), poll_interval=0)) as handle:
+            served = read(Endpoint(handle.host, handle.port, "cdc", PASSWORD))
+        live = read(Endpoint.of_server(server))
+    finally:
+        assert daemon.stop() == 0, daemon.output()
+        server.stop(remove=True)
+    assert [r for r in served if r[2] == "t"] == [r for r in live if r[2] == "t"] == [
+        ("insert", "cdc", "t", {"id": i, "v": i * 10}) for i in range(1, 4)]
+    assert [r for r in served if r[2] == "later"] == [
+        ("insert", "cdc", "later", {"UNKNOWN_COL0": 7})]  # the base has no such table
+    assert [r for r in live if r[2] == "later"] == [("insert", "cdc", "later", {"k": 7})]
+    assert any("no TABLE_MAP naming the columns of cdc.later" in r.getMessage()
+               for r in caplog.records)

@@ -119,7 +119,8 @@ def test_the_columns_of_a_table_from_the_table_maps_the_dumps_sent():
     assert (empty.kind, empty.rows) == ("rows", [])
     assert empty.warning == (
         "no TABLE_MAP naming the columns of d.t seen (the source's binlog_row_metadata is "
-        "not FULL, or no dump sent one yet): answered \"SELECT COLUMN_NAME FROM "
+        "not FULL, or no dump sent one yet) and no dump base holding the table: answered "
+        "\"SELECT COLUMN_NAME FROM "
         "INFORMATION_SCHEMA.COLUMNS WHERE TABLE_SCHEMA = 'd' AND TABLE_NAME = 't' ORDER BY "
         "ORDINAL_POSITION\" with no rows")
     catalog.saw(table_map(names=None), True, None)  # MINIMAL: no names, nothing learnt
@@ -138,3 +139,51 @@ def test_the_columns_of_a_table_from_the_table_maps_the_dumps_sent():
         1054, "Unknown column 'COLUMN_TYPE' in 'field list'")
     assert answer("SELECT COLUMN_NAME FROM INFORMATION_SCHEMA.COLUMNS WHERE TABLE_SCHEMA "
                   "LIKE 'd%'", Session(), f).code == 1235
+
+
+def test_a_table_no_table_map_named_gets_the_dump_bases_columns():
+    from mysqlbackup.base.schemascan import Columns
+    reads = []
+
+    def base():
+        reads.append(1)
+        return {("d", "t"): Columns(("id", "old"), ("int", "int"), (False, True), (0,))}
+    catalog = Catalog("mariadb", lambda: iter([]), base)
+    f = facts(catalog=catalog)
+    assert rows(COLUMNS, f)[1] == [["id"], ["old"]]
+    assert rows(COLUMNS.replace("'t'", "'u'"), f)[1] == []
+    assert reads == [1]  # the base is read once
+    catalog.saw(table_map(), True, None)  # a TABLE_MAP naming them: newer than the base
+    assert rows(COLUMNS, f)[1] == [["id"], ["v"]]
+
+
+DUMP = b"""-- MariaDB dump 10.19
+USE `shop`;
+DROP TABLE IF EXISTS `items`;
+CREATE TABLE `items` (
+  `id` int(11) NOT NULL,
+  `na``me` varchar(40) DEFAULT NULL,
+  `pad` text NOT NULL,
+  PRIMARY KEY (`id`,`pad`(10)),
+  KEY `n` (`na``me`)
+) ENGINE=InnoDB DEFAULT CHARSET=latin1;
+INSERT INTO `items` VALUES (1,'""" + b"x" * 200_000 + b"""',''),(2,'CREATE TABLE `x` (','');
+USE `other`;
+CREATE TABLE `log` (
+  `at` datetime(6) DEFAULT NULL
+) ENGINE=MyISAM;
+"""
+
+
+def test_a_dump_bases_tables_read_as_it_streams():
+    from mysqlbackup.base.schemascan import MAX_KEPT_LINE, Columns, SchemaScan
+    for size in (1, 7, 4096, len(DUMP)):  # any cut of the stream gives the same tables
+        scan = SchemaScan()
+        for at in range(0, len(DUMP), size):
+            assert scan.feed(DUMP[at:at + size]) == b""
+        assert scan.finish() == b""
+        assert scan.tables == {
+            ("shop", "items"): Columns(("id", "na`me", "pad"), ("int", "varchar", "text"),
+                                       (False, True, False), (0, 2)),
+            ("other", "log"): Columns(("at",), ("datetime",), (True,))}, size
+        assert len(scan._tail) <= MAX_KEPT_LINE  # the long INSERT was never kept

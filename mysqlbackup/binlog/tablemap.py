@@ -41,6 +41,11 @@ class TableMap:
     primary_key: tuple = ()
     has_optional: bool = False
 
+    @property
+    def data_types(self):
+        """The columns' SQL type names (DATA_TYPE) as far as the binlog types say."""
+        return tuple(DATA_TYPES.get(t, "unknown") for t in self.types)
+
 
 def parse_table_map(event, checksum, fde=None):
     """The TableMap of a TABLE_MAP event; CorruptBinlog when its body runs short."""

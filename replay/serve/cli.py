@@ -107,8 +107,8 @@ def serve(archive_url, archive_option, source_name, listen, user, replica_passwo
     files; without --stop-never the dump ends at the archive's end),
     python-mysql-replication, zongji; their queries (binlog_checksum,
     binlog_row_metadata, SHOW MASTER STATUS / SHOW BINARY LOG STATUS, SHOW BINARY LOGS,
-    INFORMATION_SCHEMA.COLUMNS' column names from the archive's TABLE_MAPs) are
-    answered from the archive. See the guide's "A CDC consumer lost its primary's
+    INFORMATION_SCHEMA.COLUMNS' column names from the archive's TABLE_MAPs or its
+    newest dump base) are answered from the archive. See the guide's "A CDC consumer lost its primary's
     binlogs".
 
     Hostile clients are bounded: a whole handshake within 10 s, packets of at most

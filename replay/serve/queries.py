@@ -31,7 +31,6 @@ import time
 from dataclasses import dataclass, field
 
 from mysqlbackup.binlog.gtid import MariaGtidPos
-from mysqlbackup.binlog.tablemap import DATA_TYPES
 from mysqlbackup.errors import UsageError
 from replay.serve import packets as pk
 from replay.serve.limits import LikePattern
@@ -57,7 +56,8 @@ class ServerFacts:
     gtid_purged: str = ""         # MySQL: the GTIDs before the archive's first file
     binary_logs: object = None    # callable -> [(file, size)] the archive holds now
     row_metadata: object = None   # callable -> the source's binlog_row_metadata
-    table_columns: object = None  # callable (schema, table) -> a TableMap naming columns
+    table_columns: object = None  # callable (schema, table) -> its columns (names, data_types,
+    # nullable, primary_key: a TableMap naming them or a dump base's schemascan.Columns)
 
 
 @dataclass
@@ -304,7 +304,8 @@ _COLUMN_FIELDS = ("column_name", "ordinal_position", "data_type", "is_nullable",
 def _columns(body, facts):
     """``SELECT fields FROM INFORMATION_SCHEMA.COLUMNS WHERE TABLE_SCHEMA = 's' AND
     TABLE_NAME = 't' [ORDER BY ORDINAL_POSITION]`` (python-mysql-replication's, zongji's
-    query): the columns as the newest TABLE_MAP of that table names them. Fields a
+    query): the columns as the newest TABLE_MAP of that table names them, else as the
+    newest dump base's CREATE TABLE has them (``catalog.Catalog.table``). Fields a
     TABLE_MAP cannot give (COLUMN_TYPE, COLUMN_COMMENT...) are refused (1054) rather than
     guessed; a table no TABLE_MAP named gets no rows, with a warning for serve's log."""
     lowered = body.lower()
@@ -340,8 +341,8 @@ def _columns(body, facts):
         return Reply("rows", columns, [], warning=(
             f"no TABLE_MAP naming the columns of {wanted['table_schema']}."
             f"{wanted['table_name']} seen (the source's binlog_row_metadata is not FULL, "
-            f"or no dump sent one yet): answered {'SELECT ' + ' '.join(body.split())[:200]!r}"
-            " with no rows"))
+            "or no dump sent one yet) and no dump base holding the table: answered "
+            f"{'SELECT ' + ' '.join(body.split())[:200]!r} with no rows"))
     return Reply("rows", columns, [[_column_field(table, i, f.lower()) for f in fields]
                                    for i in range(len(table.names))])
 
@@ -362,7 +363,7 @@ def _column_field(table, i, field):
     if field == "ordinal_position":
         return i + 1
     if field == "data_type":
-        return DATA_TYPES.get(table.types[i], "unknown")
+        return table.data_types[i]
     if field == "is_nullable":
         return "YES" if table.nullable[i] else "NO"
     return "PRI" if i in table.primary_key else ""

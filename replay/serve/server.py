@@ -34,6 +34,8 @@ import time
 from collections import Counter, OrderedDict, deque
 from dataclasses import dataclass, field, replace
 
+from mysqlbackup.archive.listing import ArchiveListing
+from mysqlbackup.archive.store import ArchiveStore
 from mysqlbackup.binlog import events as ev
 from mysqlbackup.binlog.gtid import MariaGtidPos
 from mysqlbackup.binlog.names import binlog_sort_key
@@ -41,8 +43,8 @@ from mysqlbackup.errors import MysqlBackupError, UsageError, mask_url
 from replay.job.planning.selection import Selection
 from replay.serve import certs
 from replay.serve import packets as pk
+from replay.serve.catalog import Catalog, base_tables, newest_table_maps
 from replay.serve.connection import Connection
-from replay.serve.catalog import SCAN_BYTES, SCAN_UNITS, Catalog
 from replay.serve.feed import file_end, gtid_state_at, walk_events
 from replay.serve.limits import (MAX_CONNECTIONS, MAX_HANDSHAKES, MAX_HANDSHAKES_PER_ADDRESS,
                                  LoginThrottle, LogLimiter, throttle_key)
@@ -175,7 +177,10 @@ class _Server:
                                                               options.tls_key)
         self.source, units, _ = self.units()
         self.facts = self._facts(units)
-        self.catalog = Catalog(self.facts.flavor, self._newest_table_maps)
+        self.catalog = Catalog(
+            self.facts.flavor, lambda: newest_table_maps(self.units()[1], self.chunks),
+            lambda: base_tables(self.options.archive_url, self.options.storage_options,
+                                self.source, self.keyring))
         self.facts.binary_logs = self.binary_logs
         self.facts.row_metadata = self.catalog.row_metadata
         self.facts.table_columns = self.catalog.table
@@ -211,8 +216,6 @@ class _Server:
         """``_newest_index`` of the archive as it is now (one listing, at most one index
         read); None, with a warning about ``what``, when the store fails (looked at
         again later)."""
-        from mysqlbackup.archive.listing import ArchiveListing
-        from mysqlbackup.archive.store import ArchiveStore
         try:
             listing = ArchiveListing(ArchiveStore(self.options.archive_url,
                                                   self.options.storage_options))
@@ -259,26 +262,6 @@ class _Server:
         for unit in units:  # a file of two epochs (a failover): the later one's size
             sizes[unit["name"]] = file_end(unit)
         return list(sizes.items())
-
-    def _newest_table_maps(self):
-        """(event, checksum, fde) of the first TABLE_MAP of each of the archive's newest
-        files, newest first (at most catalog.SCAN_UNITS files and SCAN_BYTES read)."""
-        _, units, _ = self.units()
-        budget = SCAN_BYTES
-        for unit in list(reversed(units))[:SCAN_UNITS]:
-            chunks, fde = self.chunks(unit), None
-            try:
-                for _, event in walk_events(chunks, unit["name"], unit["partial"]):
-                    budget -= len(event)
-                    if event[4] == ev.FORMAT_DESCRIPTION:
-                        fde = ev.parse_format_description(event)
-                    elif event[4] == ev.TABLE_MAP and fde is not None:
-                        yield event, fde.checksum_alg == ev.CHECKSUM_CRC32, fde
-                        break
-                    if budget <= 0:
-                        return
-            finally:
-                chunks.close()
 
     def chunks(self, unit):
         from replay.serve.feed import unit_chunks
