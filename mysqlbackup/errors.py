@@ -142,8 +142,23 @@ class CorruptBinlog(MysqlBackupError):
         if file is not None:
             where = f"{file}" + (f" at offset {offset}" if offset is not None else "") + ": "
         super().__init__(where + message)
+        self.detail = message   # what is wrong, without the file and offset
         self.file = file
         self.offset = offset
+
+
+class TornEvent(CorruptBinlog):
+    """The bytes end inside an event: damage in a sealed file, the place a file still
+    being written has reached in the newest one (readers of a live archive stop there)."""
+
+
+class NativeRefused(UsageError):
+    """``--apply native`` cannot restore what was asked: ``reason`` says why, the message
+    adds what to use instead (``suffix``)."""
+
+    def __init__(self, reason, suffix=""):
+        super().__init__(reason + suffix)
+        self.reason = reason
 
 
 class ResyncRequired(MysqlBackupError):
@@ -183,3 +198,14 @@ class StoreError(MysqlBackupError):
     """A request to the archive store failed: unreachable, timed out, refused."""
 
     exit_code = ExitCode.STORE
+
+
+class ArchiveHoles(ResyncRequired):
+    """The archive lacks what a replay must read: ``problems``, each naming an object
+    (a missing or unverified file, a break in the chain, a failover switch that does not
+    follow)."""
+
+    def __init__(self, problems):
+        super().__init__("the archive has holes: " + "; ".join(problems)
+                         + " (--allow-gaps replays across them)")
+        self.problems = list(problems)

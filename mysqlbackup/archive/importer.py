@@ -332,7 +332,7 @@ class _Import:
 
     def _partial_file(self, name, where, size, cut, torn, index):
         if torn is not None:
-            self.echo(f"{name}: torn at offset {torn.offset} ({_reason(torn)}); "
+            self.echo(f"{name}: torn at offset {torn.offset} ({torn.detail}); "
                       f"{size - cut} bytes from offset {cut} left out (--torn-tail "
                       "truncate)")
         elif cut < size:
@@ -525,10 +525,3 @@ def _describe(index):
     gtids = (f", GTIDs {index['first_gtid']} .. {index['last_gtid']}" if index["first_gtid"]
              else "")
     return f"{index['transactions']} transactions{gtids}"
-
-
-def _reason(error):
-    """The reason of a CorruptBinlog without its 'FILE at offset N: ' prefix."""
-    prefix = f"{error.file} at offset {error.offset}: "
-    text = str(error)
-    return text[len(prefix):] if text.startswith(prefix) else text

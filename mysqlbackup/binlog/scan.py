@@ -12,7 +12,7 @@ event at most.
 import struct
 
 from mysqlbackup.binlog import events as ev
-from mysqlbackup.errors import CorruptBinlog
+from mysqlbackup.errors import CorruptBinlog, TornEvent
 
 
 def check_magic(buf, file=None):
@@ -181,7 +181,7 @@ def _framed_size(view, off, end, file, check_log_pos, base):
     """The size of the event at ``off`` once its framing is checked (the hot path of
     every scan: one unpack, no header object)."""
     if end - off < ev.HEADER_LEN:
-        raise CorruptBinlog(f"torn event: {end - off} bytes left, header needs 19", file,
+        raise TornEvent(f"torn event: {end - off} bytes left, header needs 19", file,
                             base + off)
     etype, size, log_pos = _unpack_frame(view, off + 4)
     if size < ev.HEADER_LEN or off + size > end or (
@@ -194,7 +194,7 @@ def _bad_frame(header, left, file, check_log_pos, at):
     if header.size < ev.HEADER_LEN:
         raise CorruptBinlog(f"event size {header.size} is smaller than a header", file, at)
     if header.size > left:
-        raise CorruptBinlog(
+        raise TornEvent(
             f"torn event: {ev.event_name(header.type)} of {header.size} bytes, "
             f"{left} left in the file", file, at)
     raise CorruptBinlog(

@@ -18,7 +18,7 @@ from mysqlbackup.binlog.gtid import guess_flavor, parse_gtid_set
 from mysqlbackup.errors import CorruptBinlog, MysqlBackupError, mask_url
 from replay.find.scan import FileScan
 from replay.job.plan import ReplayOptions, units_to_read
-from replay.job.tasks import bare_message, stream_unit
+from replay.job.tasks import stream_unit
 from replay.job.planning.units import object_at
 
 
@@ -94,7 +94,7 @@ def _read(unit, url, options, scan, keyring):
         scan.finish()
     except CorruptBinlog as e:
         key = e.file if e.file and e.file != unit["name"] else object_at(unit, e.offset)
-        raise CorruptBinlog(bare_message(e), key, e.offset) from None
+        raise CorruptBinlog(e.detail, key, e.offset) from None
     except FileNotFoundError as e:  # the newest file's segments go once it is sealed
         raise MysqlBackupError(f"the archive changed during the search: {mask_url(e)} is "
                                f"gone (the newest file {unit['name']} was sealed meanwhile?); "

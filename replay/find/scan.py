@@ -23,7 +23,7 @@ from mysqlbackup.binlog import compressed as cz
 from mysqlbackup.binlog import events as ev
 from mysqlbackup.binlog.scan import EventStream
 from mysqlbackup.binlog.transactions import IN_TRX, INERT_IN_TRX, OUTSIDE, TrxTracker
-from mysqlbackup.errors import CorruptBinlog
+from mysqlbackup.errors import TornEvent
 from replay.job.decoding.rowcount import ROW_KINDS
 from replay.job.decoding.summary import ChangeCollector, make_summary, readable
 
@@ -67,8 +67,8 @@ class FileScan:
         file is the newest one."""
         try:
             self.stream.close()
-        except CorruptBinlog as e:
-            if not (self.newest and str(e).split(": ", 1)[-1].startswith("torn event")):
+        except TornEvent:
+            if not self.newest:
                 raise
 
     def _event(self, off, event):

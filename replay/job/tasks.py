@@ -69,7 +69,7 @@ def _decode(unit, url, options, keyring, keep, out, facts, walk, spool):
     except IdentityError as e:
         return dict(out, error={"kind": "identity", "message": str(e)})
     except CorruptBinlog as e:  # the stored form does not decode: names its object
-        return dict(out, error={"kind": "corrupt", "message": bare_message(e),
+        return dict(out, error={"kind": "corrupt", "message": e.detail,
                                 "offset": e.offset, "object": e.file})
     except FileNotFoundError as e:
         return dict(out, error={"kind": "missing", "message": str(e)})
@@ -79,7 +79,7 @@ def _decode(unit, url, options, keyring, keep, out, facts, walk, spool):
     try:
         transactions, incomplete, fde, fingerprint = walk.finish()
     except CorruptBinlog as e:
-        return dict(out, error={"kind": "corrupt", "message": bare_message(e),
+        return dict(out, error={"kind": "corrupt", "message": e.detail,
                                 "offset": e.offset})
     except Exception:  # noqa: BLE001 - the driver tells a damaged object from a bug
         return dict(out, error={"kind": "failed", "message": traceback.format_exc()})
@@ -128,7 +128,7 @@ def _write(keep, chosen, spool, where, fingerprint, fde_event):
                          checksum)
         return writer.close(), None
     except CorruptBinlog as e:  # the spool does not read back as decoded
-        return None, {"kind": "corrupt", "message": bare_message(e), "offset": e.offset}
+        return None, {"kind": "corrupt", "message": e.detail, "offset": e.offset}
     except MysqlBackupError as e:  # a row change the table cannot hold, named
         return None, {"kind": "sink", "message": str(e)}
     except OSError as e:
@@ -262,7 +262,7 @@ def digest_unit(unit, url, options):
                 _scan_object(store, promise.key, unit["name"])
         return {"error": None, "digests": digests}
     except CorruptBinlog as e:
-        return {"error": {"kind": "corrupt", "message": bare_message(e), "offset": e.offset}}
+        return {"error": {"kind": "corrupt", "message": e.detail, "offset": e.offset}}
     except FileNotFoundError as e:
         return {"error": {"kind": "missing", "message": str(e)}}
     except Exception as e:  # noqa: BLE001 - a store error of any kind, named by the driver
@@ -277,17 +277,6 @@ def _scan_object(store, key, name):
     events = EventStream(lambda off, event: None, file=name)
     read_object(store, Promise(key), events.feed)
     events.close()
-
-
-def bare_message(error):
-    """The text of a CorruptBinlog without its 'FILE at offset N: ' prefix."""
-    text = str(error)
-    if error.file is not None:
-        where = f"{error.file}" + (f" at offset {error.offset}"
-                                   if error.offset is not None else "") + ": "
-        if text.startswith(where):
-            return text[len(where):]
-    return text
 
 
 def stream_unit(unit, url, options, feed, keyring=None):

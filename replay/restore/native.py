@@ -36,7 +36,7 @@ import pymysql
 
 from mysqlbackup.binlog import events as ev
 from mysqlbackup.binlog.gtid import MariaGtidPos, MysqlGtidSet
-from mysqlbackup.errors import MysqlBackupError, UsageError
+from mysqlbackup.errors import MysqlBackupError, NativeRefused, UsageError
 from replay.job.sinks.session import connect_target
 from replay.restore.nativeend import (applied_count, covers, expected_end, past,
                                       serial_reason, state)
@@ -437,9 +437,9 @@ def check_local(spec):
     except (OSError, ValueError):
         loopback = False
     if not loopback:
-        raise UsageError(f"--apply native needs the target on this machine (it replicates "
-                         f"from serve on loopback); {spec.address} is not: use --apply "
-                         "statements")
+        raise NativeRefused(f"--apply native needs the target on this machine (it "
+                            f"replicates from serve on loopback); {spec.address} is not",
+                            ": use --apply statements")
 
 
 def check_selection(selection):
@@ -451,8 +451,8 @@ def check_selection(selection):
         ("--rewrite-db", selection.rewrite),
         ("--start-position", selection.start_position)) if given]
     if refused:
-        raise UsageError(f"--apply native applies whole binlogs from a GTID position: not "
-                         f"with {', '.join(refused)} (use --apply statements)")
+        raise NativeRefused(f"--apply native applies whole binlogs from a GTID position: "
+                            f"not with {', '.join(refused)}", " (use --apply statements)")
 
 
 def run_native(replay_opts, spec, threads=4, fresh=False, progress=None, timeout=None):

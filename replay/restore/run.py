@@ -24,7 +24,7 @@ from mysqlbackup.archive.lease import Lease
 from mysqlbackup.archive.listing import ArchiveListing
 from mysqlbackup.archive.store import ArchiveStore
 from mysqlbackup.archive.window import iso
-from mysqlbackup.errors import CorruptBinlog, MysqlBackupError, UsageError
+from mysqlbackup.errors import CorruptBinlog, MysqlBackupError, NativeRefused, UsageError
 from replay.job.planning.selection import Selection
 from replay.job.planning.units import pick_source
 from replay.job.spark import SparkSetup
@@ -182,8 +182,8 @@ def native_refusal(opts, plan):
     shortened), or None."""
     try:
         check_native(opts, plan)
-    except UsageError as e:
-        return str(e).split(": use --apply statements")[0].split(" (use --apply")[0]
+    except NativeRefused as e:
+        return e.reason
     return None
 
 
@@ -254,18 +254,18 @@ def check_native(opts, plan):
     target's applier starts from one), a physical base (the server it starts has the
     default server_id, most often the source's: untested)."""
     if opts.selection.tables or opts.selection.rewrite:
-        raise UsageError("--apply native applies whole binlogs: --table and --rewrite-db "
-                         "need --apply statements")
+        raise NativeRefused("--apply native applies whole binlogs: --table and --rewrite-db "
+                            "need --apply statements")
     if opts.target is not None:
         from replay.restore.native import check_local
         check_local(opts.target)
     m = plan.manifest
     if m["method"] in ("physical", "clone"):
-        raise UsageError(f"base {m['id']} is a physical backup: --apply native is not "
-                         "supported for it yet (use --apply statements)")
+        raise NativeRefused(f"base {m['id']} is a physical backup: --apply native is not "
+                            "supported for it yet", " (use --apply statements)")
     if m.get("gtid_flavor") not in ("mariadb", "mysql") or not m.get("gtid"):
-        raise UsageError(f"--apply native needs a source with GTIDs; base {m['id']} has no "
-                         "GTID position: use --apply statements")
+        raise NativeRefused(f"--apply native needs a source with GTIDs; base {m['id']} has no "
+                            "GTID position", ": use --apply statements")
 
 
 def table_selection(selection):

@@ -33,7 +33,7 @@ from mysqlbackup.binlog import events as ev
 from mysqlbackup.binlog.gtid import MariaGtidPos, gtid_text
 from mysqlbackup.binlog.scan import EventStream
 from mysqlbackup.binlog.transactions import OUTSIDE, TrxTracker, classify_sql
-from mysqlbackup.errors import CorruptBinlog, MysqlBackupError
+from mysqlbackup.errors import CorruptBinlog, MysqlBackupError, TornEvent
 from replay.job.decoding.assemble import table_of
 from replay.job.decoding.transaction import Transaction
 from replay.serve import packets as pk
@@ -233,8 +233,8 @@ def walk_events(chunks, name, newest):
         yield from batch
     try:
         stream.close()
-    except CorruptBinlog as e:
-        if not (newest and "torn event" in str(e)):
+    except TornEvent:
+        if not newest:
             raise
     yield from found
 

@@ -23,7 +23,7 @@ from mysqlbackup.binlog import events as ev
 from mysqlbackup.binlog.gtid import gtid_text
 from mysqlbackup.binlog.scan import EventStream, check_magic, iter_events, read_fde
 from mysqlbackup.binlog.transactions import OUTSIDE, TrxTracker, is_control
-from mysqlbackup.errors import CorruptBinlog
+from mysqlbackup.errors import CorruptBinlog, TornEvent
 from replay.job.decoding.groups import commit_group
 from replay.job.decoding.transaction import Transaction
 
@@ -109,7 +109,7 @@ class Assembler:
             except CorruptBinlog as e:
                 if e.file is not None:
                     raise
-                raise CorruptBinlog(str(e), self.name, off) from None
+                raise type(e)(e.detail, self.name, off) from None
         if self.current is not None and tracker.state == OUTSIDE:
             self.transactions.append(_finish(self.current, off + len(event), event, tracker,
                                              self.keep_events))
@@ -160,8 +160,8 @@ class StreamAssembly:
         torn_at = None
         try:
             self.events.close()
-        except CorruptBinlog as e:
-            if not (self.newest and _is_torn(e)):
+        except TornEvent as e:
+            if not self.newest:
                 raise
             torn_at = e.offset
         transactions, incomplete, fde = self.assembler.result(self.size, torn_at)
@@ -177,15 +177,10 @@ class _tolerate_torn_tail:
     def __iter__(self):
         try:
             yield from self.events
-        except CorruptBinlog as e:
-            if not (self.newest and _is_torn(e)):
+        except TornEvent as e:
+            if not self.newest:
                 raise
             self.torn_at = e.offset
-
-
-def _is_torn(error):
-    """True when CorruptBinlog ``error`` says the bytes end inside an event."""
-    return str(error).split(": ", 1)[-1].startswith("torn event")
 
 
 def _incident(name, off, event, checksum, keep_events=True):

@@ -26,7 +26,8 @@ from mysqlbackup.archive.window import contains, switch_problem
 from mysqlbackup.archive.names import binlog_key, format_key, partial_prefix
 from mysqlbackup.archive.objects import Promise, raw_problem, stored_problem
 from mysqlbackup.binlog.names import binlog_sort_key, next_binlog_name
-from mysqlbackup.errors import CorruptBinlog, MysqlBackupError, ResyncRequired, mask_url
+from mysqlbackup.errors import (ArchiveHoles, CorruptBinlog, MysqlBackupError, ResyncRequired,
+                                mask_url)
 
 CHAIN_FACTS = ("gtid_before", "gtid_after", "next_file")
 
@@ -57,8 +58,7 @@ def plan_units(source, sealed, partial, start=None, stop=None, allow_gaps=False)
     if partial:
         units.append(_partial_unit(source, partial, indexes[-1] if indexes else None, problems))
     if problems and not allow_gaps:
-        raise ResyncRequired("the archive has holes: " + "; ".join(problems)
-                             + " (--allow-gaps replays across them)")
+        raise ArchiveHoles(problems)
     units = [u for u in units if not (start and start(u["index"]))]
     kept = []
     for unit in units:
@@ -89,16 +89,14 @@ def plan_epochs(source, epochs, start=None, stop=None, allow_gaps=False):
         previous = listed
         try:
             more, cut = plan_units(key_source, sealed, partial, start, stop, allow_gaps)
-        except ResyncRequired as e:  # gathered: every hole of every epoch in one message
-            problems.append(e.reason.removeprefix("the archive has holes: ").removesuffix(
-                " (--allow-gaps replays across them)"))
+        except ArchiveHoles as e:  # gathered: every hole of every epoch in one message
+            problems.extend(e.problems)
             continue
         units += [dict(unit, epoch=epoch, skip=skip) for unit in more]
         if cut:
             break
     if problems and not allow_gaps:
-        raise ResyncRequired("the archive has holes: " + "; ".join(problems)
-                             + " (--allow-gaps replays across them)")
+        raise ArchiveHoles(problems)
     return units, cut
 
 
