@@ -7,8 +7,10 @@ those below the command line (``cli/``, ``config``). The shared helpers (``error
 ``durable``, ``loop``, ``logs``, ``httpd``, the package itself) sit under everything.
 ``replay/`` imports ``mysqlbackup/`` but never ``stream/`` or ``retention/`` (what it
 needs of the daemon's directory is in ``localdir/``, the metrics server in ``httpd``),
-and ``mysqlbackup/`` never imports ``replay/``. Lazy imports (inside a function) count
-as imports.
+and ``mysqlbackup/`` never imports ``replay/``. The test servers (``sandbox*``) are for
+tests, the demo and benchmarks: no other module imports them (``scratch`` gives
+production its servers). Lazy imports (inside a function) count as imports, and ``from
+P import X`` imports the module P.X when X is one.
 
 KNOWN holds the imports that break the contract today, each to be removed: a new break
 fails the test, and so does an entry of KNOWN that no longer happens (the list only
@@ -21,15 +23,20 @@ import os
 from tests.helpers import REPO
 
 LEVEL = {"mysqlbackup": 0, "errors": 0, "durable": 0, "loop": 0, "logs": 0, "httpd": 0,
-         "sandbox": 0, "sandbox_mysql": 0, "sandbox_tree": 0,
+         "scratch": 0, "sandbox": 0, "sandbox_mysql": 0, "sandbox_tree": 0,
          "binlog": 1, "source": 2, "archive": 2, "localdir": 2,
          "stream": 3, "base": 3, "retention": 3,
          "cli": 4, "__main__": 5}
-# top-level modules that belong to a part: the stream's fused loop, the command line's
-PART_OF = {"speedups": "stream", "fusedloop": "stream", "_speedups": "stream",
+# top-level modules that belong to a part: the fused loop of the source's packets and
+# events (the client squeezes packets with it, the stream walks events: it sits with
+# the source, below both), the command line's configuration
+PART_OF = {"speedups": "source", "fusedloop": "source", "_speedups": "source",
            "config": "cli"}
 SIBLINGS = {"stream", "base", "retention"}  # one level, independent of each other
 REPLAY_NEVER = {"stream", "retention"}
+# the test servers: tests, the demo and benchmarks import them, production code never
+# (its servers of its own come from ``scratch``)
+TEST_ONLY = {"sandbox", "sandbox_mysql", "sandbox_tree"}
 
 KNOWN = set()
 
@@ -53,11 +60,21 @@ def imports():
 
 
 def _targets(node):
+    """The modules an import statement imports: ``from P import X`` imports P.X (a
+    module, when X is one: ``from mysqlbackup import speedups`` is an import of
+    ``speedups``, not of the package)."""
     if isinstance(node, ast.Import):
         return [a.name for a in node.names]
     if isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
-        return [node.module]
+        return [f"{node.module}.{a.name}" if _is_module(f"{node.module}.{a.name}")
+                else node.module for a in node.names]
     return []
+
+
+def _is_module(dotted):
+    """True when ``dotted`` names a module or package of this repository."""
+    path = os.path.join(REPO, *dotted.split("."))
+    return os.path.isfile(path + ".py") or os.path.isdir(path)
 
 
 def part(module):
@@ -72,6 +89,8 @@ def part(module):
 def breaks(source, target):
     """Why ``source`` may not import ``target`` (None when it may)."""
     mine, theirs = part(source), part(target)
+    if theirs in TEST_ONLY and part(source) not in TEST_ONLY:
+        return f"production code imports the test servers ({theirs})"
     if mine is not None and target.startswith("replay"):
         return "mysqlbackup/ imports replay/"
     if mine is None:
@@ -116,3 +135,16 @@ def test_what_breaks_the_layers():
     assert breaks("mysqlbackup.stream.daemon", "mysqlbackup.localdir.state") is None
     assert breaks("mysqlbackup.stream.metrics", "mysqlbackup.httpd") is None
     assert breaks("mysqlbackup.cli.options", "mysqlbackup.cli") is None
+    assert breaks("replay.drill.run", "mysqlbackup.sandbox")
+    assert breaks("mysqlbackup.base.clone", "mysqlbackup.sandbox_mysql")
+    assert breaks("mysqlbackup.sandbox_tree", "mysqlbackup.sandbox") is None
+    assert breaks("replay.drill.run", "mysqlbackup.scratch") is None
+    assert breaks("mysqlbackup.source.client", "mysqlbackup.speedups") is None
+    assert breaks("mysqlbackup.speedups", "mysqlbackup.stream.syncer")
+
+
+def test_from_the_package_import_is_an_import_of_the_module():
+    tree = ast.parse("from mysqlbackup import speedups\nfrom replay.job import tasks\n"
+                     "from mysqlbackup.binlog import events")
+    assert [t for node in ast.walk(tree) for t in _targets(node)] == [
+        "mysqlbackup.speedups", "replay.job.tasks", "mysqlbackup.binlog.events"]

@@ -33,7 +33,7 @@ from mysqlbackup.base.dump import DumpError, Snapshot
 from mysqlbackup.base.tardir import TarReader
 from mysqlbackup.binlog.position import Position
 from mysqlbackup.errors import SourceError, UsageError
-from mysqlbackup.sandbox import find_binary
+from mysqlbackup.scratch import find_binary
 from mysqlbackup.source.connect import connect as tls_connect
 
 PLUGIN, PLUGIN_LIBRARY = "clone", "mysql_clone.so"

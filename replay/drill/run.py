@@ -1,6 +1,6 @@
 """``mysqlbackup drill``: restore the archive into a scratch server and prove it.
 
-The scratch server is the project's own sandbox (``mysqlbackup.sandbox``): a
+The scratch server is a server of our own (``mysqlbackup.scratch``): a
 throwaway datadir, a free loopback port, binlog on with GTID strict mode. The
 restore is ``run_restore`` as ``mysqlbackup restore`` runs it (its lease keeps
 retention off what it reads); the drill then checks that the scratch server
@@ -19,7 +19,7 @@ from mysqlbackup.binlog import events as ev
 from mysqlbackup.binlog.gtid import MariaGtidPos
 from mysqlbackup.binlog.scan import EventStream
 from mysqlbackup.errors import ExitCode, MysqlBackupError, StoreError, UsageError
-from mysqlbackup.sandbox import MariaDBSandbox
+from mysqlbackup.scratch import ScratchMariaDB
 from mysqlbackup.source.spec import SourceSpec
 from replay.drill.check import check_applied, expected_of, missing_gtids, on_bookkeeping
 
@@ -64,7 +64,7 @@ def run_drill(opts, progress=None):
     if planned is None:
         return report
     basedir = tempfile.mkdtemp(prefix="mysqlbackup-drill-", dir=opts.workdir)
-    server = MariaDBSandbox(basedir, server_id=SCRATCH_SERVER_ID, semi_sync=False)
+    server = ScratchMariaDB(basedir, server_id=SCRATCH_SERVER_ID, semi_sync=False)
     try:
         started = time.monotonic()
         server.start()

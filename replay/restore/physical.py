@@ -28,7 +28,7 @@ from mysqlbackup.archive.codec import Digest
 from mysqlbackup.base.client import ToolError, find_tool
 from mysqlbackup.durable import write_bytes
 from mysqlbackup.errors import UsageError
-from mysqlbackup.sandbox import find_binary, private_tmpdir
+from mysqlbackup.scratch import find_binary, private_tmpdir
 from replay.restore.load import check_digests, stream_object
 
 MARKER = "mysqlbackup-restore.json"
@@ -158,7 +158,7 @@ def _socket_path(port):
 
 def _tmpdir_path(datadir):
     """The restored server's own temporary folder, beside its datadir (``DATADIR.tmp``;
-    why: ``mysqlbackup.sandbox.private_tmpdir``)."""
+    why: ``mysqlbackup.scratch.private_tmpdir``)."""
     return os.path.normpath(datadir) + ".tmp"
 
 
