@@ -159,6 +159,21 @@ def shared_binlog():
     return path
 
 
+OWN_BINLOGS = os.path.join(os.path.dirname(os.path.abspath(__file__)), "data", "binlogs")
+
+
+@pytest.fixture
+def binlog(shared_binlog):
+    """Path of a binlog file: ``ours/NAME`` one of tests/data/binlogs (made by this
+    project's own servers: scripts/make_test_binlogs.py; in every clone), anything else
+    one of the corpus in ../shared/binlogs (``shared_binlog``: skips without it)."""
+    def path(relative):
+        if relative.startswith("ours/"):
+            return os.path.join(OWN_BINLOGS, relative[len("ours/"):])
+        return shared_binlog(relative)
+    return path
+
+
 @pytest.fixture
 def copy_binlog(tmp_path, shared_binlog):
     def copy(relative, name=None):

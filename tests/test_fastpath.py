@@ -29,7 +29,11 @@ from mysqlbackup.stream import writer as writer_module
 from mysqlbackup.stream.writer import BinlogWriter
 from tests.helpers import file_events, make_event, packets, read
 
+OURS_MARIA = "ours/mariadb-10.11.000001"  # made here: MariaDB GTID, ANNOTATE_ROWS, ROTATE
+OURS_MYSQL = "ours/mysql-9.7.000001"     # made here: MySQL GTID, TRANSACTION_PAYLOAD, ROTATE
 FILES = [
+    OURS_MARIA,
+    OURS_MYSQL,
     "rust_mysql_common/mariadb-bin.000001",                  # MariaDB GTID, ANNOTATE_ROWS
     "gh-ost/mysql-bin.000066",                               # BEGIN..XID, ends with ROTATE
     "mysql-binlog-connector-rust/mysql-bin.000080",          # MySQL GTID
@@ -125,9 +129,9 @@ def both(tmp_path, name, events, acks=None, one_by_one=True):
 
 
 @pytest.mark.parametrize("relative", FILES)
-def test_inline_path_matches_the_general_path_event_for_event(tmp_path, shared_binlog,
+def test_inline_path_matches_the_general_path_event_for_event(tmp_path, binlog,
                                                               relative):
-    events = file_events(shared_binlog(relative))
+    events = file_events(binlog(relative))
     name = os.path.basename(relative)
     general, inline = both(tmp_path, name, events)
     assert inline == general
@@ -135,7 +139,7 @@ def test_inline_path_matches_the_general_path_event_for_event(tmp_path, shared_b
     whole = both(tmp_path / "whole", name, events, acks=[e[4] == ev.XID for e in events],
                  one_by_one=False)
     assert whole[1] == whole[0]
-    assert whole[1][3][name][:4 + sum(map(len, events))] == read(shared_binlog(relative)) \
+    assert whole[1][3][name][:4 + sum(map(len, events))] == read(binlog(relative)) \
         or ev.ROTATE in [e[4] for e in events]
 
 
@@ -145,7 +149,13 @@ def corrupt(events, index, at):
     return events[:index] + [bytes(bad)] + events[index + 1:]
 
 
-MARIA = "rust_mysql_common/mariadb-bin.000001"
+MARIA = OURS_MARIA  # the twin tests run on every clone, ../shared or not
+
+
+def maria_events(binlog):
+    """The events of MARIA but its closing ROTATE: a stream that stays in one file."""
+    events = file_events(binlog(MARIA))
+    return events[:-1] if events[-1][4] == ev.ROTATE else events
 
 
 BAD_CASES = ["crc_row", "crc_gtid", "crc_xid", "torn_row", "missing_row", "wrong_end"]
@@ -154,7 +164,9 @@ BAD_CASES = ["crc_row", "crc_gtid", "crc_xid", "torn_row", "missing_row", "wrong
 def bad_events(events, case):
     """``events`` with one made bad as ``case`` says."""
     rows = [i for i, e in enumerate(events) if e[4] in ev.ROWS_EVENTS]
-    gtid = [i for i, e in enumerate(events) if e[4] == ev.MARIA_GTID][1]
+    # the GTID of a transaction of rows (one the fused loop may walk), not a DDL's
+    gtid = [i for i, e in enumerate(events) if e[4] == ev.MARIA_GTID
+            and events[i + 1][4] != ev.QUERY][1]
     xid = [i for i, e in enumerate(events) if e[4] == ev.XID][0]
     if case == "crc_row":
         events = corrupt(events, rows[0], 25)
@@ -175,8 +187,8 @@ def bad_events(events, case):
 
 
 @pytest.mark.parametrize("case", BAD_CASES)
-def test_a_bad_event_stops_both_paths_with_the_same_error(tmp_path, shared_binlog, case):
-    events = bad_events(file_events(shared_binlog(MARIA)), case)
+def test_a_bad_event_stops_both_paths_with_the_same_error(tmp_path, binlog, case):
+    events = bad_events(maria_events(binlog), case)
     for one_by_one in (True, False):
         general, inline = both(tmp_path / str(one_by_one), "mariadb-bin.000001", events,
                                acks=[e[4] == ev.XID for e in events], one_by_one=one_by_one)
@@ -197,9 +209,9 @@ class DrainingClient(StubClient):
         return self.answers.pop(0)
 
 
-def test_a_drained_stream_is_fsynced_once_silent_for_the_linger(tmp_path, shared_binlog):
+def test_a_drained_stream_is_fsynced_once_silent_for_the_linger(tmp_path, binlog):
     syncer_module.SYNC_LINGER = 0.005  # (``no_linger`` puts it back)
-    events = file_events(shared_binlog(MARIA))
+    events = maria_events(binlog)
     syncer = make(Syncer, tmp_path / "d", "mariadb-bin.000001")
     now = [1000.0]
     syncer.clock = lambda: now[0]
@@ -232,8 +244,8 @@ def test_written_bytes_are_handed_to_write_back_every_few_mib(tmp_path, monkeypa
 
 @pytest.mark.parametrize("ack", [False, True])
 def test_a_drained_catch_up_is_checkpointed_at_once_a_commit_load_keeps_the_limit(
-        tmp_path, shared_binlog, ack):
-    events = file_events(shared_binlog(MARIA))
+        tmp_path, binlog, ack):
+    events = maria_events(binlog)
     batch = StreamDecoder(True).feed(packets(events, semi_sync=True, ack_flags=[
         ack and e[4] == ev.XID for e in events]))
     syncer = make(Syncer, tmp_path / "d", "mariadb-bin.000001")
@@ -248,46 +260,49 @@ def test_a_drained_catch_up_is_checkpointed_at_once_a_commit_load_keeps_the_limi
 
 
 def test_a_drained_catch_up_is_checkpointed_once_fsynced_after_the_linger(tmp_path,
-                                                                         shared_binlog):
+                                                                         binlog):
     """The catch-up drains before its last fsync (which waits for SYNC_LINGER): that
     fsync's durable point is recorded at once, not a checkpoint interval later; the next
     trickle of events keeps the interval."""
     syncer_module.SYNC_LINGER = 0.005  # (``no_linger`` puts it back)
-    events = file_events(shared_binlog(MARIA))
+    events = maria_events(binlog)
     batch = StreamDecoder(False).feed(packets(events))
     syncer = make(Syncer, tmp_path / "d", "mariadb-bin.000001")
     syncer.client = DrainingClient([False] + [True] * 9)  # busy, then drained
     now = [1000.0]
     syncer.clock = lambda: now[0]
+    xid = next(i for i, e in enumerate(events) if e[4] == ev.XID and i >= 7)
     syncer.checkpoint()
-    syncer.process(batch[:5])    # more waits
-    syncer.process(batch[5:8])   # drained at an XID, not fsynced yet: nothing new to record
-    assert syncer.writer.unsynced and syncer.recorded[0].offset == 4
+    syncer.process(batch[:xid - 2])         # more waits
+    syncer.process(batch[xid - 2:xid + 1])  # drained at an XID, not fsynced yet: nothing
+    assert syncer.writer.unsynced and syncer.recorded[0].offset == 4  # new to record
     now[0] += 0.006
     syncer.process([])           # the linger is over: fsync, and record it
-    end = 4 + sum(map(len, events[:8]))
+    end = 4 + sum(map(len, events[:xid + 1]))
     assert json.loads(read(tmp_path / "d" / STATE_FILE))["pos"] == end
     now[0] += 0.001
-    syncer.process(batch[8:])    # a trickle after the drain: back to the interval
+    syncer.process(batch[xid + 1:])  # a trickle after the drain: back to the interval
     now[0] += 0.006
     syncer.process([])
     assert syncer.durable.offset > end == json.loads(read(tmp_path / "d" / STATE_FILE))["pos"]
 
 
-def test_the_drain_after_a_rotate_is_checkpointed_at_once(tmp_path, shared_binlog):
-    events = file_events(shared_binlog("gh-ost/mysql-bin.000066"))
+@pytest.mark.parametrize("relative", [OURS_MYSQL, "gh-ost/mysql-bin.000066"])
+def test_the_drain_after_a_rotate_is_checkpointed_at_once(tmp_path, binlog, relative):
+    events = file_events(binlog(relative))
     assert events[-1][4] == ev.ROTATE
+    following = ev.parse_rotate(events[-1], True)[1]
     stream = events + events[:2]  # the next file starts as this one did (FDE at 4)
-    syncer = make(Syncer, tmp_path / "d", "mysql-bin.000066")  # a checkpoint an hour
+    syncer = make(Syncer, tmp_path / "d", os.path.basename(relative))  # a checkpoint an hour
     syncer.process(StreamDecoder(False).feed(packets(stream)))  # one batch, then drained
     state = json.loads(read(tmp_path / "d" / STATE_FILE))
-    assert (state["file"], state["pos"]) == ("mysql-bin.000067", 4 + len(stream[-2] + stream[-1]))
+    assert (state["file"], state["pos"]) == (following, 4 + len(stream[-2] + stream[-1]))
 
 
 @pytest.mark.parametrize("semi_sync", [False, True])
 def test_the_decoders_runs_give_every_event_and_ack_request_whatever_the_chunks(
-        shared_binlog, semi_sync):
-    events = file_events(shared_binlog(MARIA)) * 3
+        binlog, semi_sync):
+    events = maria_events(binlog) * 3
     acks = [semi_sync and e[4] == ev.XID for e in events]
     wire = packets(events, semi_sync=semi_sync, ack_flags=acks)
     for chunk in (1, 5, 7, 64, len(wire)):
@@ -340,9 +355,9 @@ def reference(directory, name, events, acks, semi_sync):
 @pytest.mark.parametrize("loop", LOOPS)
 @pytest.mark.parametrize("semi_sync", [False, True])
 @pytest.mark.parametrize("relative", FILES)
-def test_the_fused_loop_matches_the_general_path(tmp_path, shared_binlog, relative,
+def test_the_fused_loop_matches_the_general_path(tmp_path, binlog, relative,
                                                  semi_sync, monkeypatch, loop):
-    events = file_events(shared_binlog(relative))
+    events = file_events(binlog(relative))
     name, acks = os.path.basename(relative), [semi_sync and e[4] == ev.XID for e in events]
     want = reference(tmp_path / "general", name, events, acks, semi_sync)
     assert want[1] is None
@@ -358,9 +373,9 @@ def test_the_fused_loop_matches_the_general_path(tmp_path, shared_binlog, relati
 @pytest.mark.parametrize("loop", LOOPS)
 @pytest.mark.parametrize("semi_sync", [False, True])
 def test_the_fused_loop_matches_the_general_path_on_large_and_odd_events(
-        tmp_path, shared_binlog, semi_sync, monkeypatch, loop):
+        tmp_path, binlog, semi_sync, monkeypatch, loop):
     """Events a squeeze leaves (over SQUEEZE_MAX), a standalone GTID and its statement."""
-    events = maria_then_mixed(shared_binlog, 40, artificial=False)
+    events = maria_then_mixed(binlog, 40, artificial=False)
     acks = [semi_sync and e[4] == ev.XID for e in events]
     want = reference(tmp_path / "general", "mariadb-bin.000001", events, acks, semi_sync)
     assert want[1] is None
@@ -373,8 +388,8 @@ def test_the_fused_loop_matches_the_general_path_on_large_and_odd_events(
 @pytest.mark.parametrize("loop", LOOPS)
 @pytest.mark.parametrize("case", BAD_CASES)
 def test_a_bad_event_stops_the_fused_loop_with_the_general_paths_error(
-        tmp_path, shared_binlog, case, monkeypatch, loop):
-    events = bad_events(file_events(shared_binlog(MARIA)), case)
+        tmp_path, binlog, case, monkeypatch, loop):
+    events = bad_events(maria_events(binlog), case)
     want = reference(tmp_path / "general", "mariadb-bin.000001", events, None, False)
     assert want[1] is not None and "mariadb-bin.000001" in want[1][1]
     for chunk in (300, 1 << 30):
@@ -384,8 +399,8 @@ def test_a_bad_event_stops_the_fused_loop_with_the_general_paths_error(
 
 
 @pytest.mark.parametrize("loop", LOOPS)
-def test_the_squeezed_runs_split_back_into_every_event(shared_binlog, loop):
-    events = file_events(shared_binlog(MARIA)) * 3
+def test_the_squeezed_runs_split_back_into_every_event(binlog, loop):
+    events = maria_events(binlog) * 3
     acks = [e[4] == ev.XID for e in events]
     wire = packets(events, semi_sync=True, ack_flags=acks)
     for chunk in (1, 64, len(wire)):
@@ -422,9 +437,9 @@ def a_mixed_run(pos, groups, artificial=True):
     return out
 
 
-def maria_then_mixed(shared_binlog, groups, artificial=True):
+def maria_then_mixed(binlog, groups, artificial=True):
     """The events of the MariaDB binlog MARIA, then ``a_mixed_run`` of ``groups`` after."""
-    events = file_events(shared_binlog(MARIA))
+    events = maria_events(binlog)
     return events + a_mixed_run(4 + sum(map(len, events)), groups, artificial)
 
 
@@ -469,10 +484,10 @@ needs_compiled = pytest.mark.skipif(speedups.compiled is None, reason=speedups.d
 
 @needs_compiled
 @pytest.mark.parametrize("semi_sync", [False, True])
-def test_the_two_loops_squeeze_damaged_streams_alike(shared_binlog, semi_sync):
+def test_the_two_loops_squeeze_damaged_streams_alike(binlog, semi_sync):
     """The pure Python loop is the compiled one's twin: on the same packets, intact or with
     one bit flipped or cut short anywhere, the same runs and the same squeezed bytes."""
-    events = maria_then_mixed(shared_binlog, 80)
+    events = maria_then_mixed(binlog, 80)
     acks = [e[4] == ev.XID and i % 4 == 0 for i, e in enumerate(events)]
     wire = packets(events, semi_sync=semi_sync, ack_flags=acks if semi_sync else None)
     head = 4 + (3 if semi_sync else 1)  # packet header, OK byte, semi-sync bytes
@@ -512,10 +527,10 @@ def test_the_two_loops_squeeze_crafted_edges_alike(semi_sync):
 
 
 @needs_compiled
-def test_the_two_loops_walk_damaged_events_alike(shared_binlog):
+def test_the_two_loops_walk_damaged_events_alike(binlog):
     """... and on the same events, from any of them, in or outside a group, the walk
     takes the same events and stops at the same one."""
-    events = maria_then_mixed(shared_binlog, 60)
+    events = maria_then_mixed(binlog, 60)
     starts = [sum(map(len, events[:i])) for i in range(len(events))]
     hot = headers([len(e) for e in events], ev.HEADER_LEN + 13)  # (a GTID's flags too)
     walked, intact = 0, b"".join(events)
