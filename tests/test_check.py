@@ -14,7 +14,7 @@ import pytest
 from click.testing import CliRunner
 
 from mysqlbackup.archive.store import ArchiveStore
-from mysqlbackup.archive.window import epoch
+from mysqlbackup.utc import epoch
 from replay.check.cli import check
 from replay.check.verdict import Check, Limits, Planned, SourceFacts, evaluate, format_age
 from tests.helpers import (Daemon, caught_up, module_primary, run_cli,

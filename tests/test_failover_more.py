@@ -22,7 +22,7 @@ import pytest
 
 from mysqlbackup.stream.archiver import Archiver
 from mysqlbackup.archive.store import ArchiveStore
-from mysqlbackup.archive.window import epoch as epoch_seconds
+from mysqlbackup.utc import epoch as epoch_seconds
 from mysqlbackup.localdir.files import epoch_dir
 from tests.helpers import Daemon, caught_up, run_cli, wait_for
 from tests.test_failover_history import (

@@ -65,3 +65,16 @@ def test_a_tagged_gtid_event_and_a_tagged_set_for_the_dump_decode():
     for value in (0, 127, 128, 2 ** 20, 2 ** 56 - 1, 2 ** 56, 2 ** 64 - 1):
         raw = ev.varlen_bytes(value)
         assert ev._varlen(raw, 0) == (value, len(raw))
+
+
+def test_one_containment_for_both_flavors():
+    from mysqlbackup.binlog.gtid import MariaGtidPos, MysqlGtidSet, covers
+    u = "3e11fa47-71ca-11e1-9e33-c80aa9429562"
+    big, small = MysqlGtidSet.parse(f"{u}:1-10:20,{u}:night:1-2"), MysqlGtidSet.parse(f"{u}:3-5")
+    assert covers(big, small) and not covers(small, big)
+    assert str(big.subtract(MysqlGtidSet.parse(f"{u}:2-4:night:1"))) == f"{u}:1:5-10:20:night:2"
+    assert covers(big, MysqlGtidSet()) and not covers(small, MysqlGtidSet.parse(f"{u}:5-6"))
+    maria = MariaGtidPos.parse("0-1-9,1-2-3")
+    assert covers(maria, MariaGtidPos.parse("0-1-5")) and covers(maria, MariaGtidPos())
+    assert not covers(maria, MariaGtidPos.parse("1-2-4")) and not covers(maria, small)
+

@@ -23,7 +23,7 @@ import os
 from tests.helpers import REPO
 
 LEVEL = {"mysqlbackup": 0, "errors": 0, "durable": 0, "loop": 0, "logs": 0, "httpd": 0,
-         "scratch": 0, "sandbox": 0, "sandbox_mysql": 0, "sandbox_tree": 0,
+         "utc": 0, "scratch": 0, "sandbox": 0, "sandbox_mysql": 0, "sandbox_tree": 0,
          "binlog": 1, "source": 2, "archive": 2, "localdir": 2,
          "stream": 3, "base": 3, "retention": 3,
          "cli": 4, "__main__": 5}

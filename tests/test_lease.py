@@ -5,7 +5,8 @@ import os
 
 import pytest
 
-from mysqlbackup.archive.lease import LEASE_EXPIRY, Lease, iso, live_leases, parse_iso
+from mysqlbackup.archive.lease import LEASE_EXPIRY, Lease, live_leases
+from mysqlbackup.utc import epoch, iso
 from mysqlbackup.archive.listing import ArchiveListing
 from mysqlbackup.archive.names import parse_key
 from mysqlbackup.archive.store import ArchiveStore
@@ -36,7 +37,7 @@ def test_lease_written_under_its_key_with_holder_base_and_stop(store):
     body = json.loads(store.read(lease.key))
     assert body["holder"] == {"host": os.uname().nodename, "pid": os.getpid()}
     assert body["base"] == "20270115T080000.000Z" and body["stop"] == "--stop-datetime X"
-    assert body["started"] == body["renewed"] == iso(clock.now)
+    assert body["started"] == body["renewed"] == iso(clock.now, 3)  # milliseconds
     assert list(ArchiveListing(store).leases["db1"]) == [lease.id]
 
 
@@ -48,7 +49,7 @@ def test_background_renewal_moves_renewed_and_release_removes(store):
         clock.now += 90
         wait_for(lambda: json.loads(store.read(lease.key))["renewed"] != first, timeout=10,
                  what="the background thread to renew the lease")
-        assert parse_iso(json.loads(store.read(lease.key))["renewed"]) == clock.now
+        assert epoch(json.loads(store.read(lease.key))["renewed"]) == clock.now
     assert not store.exists(lease.key)
     assert ArchiveListing(store).leases["db1"] == {}
 

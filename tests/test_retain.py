@@ -216,7 +216,7 @@ def test_real_run_then_restore_to_the_oldest_promised_moment_beside_a_greedy_ret
     assert f"restorable from {start} " in after[0]
     # restore accepts the window from its start on (T, and the second after the start),
     # and nothing before its start
-    from mysqlbackup.archive.window import epoch
+    from mysqlbackup.utc import epoch
     for moment in (w["T"], int(epoch(start)) + 1):
         ok = run_cli("restore", "--archive", url, "--dry-run", "--stop-datetime",
                      iso_z(moment))

@@ -4,7 +4,8 @@ bases, leases, no base old enough, orphans, holes; and durations."""
 
 import pytest
 
-from mysqlbackup.archive.window import iso, parse_duration
+from mysqlbackup.archive.window import parse_duration
+from mysqlbackup.utc import iso
 from mysqlbackup.errors import UsageError
 from mysqlbackup.retention.policy import Facts, describe_plan, plan_retention
 
@@ -65,7 +66,7 @@ def test_window_cutting_through_a_file_keeps_it_whole_and_the_base_before():
 
 
 def epoch_of(text):
-    from mysqlbackup.archive.window import epoch
+    from mysqlbackup.utc import epoch
     return epoch(text)
 
 

@@ -13,7 +13,7 @@ from mysqlbackup.errors import UsageError
 from replay.job.decoding.transaction import Transaction
 from replay.serve import packets as pk
 from replay.serve.cli import parse_listen
-from replay.serve.feed import (NOT_IN_INDEX, STATE_TOO_OLD, DumpError, DumpStart,
+from replay.serve.feed import (NOT_IN_INDEX, STATE_TOO_OLD, DumpRefused, DumpStart,
                                emptied, first_unit, gtid_state_at)
 from replay.serve.queries import ServerFacts, Session, answer
 from tests.helpers import make_event
@@ -172,14 +172,14 @@ def test_where_a_dump_starts():
                            (DumpStart("", 0xFFFFFFFF), impossible.format(".", 0xFFFFFFFF)),
                            (DumpStart("", 0), impossible.format(".", 0)),
                            (DumpStart("b.2", 3), impossible.format("b.2", 3))]:
-        with pytest.raises(DumpError) as e:
+        with pytest.raises(DumpRefused) as e:
             first_unit(UNITS, start)
         assert (e.value.code, e.value.message) == (1236, message)
-    with pytest.raises(DumpError) as e:  # the archive starts after what the replica holds
+    with pytest.raises(DumpRefused) as e:  # the archive starts after what the replica holds
         first_unit(UNITS[1:], DumpStart(gtids=MariaGtidPos.parse("0-1-3")))
     assert e.value.message == STATE_TOO_OLD
     for ahead in ("0-1-13", "0-2-12", "1-1-1"):  # past the archive, another server, domain
-        with pytest.raises(DumpError) as e:
+        with pytest.raises(DumpRefused) as e:
             first_unit(UNITS, DumpStart(gtids=MariaGtidPos.parse(ahead)))
         assert e.value.message == (f"Error: connecting slave requested to start from GTID "
                                    f"{ahead}, which is not in the master's binlog")
@@ -209,7 +209,7 @@ def test_emptied_transactions_keep_gtid_commit_and_positions():
     assert first == ddl.events[0]
     assert ev.parse_query(statement, True) == ("d", "DO 0")
     assert ev.parse_header(statement).log_pos == 420 and ev.crc_ok(statement)
-    with pytest.raises(DumpError):
+    with pytest.raises(DumpRefused):
         emptied(Transaction("b.1", 4, 300, events=[_query(b"INSERT", 300)]), True, None)
 
 

@@ -15,7 +15,6 @@ applies, the offset; ``verify``, ``archive import`` and the replay's plan feed t
 
 import hashlib
 import json
-from datetime import datetime, timezone
 
 from mysqlbackup.archive.names import binlog_key, format_key, partial_prefix, segment_key
 from mysqlbackup.binlog import events as ev
@@ -24,13 +23,9 @@ from mysqlbackup.binlog.names import next_binlog_name
 from mysqlbackup.binlog.scan import EventStream
 from mysqlbackup.binlog.transactions import IN_TRX, INERT_IN_TRX, TrxTracker, is_control
 from mysqlbackup.errors import CorruptBinlog
+from mysqlbackup.utc import iso
 
 INDEX_VERSION = 1
-
-
-def utc(ts):
-    """ISO-8601 UTC text of a binlog header timestamp."""
-    return datetime.fromtimestamp(ts, timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
 def build_index(data, name, predecessor=None, start=0, tracker=None, source=None,
@@ -111,8 +106,8 @@ class IndexBuilder:
             "gtid_before": self.before,
             "gtid_after": str(tracker.gtids) if tracker.gtids is not None else None,
             "complete_transactions": tracker.at_boundary, **info,
-            "first_commit": info["first_commit"] and utc(info["first_commit"]),
-            "last_commit": info["last_commit"] and utc(info["last_commit"]),
+            "first_commit": info["first_commit"] and iso(info["first_commit"]),
+            "last_commit": info["last_commit"] and iso(info["last_commit"]),
         }
 
 

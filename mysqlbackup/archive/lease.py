@@ -20,25 +20,12 @@ from datetime import datetime, timezone
 
 from mysqlbackup.archive.names import format_key, lease_key
 from mysqlbackup.errors import mask_url
+from mysqlbackup.utc import epoch, iso
 
 log = logging.getLogger(__name__)
 
 RENEW_INTERVAL = 60.0    # seconds between renewals
 LEASE_EXPIRY = 15 * 60   # seconds without renewal after which a lease is dead
-
-
-def iso(epoch):
-    """ISO 8601 UTC text with milliseconds of ``epoch`` seconds."""
-    moment = datetime.fromtimestamp(epoch, timezone.utc)
-    return moment.strftime("%Y-%m-%dT%H:%M:%S.") + f"{moment.microsecond // 1000:03d}Z"
-
-
-def parse_iso(text):
-    """Epoch seconds of ``iso``'s text (or of one without milliseconds)."""
-    value = datetime.fromisoformat(str(text).replace("Z", "+00:00"))
-    if value.tzinfo is None:
-        value = value.replace(tzinfo=timezone.utc)
-    return value.timestamp()
 
 
 def new_lease_id(now=None):
@@ -68,14 +55,14 @@ class Lease:
 
     def acquire(self):
         """Write the lease (start and renewed: now)."""
-        now = iso(self.clock())
+        now = iso(self.clock(), 3)
         self.body.update(started=now, renewed=now)
         self._write()
         return self
 
     def renew(self):
         """Rewrite the lease with ``renewed`` set to now."""
-        self.body["renewed"] = iso(self.clock())
+        self.body["renewed"] = iso(self.clock(), 3)
         self._write()
         self.renewals += 1
 
@@ -121,7 +108,7 @@ class Lease:
 
 def is_live(body, now, expiry=LEASE_EXPIRY):
     """True unless ``body``'s renewed time is older than ``expiry`` seconds at ``now``."""
-    return now - parse_iso(body["renewed"]) <= expiry
+    return now - epoch(body["renewed"]) <= expiry
 
 
 def live_leases(listing, source, now=None, expiry=LEASE_EXPIRY):

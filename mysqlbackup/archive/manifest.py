@@ -24,7 +24,7 @@ import json
 import time
 
 from mysqlbackup.archive.names import BASE_INDEX
-from mysqlbackup.archive.window import epoch
+from mysqlbackup.utc import epoch
 from mysqlbackup.errors import CorruptBinlog
 
 MANIFEST_VERSION = 1

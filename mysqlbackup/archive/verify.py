@@ -14,7 +14,8 @@ from mysqlbackup.archive.index import IndexBuilder, check_chain, check_segments,
 from mysqlbackup.archive.listing import ArchiveListing
 from mysqlbackup.archive.names import (BASE_INDEX, base_key, base_prefix, binlog_key, format_key,
                                        partial_prefix, segment_key)
-from mysqlbackup.archive.window import iso, locate, recovery_windows
+from mysqlbackup.archive.window import locate, recovery_windows
+from mysqlbackup.utc import iso
 from mysqlbackup.binlog.names import binlog_sort_key
 from mysqlbackup.binlog.transactions import TrxTracker
 from mysqlbackup.errors import CorruptBinlog

@@ -40,15 +40,15 @@ transaction of the old server that the new one lacks).
 import json
 import re
 from dataclasses import asdict, dataclass, replace
-from datetime import datetime, timezone
 from typing import Optional
 
 from mysqlbackup.archive.names import epoch_source
-from mysqlbackup.binlog.gtid import MariaGtidPos, guess_flavor, holds, one_text, parse_gtid_set
+from mysqlbackup.binlog.gtid import covers, guess_flavor, holds, one_text, parse_gtid_set
 from mysqlbackup.binlog.names import next_binlog_name
 from mysqlbackup.binlog.position import Position
 from mysqlbackup.errors import (CorruptBinlog, ExitCode, MysqlBackupError, ResyncRequired,
                                 UsageError)
+from mysqlbackup.utc import epoch, iso
 
 
 class NoBaseError(MysqlBackupError):
@@ -215,16 +215,6 @@ class Window:
     last_file: str
 
 
-def iso(epoch):
-    """ISO 8601 UTC text (Z) of epoch seconds."""
-    return datetime.fromtimestamp(epoch, timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
-
-
-def epoch(text):
-    """Epoch seconds of an ISO 8601 UTC text with Z (index and manifest times)."""
-    return datetime.fromisoformat(text.replace("Z", "+00:00")).timestamp()
-
-
 _DURATION = re.compile(r"^(\d+)([smhdw])$")
 _UNIT_SECONDS = {"s": 1, "m": 60, "h": 3600, "d": 86400, "w": 7 * 86400}
 
@@ -245,13 +235,7 @@ def contains(outer, inner):
         return outer is not None
     if outer is None:
         return False
-    a, b = _parse(outer), _parse(inner)
-    if isinstance(b, MariaGtidPos):
-        return isinstance(a, MariaGtidPos) and all(
-            a.contains(d, s, n) for d, (s, n) in b.domains.items())
-    return not isinstance(a, MariaGtidPos) and all(
-        any(lo >= alo and hi <= ahi for alo, ahi in a.sids.get(sid, ()))
-        for sid, ivs in b.sids.items() for lo, hi in ivs)
+    return covers(_parse(outer), _parse(inner))
 
 
 def _parse(text):

@@ -20,6 +20,7 @@ from mysqlbackup.base.upload import (BASE_CODEC, Progress, check_stored, remove_
                                      upload_stream)
 from mysqlbackup.binlog.gtid import parse_gtid_set
 from mysqlbackup.errors import UsageError
+from mysqlbackup.utc import iso
 
 log = logging.getLogger(__name__)
 
@@ -247,8 +248,8 @@ def _manifest(facts, source, base_id, method, start, finished, uploaded, details
     snapshot = finished["snapshot"]
     return build_manifest(
         id=base_id, source=source, method=method, member=BASE_MEMBERS[method],
-        compression="zstd", start_time=server.utc_text(start),
-        end_time=server.utc_text(finished["end"]), gtid=gtid_text(snapshot, facts.flavor),
+        compression="zstd", start_time=iso(start, 6),
+        end_time=iso(finished["end"], 6), gtid=gtid_text(snapshot, facts.flavor),
         gtid_flavor=facts.flavor, binlog_file=snapshot.position.file,
         binlog_pos=snapshot.position.offset, server_uuid=facts.server_uuid,
         server_id=facts.server_id, server_version=facts.version,

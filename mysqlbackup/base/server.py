@@ -3,7 +3,6 @@
 
 import re
 from dataclasses import dataclass
-from datetime import datetime, timezone
 
 import pymysql
 
@@ -168,12 +167,6 @@ def _merge(into, other):
     for sid, intervals in other.sids.items():
         for lo, hi in intervals:
             into.add_interval(sid, lo, hi)
-
-
-def utc_text(epoch):
-    """``2026-11-23T09:41:00.123456Z`` of epoch seconds."""
-    moment = datetime.fromtimestamp(epoch, timezone.utc)
-    return moment.strftime("%Y-%m-%dT%H:%M:%S.%fZ")
 
 
 def global_privileges(grant_lines):

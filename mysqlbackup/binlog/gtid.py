@@ -5,7 +5,10 @@
 * MySQL: ``uuid:interval[:interval...]`` per source (``3E11FA47-...:1-5:7``), tagged
   GTIDs of MySQL 8.4+ after their tag (``3E11FA47-...:1-5:nightly:1-2``).
 
-Both classes offer ``add``, ``contains``, ``copy``, ``is_empty`` and ``str()``.
+Both classes offer ``add``, ``contains``, ``covers`` (every transaction of another
+state of the flavor), ``copy``, ``is_empty`` and ``str()``; MySQL's sets ``subtract``
+too. ``covers(outer, inner)`` is the one containment of two states, either flavor:
+the archive's window, serve's purged check and the native apply's end all ask it.
 """
 
 import re
@@ -51,6 +54,10 @@ class MariaGtidPos:
         """True when transaction ``domain-server_id-seq`` is at or before this position."""
         current = self.domains.get(domain)
         return current is not None and seq <= current[1]
+
+    def covers(self, other):
+        """True when every domain of position ``other`` is at or before this one."""
+        return all(self.contains(d, s, n) for d, (s, n) in other.domains.items())
 
     def copy(self):
         return MariaGtidPos(self.domains)
@@ -121,6 +128,26 @@ class MysqlGtidSet:
     def contains(self, sid, gno):
         return any(lo <= gno < hi for lo, hi in self.sids.get(sid.lower(), ()))
 
+    def subtract(self, other):
+        """The set of what this set holds and ``other`` lacks."""
+        out = MysqlGtidSet()
+        for sid, intervals in self.sids.items():
+            for lo, hi in intervals:
+                start = lo
+                for olo, ohi in other.sids.get(sid, ()):
+                    if ohi <= start or olo >= hi:
+                        continue
+                    if olo > start:
+                        out.add_interval(sid, start, olo)
+                    start = max(start, ohi)
+                if start < hi:
+                    out.add_interval(sid, start, hi)
+        return out
+
+    def covers(self, other):
+        """True when every GTID of set ``other`` is in this one."""
+        return other.subtract(self).is_empty()
+
     def copy(self):
         return MysqlGtidSet(self.sids)
 
@@ -178,6 +205,12 @@ def parse_one(text):
 def one_text(gtid):
     """The text of a tuple ``parse_one`` gives: ``D-S-N`` or ``UUID[:TAG]:N``."""
     return f"{gtid[0]}:{gtid[1]}" if len(gtid) == 2 else "-".join(map(str, gtid))
+
+
+def covers(outer, inner):
+    """True when GTID state ``outer`` holds every transaction of ``inner`` (both parsed,
+    of one flavor); False across flavors."""
+    return type(outer) is type(inner) and outer.covers(inner)
 
 
 def holds(state, gtid):

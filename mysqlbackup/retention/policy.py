@@ -20,7 +20,8 @@ import math
 from dataclasses import dataclass, field, replace
 from typing import Optional
 
-from mysqlbackup.archive.window import build_runs, epoch, iso, locate, recovery_windows
+from mysqlbackup.archive.window import build_runs, locate, recovery_windows
+from mysqlbackup.utc import epoch, iso
 from mysqlbackup.binlog.names import binlog_sort_key
 
 

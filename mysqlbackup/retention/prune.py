@@ -20,7 +20,8 @@ from mysqlbackup.archive.lease import live_leases
 from mysqlbackup.archive.listing import ArchiveListing
 from mysqlbackup.archive.names import (BASE_INDEX, base_prefix, epoch_source, format_key,
                                        lease_prefix, parse_key, partial_prefix, retired_key)
-from mysqlbackup.archive.window import iso, recovery_windows
+from mysqlbackup.archive.window import recovery_windows
+from mysqlbackup.utc import iso
 from mysqlbackup.retention.policy import (EpochFacts, Facts, describe_plan, format_window,
                                           plan_retention)
 

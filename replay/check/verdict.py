@@ -30,7 +30,7 @@ import json
 from dataclasses import dataclass
 from typing import Optional
 
-from mysqlbackup.archive.window import epoch, iso
+from mysqlbackup.utc import epoch, iso
 from mysqlbackup.localdir.health import DEFAULT_MAX_ARCHIVE_LAG
 from mysqlbackup.localdir.horizon import DEFAULT_MIN_HORIZON, describe, problem
 

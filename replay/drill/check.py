@@ -13,7 +13,8 @@ falls in otherwise: an index does not list each transaction).
 
 from dataclasses import dataclass
 
-from mysqlbackup.archive.window import Stop, epoch
+from mysqlbackup.archive.window import Stop
+from mysqlbackup.utc import epoch
 from mysqlbackup.binlog.gtid import MariaGtidPos
 from replay.job.planning.selection import BOOKKEEPING_SCHEMA
 

@@ -35,11 +35,11 @@ import time
 import pymysql
 
 from mysqlbackup.binlog import events as ev
-from mysqlbackup.binlog.gtid import MariaGtidPos, MysqlGtidSet
+from mysqlbackup.binlog.gtid import MariaGtidPos, MysqlGtidSet, covers
 from mysqlbackup.errors import MysqlBackupError, NativeRefused, UsageError
 from replay.job.sinks.session import connect_target
-from replay.restore.nativeend import (applied_count, covers, expected_end, past,
-                                      serial_reason, state)
+from replay.restore.nativeend import (applied_count, expected_end, past, serial_reason,
+                                      state)
 
 log = logging.getLogger(__name__)
 

@@ -1,12 +1,13 @@
 """Where a native apply ends, whether it may run in parallel, and how far a target got
 (pure over indexes and GTID states, but the one file a stop point falls in, decoded
 here): ``expected_end`` from the archive's indexes, ``serial_reason`` (why parallel
-apply would not be exact), ``covers``/``past``/``applied_count`` over the target's
+apply would not be exact), ``past``/``applied_count`` over the target's
 positions. ``replay.restore.native`` drives the target with them."""
 
 from dataclasses import dataclass
 
-from mysqlbackup.archive.window import Span, epoch
+from mysqlbackup.archive.window import Span
+from mysqlbackup.utc import epoch
 from mysqlbackup.binlog.gtid import MariaGtidPos, MysqlGtidSet
 from mysqlbackup.errors import MysqlBackupError
 from replay.job.planning.selection import gap_error
@@ -107,21 +108,11 @@ def _epoch(text):
     return epoch(text) if text else None
 
 
-def covers(pos, end):
-    """True when GTID position ``pos`` holds every domain of ``end`` at or past it (a
-    MySQL set: every GTID of ``end``)."""
-    if isinstance(end, MysqlGtidSet):
-        from replay.serve.mysql import is_subset
-        return is_subset(end, pos)
-    return all(pos.contains(d, s, n) for d, (s, n) in end.domains.items())
-
-
 def past(pos, end):
     """True when ``pos`` is beyond ``end`` in one of ``end``'s domains (a MySQL set: a
     GTID of one of ``end``'s UUIDs that ``end`` lacks)."""
     if isinstance(end, MysqlGtidSet):
-        from replay.serve.mysql import subtract
-        return any(sid in end.sids for sid in subtract(pos, end).sids)
+        return any(sid in end.sids for sid in pos.subtract(end).sids)
     return any(pos.domains.get(d, (0, -1))[1] > n for d, (_, n) in end.domains.items())
 
 
@@ -129,7 +120,6 @@ def applied_count(before, after):
     """Transactions between two GTID positions, by their sequence numbers (one source
     numbers a domain's transactions one by one; a MySQL set: the GTIDs it gained)."""
     if isinstance(after, MysqlGtidSet):
-        from replay.serve.mysql import subtract
-        return sum(hi - lo for ivs in subtract(after, before).sids.values() for lo, hi in ivs)
+        return sum(hi - lo for ivs in after.subtract(before).sids.values() for lo, hi in ivs)
     return sum(seq - (before.domains.get(d, (0, 0))[1])
                for d, (_, seq) in after.domains.items())

@@ -12,7 +12,8 @@ file of the stop point, and skips what the base holds: by its GTID position
 from dataclasses import dataclass, replace
 
 from mysqlbackup.archive.names import BASE_MEMBERS, base_key, format_key
-from mysqlbackup.archive.window import Stop, choose_base, epoch, iso
+from mysqlbackup.archive.window import Stop, choose_base
+from mysqlbackup.utc import epoch, iso
 from mysqlbackup.binlog.gtid import one_text, parse_gtid_set
 from mysqlbackup.binlog.position import Position
 from mysqlbackup.errors import CorruptBinlog

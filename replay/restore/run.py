@@ -23,7 +23,7 @@ from mysqlbackup.archive.codec import check_keys
 from mysqlbackup.archive.lease import Lease
 from mysqlbackup.archive.listing import ArchiveListing
 from mysqlbackup.archive.store import ArchiveStore
-from mysqlbackup.archive.window import iso
+from mysqlbackup.utc import iso
 from mysqlbackup.errors import CorruptBinlog, MysqlBackupError, NativeRefused, UsageError
 from replay.job.planning.selection import Selection
 from replay.job.planning.units import pick_source

@@ -24,7 +24,7 @@ from mysqlbackup.source.protocol import BINLOG_DUMP_NON_BLOCK, BINLOG_SEND_ANNOT
 from replay.serve import certs
 from replay.serve import mysql as my
 from replay.serve import packets as pk
-from replay.serve.feed import (NO_CHECKSUM, NOT_IN_INDEX, DumpContext, DumpError, DumpStart,
+from replay.serve.feed import (NO_CHECKSUM, NOT_IN_INDEX, DumpContext, DumpRefused, DumpStart,
                                dump_events)
 from replay.serve.limits import COMMAND_TIMEOUT, HANDSHAKE_TIMEOUT
 from replay.serve.mysqlfeed import MysqlWalk
@@ -408,7 +408,7 @@ class Connection:
         out = _Sender(self, session.semi_sync)
         try:
             if server.facts.checksum != "NONE" and not session.checksum_aware:
-                raise DumpError(NO_CHECKSUM)
+                raise DumpRefused(NO_CHECKSUM)
             end, follow = self._stream(request, start, out)
             while True:
                 if request.flags & BINLOG_DUMP_NON_BLOCK:  # ends, as a server's does
@@ -417,7 +417,7 @@ class Connection:
                 if server.more_than(end):
                     end, follow = self._stream(request, DumpStart(end.file, end.pos,
                                                                   epoch=end.epoch), out, end)
-        except DumpError as e:
+        except DumpRefused as e:
             self._refuse(e.code, e.message, out)
         except MysqlBackupError as e:
             self._refuse(pk.ER_MASTER_FATAL_READING_BINLOG, mask_url(str(e)), out)

@@ -16,7 +16,7 @@ a transaction waits whole, its events past ``SPOOL_LIMIT`` in a temporary file).
 The replay's ``Selection`` decides each one: a stop point ends the stream (what
 follows is heartbeats), an excluded one (or one of a replay's own bookkeeping)
 goes out empty (its GTID event and its commit event), so that the replica's GTID
-position stays gap-free. A position or state the archive lacks is a ``DumpError``:
+position stays gap-free. A position or state the archive lacks is a ``DumpRefused``:
 the server's own ER 1236 message, never a silent jump. Every event's CRC32 is
 checked as it is read, each object's size and sha256 against its index once it is
 read whole (a mismatch then ends the dump with ER 1236).
@@ -48,7 +48,7 @@ NO_CHECKSUM = ("Slave can not handle replication events with the checksum that m
 QUEUE_CHUNKS = 4
 
 
-class DumpError(MysqlBackupError):
+class DumpRefused(MysqlBackupError):
     """What the primary answers a dump it cannot serve: ER 1236 and its message."""
 
     def __init__(self, message, code=pk.ER_MASTER_FATAL_READING_BINLOG):
@@ -94,10 +94,10 @@ def not_in_binlog(gtid):
 # --- where to start ---------------------------------------------------------------
 
 def first_unit(units, start):
-    """(index of the unit to start from, offset in it) for ``start``; DumpError when the
+    """(index of the unit to start from, offset in it) for ``start``; DumpRefused when the
     archive does not hold it."""
     if not units:
-        raise DumpError(NOT_IN_INDEX)
+        raise DumpRefused(NOT_IN_INDEX)
     if start.gtids is None:
         return _file_start(units, start)
     state = start.gtids
@@ -106,18 +106,18 @@ def first_unit(units, start):
               len(units) - 1)
     before = MariaGtidPos.parse(units[at]["index"].get("gtid_before") or "")
     if not all(state.contains(d, s, n) for d, (s, n) in before.domains.items()):
-        raise DumpError(STATE_TOO_OLD)
+        raise DumpRefused(STATE_TOO_OLD)
     return at, 4
 
 
 def _check_not_ahead(state, last_text):
-    """DumpError (as a server checks before it sends anything) when the replica's state
+    """DumpRefused (as a server checks before it sends anything) when the replica's state
     names a GTID past the archive's last one in its domain, or of a domain it lacks."""
     last = MariaGtidPos.parse(last_text)
     for d, (s, n) in state.domains.items():
         held = last.domains.get(d)
         if held is None or n > held[1] or (n == held[1] and s != held[0]):
-            raise DumpError(not_in_binlog(f"{d}-{s}-{n}"))
+            raise DumpRefused(not_in_binlog(f"{d}-{s}-{n}"))
 
 
 def _holds(state, text):
@@ -134,18 +134,18 @@ def _file_start(units, start):
     as the file is read: ``_Walk.unit``)."""
     names = [u["name"] for u in units]
     if start.file and start.file not in names:
-        raise DumpError(NOT_IN_INDEX)
+        raise DumpRefused(NOT_IN_INDEX)
     keys = [(u.get("epoch", 1), u["name"]) for u in units]
     if start.epoch is not None and (start.epoch, start.file) in keys:
         at = keys.index((start.epoch, start.file))
     elif names.count(start.file) > 1:
-        raise DumpError(f"{start.file} is in several epochs of the archive's history (a "
+        raise DumpRefused(f"{start.file} is in several epochs of the archive's history (a "
                         "failover to a server that reuses the file names): connect by GTID "
                         "(MASTER_USE_GTID) to be served across it")
     else:
         at = names.index(start.file) if start.file else 0
     if start.pos < 4 or start.pos > file_end(units[at]):
-        raise DumpError(read_error(IMPOSSIBLE_POSITION, start.file, start.pos))
+        raise DumpRefused(read_error(IMPOSSIBLE_POSITION, start.file, start.pos))
     return at, start.pos
 
 
@@ -334,7 +334,7 @@ def emptied(trx, checksum, fde):
     if it had all."""
     first, last = trx.events[0], trx.events[-1]
     if first[4] != ev.MARIA_GTID:
-        raise DumpError(f"cannot skip the transaction at {trx.file}:{trx.start}: it has no "
+        raise DumpRefused(f"cannot skip the transaction at {trx.file}:{trx.start}: it has no "
                         "MariaDB GTID event")
     if last[4] == ev.XID or (last[4] == ev.QUERY and classify_sql(
             ev.parse_query(last, checksum, fde, max_sql=16).sql) == "commit"):
@@ -346,7 +346,7 @@ def emptied(trx, checksum, fde):
         elif event[4] == cz.MARIA_QUERY_COMPRESSED:  # its header kept, sent plain
             statement = cz.maria_plain(event, checksum, fde, trx.file)
     if statement is None:
-        raise DumpError(f"cannot skip the transaction at {trx.file}:{trx.start}: no "
+        raise DumpRefused(f"cannot skip the transaction at {trx.file}:{trx.start}: no "
                         "statement event to empty")
     return [first, with_sql(statement, b"DO 0", checksum, fde, log_pos=ev.parse_header(
         last).log_pos)]
@@ -382,7 +382,7 @@ class DumpContext:
 
 def dump_events(units, start, ctx, resume=False, walk_class=None):
     """Yield ('event', bytes) in dump order, then ('end', EndInfo) once the stop point
-    or the end of the archive is reached. DumpError when the archive lacks the start.
+    or the end of the archive is reached. DumpRefused when the archive lacks the start.
 
     ``resume``: the dump goes on at ``start`` (file:position) after the archive grew
     while it waited: the replica has the file's ROTATE and FDE already (at offset 4 of
@@ -430,7 +430,7 @@ class _Walk:
         grouper, checksum, fde = Grouper(name), False, None
         for off, event in walk_events(ctx.chunks(unit), name, unit["partial"]):
             if first and off < offset < off + len(event):  # never moved to the next event
-                raise DumpError(read_error(BOGUS_DATA, name, offset, offset,
+                raise DumpRefused(read_error(BOGUS_DATA, name, offset, offset,
                                            offset + ev.HEADER_LEN))
             item = grouper.take(off, event)
             if item is None:
@@ -485,7 +485,7 @@ class _Walk:
         decision, reason = self.ctx.selection.decide(trx)
         if trx.start < offset:
             if trx.end > offset:
-                raise DumpError(f"Client requested master to start replication from position "
+                raise DumpRefused(f"Client requested master to start replication from position "
                                 f"{offset} of '{trx.file}', inside the transaction at "
                                 f"{trx.start}-{trx.end} (only whole transactions are served)")
             self._refuse_held_stop(trx, decision)
@@ -528,7 +528,7 @@ class _Walk:
 
     def _refuse_held_stop(self, trx, decision):
         if decision == "stop":
-            raise DumpError(f"the replica already holds {trx.gtid or trx.start_position}, "
+            raise DumpRefused(f"the replica already holds {trx.gtid or trx.start_position}, "
                             "past the stop point this server serves to")
 
     def _skipped(self, trx):
@@ -546,15 +546,15 @@ class _Walk:
         if parts is not None and self.state is not None and not self.reached.get(parts[0], True):
             d = parts[0]
             s, n = self.state.domains[d]
-            raise DumpError(not_in_binlog(f"{d}-{s}-{n}"))
+            raise DumpRefused(not_in_binlog(f"{d}-{s}-{n}"))
 
     def finish(self):
-        """The closing item: ('end', EndInfo); DumpError when the replica's GTID state
+        """The closing item: ('end', EndInfo); DumpRefused when the replica's GTID state
         was never met."""
         missing = [d for d, done in self.reached.items() if not done]
         if missing and self.end is None:
             s, n = self.state.domains[missing[0]]
-            raise DumpError(not_in_binlog(f"{missing[0]}-{s}-{n}"))
+            raise DumpRefused(not_in_binlog(f"{missing[0]}-{s}-{n}"))
         yield "end", self.end or EndInfo(self.file, self.pos, self.last_gtid,
                                          self.ctx.cut_reason or "end of the archive",
                                          self.epoch)

@@ -218,30 +218,6 @@ def decode_gtid_set(data):
     return result
 
 
-# --- GTID sets --------------------------------------------------------------------
-
-def subtract(a, b):
-    """The MysqlGtidSet of what ``a`` holds and ``b`` lacks."""
-    out = MysqlGtidSet()
-    for sid, intervals in a.sids.items():
-        for lo, hi in intervals:
-            start = lo
-            for blo, bhi in b.sids.get(sid, ()):
-                if bhi <= start or blo >= hi:
-                    continue
-                if blo > start:
-                    out.add_interval(sid, start, blo)
-                start = max(start, bhi)
-            if start < hi:
-                out.add_interval(sid, start, hi)
-    return out
-
-
-def is_subset(a, b):
-    """True when every GTID of ``a`` is in ``b``."""
-    return subtract(a, b).is_empty()
-
-
 # --- artificial events ------------------------------------------------------------
 
 def heartbeat_v2(file, pos, server_id, checksum):

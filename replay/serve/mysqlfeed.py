@@ -17,7 +17,7 @@ from mysqlbackup.binlog import events as ev
 from mysqlbackup.binlog.gtid import MysqlGtidSet, parse_one
 from replay.serve import mysql as my
 from replay.serve import packets as pk
-from replay.serve.feed import DumpError, EndInfo, _file_start, _Walk, with_sql
+from replay.serve.feed import DumpRefused, EndInfo, _file_start, _Walk, with_sql
 
 
 def gtid_set(text):
@@ -28,28 +28,28 @@ def gtid_set(text):
 def first_unit(units, start):
     """(index of the unit to start from, offset) for ``start``, as mysqld chooses: by
     GTID set, the newest file whose ``gtid_before`` the set holds (and, the first file
-    of a later epoch, the duplicates it skips); DumpError (ER 1236)
+    of a later epoch, the duplicates it skips); DumpRefused (ER 1236)
     when the archive lacks what the replica needs or the replica is ahead of it."""
     if not units:
-        raise DumpError(my.PURGED.format(sent="", missing=""))
+        raise DumpRefused(my.PURGED.format(sent="", missing=""))
     if start.gtids is None:
         return _file_start(units, start)
     state = start.gtids
     purged = gtid_set(units[0]["index"].get("gtid_before"))
-    if not my.is_subset(purged, state):
-        raise DumpError(my.PURGED.format(sent=state, missing=my.subtract(purged, state)))
+    if not state.covers(purged):
+        raise DumpRefused(my.PURGED.format(sent=state, missing=purged.subtract(state)))
     last = units[-1]["index"].get("last_gtid")
     if last:
         own = parse_one(last)[0].split(":")[0]
         end = gtid_set(units[-1]["index"].get("gtid_after"))
         mine = MysqlGtidSet({s: v for s, v in state.sids.items() if s.split(":")[0] == own})
-        if not my.is_subset(mine, end):
-            raise DumpError(my.AHEAD)
+        if not end.covers(mine):
+            raise DumpRefused(my.AHEAD)
     # the first file of a later epoch skips what the epoch before it sent (a failover):
     # a start there only when the replica holds those too
     at = next((i for i in range(len(units) - 1, -1, -1)
-               if my.is_subset(gtid_set(units[i]["index"].get("gtid_before")), state)
-               and my.is_subset(gtid_set(units[i].get("skip")), state)), 0)
+               if state.covers(gtid_set(units[i]["index"].get("gtid_before")))
+               and state.covers(gtid_set(units[i].get("skip")))), 0)
     return at, 4
 
 
@@ -59,7 +59,7 @@ def emptied(trx, checksum, fde):
     into ``DO 0``; log_pos kept."""
     first, last = trx.events[0], trx.events[-1]
     if first[4] not in (ev.GTID, ev.GTID_TAGGED):
-        raise DumpError(f"cannot skip the transaction at {trx.file}:{trx.start}: it has no "
+        raise DumpRefused(f"cannot skip the transaction at {trx.file}:{trx.start}: it has no "
                         "GTID event")
     if last[4] == ev.XID:
         events = iter(trx.events)  # forward: a spooled transaction is read back in order
@@ -67,7 +67,7 @@ def emptied(trx, checksum, fde):
         return [first, next(events), last]
     statement = next((e for e in trx.events if e[4] == ev.QUERY), None)
     if statement is None:
-        raise DumpError(f"cannot skip the transaction at {trx.file}:{trx.start}: no "
+        raise DumpRefused(f"cannot skip the transaction at {trx.file}:{trx.start}: no "
                         "statement event to empty")
     return [first, with_sql(statement, b"DO 0", checksum, fde,
                             log_pos=ev.parse_header(last).log_pos)]

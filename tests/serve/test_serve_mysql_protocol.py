@@ -11,7 +11,7 @@ from mysqlbackup.binlog.gtid import MysqlGtidSet
 from mysqlbackup.source.protocol import binlog_dump_gtid_payload
 from replay.serve import mysql as my
 from replay.serve import packets as pk
-from replay.serve.feed import DumpError, DumpStart
+from replay.serve.feed import DumpRefused, DumpStart
 from replay.serve.mysqlfeed import first_unit
 from replay.serve.queries import ServerFacts, Session, answer
 
@@ -98,10 +98,10 @@ def test_where_a_gtid_dump_starts_and_what_it_refuses():
     assert start(f"{UUID}:1-3") == (0, 4)
     assert start(f"{UUID}:1-7") == (1, 4)
     assert start(f"{UUID}:1-12,{OTHER}:1-100") == (2, 4)  # another server's GTIDs: fine
-    with pytest.raises(DumpError, match="purged required binary logs.*is '.*:1-2', and "
+    with pytest.raises(DumpRefused, match="purged required binary logs.*is '.*:1-2', and "
                        r"the missing transactions are '.*:3'"):
         start(f"{UUID}:1-2")
-    with pytest.raises(DumpError, match="Replica has more GTIDs than the source has"):
+    with pytest.raises(DumpRefused, match="Replica has more GTIDs than the source has"):
         start(f"{UUID}:1-13")
 
 

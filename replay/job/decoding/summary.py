@@ -21,7 +21,7 @@ and ``replay --sql`` heads it (``format_changes``).
 from dataclasses import dataclass
 from typing import NamedTuple, Optional
 
-from mysqlbackup.archive.index import utc
+from mysqlbackup.utc import iso
 from mysqlbackup.binlog import events as ev
 from mysqlbackup.binlog.gtid import gtid_text
 from replay.job.decoding.rowcount import ROW_KINDS, TableLayout, count_rows, table_id_size
@@ -73,7 +73,7 @@ class TrxSummary:
     @property
     def commit_time(self):
         """The commit time, ISO 8601 UTC ('2026-11-26T10:00:00Z')."""
-        return utc(self.commit_ts)
+        return iso(self.commit_ts)
 
     @property
     def rows(self):

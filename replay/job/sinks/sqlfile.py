@@ -19,7 +19,7 @@ FILE; a replay that fails leaves ``FILE.partial`` ending with a line that says s
 
 import os
 
-from mysqlbackup.archive.index import utc
+from mysqlbackup.utc import iso
 from mysqlbackup.binlog import events as ev
 from replay.job.decoding.rowtext import ROW_CAP, VALUE_CAP, RowText
 from replay.job.decoding.summary import ChangeCollector, format_changes
@@ -73,7 +73,7 @@ class SqlFileSink(Sink):
             self._statement(binlog_statement([fde_event]))
             self.fde, self.tables = fde_event, {}
         self._write(f"-- {trx.gtid or '-'} {trx.file}:{trx.start}-{trx.end}\n")
-        self._write(f"-- at {utc(trx.commit_ts)}: {self._changes(trx, fde, checksum)}\n")
+        self._write(f"-- at {iso(trx.commit_ts)}: {self._changes(trx, fde, checksum)}\n")
         session = gtid_session(trx)
         for sql in session:
             self._statement(sql)
