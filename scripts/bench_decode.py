@@ -1,0 +1,180 @@
+"""Decode benchmark: the replay job's reading of an archive against the engine's own
+reader, over the same files, in one run.
+
+The archive: a throwaway MariaDB writes ``--mb`` megabytes of OLTP-ish row changes in
+``--files`` binlog files (four tables; transactions of 100-row INSERTs, 100-row UPDATEs
+and 100-row DELETEs), imported with ``archive import``. Then, interleaved ``--runs``
+times:
+
+1. ``mariadb-binlog -v --base64-output=decode-rows FILES > /dev/null`` (the anchor, one
+   core),
+2. ``mysqlbackup replay --sql OUT`` (Spark local[*]: every core),
+3. ``mysqlbackup replay --parquet DIR`` (the same),
+4. ``mysqlbackup archive find --table b.t0 --type ddl`` and ``inspect FILES`` (reading
+   every event, no row decoding).
+
+Prints each way's best wall time (start-up included), raw binlog MB/s and its ratio
+against the anchor (>= 1.00x: as fast as mariadb-binlog on one core). ``--small N``
+adds the many-small-files case: N files of a few transactions each against N/10 of
+them, ``replay --sql`` on both (the cost should follow the bytes, not the file count).
+
+Run: .venv/bin/python scripts/bench_decode.py [--mb 200] [--files 5] [--runs 2]
+     [--small 300] [--keep DIR]
+"""
+
+import argparse
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+sys.path.insert(0, ROOT)
+from mysqlbackup.sandbox import MariaDBSandbox  # noqa: E402
+
+TABLES = [f"b.t{i}" for i in range(4)]
+SCHEMA = ["CREATE DATABASE b"] + [
+    f"CREATE TABLE {t} (id BIGINT PRIMARY KEY, k INT NOT NULL, c CHAR(120) NOT NULL, "
+    f"pad CHAR(60) NOT NULL, amount DECIMAL(12,2), at DATETIME(6))" for t in TABLES]
+PYTHON = os.path.join(ROOT, ".venv", "bin", "python")
+
+
+def write(server, mb, files):
+    """Row changes until the binlogs hold ``mb`` MB, rotated into about ``files`` files."""
+    server.execute(*SCHEMA)
+    conn = server.root(autocommit=False)
+    per_file, next_id, written = (mb << 20) // files, [0] * len(TABLES), 0
+    start = sum(os.path.getsize(server.binlog_path(n)) for n in server.binlog_files())
+    with conn.cursor() as cur:
+        while written < (mb << 20):
+            for i, table in enumerate(TABLES):
+                first = next_id[i]
+                rows = [(first + r, r, "c" * 120, "p" * 60, r * 1.25,
+                         "2026-11-28 01:02:03.456789") for r in range(100)]
+                cur.executemany(f"INSERT INTO {table} VALUES (%s, %s, %s, %s, %s, %s)", rows)
+                conn.commit()
+                cur.execute(f"UPDATE {table} SET k = k + 1, amount = amount * 2 WHERE id "
+                            f"BETWEEN {first} AND {first + 99}")
+                conn.commit()
+                if first % 300 == 0:
+                    cur.execute(f"DELETE FROM {table} WHERE id BETWEEN {first} AND "
+                                f"{first + 99}")
+                    conn.commit()
+                next_id[i] += 100
+            size = sum(os.path.getsize(server.binlog_path(n)) for n in server.binlog_files())
+            written = size - start
+            current = os.path.getsize(server.binlog_path(server.binlog_files()[-1]))
+            if current >= per_file:
+                cur.execute("FLUSH BINARY LOGS")
+    conn.close()
+
+
+def small_files(server, count):
+    """``count`` files of a few transactions each."""
+    server.execute(*SCHEMA)
+    for i in range(count):
+        server.execute(*[f"INSERT INTO b.t0 VALUES ({i * 10 + j}, {j}, 'c', 'p', 1.5, NULL)"
+                         for j in range(3)], "FLUSH BINARY LOGS")
+
+
+def archive(server, where, name):
+    """Copy the server's sealed files into ``where``/files and import them into a file://
+    archive at ``where``/archive; (files, archive URL)."""
+    files = os.path.join(where, "files")
+    os.makedirs(files, exist_ok=True)
+    server.execute("FLUSH BINARY LOGS")
+    names = server.binlog_files()[:-1]  # the sealed ones
+    for n in names:
+        shutil.copyfile(server.binlog_path(n), os.path.join(files, n))
+    url = f"file://{where}/archive"
+    subprocess.run([PYTHON, "-m", "mysqlbackup", "archive", "import", files, "--archive",
+                    url, "--source-name", name, "--compress", "none"], check=True,
+                   stdout=subprocess.DEVNULL)
+    return [os.path.join(files, n) for n in names], url
+
+
+def timed(argv, **kwargs):
+    started = time.monotonic()
+    done = subprocess.run(argv, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, **kwargs)
+    elapsed = time.monotonic() - started
+    if done.returncode != 0:
+        raise SystemExit(f"{' '.join(argv[:4])}... failed: {done.stderr.decode()[-2000:]}")
+    return elapsed
+
+
+def ways(files, url, out):
+    reader = shutil.which("mariadb-binlog") or "mariadb-binlog"
+    mb = PYTHON, "-m", "mysqlbackup"
+    return {
+        "mariadb-binlog -v (anchor, 1 core)": lambda: timed(
+            ["sh", "-c", f"{reader} -v --base64-output=decode-rows {' '.join(files)} "
+                         "> /dev/null"]),
+        "replay --sql": lambda: timed([*mb, "replay", "--archive", url, "--source-name",
+                                       "db1", "--sql", os.path.join(out, "out.sql")]),
+        "replay --parquet": lambda: (shutil.rmtree(os.path.join(out, "pq"), True), timed(
+            [*mb, "replay", "--archive", url, "--source-name", "db1", "--parquet",
+             f"file://{out}/pq"]))[1],
+        "archive find --type ddl": lambda: timed(
+            [*mb, "archive", "find", "--archive", url, "--source-name", "db1", "--table",
+             "b.t0", "--type", "ddl"]),
+        "inspect FILES": lambda: timed([*mb, "inspect", *files]),
+    }
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--mb", type=int, default=200)
+    parser.add_argument("--files", type=int, default=5)
+    parser.add_argument("--runs", type=int, default=2)
+    parser.add_argument("--small", type=int, default=0)
+    parser.add_argument("--keep", help="make (or reuse) the archive here")
+    args = parser.parse_args()
+    where = args.keep or tempfile.mkdtemp(prefix="bench-decode-")
+    os.makedirs(where, exist_ok=True)
+    if not os.path.isdir(os.path.join(where, "big", "archive")):
+        with MariaDBSandbox(os.path.join(where, "server"), semi_sync=False,
+                            extra_args=["--max-binlog-size=1073741824"]) as server:
+            write(server, args.mb, args.files)
+            archive(server, os.path.join(where, "big"), "db1")
+    files = sorted(os.path.join(where, "big", "files", n)
+                   for n in os.listdir(os.path.join(where, "big", "files")))
+    url = f"file://{where}/big/archive"
+    raw = sum(os.path.getsize(f) for f in files)
+    print(f"archive: {len(files)} files, {raw / 1e6:.0f} MB; {os.cpu_count()} cores")
+    best = {}
+    for _ in range(args.runs):  # interleaved: a loaded moment hits every way alike
+        for name, run in ways(files, url, where).items():
+            best[name] = min(best.get(name, float("inf")), run())
+    anchor = best["mariadb-binlog -v (anchor, 1 core)"]
+    print(f"{'way':<38} {'time':>8} {'MB/s':>8} {'vs anchor':>10}")
+    for name, seconds in best.items():
+        print(f"{name:<38} {seconds:>7.2f}s {raw / 1e6 / seconds:>8.1f} "
+              f"{anchor / seconds:>9.2f}x")
+    if args.small:
+        small(where, args.small, args.runs)
+    if not args.keep:
+        shutil.rmtree(where, ignore_errors=True)
+
+
+def small(where, count, runs):
+    """``replay --sql`` over ``count`` small files against ``count // 10`` of them."""
+    results = {}
+    for n in (count // 10, count):
+        place = os.path.join(where, f"small-{n}")
+        if not os.path.isdir(os.path.join(place, "archive")):
+            with MariaDBSandbox(os.path.join(place, "server"), semi_sync=False) as server:
+                small_files(server, n)
+                archive(server, place, "db1")
+        url = f"file://{place}/archive"
+        results[n] = min(timed([PYTHON, "-m", "mysqlbackup", "replay", "--archive", url,
+                                "--source-name", "db1", "--sql",
+                                os.path.join(place, "out.sql")]) for _ in range(runs))
+    few, many = results[count // 10], results[count]
+    print(f"small files: replay --sql of {count // 10} files {few:.1f}s, of {count} files "
+          f"{many:.1f}s: {many / few:.1f}x for 10x the files (goal: <= 10x)")
+
+
+if __name__ == "__main__":
+    main()
