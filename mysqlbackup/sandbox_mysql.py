@@ -18,10 +18,8 @@ import os
 import shutil
 import subprocess
 import sys
-import time
 import uuid
 
-import pymysql
 
 from mysqlbackup.sandbox import (REPL_PASSWORD, REPL_USER, SandboxServer, datadir_from_template,
                                  free_port, private_tmpdir)
@@ -35,21 +33,29 @@ def mysql_tree():
     return os.path.abspath(os.environ.get(TREE_ENV) or os.path.join(ROOT, ".mysql", "tree"))
 
 
+def why_no_tree(tree, what, script, packages, daemon):
+    """Why no sandbox of the debootstrap tree ``tree`` can run here (None when one can):
+    the tree is not built (``script`` builds it from ``packages``), or this is not root
+    (``daemon`` runs through chroot)."""
+    if not os.path.exists(os.path.join(tree, ".complete")):
+        return (f"no {what} tree at {tree}: {script} builds it ({packages} through "
+                "debootstrap; scripts/setup.sh runs it)")
+    if os.geteuid() != 0:
+        return f"the {what} sandbox runs {daemon} through chroot, which needs root"
+    return None
+
+
 def why_no_mysql(tree=None):
     """Why no MySQL sandbox can run here (None when one can): what the tests skip with."""
-    tree = tree or mysql_tree()
-    if not os.path.exists(os.path.join(tree, ".complete")):
-        return (f"no MySQL tree at {tree}: scripts/mysql_tree.sh builds it (Debian sid's "
-                "mysql-server-core through debootstrap; scripts/setup.sh runs it)")
-    if os.geteuid() != 0:
-        return "the MySQL sandbox runs mysqld through chroot, which needs root"
-    return None
+    return why_no_tree(tree or mysql_tree(), "MySQL", "scripts/mysql_tree.sh",
+                       "Debian sid's mysql-server-core", "mysqld")
 
 
 class MySQLSandbox(SandboxServer):
     """One throwaway mysqld in the tree; use as a context manager or start()/stop()."""
 
     flavor = "mysql"
+    daemon, ready_timeout = "mysqld", 60
 
     def __init__(self, server_id=1, log_bin=True, semi_sync=True, semi_sync_timeout_ms=2000,
                  extra_args=(), log_bin_name="binlog", tree=None, files=None):
@@ -134,18 +140,6 @@ class MySQLSandbox(SandboxServer):
                       f"loose-rpl-semi-sync-source-timeout={self.semi_sync_timeout_ms}"]
         with open(os.path.join(self.basedir, "my.cnf"), "w") as f:
             f.write("\n".join(lines) + "\n")
-
-    def _wait_ready(self, timeout=60):
-        deadline = time.monotonic() + timeout
-        while time.monotonic() < deadline:
-            if self.proc.poll() is not None:
-                raise RuntimeError(f"mysqld exited early; see {self.errlog}")
-            try:
-                self.root().close()
-                return
-            except pymysql.err.OperationalError:
-                time.sleep(0.05)
-        raise RuntimeError(f"mysqld not ready after {timeout}s; see {self.errlog}")
 
     def _create_users(self):
         """Not binlogged, so a replica of this server never sees them twice; the default

@@ -18,13 +18,11 @@ the host through ``sandbox_mysql.client_wrappers(directory, tree, TOOLS)``.
 
 import os
 import subprocess
-import time
 import uuid
-
-import pymysql
 
 from mysqlbackup.sandbox import (REPL_PASSWORD, REPL_USER, SandboxServer, datadir_from_template,
                                  free_port, private_tmpdir)
+from mysqlbackup.sandbox_mysql import why_no_tree as tree_problem
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 TREE_ENV = "MYSQLBACKUP_MARIADB_TREE"
@@ -38,13 +36,8 @@ def mariadb_tree():
 
 def why_no_tree(tree=None):
     """Why no 11.8 sandbox can run here (None when one can): what the tests skip with."""
-    tree = tree or mariadb_tree()
-    if not os.path.exists(os.path.join(tree, ".complete")):
-        return (f"no MariaDB 11.8 tree at {tree}: scripts/mariadb_tree.sh builds it (Debian "
-                "trixie's mariadb-server through debootstrap; scripts/setup.sh runs it)")
-    if os.geteuid() != 0:
-        return "the MariaDB 11.8 sandbox runs mariadbd through chroot, which needs root"
-    return None
+    return tree_problem(tree or mariadb_tree(), "MariaDB 11.8", "scripts/mariadb_tree.sh",
+                        "Debian trixie's mariadb-server", "mariadbd")
 
 
 class MariaDBTreeSandbox(SandboxServer):
@@ -52,6 +45,7 @@ class MariaDBTreeSandbox(SandboxServer):
 
     flavor = "mariadb"
     admin = ("admin", "admin-secret")   # (user, password) of TCP logins as an administrator
+    ready_timeout = 60
 
     def __init__(self, server_id=1, log_bin=True, semi_sync=True, semi_sync_timeout_ms=2000,
                  extra_args=(), log_bin_name="binlog", tree=None, legacy_event_pos=False):
@@ -125,18 +119,6 @@ class MariaDBTreeSandbox(SandboxServer):
                       f"rpl-semi-sync-master-timeout={self.semi_sync_timeout_ms}"]
         with open(os.path.join(self.basedir, "my.cnf"), "w") as f:
             f.write("\n".join(lines) + "\n")
-
-    def _wait_ready(self, timeout=60):
-        deadline = time.monotonic() + timeout
-        while time.monotonic() < deadline:
-            if self.proc.poll() is not None:
-                raise RuntimeError(f"mariadbd exited early; see {self.errlog}")
-            try:
-                self.root().close()
-                return
-            except pymysql.err.OperationalError:
-                time.sleep(0.05)
-        raise RuntimeError(f"mariadbd not ready after {timeout}s; see {self.errlog}")
 
     def _create_users(self):
         """The replication user, as MariaDBSandbox's, and an administrator for TCP logins

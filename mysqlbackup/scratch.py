@@ -105,6 +105,23 @@ class ScratchServer:
     ``admin``: (user, password) of an administrator's TCP login."""
 
     admin = ("root", "")
+    daemon = "mariadbd"     # the server's binary, as errors name it
+    ready_timeout = 30      # seconds a start may take
+
+    def _wait_ready(self):
+        """Wait until root logs in over the socket; RuntimeError when the server exits
+        or is not ready within ``ready_timeout``, pointing at its error log."""
+        deadline = time.monotonic() + self.ready_timeout
+        while time.monotonic() < deadline:
+            if self.proc.poll() is not None:
+                raise RuntimeError(f"{self.daemon} exited early; see {self.errlog}")
+            try:
+                self.root().close()
+                return
+            except pymysql.err.OperationalError:
+                time.sleep(0.05)
+        raise RuntimeError(f"{self.daemon} not ready after {self.ready_timeout}s; see "
+                           f"{self.errlog}")
 
     def stop(self, remove=False):
         """SIGTERM the server (by its pid) and wait; optionally delete its files."""
@@ -239,18 +256,6 @@ class ScratchMariaDB(ScratchServer):
             args += ["--rpl-semi-sync-master-enabled=1",
                      f"--rpl-semi-sync-master-timeout={self.semi_sync_timeout_ms}"]
         return args + self.extra_args
-
-    def _wait_ready(self, timeout=30):
-        deadline = time.monotonic() + timeout
-        while time.monotonic() < deadline:
-            if self.proc.poll() is not None:
-                raise RuntimeError(f"mariadbd exited early; see {self.errlog}")
-            try:
-                self.root().close()
-                return
-            except pymysql.err.OperationalError:
-                time.sleep(0.05)
-        raise RuntimeError(f"mariadbd not ready after {timeout}s; see {self.errlog}")
 
     def _create_users(self):
         """root@127.0.0.1 (TCP) beside the installed accounts, which stay as installed:

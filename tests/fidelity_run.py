@@ -159,3 +159,56 @@ class Source:
             with open(path, "wb") as f:
                 f.write(text)
         self.tools.load(target, path)
+
+
+# -- what every fidelity module asserts ----------------------------------------------------
+
+# each way of the tool: the target server's settings and the restore's arguments
+WAYS = {
+    "native": dict(server=dict(), args=()),
+    "statements-local-binlog": dict(server=dict(), args=("--apply", "statements",
+                                                         "--engine", "local")),
+    "statements-spark-nobinlog": dict(server=dict(log_bin=False),
+                                      args=("--apply", "statements", "--engine", "spark")),
+}
+
+
+def pipe_prints(source, target):
+    """The engine's own pipe's Fingerprint at each checkpoint: the base into ``target``,
+    then the pipe from each checkpoint to the next."""
+    source.load_base(target)
+    prints, previous = [], None
+    for checkpoint in source.checkpoints:
+        source.pipe_to(target, previous, checkpoint)
+        prints.append(fingerprint(target, source.flavor))
+        previous = checkpoint
+    return prints
+
+
+def check_pipe_gives_the_source(source, pipe):
+    """The pipe's data is the source's at every checkpoint (floats compared as floats,
+    AUTO_INCREMENT counters and the engine's masked columns aside)."""
+    from tests.fidelity import float_columns, masked_columns
+    for checkpoint, got in zip(source.checkpoints, pipe):
+        want = checkpoint.print
+        assert got.differences(want, float_columns(want), ignore_auto_increment=True,
+                               masked=masked_columns(source.flavor)) == [], checkpoint.name
+
+
+def check_way(source, pipe, server, way):
+    """A restore by ``way`` into ``server`` gives the pipe's data at every checkpoint."""
+    for checkpoint, want in zip(source.checkpoints, pipe):
+        done = source.restore(server, checkpoint, *WAYS[way]["args"])
+        assert done.returncode == 0, done.stdout + done.stderr
+        got = fingerprint(server, source.flavor)
+        assert got.differences(want) == [], (checkpoint.name, done.stdout + done.stderr)
+
+
+def check_replay_sql(source, pipe, server):
+    """``replay --sql`` files loaded with the engine's client give the pipe's data."""
+    source.load_base(server)
+    previous = None
+    for i, (checkpoint, want) in enumerate(zip(source.checkpoints, pipe)):
+        source.replay_sql(server, previous, checkpoint, f"replay-{i}.sql")
+        assert fingerprint(server, source.flavor).differences(want) == [], checkpoint.name
+        previous = checkpoint

@@ -5,9 +5,9 @@ limits: ``tests.fidelity.PIPE_LIMITS``)."""
 
 import pytest
 
-from tests.fidelity import fingerprint, float_columns, masked_columns
 from tests.fidelity_parquet import check_change_table
-from tests.fidelity_run import Source
+from tests.fidelity_run import (WAYS, Source, check_pipe_gives_the_source, check_replay_sql,
+                                 check_way, pipe_prints)
 from tests.helpers import module_primary
 
 FLAVOR = "mariadb"
@@ -33,51 +33,22 @@ def pipe(source, tmp_path_factory):
     target = MariaDBSandbox(str(tmp_path_factory.mktemp("pipe")), server_id=9,
                             log_bin=False, semi_sync=False).start()
     try:
-        source.load_base(target)
-        prints, previous = [], None
-        for checkpoint in source.checkpoints:
-            source.pipe_to(target, previous, checkpoint)
-            prints.append(fingerprint(target, FLAVOR))
-            previous = checkpoint
-        yield prints
+        yield pipe_prints(source, target)
     finally:
         target.stop(remove=True)
 
 
 def test_the_pipe_gives_the_source_at_every_checkpoint(source, pipe):
-    for checkpoint, got in zip(source.checkpoints, pipe):
-        want = checkpoint.print
-        assert got.differences(want, float_columns(want), ignore_auto_increment=True,
-                               masked=masked_columns(FLAVOR)) == [], checkpoint.name
-
-
-WAYS = {
-    "native": dict(server=dict(), args=()),
-    "statements-local-binlog": dict(server=dict(), args=("--apply", "statements",
-                                                         "--engine", "local")),
-    "statements-spark-nobinlog": dict(server=dict(log_bin=False),
-                                      args=("--apply", "statements", "--engine", "spark")),
-}
+    check_pipe_gives_the_source(source, pipe)
 
 
 @pytest.mark.parametrize("way", WAYS)
 def test_each_way_restores_every_checkpoint_as_the_pipe(way, source, pipe, make_server):
-    target = make_server(server_id=2, semi_sync=False, **WAYS[way]["server"])
-    for checkpoint, want in zip(source.checkpoints, pipe):
-        done = source.restore(target, checkpoint, *WAYS[way]["args"])
-        assert done.returncode == 0, done.stdout + done.stderr
-        got = fingerprint(target, FLAVOR)
-        assert got.differences(want) == [], (checkpoint.name, done.stdout + done.stderr)
+    check_way(source, pipe, make_server(server_id=2, semi_sync=False, **WAYS[way]["server"]), way)
 
 
 def test_replay_sql_loads_with_the_client_as_the_pipe(source, pipe, make_server):
-    target = make_server(server_id=2, semi_sync=False, log_bin=False)
-    source.load_base(target)
-    previous = None
-    for i, (checkpoint, want) in enumerate(zip(source.checkpoints, pipe)):
-        source.replay_sql(target, previous, checkpoint, f"replay-{i}.sql")
-        assert fingerprint(target, FLAVOR).differences(want) == [], checkpoint.name
-        previous = checkpoint
+    check_replay_sql(source, pipe, make_server(server_id=2, semi_sync=False, log_bin=False))
 
 
 def test_the_change_table_holds_the_sources_values(source, tmp_path):

@@ -6,7 +6,6 @@ have modules of their own beside this one (fixtures: conftest.py)."""
 
 import logging
 import os
-import shutil
 import socket
 import subprocess
 import sys
@@ -17,7 +16,7 @@ import pymysql
 import pytest
 from click.testing import CliRunner
 
-from mysqlbackup.archive.codec import PLAIN, make_codec
+from mysqlbackup.archive.codec import make_codec
 from mysqlbackup.archive.importer import import_directory
 from mysqlbackup.archive.store import ArchiveStore
 from mysqlbackup.cli import main
@@ -26,7 +25,8 @@ from mysqlbackup.source.protocol import split_batch
 from replay.serve.server import ServeOptions, start_server
 from tests.helpers import REPO, wait_for
 from tests.serve.clients import without_in_use
-from tests.serve.world import PASSWORD, attach, caught_up, checksums, rows, serve, status
+from tests.serve.world import (PASSWORD, attach, caught_up, checksums, growing_archive, rows,
+                               serve, status)
 
 
 def test_full_stream_by_gtid_reaches_the_primary(primary, archive, replica, caplog):
@@ -159,18 +159,8 @@ def test_follows_the_archive_as_it_grows(primary, binlog_dir, replica, tmp_path,
     while a next file's upload is in flight (its object, no index): nothing is sent
     until the archive is whole again, then the dump goes on from where it stood,
     without a reconnect or an error."""
-    from mysqlbackup.binlog import events as ev
-    from mysqlbackup.binlog.scan import iter_events
     server, gtids = primary
-    url = f"file://{tmp_path / 'growing'}"
-    part = tmp_path / "part"
-    part.mkdir()
-    for name in ("binlog.000001", "binlog.000002"):
-        shutil.copyfile(binlog_dir / name, part / name)
-    data = (binlog_dir / "binlog.000003").read_bytes()
-    cut = next(off + len(e) for off, e in iter_events(data, 4, None) if e[4] == ev.XID)
-    (part / "binlog.000003").write_bytes(data[:cut])
-    import_directory(ArchiveStore(url), str(part), "db1", echo=lambda line: None, codec=PLAIN)
+    url, rest, _, _ = growing_archive(binlog_dir, tmp_path)
     domain, server_id, seq = gtids[2].split("-")
     with start_server(ServeOptions(url, "db1", ("127.0.0.1", 0), "mysqlbackup_serve", PASSWORD,
                                    poll_interval=0.2)) as handle:
@@ -178,10 +168,9 @@ def test_follows_the_archive_as_it_grows(primary, binlog_dir, replica, tmp_path,
         caught_up(replica, f"{domain}-{server_id}-{int(seq) + 1}")
         assert handle.dumps == 1
         assert served_gtid_pos(handle) == f"{domain}-{server_id}-{int(seq) + 1}"
-        shutil.copyfile(binlog_dir / "binlog.000003", part / "binlog.000003")
         store = ArchiveStore(url)
         store.put_bytes("db1/binlog/binlog.000004", b"\xfebin")  # its index not written yet
-        import_directory(store, str(part), "db1", echo=lambda line: None, codec=PLAIN)
+        rest()
         # a poll sees the archive grown but not whole, and nothing is sent (a fixed 0.5 s
         # was too short on a slow machine, where one poll's planning took longer)
         wait_for(lambda: any("cannot be planned yet" in r.getMessage()

@@ -4,19 +4,13 @@ against the live primary of the same archive (MariaDB 10.11; MySQL 9.7 and Maria
 decoded, python-mysql-replication (the version setup.cfg pins) and zongji (Node). The
 primary (conftest.py) wrote three files, the last one active."""
 
-import shutil
 
 import pytest
 
-from mysqlbackup.archive.codec import PLAIN
-from mysqlbackup.archive.importer import import_directory
-from mysqlbackup.archive.store import ArchiveStore
-from mysqlbackup.binlog import events as ev
-from mysqlbackup.binlog.scan import iter_events
 from tests.helpers import wait_for
 from tests.serve.clients import (Endpoint, files_in, pmr_rows, read_decoded, read_raw,
                                  why_no_zongji, without_in_use, zongji_rows)
-from tests.serve.world import PASSWORD, serve
+from tests.serve.world import PASSWORD, growing_archive, serve
 
 USER = "mysqlbackup_serve"
 
@@ -51,25 +45,6 @@ def test_mariadb_binlog_decoded_as_from_the_primary(primary, archive, tmp_path):
                         tmp_path / "p")
     assert "### INSERT INTO `d`.`t`" in served and "DROP TABLE" in served
     assert served == live
-
-
-def growing_archive(binlog_dir, tmp_path):
-    """An archive of files 1, 2 and file 3 up to its first transaction; a callable that
-    archives the rest of file 3; file 3's full size."""
-    url, part = f"file://{tmp_path / 'growing'}", tmp_path / "part"
-    part.mkdir()
-    for name in ("binlog.000001", "binlog.000002"):
-        shutil.copyfile(binlog_dir / name, part / name)
-    data = (binlog_dir / "binlog.000003").read_bytes()
-    cut = next(off + len(e) for off, e in iter_events(data, 4, None) if e[4] == ev.XID)
-    (part / "binlog.000003").write_bytes(data[:cut])
-    import_directory(ArchiveStore(url), str(part), "db1", echo=lambda line: None, codec=PLAIN)
-
-    def rest():
-        shutil.copyfile(binlog_dir / "binlog.000003", part / "binlog.000003")
-        import_directory(ArchiveStore(url), str(part), "db1", echo=lambda line: None,
-                         codec=PLAIN)
-    return url, rest, cut, len(data)
 
 
 def test_mariadb_binlog_stop_never_follows_the_archive(binlog_dir, tmp_path):

@@ -1,8 +1,15 @@
 """What the serve tests share: the password, the commit times of the primary's three
 files, and the helpers that start serve, attach a replica to it and wait."""
 
+import shutil
+
 import pymysql
 
+from mysqlbackup.archive.codec import PLAIN
+from mysqlbackup.archive.importer import import_directory
+from mysqlbackup.archive.store import ArchiveStore
+from mysqlbackup.binlog import events as ev
+from mysqlbackup.binlog.scan import iter_events
 from mysqlbackup.source.client import ReplicaClient
 from replay.job.planning.options import build_selection
 from replay.serve.server import ServeOptions, start_server
@@ -68,3 +75,22 @@ def rows(server):
 
 def checksums(server):
     return [server.execute(f"CHECKSUM TABLE d.{t}")[0][1] for t in ("t", "m")]
+
+
+def growing_archive(binlog_dir, tmp_path):
+    """An archive of files 1, 2 and file 3 up to its first transaction; a callable that
+    archives the rest of file 3; file 3's full size."""
+    url, part = f"file://{tmp_path / 'growing'}", tmp_path / "part"
+    part.mkdir()
+    for name in ("binlog.000001", "binlog.000002"):
+        shutil.copyfile(binlog_dir / name, part / name)
+    data = (binlog_dir / "binlog.000003").read_bytes()
+    cut = next(off + len(e) for off, e in iter_events(data, 4, None) if e[4] == ev.XID)
+    (part / "binlog.000003").write_bytes(data[:cut])
+    import_directory(ArchiveStore(url), str(part), "db1", echo=lambda line: None, codec=PLAIN)
+
+    def rest():
+        shutil.copyfile(binlog_dir / "binlog.000003", part / "binlog.000003")
+        import_directory(ArchiveStore(url), str(part), "db1", echo=lambda line: None,
+                         codec=PLAIN)
+    return url, rest, cut, len(data)
