@@ -220,6 +220,9 @@ def test_plan_takes_an_unindexed_newest_segment_as_in_flight_but_not_a_hole():
     in_flight = ("b.000002", [(0, 100, "p0", seg), (100, 180, "p1", None)])
     units, _ = plan_units("s", sealed, in_flight)
     assert units[-1]["keys"] == ["p0"]  # replayed up to the last indexed segment
+    first = ("b.000002", [(0, 100, "p0", None)])  # the new file's first upload in flight
+    units, _ = plan_units("s", sealed, first)
+    assert [u["name"] for u in units] == ["b.000001"]  # not a file of no bytes (bad magic)
     hole = ("b.000002", [(0, 100, "p0", seg), (100, 180, "p1", None), (180, 200, "p2", seg)])
     with pytest.raises(ResyncRequired, match="segment missing at offset 100"):
         plan_units("s", sealed, hole)

@@ -7,8 +7,8 @@ import pytest
 
 from mysqlbackup.binlog import events as ev
 from mysqlbackup.binlog.tablemap import parse_table_map, row_metadata
-from mysqlbackup.errors import CorruptBinlog
-from replay.serve.catalog import Catalog
+from mysqlbackup.errors import CorruptBinlog, StoreError
+from replay.serve.catalog import READ_TRIES, Catalog
 from replay.serve.queries import ServerFacts, Session, answer
 from tests.helpers import make_event
 
@@ -105,6 +105,34 @@ def test_binlog_row_metadata_as_the_archives_newest_table_map_shows_it():
     assert scanned == [1]  # looked up once
     assert rows("SELECT @@binlog_row_metadata", facts(
         "mysql", "9.7.4", Catalog("mysql", lambda: iter([]))))[1] == [["MINIMAL"]]
+
+
+
+def test_an_archive_changing_under_the_lookup_is_read_again_never_guessed():
+    """The first reading fails (the newest partial file's segments gave way to the
+    sealed file under it): a new listing is read and the setting is the archive's;
+    a store that keeps failing is raised, not answered with the engine's default (a
+    client told MINIMAL would name every column UNKNOWN_COL)."""
+    tries = []
+
+    def changing():
+        tries.append(1)
+        if len(tries) == 1:
+            raise StoreError("binlog.000002 segment 0: no such object")
+        return iter([(table_map(), True, None)])
+    assert Catalog("mysql", changing).row_metadata() == "FULL" and len(tries) == 2
+
+    def failing():
+        tries.append(1)
+        raise StoreError("connection refused")
+    tries.clear()
+    catalog = Catalog("mysql", failing)
+    with pytest.raises(StoreError, match="connection refused"):
+        catalog.row_metadata()
+    assert len(tries) == READ_TRIES == 3
+    with pytest.raises(StoreError):  # nothing guessed was kept: asked again next time
+        catalog.row_metadata()
+    assert len(tries) == 6
 
 
 COLUMNS = ("SELECT COLUMN_NAME FROM INFORMATION_SCHEMA.COLUMNS\n"

@@ -12,6 +12,7 @@ then empty, and serve's log says so.
 
 import logging
 import threading
+import time
 from collections import OrderedDict
 
 from mysqlbackup.archive.listing import ArchiveListing
@@ -29,6 +30,7 @@ log = logging.getLogger(__name__)
 KEPT_TABLES = 10_000      # the tables remembered (the least recently seen forgotten)
 SCAN_BYTES = 64 << 20     # how far back the archive is read for a TABLE_MAP at most
 SCAN_UNITS = 4
+READ_TRIES = 3          # readings of the archive for the setting before a failure
 
 
 class Catalog:
@@ -86,25 +88,36 @@ class Catalog:
 
     def row_metadata(self):
         """The source's binlog_row_metadata as its newest archived TABLE_MAP shows it
-        (the engine's default when the archive's newest files have none)."""
+        (the engine's default when the archive's newest files have none). The archive
+        may change under serve (a partial file's segments give way to the sealed file):
+        a failed reading is tried again on a new listing, ``READ_TRIES`` times in all,
+        then raised (a client gets an error, never a guessed setting)."""
         with self._lock:
             if self._setting is not None:
                 return self._setting
-        setting = "MINIMAL" if self.flavor == "mysql" else "NO_LOG"
-        try:
-            for event, checksum, fde in self._scan():
-                try:
-                    setting = row_metadata(parse_table_map(event, checksum, fde), self.flavor)
-                    self.saw(event, checksum, fde)
-                except CorruptBinlog:
-                    continue
+        for attempt in range(READ_TRIES):
+            try:
+                setting = self._newest_setting()
                 break
-        except MysqlBackupError as e:  # the store failed: asked again next time
-            log.warning("reading the archive's newest TABLE_MAP failed: %s", mask_url(e))
-            return setting
+            except MysqlBackupError as e:
+                log.warning("reading the archive's newest TABLE_MAP failed (try %d of %d):"
+                            " %s", attempt + 1, READ_TRIES, mask_url(e))
+                if attempt + 1 == READ_TRIES:
+                    raise
+                time.sleep(0.1 * (attempt + 1))
         with self._lock:
             self._setting = setting
         return setting
+
+    def _newest_setting(self):
+        for event, checksum, fde in self._scan():
+            try:
+                setting = row_metadata(parse_table_map(event, checksum, fde), self.flavor)
+            except CorruptBinlog:
+                continue
+            self.saw(event, checksum, fde)
+            return setting
+        return "MINIMAL" if self.flavor == "mysql" else "NO_LOG"
 
 
 def newest_table_maps(units, chunks):

@@ -28,7 +28,7 @@ from replay.serve.feed import (NO_CHECKSUM, NOT_IN_INDEX, DumpContext, DumpRefus
                                dump_events)
 from replay.serve.limits import COMMAND_TIMEOUT, HANDSHAKE_TIMEOUT
 from replay.serve.mysqlfeed import MysqlWalk
-from replay.serve.queries import Session, answer
+from replay.serve.queries import Reply, Session, answer
 
 log = logging.getLogger("replay.serve.server")
 
@@ -359,7 +359,14 @@ class Connection:
             return True
         if command == COM_QUERY:
             sql = payload[1:].decode("utf-8", "replace")
-            reply = answer(sql, self.session, self.server.facts)
+            try:
+                reply = answer(sql, self.session, self.server.facts)
+            except MysqlBackupError as e:  # the archive could not be read for the answer
+                self.server.note("query", logging.WARNING, "connection %d: %r: %s", self.id,
+                                 sql[:200], mask_url(e))
+                reply = Reply("error", code=pk.ER_UNKNOWN_ERROR,
+                              message=f"mysqlbackup serve could not read the archive: "
+                                      f"{mask_url(e)}"[:500])
             log.debug("connection %d: query %r: %s%s", self.id, sql[:200], reply.kind,
                       f" {reply.code}" if reply.kind == "error" else "")
             if reply.warning:

@@ -39,7 +39,7 @@ from mysqlbackup.archive.store import ArchiveStore
 from mysqlbackup.binlog import events as ev
 from mysqlbackup.binlog.gtid import MariaGtidPos
 from mysqlbackup.binlog.names import binlog_sort_key
-from mysqlbackup.errors import MysqlBackupError, UsageError, mask_url
+from mysqlbackup.errors import UsageError, mask_url
 from replay.job.planning.selection import Selection
 from replay.serve import certs
 from replay.serve import packets as pk
@@ -252,12 +252,9 @@ class _Server:
 
     def binary_logs(self):
         """[(file, size)] of the archive now, as SHOW BINARY LOGS lists a server's (the
-        newest file up to its last whole transaction); [] when the store fails."""
-        try:
-            _, units, _ = self.units()
-        except MysqlBackupError as e:
-            log.warning("listing the archive's files failed: %s", mask_url(e))
-            return []
+        newest file up to its last whole transaction); a store's failure is raised (the
+        client gets an error, not an empty list)."""
+        _, units, _ = self.units()
         sizes = {}
         for unit in units:  # a file of two epochs (a failover): the later one's size
             sizes[unit["name"]] = file_end(unit)

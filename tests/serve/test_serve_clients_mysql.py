@@ -72,24 +72,26 @@ def test_python_mysql_replication_by_position_and_by_gtid(world):
     assert ("insert", "d", "u", {"a": 2}) in from_gtid
 
 
+def ask(at, *statements):
+    """Each statement's rows, or its error code, on one connection to ``at``."""
+    conn = pymysql.connect(host=at.host, port=at.port, user=at.user, password=at.password,
+                           database="information_schema")
+    out = []
+    try:
+        with conn.cursor() as cur:
+            for sql in statements:
+                try:
+                    cur.execute(sql)
+                    out.append(cur.fetchall())
+                except pymysql.err.MySQLError as e:
+                    out.append(e.args[0])
+    finally:
+        conn.close()
+    return out
+
+
 def test_the_queries_of_binlog_clients_as_mysqld_answers_them(world):
     source = world["source"]
-
-    def ask(at, *statements):
-        conn = pymysql.connect(host=at.host, port=at.port, user=at.user, password=at.password,
-                               database="information_schema")
-        out = []
-        try:
-            with conn.cursor() as cur:
-                for sql in statements:
-                    try:
-                        cur.execute(sql)
-                        out.append(cur.fetchall())
-                    except pymysql.err.MySQLError as e:
-                        out.append(e.args[0])
-        finally:
-            conn.close()
-        return out
     statements = ("SHOW BINARY LOGS", "SHOW BINARY LOG STATUS", "SHOW MASTER STATUS",
                   "SHOW VARIABLES LIKE 'BINLOG_ROW_METADATA'",
                   "select @@GLOBAL.binlog_checksum as checksum",
@@ -161,3 +163,24 @@ def test_blocking_readers_follow_the_archive(world, tools, tmp_path):
     assert got.get("rows") == whole
     with open(newest, "rb") as f:
         assert f.read() == without_in_use((world["files"] / names[-1]).read_bytes())
+
+
+def test_a_query_the_archive_cannot_answer_now_gets_an_error_not_a_guess(world, tmp_path):
+    """The archive gone from under a running serve: SHOW BINARY LOGS and
+    binlog_row_metadata get error 1105 naming the failure (not an empty list, not the
+    engine's default, which a client would act on), the connection stays, and the
+    archive back, the next connection gets the answers."""
+    import shutil
+    archive = world["url"][len("file://"):]
+    copy, away = tmp_path / "archive", tmp_path / "away"
+    shutil.copytree(archive, copy)
+    statements = ("SHOW BINARY LOGS", "SHOW VARIABLES LIKE 'BINLOG_ROW_METADATA'", "SELECT 1")
+    with serve(f"file://{copy}") as handle:
+        copy.rename(away)
+        gone = ask(ends(handle), *statements)
+        away.rename(copy)
+        back = ask(ends(handle), *statements)
+    assert gone == [1105, 1105, ((1,),)]
+    assert [name for name, _, _ in back[0]] == sorted(set(files_in(world["files"])) - {"binlog.index"})
+    assert back[1:] == [(("binlog_row_metadata", "FULL"),), ((1,),)]
+

@@ -56,7 +56,9 @@ def plan_units(source, sealed, partial, start=None, stop=None, allow_gaps=False)
               "objects": [{"key": key, "start": 0, "index": index}]}
              for name, key, index in sealed if key is not None and index is not None]
     if partial:
-        units.append(_partial_unit(source, partial, indexes[-1] if indexes else None, problems))
+        unit = _partial_unit(source, partial, indexes[-1] if indexes else None, problems)
+        if unit["keys"]:  # none: the file's first segment is in flight, nothing to read yet
+            units.append(unit)
     if problems and not allow_gaps:
         raise ArchiveHoles(problems)
     units = [u for u in units if not (start and start(u["index"]))]
