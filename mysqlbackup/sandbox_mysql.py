@@ -329,17 +329,17 @@ def shared_dir(tree=None):
     return host
 
 
-def server_wrapper(directory, tree=None):
-    """Write a host-side ``mysqld`` into ``directory`` that runs the tree's
-    /usr/sbin/mysqld through chroot (pid, signals and exit code its own: exec), as
-    ``client_wrappers`` does the client tools; return ``directory``. Paths it is given
-    must be the tree's: those under ``shared_dir()`` are."""
+def server_wrapper(directory, tree=None, name="mysqld"):
+    """Write a host-side ``name`` (mysqld; the MariaDB tree's: mariadbd) into ``directory``
+    that runs the tree's /usr/sbin/``name`` through chroot (pid, signals and exit code its
+    own: exec), as ``client_wrappers`` does the client tools; return ``directory``. Paths
+    it is given must be the tree's: those under ``shared_dir()`` are."""
     tree = tree or mysql_tree()
     chroot = shutil.which("chroot") or shutil.which("chroot", path="/usr/sbin:/usr/bin")
     os.makedirs(directory, exist_ok=True)
-    path = os.path.join(directory, "mysqld")
+    path = os.path.join(directory, name)
     with open(path, "w", encoding="utf-8") as f:
-        f.write(_WRAPPER.format(python=sys.executable, name="mysqld", tree=tree,
-                                binary="/usr/sbin/mysqld", chroot=chroot))
+        f.write(_WRAPPER.format(python=sys.executable, name=name, tree=tree,
+                                binary=f"/usr/sbin/{name}", chroot=chroot))
     os.chmod(path, 0o755)
     return str(directory)

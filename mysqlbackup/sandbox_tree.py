@@ -12,8 +12,9 @@ makes itself, ``binlog_legacy_event_pos`` OFF (``legacy_event_pos`` turns it on)
 ``skip_name_resolve`` off. The interface of ``sandbox.MariaDBSandbox`` (start, stop,
 execute, status, binlog_files, binlog_path, replicate_from, url), so tests take either.
 
-The tree's client tools (mariadb, mariadb-dump, mariadb-binlog, mariadb-backup) run on
-the host through ``sandbox_mysql.client_wrappers(directory, tree, TOOLS)``.
+The tree's client tools (mariadb, mariadb-dump, mariadb-binlog, mariadb-backup,
+mariadb-install-db) run on the host through ``sandbox_mysql.client_wrappers(directory,
+tree, TOOLS)``.
 """
 
 import os
@@ -26,7 +27,7 @@ from mysqlbackup.sandbox_mysql import why_no_tree as tree_problem
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 TREE_ENV = "MYSQLBACKUP_MARIADB_TREE"
-TOOLS = ("mariadb", "mariadb-dump", "mariadb-binlog", "mariadb-backup")
+TOOLS = ("mariadb", "mariadb-dump", "mariadb-binlog", "mariadb-backup", "mariadb-install-db")
 
 
 def mariadb_tree():

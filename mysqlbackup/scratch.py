@@ -203,8 +203,10 @@ class ScratchMariaDB(ScratchServer):
         """Initialise the datadir if needed, start the server, create its users."""
         if not os.path.isdir(os.path.join(self.datadir, "mysql")):
             shutil.rmtree(self.datadir, ignore_errors=True)
-            datadir_from_template(self.datadir, "mariadb", tempfile.gettempdir(),
-                                  self._install_db)
+            binary = os.fsencode(find_binary("mariadbd") or "")  # one template a server
+            datadir_from_template(self.datadir,
+                                  f"mariadb-{hashlib.sha256(binary).hexdigest()[:12]}",
+                                  tempfile.gettempdir(), self._install_db)
         self.port = self.port or free_port()
         private_tmpdir(self.tmpdir)
         self.proc = subprocess.Popen(self._server_args(), stdout=subprocess.DEVNULL,

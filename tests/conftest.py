@@ -123,6 +123,22 @@ def make_mysql():
         server.stop(remove=True)
 
 
+@pytest.fixture
+def shared_118():
+    """The folder the MariaDB 11.8 tree's chroot and the host both know by one path
+    (``sandbox_mysql.shared_dir``); what a test leaves there goes afterwards."""
+    from mysqlbackup.sandbox_mysql import shared_dir
+    from mysqlbackup.sandbox_tree import mariadb_tree, why_no_tree
+    problem = why_no_tree()
+    if problem:
+        pytest.skip(problem)
+    folder = shared_dir(mariadb_tree())
+    before = set(os.listdir(folder))
+    yield folder
+    for name in set(os.listdir(folder)) - before:
+        shutil.rmtree(os.path.join(folder, name), ignore_errors=True)
+
+
 @pytest.fixture(scope="session")
 def source_files(tmp_path_factory):
     """Four real binlog files from a MariaDB server: three closed, the last active."""

@@ -64,7 +64,8 @@ def test_drill_on_a_good_archive_passes(archive):
     assert re.fullmatch(rf"RTO: \d+\.\ds \(plan, load of base {re.escape(base_id)}, replay\)",
                         lines[-2]), lines
     assert lines[-1] == "drill passed"
-    assert lines[0].startswith("scratch server: mariadbd on 127.0.0.1:")
+    assert re.match(r"scratch server: mariadbd 10\.11\.\S+ on 127\.0\.0\.1:\d+, datadir ",
+                    lines[0]), lines[0]
     assert not [p for p in os.listdir(path.parent) if p.startswith("mysqlbackup-drill-")]
 
 

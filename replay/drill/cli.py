@@ -29,8 +29,10 @@ from mysqlbackup.errors import ExitCode
 @handle_errors
 def drill(archive_url, archive_option, source_name, stop_datetime, workdir, keep, master,
           identity, as_json):
-    """Restore drill: restore the archive into a scratch server started for it (a
-    throwaway datadir on a free loopback port), then check that every transaction the
+    """Restore drill: restore the archive into a scratch server started for it (the
+    first mariadbd and mariadb-install-db on PATH, a throwaway datadir on a free loopback
+    port; one of an older MariaDB series than the base's source is refused before any
+    restore: exit 2, naming both versions), then check that every transaction the
     indexes list up to the stop point was applied exactly once and that every table
     answers CHECKSUM TABLE. Prints the RTO (the restore's wall time). Exits 0 when all
     holds, 1 naming what failed (e.g. the base whose stored dump is not its manifest's):

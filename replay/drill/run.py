@@ -68,8 +68,11 @@ def run_drill(opts, progress=None):
     try:
         started = time.monotonic()
         server.start()
-        report.lines.append(f"scratch server: mariadbd on 127.0.0.1:{server.port}, datadir "
-                            f"{server.datadir} (started in {time.monotonic() - started:.1f}s)")
+        version = server.execute("SELECT VERSION()")[0][0]
+        report.lines.append(f"scratch server: mariadbd {version} on 127.0.0.1:{server.port}, "
+                            f"datadir {server.datadir} (started in "
+                            f"{time.monotonic() - started:.1f}s)")
+        refuse_older_scratch(version, planned[0].manifest)
         _restore_and_check(opts, planned, server, report, progress)
     finally:
         server.stop()
@@ -103,6 +106,19 @@ def _restore_plan(ropts, report):
                          f"{plan.manifest.get('server_version', '')}): restore it into a "
                          "MySQL server of your own (mysqlbackup restore) and compare")
     return plan, replay_opts
+
+
+def refuse_older_scratch(version, manifest):
+    """UsageError when the scratch server (``version``) is of an older MariaDB release
+    series than the base's source: a drill proves a restore into the version it runs,
+    and an older server may lack what the source wrote (collations, syntax)."""
+    source = manifest.get("server_version")
+    if not source or ev.parse_version(version)[:2] >= ev.parse_version(source)[:2]:
+        return
+    wanted = ".".join(str(n) for n in ev.parse_version(source)[:2])
+    raise UsageError(f"drill's scratch mariadbd is {version}, older than the source's "
+                     f"{source} (base {manifest['id']}): put the mariadbd and "
+                     f"mariadb-install-db of MariaDB {wanted} or later first on PATH")
 
 
 def _restore_and_check(opts, planned, server, report, progress):

@@ -30,6 +30,7 @@ import re
 import time
 from dataclasses import dataclass, field
 
+from mysqlbackup.binlog import events as ev
 from mysqlbackup.binlog.gtid import MariaGtidPos
 from mysqlbackup.errors import UsageError
 from replay.serve import packets as pk
@@ -259,7 +260,7 @@ def _binlog_status(statement, facts):
     the source's current file and position; the spelling the source lacks is a syntax
     error (1064), as on the server (python-mysql-replication tries one, then the other)."""
     mysql = facts.flavor == "mysql"
-    version = _version_tuple(facts.version)
+    version = ev.parse_version(facts.version)
     known = {"show master status": not mysql or version < (8, 4),
              "show binlog status": not mysql,
              "show binary log status": mysql and version >= (8, 2)}
@@ -288,12 +289,6 @@ def _binary_logs(facts):
         columns.append(pk.Column("Encrypted", TEXT))
         return Reply("rows", columns, [[n, s, "No"] for n, s in logs])
     return Reply("rows", columns, [[n, s] for n, s in logs])
-
-
-def _version_tuple(text):
-    numbers = re.findall(r"\d+", text.split("-")[0] if not text.startswith("5.5.5-")
-                         else text[6:].split("-")[0])
-    return tuple(int(n) for n in numbers[:3])
 
 
 # -- INFORMATION_SCHEMA.COLUMNS, from the archive's TABLE_MAPs --------------------------
