@@ -11,7 +11,7 @@
    by ``mysqlbackup base``.
 
 ``--engine mariadb`` (default) or ``mysql``: the source and every target are MariaDB
-servers (``mysqlbackup.sandbox``) or MySQL 9.7 servers (``mysqlbackup.sandbox_mysql``,
+servers (``mysqlbackup.sandbox``) or MySQL 9.7 servers (``mysqlbackup.sandbox.mysql``,
 GTID mode on; ``scripts/mysql_tree.sh`` builds the tree, root runs it).
 
 The source (durable: sync_binlog=1, innodb_flush_log_at_trx_commit=1) is loaded with

@@ -1,7 +1,7 @@
 """The two engines of the restore benchmark (scripts/bench_restore.py): their servers
 (the same settings for the source and every target), their numbered rows, and the
 manual way's commands (``mariadb`` and ``mariadb-binlog``; MySQL's ``mysql`` and
-``mysqlbinlog`` of the tree through ``sandbox_mysql.client_wrappers``).
+``mysqlbinlog`` of the tree through ``sandbox.mysql.client_wrappers``).
 
 MySQL's tools run inside the tree (chroot): the binlog files ``mysqlbinlog`` reads are
 linked into a scratch folder there for the run (copied when the work directory is on
@@ -72,7 +72,7 @@ class MariaDB:
 
 
 class MySQL(MariaDB):
-    """MySQL 9.7 of the tree (sandbox_mysql): GTID mode on; its tools through chroot."""
+    """MySQL 9.7 of the tree (sandbox.mysql): GTID mode on; its tools through chroot."""
 
     name = "mysql"
     manual_label = "manual: mysql, mysqlbinlog pipe"
@@ -80,7 +80,7 @@ class MySQL(MariaDB):
                    "--max-allowed-packet=256M"]
 
     def __init__(self, workdir):
-        from mysqlbackup.sandbox_mysql import client_wrappers, mysql_tree, why_no_mysql
+        from mysqlbackup.sandbox.mysql import client_wrappers, mysql_tree, why_no_mysql
         problem = why_no_mysql()
         if problem:
             raise SystemExit(f"--engine mysql: {problem}")
@@ -89,12 +89,12 @@ class MySQL(MariaDB):
         self.bin = client_wrappers(os.path.join(workdir, "bin"))
 
     def source(self):
-        from mysqlbackup.sandbox_mysql import MySQLSandbox
+        from mysqlbackup.sandbox.mysql import MySQLSandbox
         return MySQLSandbox(semi_sync=False, extra_args=[*self.server_args, *SOURCE_ARGS])
 
     def target(self, name, binlog):
         """Its folder is inside the tree (removed with it), not ``workdir/name``."""
-        from mysqlbackup.sandbox_mysql import MySQLSandbox
+        from mysqlbackup.sandbox.mysql import MySQLSandbox
         return MySQLSandbox(server_id=7, log_bin=binlog, semi_sync=False,
                             extra_args=self.server_args)
 

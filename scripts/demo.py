@@ -27,7 +27,7 @@ from mysqlbackup.archive.names import binlog_key, format_key  # noqa: E402
 from mysqlbackup.archive.store import ArchiveStore  # noqa: E402
 from mysqlbackup.binlog.events import LOG_EVENT_BINLOG_IN_USE_F  # noqa: E402
 from mysqlbackup.sandbox import REPL_PASSWORD, MariaDBSandbox  # noqa: E402
-from mysqlbackup.sandbox_mysql import MySQLSandbox, client_wrappers, why_no_mysql  # noqa: E402
+from mysqlbackup.sandbox.mysql import MySQLSandbox, client_wrappers, why_no_mysql  # noqa: E402
 
 SOURCE = "db1"
 TABLES = ["shop.customers", "shop.items", "shop.orders"]

@@ -44,7 +44,7 @@ def mariadb():
 
 
 def mysql():
-    from mysqlbackup.sandbox_mysql import MySQLSandbox, why_no_mysql
+    from mysqlbackup.sandbox.mysql import MySQLSandbox, why_no_mysql
     problem = why_no_mysql()
     if problem:
         raise SystemExit(f"no MySQL server: {problem}")

@@ -4,7 +4,7 @@
 # debootstrap into .mariadb/tree (git-ignored; reused while it is complete), the host's
 # /etc/hosts copied in (mariadb-install-db resolves the host name). The mirror is the
 # machine's own Debian mirror, read from its apt sources. Tests run
-# `chroot .mariadb/tree /usr/sbin/mariadbd ...` (mysqlbackup/sandbox_tree.py); where this
+# `chroot .mariadb/tree /usr/sbin/mariadbd ...` (mysqlbackup/sandbox/tree.py); where this
 # cannot be built (no registry, not root), it says why and the 11.8 tests skip saying so.
 # Usage: scripts/mariadb_tree.sh [DIR]   (default: .mariadb/tree beside this script's folder)
 set -euo pipefail

@@ -105,8 +105,8 @@ def make_server(tmp_path_factory):
 @pytest.fixture
 def make_mysql():
     """Factory for throwaway MySQL servers (Debian sid's MySQL in .mysql/tree, through
-    chroot: sandbox_mysql); skips, saying why, where that tree cannot run here."""
-    from mysqlbackup.sandbox_mysql import MySQLSandbox, why_no_mysql
+    chroot: sandbox.mysql); skips, saying why, where that tree cannot run here."""
+    from mysqlbackup.sandbox.mysql import MySQLSandbox, why_no_mysql
     problem = why_no_mysql()
     if problem:
         pytest.skip(problem)
@@ -126,9 +126,9 @@ def make_mysql():
 @pytest.fixture
 def shared_118():
     """The folder the MariaDB 11.8 tree's chroot and the host both know by one path
-    (``sandbox_mysql.shared_dir``); what a test leaves there goes afterwards."""
-    from mysqlbackup.sandbox_mysql import shared_dir
-    from mysqlbackup.sandbox_tree import mariadb_tree, why_no_tree
+    (``sandbox.mysql.shared_dir``); what a test leaves there goes afterwards."""
+    from mysqlbackup.sandbox.mysql import shared_dir
+    from mysqlbackup.sandbox.tree import mariadb_tree, why_no_tree
     problem = why_no_tree()
     if problem:
         pytest.skip(problem)

@@ -30,7 +30,7 @@ def test_the_demo_restores_to_just_before_the_drop(tmp_path):
 
 @pytest.mark.mysql
 def test_the_demo_on_mysql(tmp_path):
-    from mysqlbackup.sandbox_mysql import why_no_mysql
+    from mysqlbackup.sandbox.mysql import why_no_mysql
     problem = why_no_mysql()
     if problem:
         pytest.skip(problem)

@@ -17,14 +17,14 @@ FLAVOR = "mariadb"
 
 
 def tree_server(**kwargs):
-    from mysqlbackup.sandbox_tree import MariaDBTreeSandbox
+    from mysqlbackup.sandbox.tree import MariaDBTreeSandbox
     return MariaDBTreeSandbox(**kwargs).start()
 
 
 @pytest.fixture(scope="module")
 def source(tmp_path_factory):
-    from mysqlbackup.sandbox_mysql import client_wrappers
-    from mysqlbackup.sandbox_tree import TOOLS, mariadb_tree, why_no_tree
+    from mysqlbackup.sandbox.mysql import client_wrappers
+    from mysqlbackup.sandbox.tree import TOOLS, mariadb_tree, why_no_tree
     problem = why_no_tree()
     if problem:
         pytest.skip(problem)

@@ -20,7 +20,7 @@ LOCAL_INFILE = "SET GLOBAL local_infile = 1"
 
 
 def mysql_server(**kwargs):
-    from mysqlbackup.sandbox_mysql import MySQLSandbox
+    from mysqlbackup.sandbox.mysql import MySQLSandbox
     server = MySQLSandbox(**kwargs).start()
     server.execute(LOCAL_INFILE)
     return server
@@ -28,7 +28,7 @@ def mysql_server(**kwargs):
 
 @pytest.fixture(scope="module")
 def source(tmp_path_factory):
-    from mysqlbackup.sandbox_mysql import client_wrappers, why_no_mysql
+    from mysqlbackup.sandbox.mysql import client_wrappers, why_no_mysql
     problem = why_no_mysql()
     if problem:
         pytest.skip(problem)

@@ -7,7 +7,7 @@ those below the command line (``cli/``, ``config``). The shared helpers (``error
 ``durable``, ``loop``, ``logs``, ``httpd``, the package itself) sit under everything.
 ``replay/`` imports ``mysqlbackup/`` but never ``stream/`` or ``retention/`` (what it
 needs of the daemon's directory is in ``localdir/``, the metrics server in ``httpd``),
-and ``mysqlbackup/`` never imports ``replay/``. The test servers (``sandbox*``) are for
+and ``mysqlbackup/`` never imports ``replay/``. The test servers (``sandbox``) are for
 tests, the demo and benchmarks: no other module imports them (``scratch`` gives
 production its servers). Lazy imports (inside a function) count as imports, and ``from
 P import X`` imports the module P.X when X is one.
@@ -23,7 +23,7 @@ import os
 from tests.helpers import REPO
 
 LEVEL = {"mysqlbackup": 0, "errors": 0, "durable": 0, "loop": 0, "logs": 0, "httpd": 0,
-         "utc": 0, "scratch": 0, "sandbox": 0, "sandbox_mysql": 0, "sandbox_tree": 0,
+         "utc": 0, "scratch": 0, "sandbox": 0,
          "binlog": 1, "source": 2, "archive": 2, "localdir": 2,
          "stream": 3, "base": 3, "retention": 3,
          "cli": 4, "__main__": 5}
@@ -36,7 +36,7 @@ SIBLINGS = {"stream", "base", "retention"}  # one level, independent of each oth
 REPLAY_NEVER = {"stream", "retention"}
 # the test servers: tests, the demo and benchmarks import them, production code never
 # (its servers of its own come from ``scratch``)
-TEST_ONLY = {"sandbox", "sandbox_mysql", "sandbox_tree"}
+TEST_ONLY = {"sandbox"}
 
 KNOWN = set()
 
@@ -136,8 +136,8 @@ def test_what_breaks_the_layers():
     assert breaks("mysqlbackup.stream.metrics", "mysqlbackup.httpd") is None
     assert breaks("mysqlbackup.cli.options", "mysqlbackup.cli") is None
     assert breaks("replay.drill.run", "mysqlbackup.sandbox")
-    assert breaks("mysqlbackup.base.clone", "mysqlbackup.sandbox_mysql")
-    assert breaks("mysqlbackup.sandbox_tree", "mysqlbackup.sandbox") is None
+    assert breaks("mysqlbackup.base.clone", "mysqlbackup.sandbox.mysql")
+    assert breaks("mysqlbackup.sandbox.tree", "mysqlbackup.sandbox") is None
     assert breaks("replay.drill.run", "mysqlbackup.scratch") is None
     assert breaks("mysqlbackup.source.client", "mysqlbackup.speedups") is None
     assert breaks("mysqlbackup.speedups", "mysqlbackup.stream.syncer")

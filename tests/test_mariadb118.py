@@ -20,7 +20,7 @@ pytestmark = pytest.mark.server
 
 
 def tree_server(**kwargs):
-    from mysqlbackup.sandbox_tree import MariaDBTreeSandbox, why_no_tree
+    from mysqlbackup.sandbox.tree import MariaDBTreeSandbox, why_no_tree
     problem = why_no_tree()
     if problem:
         pytest.skip(problem)
@@ -154,8 +154,8 @@ def test_base_archive_ls_find_and_check_on_an_118_primary(primary, tmp_path):
     """A dump base by 11.8's own mariadb-dump; the archive of a primary whose events
     inside transactions carry no end position listed, searched (the rows of each
     transaction counted) and planned like any."""
-    from mysqlbackup.sandbox_mysql import client_wrappers
-    from mysqlbackup.sandbox_tree import TOOLS
+    from mysqlbackup.sandbox.mysql import client_wrappers
+    from mysqlbackup.sandbox.tree import TOOLS
     path = client_wrappers(tmp_path / "bin", primary.tree, TOOLS) + os.pathsep + \
         os.environ["PATH"]
     user, password = primary.admin
@@ -181,8 +181,8 @@ def test_binlog_clients_read_from_serve_what_the_primary_gives(primary, tmp_path
     get from the primary, events inside transactions without an end position and all."""
     import uuid
 
-    from mysqlbackup.sandbox_mysql import client_wrappers, shared_dir
-    from mysqlbackup.sandbox_tree import TOOLS
+    from mysqlbackup.sandbox.mysql import client_wrappers, shared_dir
+    from mysqlbackup.sandbox.tree import TOOLS
     from tests.serve.clients import (Endpoint, pmr_rows, read_decoded, read_raw,
                                      without_in_use)
     reader = os.path.join(client_wrappers(tmp_path / "bin", primary.tree, TOOLS),

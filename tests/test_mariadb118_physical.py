@@ -1,6 +1,6 @@
 """A physical base of MariaDB 11.8 by its own mariadb-backup, and ``restore --datadir`` of
 it by the same (``--prepare``) and 11.8's own mariadbd: the tree's tools through chroot
-(``sandbox_mysql.client_wrappers``, ``server_wrapper``), their folders where the chroot
+(``sandbox.mysql.client_wrappers``, ``server_wrapper``), their folders where the chroot
 and the host see one path (``shared_dir``: the base's scratch copy, the restored
 datadir). The base is taken while a writer commits; the archived binlogs after it are
 replayed into the restored server: its tables and GTID position are the primary's."""
@@ -24,8 +24,8 @@ TABLES = "CHECKSUM TABLE d.t, d.n"
 
 def tools_path(tmp_path):
     """PATH with the tree's mariadb-backup, clients and mariadbd first."""
-    from mysqlbackup.sandbox_mysql import client_wrappers, server_wrapper
-    from mysqlbackup.sandbox_tree import TOOLS, mariadb_tree
+    from mysqlbackup.sandbox.mysql import client_wrappers, server_wrapper
+    from mysqlbackup.sandbox.tree import TOOLS, mariadb_tree
     tree = mariadb_tree()
     folder = client_wrappers(tmp_path / "bin", tree, TOOLS)
     server_wrapper(folder, tree, name="mariadbd")

@@ -1,5 +1,5 @@
 """`mysqlbackup base --method dump` against a live MySQL server (9.7, through chroot:
-sandbox_mysql), with MySQL's own mysqldump (host-side wrappers of the tree's tools first
+sandbox.mysql), with MySQL's own mysqldump (host-side wrappers of the tree's tools first
 on PATH): a base during traffic whose GTID set is the one its binlog file:pos stands
 for (checked against the dump's own lines and the binlog file), the wrong product's
 client refused in one line, and a failed base that leaves nothing in the archive."""
@@ -28,7 +28,7 @@ from mysqlbackup.binlog.gtid import MysqlGtidSet
 from mysqlbackup.binlog.position import Position
 from mysqlbackup.binlog.scan import iter_events
 from mysqlbackup.sandbox import find_binary
-from mysqlbackup.sandbox_mysql import mysql_tree
+from mysqlbackup.sandbox.mysql import mysql_tree
 from mysqlbackup.source.spec import SourceSpec
 from mysqlbackup.source.tls import TlsSettings
 from tests.helpers import cli_env, run_cli, tagged, wait_for
@@ -45,7 +45,7 @@ MARIADB_ONLY = ("--ignore-database", "--gtid", "--master-data", "--insert-ignore
 @pytest.fixture(scope="module")
 def quiet(tmp_path_factory):
     """One MySQL server for the tests that only log in (refusals, TLS modes)."""
-    from mysqlbackup.sandbox_mysql import MySQLSandbox, why_no_mysql
+    from mysqlbackup.sandbox.mysql import MySQLSandbox, why_no_mysql
     problem = why_no_mysql()
     if problem:
         pytest.skip(problem)
@@ -58,7 +58,7 @@ def quiet(tmp_path_factory):
 @pytest.fixture
 def wrappers(tmp_path):
     """A folder of host-side mysqldump / mysql / mysqlbinlog running the tree's tools."""
-    from mysqlbackup.sandbox_mysql import client_wrappers, why_no_mysql
+    from mysqlbackup.sandbox.mysql import client_wrappers, why_no_mysql
     problem = why_no_mysql()
     if problem:
         pytest.skip(problem)

@@ -1,12 +1,12 @@
 """`mysqlbackup base --method clone` against a live MySQL server (9.7 through chroot:
-sandbox_mysql) and `restore --datadir` of what it archived: a clone taken while a
+sandbox.mysql) and `restore --datadir` of what it archived: a clone taken while a
 writer commits, the binlogs after it archived by the daemon, a restore to a GTID equal
 to the source there (CHECKSUM TABLE, gtid_executed); a MariaDB source and a user
 without the privileges refused in one line, nothing archived, nothing left behind.
 
-The source's mysqld writes the clone under ``sandbox_mysql.shared_dir()``, a folder the
+The source's mysqld writes the clone under ``sandbox.mysql.shared_dir()``, a folder the
 chroot and the host know by one path (the base command's --clone-dir); a host-side
-``mysqld`` (``sandbox_mysql.server_wrapper``) runs the tree's own server, for the
+``mysqld`` (``sandbox.mysql.server_wrapper``) runs the tree's own server, for the
 moment the base recovers its copy and for the restored server."""
 
 import io
@@ -43,7 +43,7 @@ TABLES = "traffic.t, traffic.audit"
 def shared():
     """The folder the chroot's mysqld and the host share; what a test leaves there of
     its own (a restored datadir) goes afterwards."""
-    from mysqlbackup.sandbox_mysql import shared_dir, why_no_mysql
+    from mysqlbackup.sandbox.mysql import shared_dir, why_no_mysql
     problem = why_no_mysql()
     if problem:
         pytest.skip(problem)
@@ -57,7 +57,7 @@ def shared():
 @pytest.fixture
 def server_bin(tmp_path):
     """A folder holding the host-side mysqld of the tree, for the front of PATH."""
-    from mysqlbackup.sandbox_mysql import server_wrapper
+    from mysqlbackup.sandbox.mysql import server_wrapper
     return server_wrapper(tmp_path / "bin")
 
 

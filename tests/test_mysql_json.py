@@ -281,7 +281,7 @@ def _workload(server):
 def live(tmp_path_factory):
     """A MySQL server with the JSON workload, streamed by the daemon into a file://
     archive, and `replay --parquet` of the whole archive."""
-    from mysqlbackup.sandbox_mysql import MySQLSandbox, why_no_mysql
+    from mysqlbackup.sandbox.mysql import MySQLSandbox, why_no_mysql
     problem = why_no_mysql()
     if problem:
         pytest.skip(problem)
@@ -354,7 +354,7 @@ def test_the_change_table_holds_what_select_shows(live):
 def _mysqlbinlog_docs(server):
     """The doc column (@2) of each row image mysqlbinlog -vv prints, in binlog order:
     [(op, before, after)], each its text with mysqlbinlog's quoting undone, or None."""
-    from mysqlbackup.sandbox_mysql import mysql_tree
+    from mysqlbackup.sandbox.mysql import mysql_tree
     changes, image, op = [], None, None
     for name in server.binlog_files():
         out = subprocess.run(

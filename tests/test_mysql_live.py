@@ -1,5 +1,5 @@
 """The tool against a live MySQL server (9.7, Debian sid's, run through chroot from
-.mysql/tree: sandbox_mysql), as against MariaDB: semi-sync streaming with byte-identical
+.mysql/tree: sandbox.mysql), as against MariaDB: semi-sync streaming with byte-identical
 files and a kill -9 resume, the archive verified and listed, replay --sql, tagged GTIDs
 end to end, and a failover to a promoted replica followed in the same directory."""
 
@@ -106,7 +106,7 @@ def test_archive_verify_ls_and_replay_sql(make_mysql, tmp_path):
     gtids = sql_gtids(sql)
     assert len(gtids) == len(set(gtids)) == 1 + 1 + 40  # CREATE DATABASE, TABLE, 40 rows
     # the file applies with MySQL's own client: the rows and the GTIDs are the source's
-    from mysqlbackup.sandbox_mysql import client_wrappers
+    from mysqlbackup.sandbox.mysql import client_wrappers
     target = make_mysql(server_id=7, semi_sync=False)
     with open(sql, "rb") as f:
         loaded = subprocess.run([os.path.join(client_wrappers(tmp_path / "bin"), "mysql"),
@@ -140,7 +140,7 @@ def test_a_failover_to_a_promoted_replica_on_mysql(make_mysql, tmp_path):
     window and the failover, replay --sql holds every transaction of B's gtid_executed
     exactly once (B's copies of A's transactions skipped), and restores from A's base
     across the switch (to just before a DELETE on B, and to the end) equal B then."""
-    from mysqlbackup.sandbox_mysql import client_wrappers
+    from mysqlbackup.sandbox.mysql import client_wrappers
     path = str(client_wrappers(tmp_path / "bin")) + os.pathsep + os.environ["PATH"]
     a = make_mysql(server_id=1)
     b = make_mysql(server_id=2, semi_sync=False)
@@ -312,7 +312,7 @@ def test_restore_into_an_empty_mysql_server(make_mysql, tmp_path):
     before a bad DELETE (named by its GTID, by a datetime, by a position) and to the end,
     each equal to the source then (CHECKSUM TABLE), the target's gtid_executed the
     source's at that moment."""
-    from mysqlbackup.sandbox_mysql import client_wrappers
+    from mysqlbackup.sandbox.mysql import client_wrappers
     path = str(client_wrappers(tmp_path / "bin")) + os.pathsep + os.environ["PATH"]
     source = make_mysql()
     source.execute("CREATE DATABASE d", "CREATE TABLE d.t (id INT PRIMARY KEY "

@@ -1,5 +1,5 @@
 """TLS on every connection to a live MySQL server (9.7, Debian sid's, through chroot:
-sandbox_mysql), as tests/test_tls.py does for MariaDB: stream (semi-sync) -> file://
+sandbox.mysql), as tests/test_tls.py does for MariaDB: stream (semi-sync) -> file://
 archive -> base (MySQL's own mysqldump) -> restore into a second MySQL server, all over
 TLS, against servers that refuse clear text (require_secure_transport=ON) and a user
 REQUIRE X509 (caching_sha2_password, MySQL's default); clear text, a wrong CA and a
@@ -9,7 +9,7 @@ The certificates are tests/pki.py's. Two servers: the source's certificate names
 127.0.0.1 and localhost, the target's db.example.com only (verify-ca passes,
 verify-identity refuses it). mysqld and MySQL's client tools run in the tree: the
 sandbox copies each server's certificate and key into its folder, and the host-side
-client wrappers copy the files the tool's options file names (sandbox_mysql).
+client wrappers copy the files the tool's options file names (sandbox.mysql).
 
 That the tool's connections are TLS is shown from the servers' side: a login of the
 user without TLS, or with TLS and no client certificate, is refused (below), and the
@@ -52,7 +52,7 @@ def pki(tmp_path_factory):
 def tls_mysql(pki, cert, grants, **kwargs):
     """A TLS-only MySQL server (require_secure_transport) with its certificate ``cert``
     (a stem of pki) and USER REQUIRE X509 holding ``grants``, unlogged."""
-    from mysqlbackup.sandbox_mysql import MySQLSandbox
+    from mysqlbackup.sandbox.mysql import MySQLSandbox
     server = MySQLSandbox(files={"ca.pem": pki["ca"], "server.pem": pki[cert],
                                  "server.key": pki[f"{cert}_key"]}, **kwargs)
     server.extra_args += [f"--ssl-ca={server.inside('ca.pem')}",
@@ -101,7 +101,7 @@ def dump_connections(server):
 @pytest.fixture(scope="module")
 def world(pki, tmp_path_factory):
     """stream -> file:// archive -> base -> restore, every connection over TLS."""
-    from mysqlbackup.sandbox_mysql import client_wrappers, why_no_mysql
+    from mysqlbackup.sandbox.mysql import client_wrappers, why_no_mysql
     problem = why_no_mysql()
     if problem:
         pytest.skip(problem)

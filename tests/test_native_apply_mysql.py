@@ -46,7 +46,7 @@ def write(server, first, count, *statements):
 def source(tmp_path_factory):
     """A MySQL source archived by the daemon, a base (mysqldump) taken half way; the
     GTIDs and checksums of the base, of a stop point and of the end kept on it."""
-    from mysqlbackup.sandbox_mysql import MySQLSandbox, client_wrappers, why_no_mysql
+    from mysqlbackup.sandbox.mysql import MySQLSandbox, client_wrappers, why_no_mysql
     problem = why_no_mysql()
     if problem:
         pytest.skip(problem)

@@ -38,7 +38,7 @@ def test_install_db_and_a_sandbox_leave_other_servers_temporary_tables(foreign_t
 
 @pytest.mark.mysql
 def test_a_mysql_sandbox_leaves_other_servers_temporary_tables(make_mysql):
-    from mysqlbackup.sandbox_mysql import mysql_tree
+    from mysqlbackup.sandbox.mysql import mysql_tree
     probe = os.path.join(mysql_tree(), "tmp", f"#sql-mysqlbackup-probe-{uuid.uuid4().hex}")
     with open(probe, "wb") as f:
         f.write(b"another server's")

@@ -79,7 +79,7 @@ def replica(replica_server):
 def world(tmp_path_factory):
     """A MySQL source writing three binlog files (tagged GTIDs and a DDL among them), its
     files copied (the last one active) and archived; what the tests compare with."""
-    from mysqlbackup.sandbox_mysql import MySQLSandbox, why_no_mysql
+    from mysqlbackup.sandbox.mysql import MySQLSandbox, why_no_mysql
     problem = why_no_mysql()
     if problem:
         pytest.skip(problem)

@@ -20,7 +20,7 @@ pytestmark = pytest.mark.mysql
 def tools(tmp_path_factory):
     """mysqlbinlog of the MySQL tree (a chroot wrapper), and a folder it and the host
     both see by one path (where --raw writes)."""
-    from mysqlbackup.sandbox_mysql import client_wrappers, shared_dir
+    from mysqlbackup.sandbox.mysql import client_wrappers, shared_dir
     bin_dir = client_wrappers(tmp_path_factory.mktemp("mysql-bin"))
     shared = os.path.join(shared_dir(), f"serve-clients-{uuid.uuid4().hex[:8]}")
     os.makedirs(shared)

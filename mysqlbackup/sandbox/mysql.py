@@ -24,7 +24,7 @@ import uuid
 from mysqlbackup.sandbox import (REPL_PASSWORD, REPL_USER, SandboxServer, datadir_from_template,
                                  free_port, private_tmpdir)
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 TREE_ENV = "MYSQLBACKUP_MYSQL_TREE"
 
 
@@ -170,7 +170,7 @@ class MySQLSandbox(SandboxServer):
 
 CLIENT_TOOLS = ("mysqldump", "mysql", "mysqlbinlog")
 _WRAPPER = """#!{python}
-# {name} of the MySQL tree {tree}, run there through chroot (mysqlbackup.sandbox_mysql.
+# {name} of the MySQL tree {tree}, run there through chroot (mysqlbackup.sandbox.mysql.
 # client_wrappers). An options file named on the command line (--defaults-file=PATH,
 # --defaults-extra-file=PATH) is copied into a private (0700) folder inside the tree for
 # the tool to read, and so is each host file a TLS option names in it or on the command

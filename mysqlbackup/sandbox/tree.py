@@ -13,7 +13,7 @@ makes itself, ``binlog_legacy_event_pos`` OFF (``legacy_event_pos`` turns it on)
 execute, status, binlog_files, binlog_path, replicate_from, url), so tests take either.
 
 The tree's client tools (mariadb, mariadb-dump, mariadb-binlog, mariadb-backup,
-mariadb-install-db) run on the host through ``sandbox_mysql.client_wrappers(directory,
+mariadb-install-db) run on the host through ``sandbox.mysql.client_wrappers(directory,
 tree, TOOLS)``.
 """
 
@@ -23,9 +23,9 @@ import uuid
 
 from mysqlbackup.sandbox import (REPL_PASSWORD, REPL_USER, SandboxServer, datadir_from_template,
                                  free_port, private_tmpdir)
-from mysqlbackup.sandbox_mysql import why_no_tree as tree_problem
+from mysqlbackup.sandbox.mysql import why_no_tree as tree_problem
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 TREE_ENV = "MYSQLBACKUP_MARIADB_TREE"
 TOOLS = ("mariadb", "mariadb-dump", "mariadb-binlog", "mariadb-backup", "mariadb-install-db")
 
