@@ -95,7 +95,7 @@ def measure(workdir, url, identity, code_root):
     from mysqlbackup.archive.codec import keyring_from
     from replay.job.plan import ReplayOptions, units_to_read
     _, units, _ = units_to_read(ReplayOptions(archive_url=url, keyring=keyring_from(identity)))
-    unit = max(units, key=lambda u: sum(o["index"]["size"] for o in u["objects"]))
+    unit = max(units, key=lambda u: sum(o.index["size"] for o in u.objects))
     job = os.path.join(workdir, "unit.pickle")
     with open(job, "wb") as f:
         pickle.dump((unit, url, identity), f)
@@ -103,9 +103,9 @@ def measure(workdir, url, identity, code_root):
                          env=dict(os.environ, MEASURE_CODE_ROOT=code_root), check=True,
                          capture_output=True, text=True)
     report = json.loads(out.stdout.strip().splitlines()[-1])
-    report["raw_bytes"] = sum(o["index"]["size"] for o in unit["objects"])
-    report["stored_bytes"] = sum(o["index"].get("stored_size") or o["index"]["size"]
-                                 for o in unit["objects"])
+    report["raw_bytes"] = sum(o.index["size"] for o in unit.objects)
+    report["stored_bytes"] = sum(o.index.get("stored_size") or o.index["size"]
+                                 for o in unit.objects)
     return report
 
 

@@ -451,20 +451,20 @@ def test_allow_gaps_refuses_a_cut_encoded_last_segment_by_name(world, keys, tmp_
 
 @pytest.mark.parametrize("codec", ["none", "zstd"])
 def test_allow_gaps_and_a_cut_last_segment_by_codec(codec):
-    from replay.job.planning.units import check_listed_sizes
+    from replay.job.planning.units import Unit, UnitObject, check_listed_sizes
     index = {"codec": codec, "size": 500, "sha256": "a" * 64, "stored_size": 200,
              "stored_sha256": "b" * 64}
     want = 500 if codec == "none" else 200
-    unit = {"name": "b.000003", "partial": True, "where": "s/partial/b.000003",
-            "objects": [{"key": "s/partial/b.000003/000000000000-000000000500", "start": 0,
-                         "index": index}]}
-    sizes = {unit["objects"][0]["key"]: want - 10}
+    key = "s/partial/b.000003/000000000000-000000000500"
+    unit = Unit("b.000003", (key,), index, True, "s/partial/b.000003",
+                (UnitObject(key, 0, index),))
+    sizes = {key: want - 10}
     if codec == "none":
         check_listed_sizes([unit], sizes, allow_gaps=True)  # replays what it holds
         return
     with pytest.raises(CorruptBinlog) as refused:
         check_listed_sizes([unit], sizes, allow_gaps=True)
-    assert str(refused.value).startswith(f"{unit['objects'][0]['key']}: 190 of its 200 stored "
+    assert str(refused.value).startswith(f"{key}: 190 of its 200 stored "
                                          "bytes are left: its tail is lost, and it is stored "
                                          "as zstd, which is never read in part (a zstd frame "
                                          "is proven whole only by its end")

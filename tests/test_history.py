@@ -142,7 +142,7 @@ def test_the_replay_plans_epochs_in_order_with_the_duplicates_to_skip():
     epochs = [(1, "db1", None, *units_of(A, "db1"), (A[0], A[0])),
               (2, "db1/epoch/2", HISTORY, *units_of(B, "db1/epoch/2"), (B[0], B[0]))]
     units, cut = plan_epochs("db1", epochs)
-    assert [(u["epoch"], u["name"], u["skip"]) for u in units] == [
+    assert [(u.epoch, u.name, u.skip) for u in units] == [
         (1, "binlog.000001", None), (2, "binlog.000001", "0-1-10")]
     bad = [epochs[0], (2, "db1/epoch/2", HISTORY, *units_of(B, "db1/epoch/2"),
                        (dict(B[0], gtid_before="0-1-11"), B[0]))]

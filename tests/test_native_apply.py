@@ -286,7 +286,7 @@ def test_replay_native_of_the_whole_archive_starts_where_its_first_file_does(pri
 
     from replay.cli import replay
     from replay.job.plan import ReplayOptions, units_to_read
-    first = units_to_read(ReplayOptions(primary.url_archive))[1][0]["index"]["gtid_before"]
+    first = units_to_read(ReplayOptions(primary.url_archive))[1][0].index["gtid_before"]
     target = make_server(server_id=3, log_bin=False, semi_sync=False)
     result = CliRunner().invoke(replay, [
         "--archive", primary.url_archive, "--target", f"mysql://root@127.0.0.1:{target.port}",

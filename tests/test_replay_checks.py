@@ -5,6 +5,7 @@ Real binlog files from ../shared/binlogs; the archive is a file:// store in tmp_
 (no server, no Spark: the task function runs in this process)."""
 
 import os
+from dataclasses import replace
 
 import pytest
 
@@ -20,7 +21,8 @@ from mysqlbackup.errors import CorruptBinlog, MysqlBackupError, ResyncRequired
 from replay.job.decoding.assemble import assemble
 from replay.job.plan import ReplayOptions, units_to_read
 from replay.job.tasks import decode_unit
-from replay.job.planning.units import check_decoded, check_link, check_listed_sizes, plan_units
+from replay.job.planning.units import (Unit, UnitObject, check_decoded, check_link,
+                                       check_listed_sizes, plan_units)
 from replay.job.sinks.statements import suppresses_use, transaction_steps
 from tests.conftest import SHARED_BINLOGS
 from tests.helpers import make_event, read
@@ -90,7 +92,7 @@ def refused_at_plan(url, allow_gaps=False):
 def test_a_sound_object_passes_and_gives_its_chain_facts(sealed):
     unit, result = decoded(sealed[1])
     assert check_decoded(unit, result) is False
-    assert result["facts"]["gtid_after"] == unit["index"]["gtid_after"]
+    assert result["facts"]["gtid_after"] == unit.index["gtid_after"]
     assert len(result["transactions"]) == 2
 
 
@@ -198,12 +200,12 @@ def partial(tmp_path):
 def test_segments_of_the_newest_file_are_each_checked_against_their_own_index(partial):
     store, url, data = partial
     unit, result = decoded(url)
-    assert unit["partial"] and len(result["digests"]) == 2
+    assert unit.partial and len(result["digests"]) == 2
     assert check_decoded(unit, result) is False
-    first, second = unit["objects"]
-    store.put_bytes(first["key"], b"\xfebin" + b"\0" * (first["index"]["size"] - 4))
+    first, second = unit.objects
+    store.put_bytes(first.key, b"\xfebin" + b"\0" * (first.index["size"] - 4))
     unit, result = decoded(url)
-    with pytest.raises(CorruptBinlog, match=rf"^{first['key']}"):
+    with pytest.raises(CorruptBinlog, match=rf"^{first.key}"):
         check_decoded(unit, result)
 
 
@@ -231,7 +233,7 @@ def test_a_bad_segment_index_is_refused_by_name(partial, text):
 
 
 def unit(name, partial=False):
-    return {"name": name, "partial": partial, "where": f"s/binlog/{name}"}
+    return Unit(name, (), {"name": name}, partial, f"s/binlog/{name}", ())
 
 
 def test_the_chain_must_hold_between_the_units_replayed():
@@ -288,7 +290,7 @@ def test_the_suppress_use_flag_is_the_header_bit_0x8():
 def test_an_object_the_store_cannot_read_is_named(sealed):
     store, url = sealed
     _, units, _ = units_to_read(ReplayOptions(url, {}))
-    unreadable = dict(units[0], keys=["s/binlog"])  # a folder, not an object
+    unreadable = replace(units[0], keys=("s/binlog",))  # a folder, not an object
     result = decode_unit(unreadable, url, {})
     assert result["error"]["kind"] == "unreadable"
     with pytest.raises(MysqlBackupError, match=rf"^s/binlog/{NAME}: cannot read the object: "):
@@ -296,13 +298,15 @@ def test_an_object_the_store_cannot_read_is_named(sealed):
 
 
 def test_listed_sizes_refuse_a_replaced_or_cut_object_before_anything_is_applied():
-    unit = {"name": "b.000002", "partial": False, "objects": [
-        {"key": "s/binlog/b.000002", "start": 0, "index": {"size": 500}}]}
+    key = "s/binlog/b.000002"
+    unit = Unit("b.000002", (key,), {"size": 500}, False, key,
+                (UnitObject(key, 0, {"size": 500}),))
     check_listed_sizes([unit], {"s/binlog/b.000002": 500})
     with pytest.raises(CorruptBinlog, match="s/binlog/b.000002: the archive lists 420 bytes"):
         check_listed_sizes([unit], {"s/binlog/b.000002": 420})
-    newest = {"name": "b.000003", "partial": True, "objects": [
-        {"key": "s/partial/b.000003/0-100", "start": 0, "index": {"size": 100}}]}
+    segment = "s/partial/b.000003/0-100"
+    newest = Unit("b.000003", (segment,), {"size": 100}, True, "s/partial/b.000003",
+                  (UnitObject(segment, 0, {"size": 100}),))
     check_listed_sizes([newest], {"s/partial/b.000003/0-100": 60}, allow_gaps=True)
     with pytest.raises(CorruptBinlog):
         check_listed_sizes([newest], {"s/partial/b.000003/0-100": 60})

@@ -148,9 +148,9 @@ def test_a_decode_task_holds_an_event_not_the_file(big, kind):
     url, identity = archives[kind]
     _, units, _ = units_to_read(ReplayOptions(archive_url=url, keyring=keyring_from(identity)))
     unit = units[0]
-    path = os.path.join(binlogs, unit["name"])
+    path = os.path.join(binlogs, unit.name)
     size = os.path.getsize(path)
-    assert size > 128 << 20 and not unit["partial"]
+    assert size > 128 << 20 and not unit.partial
     job, out = os.path.join(workdir, f"{kind}.job"), os.path.join(workdir, f"{kind}.out")
     with open(job, "wb") as f:
         pickle.dump((unit, url, identity), f)
@@ -163,7 +163,7 @@ def test_a_decode_task_holds_an_event_not_the_file(big, kind):
     with open(out, "rb") as f:
         result = pickle.load(f)
     data = read(path)
-    expected = whole_outcome(data, unit["name"], False)
+    expected = whole_outcome(data, unit.name, False)
     assert result["error"] is None
     assert ("ok", result["transactions"], result["incomplete"], result["fde"],
             result["facts"], result["fingerprint"]) == expected

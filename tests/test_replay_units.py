@@ -11,7 +11,7 @@ from mysqlbackup.errors import CorruptBinlog, ResyncRequired, UsageError
 from replay.job.decoding.assemble import assemble, attach_events, detach_events
 from replay.job.decoding.transaction import Transaction
 from replay.job.planning.options import build_selection, parse_datetime
-from replay.job.planning.units import drop_before_start, pick_source, plan_units
+from replay.job.planning.units import Unit, drop_before_start, pick_source, plan_units
 from replay.job.sinks.statements import step_sql, transaction_steps
 from tests.helpers import read
 
@@ -134,7 +134,7 @@ def test_plan_refuses_a_hole_unless_allowed():
     with pytest.raises(ResyncRequired, match="b.000002: missing"):
         plan_units("s", sealed, None)
     units, cut = plan_units("s", sealed, None, allow_gaps=True)
-    assert [u["name"] for u in units] == ["b.000001", "b.000003"] and not cut
+    assert [u.name for u in units] == ["b.000001", "b.000003"] and not cut
 
 
 def test_plan_skips_files_before_the_start_and_after_the_stop():
@@ -143,18 +143,20 @@ def test_plan_skips_files_before_the_start_and_after_the_stop():
               for i in range(1, 5)]
     units, cut = plan_units("s", sealed, None, start=lambda ix: ix["name"] == "b.000001",
                             stop=lambda ix: ix["name"] == "b.000004")
-    assert [u["name"] for u in units] == ["b.000002", "b.000003"] and cut
+    assert [u.name for u in units] == ["b.000002", "b.000003"] and cut
 
 
 def test_files_before_the_start_position_are_never_read():
     """Its own file stays (its earlier transactions are skipped one by one); with a
     history, a unit's epoch against the start's decides before the file names do."""
-    one = [{"name": f"b.00000{i}"} for i in range(1, 5)]
-    assert [u["name"] for u in drop_before_start(one, Position("b.000003", 400))] == [
+    def unit(name, position=(0, 0)):
+        return Unit(name, (name,), {"name": name}, False, name, (), position=position)
+    one = [unit(f"b.00000{i}") for i in range(1, 5)]
+    assert [u.name for u in drop_before_start(one, Position("b.000003", 400))] == [
         "b.000003", "b.000004"]
     assert drop_before_start(one, None) == one
-    two = [{"name": "b.000005", "position": (-1, 0)}, {"name": "b.000001", "position": (0, 0)},
-           {"name": "b.000002", "position": (0, 0)}, {"name": "b.000001", "position": (1, 0)}]
+    two = [unit("b.000005", (-1, 0)), unit("b.000001"), unit("b.000002"),
+           unit("b.000001", (1, 0))]
     assert drop_before_start(two, Position("b.000002", 4)) == two[2:]
 
 
@@ -219,10 +221,10 @@ def test_plan_takes_an_unindexed_newest_segment_as_in_flight_but_not_a_hole():
     seg = dict(index("b.000002", "0-1-5", "0-1-7"), first_commit=None)
     in_flight = ("b.000002", [(0, 100, "p0", seg), (100, 180, "p1", None)])
     units, _ = plan_units("s", sealed, in_flight)
-    assert units[-1]["keys"] == ["p0"]  # replayed up to the last indexed segment
+    assert units[-1].keys == ("p0",)  # replayed up to the last indexed segment
     first = ("b.000002", [(0, 100, "p0", None)])  # the new file's first upload in flight
     units, _ = plan_units("s", sealed, first)
-    assert [u["name"] for u in units] == ["b.000001"]  # not a file of no bytes (bad magic)
+    assert [u.name for u in units] == ["b.000001"]  # not a file of no bytes (bad magic)
     hole = ("b.000002", [(0, 100, "p0", seg), (100, 180, "p1", None), (180, 200, "p2", seg)])
     with pytest.raises(ResyncRequired, match="segment missing at offset 100"):
         plan_units("s", sealed, hole)

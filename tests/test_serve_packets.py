@@ -11,6 +11,7 @@ from mysqlbackup.binlog import events as ev
 from mysqlbackup.binlog.gtid import MariaGtidPos
 from mysqlbackup.errors import UsageError
 from replay.job.decoding.transaction import Transaction
+from replay.job.planning.units import Unit
 from replay.serve import packets as pk
 from replay.serve.cli import parse_listen
 from replay.serve.feed import (NOT_IN_INDEX, STATE_TOO_OLD, DumpRefused, DumpStart,
@@ -152,7 +153,8 @@ def test_the_replicas_setup_queries():
 
 
 def unit(name, before, after, size=1000):
-    return {"name": name, "index": {"gtid_before": before, "gtid_after": after, "size": size}}
+    index = {"gtid_before": before, "gtid_after": after, "size": size}
+    return Unit(name, (), index, False, name, ())
 
 
 UNITS = [unit("b.1", "", "0-1-5"), unit("b.2", "0-1-5", "0-1-9"), unit("b.3", "0-1-9", "0-1-12")]

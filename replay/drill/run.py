@@ -171,7 +171,7 @@ def skipped_on_purpose(plan, replay_opts, missing):
     _, units, _ = units_to_read(replay_opts)
     found, args = set(), (replay_opts.archive_url, replay_opts.archive_options,
                           replay_opts.keyring)
-    for unit in (u for u in units if (u["epoch"], u["name"]) in keys):
+    for unit in (u for u in units if (u.epoch, u.name) in keys):
         result = decode_unit(unit, *args)
         if result["error"]:
             continue  # the restore read it whole; the gap stays a problem

@@ -73,11 +73,11 @@ def find(archive_url, archive_options, source_name, criteria, on_match, keyring=
         scanned.matches += 1
         on_match(summary, criteria.hits(summary.changes))
     for unit in units:
-        if criteria.outside(unit["index"]):
+        if criteria.outside(unit.index):
             scanned.files_skipped += 1
             continue
-        scan = FileScan(unit["name"], matched, criteria.keep, newest=unit["partial"],
-                        epoch=unit.get("epoch", 1), skip=_gtids(unit.get("skip")),
+        scan = FileScan(unit.name, matched, criteria.keep, newest=unit.partial,
+                        epoch=unit.epoch, skip=_gtids(unit.skip),
                         wants=criteria.wants)
         _read(unit, archive_url, archive_options or {}, scan, keyring)
         scanned.files += 1
@@ -93,11 +93,11 @@ def _read(unit, url, options, scan, keyring):
         stream_unit(unit, url, options, scan.feed, keyring)
         scan.finish()
     except CorruptBinlog as e:
-        key = e.file if e.file and e.file != unit["name"] else object_at(unit, e.offset)
+        key = e.file if e.file and e.file != unit.name else object_at(unit, e.offset)
         raise CorruptBinlog(e.detail, key, e.offset) from None
     except FileNotFoundError as e:  # the newest file's segments go once it is sealed
         raise MysqlBackupError(f"the archive changed during the search: {mask_url(e)} is "
-                               f"gone (the newest file {unit['name']} was sealed meanwhile?); "
+                               f"gone (the newest file {unit.name} was sealed meanwhile?); "
                                "run it again") from None
 
 

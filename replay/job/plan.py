@@ -7,7 +7,7 @@ refuses, before anything is read, what the indexes already show missing, cut or
 unopenable (``replay.job.planning.units``).
 """
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 from mysqlbackup.binlog.names import binlog_sort_key
 from mysqlbackup.errors import MysqlBackupError, UsageError, mask_url
@@ -60,7 +60,7 @@ def units_to_read(opts):
     units, cut = plan_epochs(source, epochs, opts.selection.wholly_applied,
                              opts.selection.wholly_after, opts.allow_gaps)
     if len(names) > 1:
-        _mark_positions(units, opts.selection, names)
+        units = _mark_positions(units, opts.selection, names)
     units = drop_before_start(units, opts.selection.start_position)
     check_listed_sizes(units, listing.sizes, opts.allow_gaps)
     check_unit_keys(units, opts.keyring)
@@ -81,8 +81,9 @@ def _listed(indexes, partial):
 
 
 def _mark_positions(units, selection, names):
-    """Tell each unit where it stands against the start and stop positions' epochs
-    (``_in_epoch``): a file name two epochs hold is ambiguous (UsageError)."""
+    """``units``, each told where it stands against the start and stop positions' epochs
+    (``Unit.position``, read by ``tasks.unit_selection``): a file name two epochs hold is
+    ambiguous (UsageError)."""
     def epoch_of(position):
         if position is None:
             return None
@@ -94,9 +95,13 @@ def _mark_positions(units, selection, names):
                              "GTID or a datetime")
         return holding[0] if holding else None
     start, stop = epoch_of(selection.start_position), epoch_of(selection.stop_position)
-    for unit in units:
-        unit["position"] = tuple(0 if e is None else (unit["epoch"] > e) - (unit["epoch"] < e)
-                                 for e in (start, stop))
+    return [replace(unit, position=(_against(unit.epoch, start), _against(unit.epoch, stop)))
+            for unit in units]
+
+
+def _against(epoch, other):
+    """-1, 0 or 1: ``epoch`` before, at or after ``other`` (None: 0)."""
+    return 0 if other is None else (epoch > other) - (epoch < other)
 
 
 def _within(key, opts):

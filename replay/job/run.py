@@ -40,10 +40,10 @@ def attach_unit(result, unit, url, options, keyring=None):
         stream_unit(unit, url, options, cut.feed, keyring)
     except FileNotFoundError as e:  # the newest file's segments go once it is sealed
         raise MysqlBackupError(f"the archive changed during the replay: {mask_url(e)} is "
-                               f"gone (the newest file {unit['name']} was sealed meanwhile?); "
+                               f"gone (the newest file {unit.name} was sealed meanwhile?); "
                                "run the replay again: it resumes where this one stopped"
                                ) from None
-    cut.finish(unit["where"], result["fingerprint"])
+    cut.finish(unit.where, result["fingerprint"])
     return result
 
 
@@ -59,7 +59,7 @@ class ChainCheck:
         tail_lost = check_decoded(unit, result, self.allow_gaps)
         if tail_lost:
             log.warning("%s: the last segment is shorter than its index says (its tail is "
-                        "lost); --allow-gaps replays what it holds", unit["where"])
+                        "lost); --allow-gaps replays what it holds", unit.where)
         if self.previous is not None and not self.allow_gaps:
             check_link(self.previous, (unit, result["facts"]))
         self.previous = (unit, result["facts"])
@@ -161,12 +161,12 @@ def _apply_file(result, unit, selection, sink, summary):
 def _in_epoch(selection, unit, transactions, summary):
     """(the selection for ``unit``, its transactions less the duplicates of a later
     epoch's first file); (None, []) when a stop position in an earlier epoch ends the
-    replay before it. A file position names a file of one epoch (``unit["position"]``:
+    replay before it. A file position names a file of one epoch (``unit.position``:
     the unit's epoch against the start's and the stop's, -1 before, 0 same, 1 after)."""
     selection = unit_selection(selection, unit)
     if selection is None:
         return None, []
-    skip = gtid_state(unit.get("skip"))
+    skip = gtid_state(unit.skip)
     if skip is not None:
         kept = [t for t in transactions if not (t.gtid_key and skip.contains(*t.gtid_key))]
         summary["skipped"] += len(transactions) - len(kept)
@@ -222,4 +222,4 @@ def _report(progress, summary, units, done, started, final=False):
 
 def _size(units):
     """Archived bytes of ``units`` (as their indexes say)."""
-    return sum(obj["index"].get("size") or 0 for unit in units for obj in unit["objects"])
+    return sum(obj.index.get("size") or 0 for unit in units for obj in unit.objects)

@@ -27,9 +27,11 @@ import tempfile
 
 from mysqlbackup.errors import MysqlBackupError
 
-# what the tasks import; the probe tries each on the executors
+# what the tasks import (the units they get are planning.units.Unit, unpickled there);
+# the probe tries each on the executors
 TASK_MODULES = ("mysqlbackup", "replay.job.tasks", "replay.job.decoding.assemble",
-                "mysqlbackup.archive.objects", "mysqlbackup.archive.codec")
+                "replay.job.planning.units", "mysqlbackup.archive.objects",
+                "mysqlbackup.archive.codec")
 SOURCE_PACKAGES = ("mysqlbackup", "replay")
 # compiled or generated files that never go into the zip: an executor's Python may not
 # be the one they were built for, and the pure Python twin (speedups.fusedloop) is there

@@ -46,10 +46,10 @@ def decode_unit(unit, url, options, keyring=None, keep=None):
     driver then reads nothing of the object. Above ``keep["max_bytes"]`` (ATTACH_MAX)
     of events they come back without (``attached`` False), as without ``keep``."""
     from replay.job.decoding.assemble import StreamAssembly
-    out = {"name": unit["name"], "partial": unit["partial"], "error": None,
+    out = {"name": unit.name, "partial": unit.partial, "error": None,
            "digests": [], "facts": {}, "transactions": [], "incomplete": None}
     facts = {}
-    walk = StreamAssembly(unit["name"], newest=unit["partial"], facts=facts)
+    walk = StreamAssembly(unit.name, newest=unit.partial, facts=facts)
     spool = None if keep is None else _Spool(walk.feed)
     try:
         return _decode(unit, url, options, keyring, keep, out, facts, walk, spool)
@@ -86,7 +86,7 @@ def _decode(unit, url, options, keyring, keep, out, facts, walk, spool):
     attached = False
     if spool is not None and keep.get("write"):
         chosen = wanted(transactions, keep)
-        written, error = _write(keep, chosen, spool, unit["where"], fingerprint, fde)
+        written, error = _write(keep, chosen, spool, unit.where, fingerprint, fde)
         if error:
             return dict(out, error=error)
         return dict(out, transactions=transactions, incomplete=incomplete, fde=fde,
@@ -95,7 +95,7 @@ def _decode(unit, url, options, keyring, keep, out, facts, walk, spool):
         chosen = wanted(transactions, keep)
         if sum(sum(t.event_lengths) for t in chosen) <= keep.get("max_bytes", ATTACH_MAX):
             try:
-                spool.attach(chosen, unit["where"], fingerprint)
+                spool.attach(chosen, unit.where, fingerprint)
             except Exception:  # noqa: BLE001 - the spool is the task's own: a bug or a disk
                 return dict(out, error={"kind": "failed", "message": traceback.format_exc()})
             attached = True
@@ -142,9 +142,9 @@ def _write(keep, chosen, spool, where, fingerprint, fde_event):
 def unit_selection(selection, unit):
     """The selection as it applies to ``unit``, or None when a stop position in an
     earlier epoch ends the replay before it. A file position names a file of one epoch
-    (``unit["position"]``: the unit's epoch against the start's and the stop's, -1
+    (``unit.position``: the unit's epoch against the start's and the stop's, -1
     before, 0 same, 1 after)."""
-    start, stop = unit.get("position", (0, 0))
+    start, stop = unit.position
     if stop > 0:
         return None
     changes = {}
@@ -168,7 +168,7 @@ def keep_spec(selection, unit, write=None, seq=0):
     unit's selection (``unit_selection``) and the GTIDs a later epoch repeats. ``write``
     (a sink's ``task_spec``, or None): the task writes those transactions itself, as
     the replay's file number ``seq``, instead of handing their bytes back."""
-    keep = {"selection": unit_selection(selection, unit), "skip": unit.get("skip")}
+    keep = {"selection": unit_selection(selection, unit), "skip": unit.skip}
     if write is not None:
         keep["write"] = dict(write, seq=seq)
     return keep
@@ -255,11 +255,11 @@ def digest_unit(unit, url, options):
     from mysqlbackup.archive.store import ArchiveStore
     try:
         store = ArchiveStore(url, options)
-        promises = [Promise.of_index(obj["key"], obj["index"]) for obj in unit["objects"]]
+        promises = [Promise.of_index(obj.key, obj.index) for obj in unit.objects]
         digests = [store.sha256(promise.key) for promise in promises]
         for promise, got in zip(promises, digests):
-            if got != promise.stored and not unit["partial"] and promise.codec == "none":
-                _scan_object(store, promise.key, unit["name"])
+            if got != promise.stored and not unit.partial and promise.codec == "none":
+                _scan_object(store, promise.key, unit.name)
         return {"error": None, "digests": digests}
     except CorruptBinlog as e:
         return {"error": {"kind": "corrupt", "message": e.detail, "offset": e.offset}}
@@ -285,8 +285,8 @@ def stream_unit(unit, url, options, feed, keyring=None):
     object. A compressed or encrypted object is decoded as it streams in."""
     from mysqlbackup.archive.store import ArchiveStore
     store = ArchiveStore(url, options)
-    return [stream_object(store, key, obj["index"], feed, keyring)
-            for key, obj in zip(unit["keys"], unit["objects"])]
+    return [stream_object(store, key, obj.index, feed, keyring)
+            for key, obj in zip(unit.keys, unit.objects)]
 
 
 def stream_object(store, key, index, feed, keyring=None):

@@ -465,9 +465,9 @@ def run_native(replay_opts, spec, threads=4, fresh=False, progress=None, timeout
     check_local(spec)
     source, units, cut = units_to_read(replay_opts)
     start = start_of(selection, units)
-    serial = serial_reason([u["index"].get("statements") for u in units],
-                           units[0]["index"].get("gtid_before") if units else None,
-                           units[-1]["index"].get("gtid_after") if units else None)
+    serial = serial_reason([u.index.get("statements") for u in units],
+                           units[0].index.get("gtid_before") if units else None,
+                           units[-1].index.get("gtid_after") if units else None)
     if serial and threads > 1:
         progress = progress or (lambda line: None)
         progress(f"native: one thread, not {threads}: {serial}")
@@ -478,7 +478,7 @@ def run_native(replay_opts, spec, threads=4, fresh=False, progress=None, timeout
     with _serve(replay_opts, source, password) as handle:
         summary = apply_native(spec, (handle.host, handle.port), SERVE_USER, password, start,
                                end, fresh, threads, progress, timeout, lambda: handle.wait_end(0),
-                               units[-1]["index"].get("server_id") if units else None)
+                               units[-1].index.get("server_id") if units else None)
     if cut and summary["stop_reason"] == "end of the archive":  # later files left out
         summary["stop_reason"] = "stop datetime reached"
     return dict(summary, source=source, files=len(units))
@@ -490,12 +490,12 @@ def start_of(selection, units):
     replay of the whole archive into a server that holds what came before it)."""
     if selection.start_gtids is not None:
         return selection.start_gtids
-    before = units[0]["index"].get("gtid_before") if units else ""
+    before = units[0].index.get("gtid_before") if units else ""
     if before is None:
         raise UsageError(f"--apply native starts from a GTID position, and the index of "
-                         f"{units[0]['where']} does not say the one before it: give "
+                         f"{units[0].where} does not say the one before it: give "
                          "--start-gtid")
-    last = next((u["index"]["last_gtid"] for u in units if u["index"].get("last_gtid")), "")
+    last = next((u.index["last_gtid"] for u in units if u.index.get("last_gtid")), "")
     return state(before, MysqlGtidSet() if ":" in (before + last) else MariaGtidPos())
 
 

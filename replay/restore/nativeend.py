@@ -30,7 +30,7 @@ def expected_end(units, selection, start, url, options, keyring=None):
     transactions of the one file a stop point falls in (decoded here, no Spark)."""
     end, last = start.copy(), (None, None)
     for unit in units:
-        index = unit["index"]
+        index = unit.index
         if selection.stop.may_hold(Span.of(index)):
             found = _walk_unit(unit, selection, start, url, options, keyring, last)
             if found is not None:
@@ -79,8 +79,8 @@ def _walk_unit(unit, selection, start, url, options, keyring, last):
     from replay.job.tasks import decode_unit
     result = decode_unit(unit, url, options, keyring)
     if result["error"]:
-        raise MysqlBackupError(f"{unit['where']}: {result['error']['message']}")
-    pos = state(unit["index"].get("gtid_before"), start)
+        raise MysqlBackupError(f"{unit.where}: {result['error']['message']}")
+    pos = state(unit.index.get("gtid_before"), start)
     _merge(pos, start)
     for trx in result["transactions"]:
         decision, reason = selection.decide(trx)

@@ -128,7 +128,7 @@ def newest_table_maps(units, chunks):
     for unit in list(reversed(units))[:SCAN_UNITS]:
         stream, fde = chunks(unit), None
         try:
-            for _, event in walk_events(stream, unit["name"], unit["partial"]):
+            for _, event in walk_events(stream, unit.name, unit.partial):
                 budget -= len(event)
                 if event[4] == ev.FORMAT_DESCRIPTION:
                     fde = ev.parse_format_description(event)

@@ -101,10 +101,10 @@ def first_unit(units, start):
     if start.gtids is None:
         return _file_start(units, start)
     state = start.gtids
-    _check_not_ahead(state, units[-1]["index"].get("gtid_after") or "")
-    at = next((i for i, u in enumerate(units) if not _holds(state, u["index"].get("gtid_after"))),
+    _check_not_ahead(state, units[-1].index.get("gtid_after") or "")
+    at = next((i for i, u in enumerate(units) if not _holds(state, u.index.get("gtid_after"))),
               len(units) - 1)
-    before = MariaGtidPos.parse(units[at]["index"].get("gtid_before") or "")
+    before = MariaGtidPos.parse(units[at].index.get("gtid_before") or "")
     if not all(state.contains(d, s, n) for d, (s, n) in before.domains.items()):
         raise DumpRefused(STATE_TOO_OLD)
     return at, 4
@@ -132,10 +132,10 @@ def _file_start(units, start):
     refused as mariadbd refuses it: a name the archive lacks, a position before the
     first event (under 4) or past the file's end (a position inside an event is found
     as the file is read: ``_Walk.unit``)."""
-    names = [u["name"] for u in units]
+    names = [u.name for u in units]
     if start.file and start.file not in names:
         raise DumpRefused(NOT_IN_INDEX)
-    keys = [(u.get("epoch", 1), u["name"]) for u in units]
+    keys = [(u.epoch, u.name) for u in units]
     if start.epoch is not None and (start.epoch, start.file) in keys:
         at = keys.index((start.epoch, start.file))
     elif names.count(start.file) > 1:
@@ -151,15 +151,15 @@ def _file_start(units, start):
 
 def file_end(unit):
     """Where the unit's bytes end in its file (the newest file: its last segment's end)."""
-    index = unit["index"]
+    index = unit.index
     return index.get("end") or index.get("size") or 0
 
 
 def gtid_state_at(units, file, pos):
     """The GTID state at FILE:POS when the indexes know it (a file's start or end)."""
     for unit in units:
-        if unit["name"] == file:
-            index = unit["index"]
+        if unit.name == file:
+            index = unit.index
             if pos <= 4:
                 return index.get("gtid_before") or ""
             if pos == file_end(unit):
@@ -200,7 +200,7 @@ def unit_chunks(unit, url, options, keyring=None):
                 offer(("error", e))
             except _Closed:
                 return
-    threading.Thread(target=run, name=f"serve-read-{unit['name']}", daemon=True).start()
+    threading.Thread(target=run, name=f"serve-read-{unit.name}", daemon=True).start()
     try:
         while True:
             kind, value = chunks.get()
@@ -215,11 +215,11 @@ def unit_chunks(unit, url, options, keyring=None):
 
 
 def _check_objects(unit, digests):
-    for obj, (size, sha) in zip(unit["objects"], digests):
-        if (size, sha) != (obj["index"].get("size"), obj["index"].get("sha256")):
+    for obj, (size, sha) in zip(unit.objects, digests):
+        if (size, sha) != (obj.index.get("size"), obj.index.get("sha256")):
             raise CorruptBinlog(f"the object has {size} bytes, sha256 {sha[:16]}..., not "
                                 "its index's: not the archived object (replaced or cut)",
-                                obj["key"])
+                                obj.key)
 
 
 def walk_events(chunks, name, newest):
@@ -417,9 +417,9 @@ class _Walk:
     def unit(self, unit, offset, first, resumed=False):
         """The events of one unit from ``offset`` on (``resumed``: the replica has its
         ROTATE and FDE)."""
-        ctx, name = self.ctx, unit["name"]
+        ctx, name = self.ctx, unit.name
         self.file, self.pos, self.resumed = name, offset, resumed
-        self.epoch = unit.get("epoch", 1)
+        self.epoch = unit.epoch
         # a later epoch's first file: what the epoch before it ended with are duplicates
         self.duplicates = self._skip_set(unit)
         if not resumed:
@@ -428,7 +428,7 @@ class _Walk:
         if first and self.state is not None:
             self._note_start_state(unit)
         grouper, checksum, fde = Grouper(name), False, None
-        for off, event in walk_events(ctx.chunks(unit), name, unit["partial"]):
+        for off, event in walk_events(ctx.chunks(unit), name, unit.partial):
             if first and off < offset < off + len(event):  # never moved to the next event
                 raise DumpRefused(read_error(BOGUS_DATA, name, offset, offset,
                                            offset + ev.HEADER_LEN))
@@ -458,7 +458,7 @@ class _Walk:
         return self.checksum
 
     def _note_start_state(self, unit):
-        before = MariaGtidPos.parse(unit["index"].get("gtid_before") or "")
+        before = MariaGtidPos.parse(unit.index.get("gtid_before") or "")
         for d, (s, n) in self.state.domains.items():
             if before.domains.get(d) == (s, n):
                 self.reached[d] = True
@@ -513,7 +513,7 @@ class _Walk:
 
     def _skip_set(self, unit):
         """The GTIDs of ``unit`` the epoch before it sent already."""
-        return MariaGtidPos.parse(unit.get("skip") or "")
+        return MariaGtidPos.parse(unit.skip or "")
 
     def _duplicate(self, trx):
         """True for a transaction the epoch before sent already (a failover)."""

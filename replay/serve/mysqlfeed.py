@@ -35,21 +35,21 @@ def first_unit(units, start):
     if start.gtids is None:
         return _file_start(units, start)
     state = start.gtids
-    purged = gtid_set(units[0]["index"].get("gtid_before"))
+    purged = gtid_set(units[0].index.get("gtid_before"))
     if not state.covers(purged):
         raise DumpRefused(my.PURGED.format(sent=state, missing=purged.subtract(state)))
-    last = units[-1]["index"].get("last_gtid")
+    last = units[-1].index.get("last_gtid")
     if last:
         own = parse_one(last)[0].split(":")[0]
-        end = gtid_set(units[-1]["index"].get("gtid_after"))
+        end = gtid_set(units[-1].index.get("gtid_after"))
         mine = MysqlGtidSet({s: v for s, v in state.sids.items() if s.split(":")[0] == own})
         if not end.covers(mine):
             raise DumpRefused(my.AHEAD)
     # the first file of a later epoch skips what the epoch before it sent (a failover):
     # a start there only when the replica holds those too
     at = next((i for i in range(len(units) - 1, -1, -1)
-               if state.covers(gtid_set(units[i]["index"].get("gtid_before")))
-               and state.covers(gtid_set(units[i].get("skip")))), 0)
+               if state.covers(gtid_set(units[i].index.get("gtid_before")))
+               and state.covers(gtid_set(units[i].skip))), 0)
     return at, 4
 
 
@@ -101,7 +101,7 @@ class MysqlWalk(_Walk):
                             self.ctx.heartbeat_v2)
 
     def _holds_first(self, unit):
-        first = unit["index"].get("first_gtid")
+        first = unit.index.get("first_gtid")
         return bool(first) and self.state.contains(*parse_one(first))
 
     def _note_start_state(self, unit):
@@ -119,7 +119,7 @@ class MysqlWalk(_Walk):
         yield from super()._header(off, event, offset, first)
 
     def _skip_set(self, unit):
-        return gtid_set(unit.get("skip"))
+        return gtid_set(unit.skip)
 
     def _duplicate(self, trx):
         return bool(trx.gtid_key and self.duplicates.contains(*trx.gtid_key))

@@ -257,7 +257,7 @@ class _Server:
         _, units, _ = self.units()
         sizes = {}
         for unit in units:  # a file of two epochs (a failover): the later one's size
-            sizes[unit["name"]] = file_end(unit)
+            sizes[unit.name] = file_end(unit)
         return list(sizes.items())
 
     def chunks(self, unit):
@@ -273,13 +273,13 @@ class _Server:
         fde = self._read_fde(last)
         if not ev.is_mariadb_version(fde.server_version):
             return self._mysql_facts(units, fde)
-        gtid = last["index"].get("last_gtid") or ""
+        gtid = last.index.get("last_gtid") or ""
         return ServerFacts(
-            server_id=last["index"].get("server_id") or 1,
+            server_id=last.index.get("server_id") or 1,
             version="5.5.5-" + fde.server_version,
             checksum="CRC32" if fde.checksum_alg == ev.CHECKSUM_CRC32 else "NONE",
             domain_id=next(iter(MariaGtidPos.parse(gtid).domains), 0),
-            gtid_binlog_pos=last["index"].get("gtid_after") or "",
+            gtid_binlog_pos=last.index.get("gtid_after") or "",
             # the archive's end now, unless a stop point fixes what is served
             gtid_binlog_pos_now=None if self._has_stop() else self.archive_end_gtid,
             gtid_pos_at=lambda file, pos: gtid_state_at(units, file, pos))
@@ -287,9 +287,9 @@ class _Server:
     def _mysql_facts(self, units, fde):
         """A MySQL source's archive, served as a MySQL primary: its version, server_id,
         server_uuid (the UUID of its newest own GTID), GTIDs before the first file."""
-        last = units[-1]["index"]
+        last = units[-1].index
         gtid = last.get("last_gtid") or next(
-            (u["index"]["last_gtid"] for u in reversed(units) if u["index"].get("last_gtid")),
+            (u.index["last_gtid"] for u in reversed(units) if u.index.get("last_gtid")),
             None)
         if not gtid or ":" not in gtid:
             raise UsageError(f"the archive of {self.source!r} holds no MySQL GTID: serve "
@@ -300,7 +300,7 @@ class _Server:
             gtid_binlog_pos=last.get("gtid_after") or "",
             gtid_binlog_pos_now=None if self._has_stop() else self.archive_end_gtid,
             flavor="mysql", server_uuid=gtid.split(":")[0],
-            gtid_purged=units[0]["index"].get("gtid_before") or "")
+            gtid_purged=units[0].index.get("gtid_before") or "")
 
     def _has_stop(self):
         s = self.options.selection
@@ -309,11 +309,11 @@ class _Server:
     def _read_fde(self, unit):
         chunks = self.chunks(unit)
         try:
-            for _, event in walk_events(chunks, unit["name"], unit["partial"]):
+            for _, event in walk_events(chunks, unit.name, unit.partial):
                 return ev.parse_format_description(event)
         finally:
             chunks.close()
-        raise UsageError(f"{unit['where']} holds no format description event")
+        raise UsageError(f"{unit.where} holds no format description event")
 
     # -- lifecycle -------------------------------------------------------------------
 

@@ -310,13 +310,14 @@ def test_an_incomplete_tail_is_never_sent(primary, binlog_dir, monkeypatch):
     from mysqlbackup.binlog import events as ev
     from mysqlbackup.binlog.scan import iter_events
     from replay.job.planning.selection import Selection
+    from replay.job.planning.units import Unit
     from replay.serve.feed import DumpContext, DumpStart, dump_events
     data = (binlog_dir / "binlog.000003").read_bytes()
     ends = [off + len(e) for off, e in iter_events(data, 4, None) if e[4] == ev.XID]
     monkeypatch.setattr("replay.serve.feed.SPOOL_LIMIT", 60)  # transactions spooled to disk
     for cut in (ends[1] + 60, ends[1] + 5):  # inside the next transaction / its GTID event
-        unit = {"name": "binlog.000003", "partial": True,
-                "index": {"gtid_before": "", "gtid_after": "0-1-99", "end": cut}}
+        unit = Unit("binlog.000003", (), {"gtid_before": "", "gtid_after": "0-1-99", "end": cut},
+                    True, "binlog.000003", ())
         ctx = DumpContext(lambda u: iter([data[:cut]]), Selection(), 1, True)
         out = list(dump_events([unit], DumpStart("binlog.000003", 4), ctx))
         sent = [e for kind, e in out if kind == "event"]

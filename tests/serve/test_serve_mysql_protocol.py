@@ -4,11 +4,13 @@ RSA exchange, HEARTBEAT_LOG_EVENT_V2 as mysqld 9.7 sent it, where a GTID dump st
 and the answers to a MySQL replica's queries."""
 
 import struct
+from dataclasses import replace
 
 import pytest
 
 from mysqlbackup.binlog.gtid import MysqlGtidSet
 from mysqlbackup.source.protocol import binlog_dump_gtid_payload
+from replay.job.planning.units import Unit
 from replay.serve import mysql as my
 from replay.serve import packets as pk
 from replay.serve.feed import DumpRefused, DumpStart
@@ -85,8 +87,8 @@ def test_heartbeat_v2_is_mysqlds():
 
 
 def unit(before, after, last=None):
-    return {"name": "f", "index": {"gtid_before": before, "gtid_after": after,
-                                   "last_gtid": last}}
+    index = {"gtid_before": before, "gtid_after": after, "last_gtid": last}
+    return Unit("f", (), index, False, "f", ())
 
 
 def test_where_a_gtid_dump_starts_and_what_it_refuses():
@@ -128,7 +130,7 @@ def test_a_later_epochs_first_file_is_a_start_only_for_a_replica_holding_its_ski
     """After a failover the new server's first file skips, as duplicates, what the old
     one's last file sent: a replica lacking them starts in the old one's file."""
     units = [unit("", f"{UUID}:1-9"),
-             dict(unit(f"{UUID}:1-5", f"{UUID}:1-9,{OTHER}:1-3", f"{OTHER}:3"),
-                  skip=f"{UUID}:6-9")]
+             replace(unit(f"{UUID}:1-5", f"{UUID}:1-9,{OTHER}:1-3", f"{OTHER}:3"),
+                     skip=f"{UUID}:6-9")]
     assert first_unit(units, DumpStart(gtids=MysqlGtidSet.parse(f"{UUID}:1-5"))) == (0, 4)
     assert first_unit(units, DumpStart(gtids=MysqlGtidSet.parse(f"{UUID}:1-9"))) == (1, 4)

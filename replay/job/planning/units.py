@@ -19,6 +19,8 @@ the archive; their transactions within it are duplicates (the new server's first
 holds the old server's transactions too) and are never applied.
 """
 
+from dataclasses import dataclass, replace
+
 from mysqlbackup.archive.codec import IdentityError, check_keys, codec_of, stored_of
 from mysqlbackup.archive.index import check_chain
 from mysqlbackup.archive.listing import one_source
@@ -30,6 +32,41 @@ from mysqlbackup.errors import (ArchiveHoles, CorruptBinlog, MysqlBackupError, R
                                 mask_url)
 
 CHAIN_FACTS = ("gtid_before", "gtid_after", "next_file")
+
+
+@dataclass(frozen=True)
+class UnitObject:
+    """One archived object of a unit: its data ``key``, the file offset it ``start``s
+    at (0 for a sealed file, the segment's for the newest one) and its ``index`` (the
+    archive's index dict of that object)."""
+
+    key: str
+    start: int
+    index: dict
+
+
+@dataclass(frozen=True)
+class Unit:
+    """One binlog file a replay reads (one Spark task): a sealed object, or the segments
+    of the newest (``partial``) file.
+
+    ``keys``: the data keys of its ``objects`` (UnitObject), in file order; ``index``:
+    the file's index dict (for the newest file, its segments' merged); ``where``: how
+    errors name it (the sealed object's key, the newest file's prefix); ``epoch``: the
+    epoch of the source's history it belongs to; ``skip``: the GTID state (text) where
+    the epoch before ends, whose transactions this unit repeats (None: none);
+    ``position``: (start, stop), the unit's epoch against the start and stop positions'
+    epochs (-1 before, 0 same, 1 after; (0, 0) when the source has one epoch)."""
+
+    name: str
+    keys: tuple
+    index: dict
+    partial: bool
+    where: str
+    objects: tuple
+    epoch: int = 1
+    skip: str = None
+    position: tuple = (0, 0)
 
 
 def pick_source(sources, wanted):
@@ -52,22 +89,21 @@ def plan_units(source, sealed, partial, start=None, stop=None, allow_gaps=False)
                 for name, key, index in sealed if key is None or index is None]
     indexes = [index for _, _, index in sealed if index is not None]
     problems += check_chain(source, indexes)
-    units = [{"name": name, "keys": [key], "index": index, "partial": False, "where": key,
-              "objects": [{"key": key, "start": 0, "index": index}]}
+    units = [Unit(name, (key,), index, False, key, (UnitObject(key, 0, index),))
              for name, key, index in sealed if key is not None and index is not None]
     if partial:
         unit = _partial_unit(source, partial, indexes[-1] if indexes else None, problems)
-        if unit["keys"]:  # none: the file's first segment is in flight, nothing to read yet
+        if unit.keys:  # none: the file's first segment is in flight, nothing to read yet
             units.append(unit)
     if problems and not allow_gaps:
         raise ArchiveHoles(problems)
-    units = [u for u in units if not (start and start(u["index"]))]
+    units = [u for u in units if not (start and start(u.index))]
     kept = []
     for unit in units:
-        if stop and stop(unit["index"]):
+        if stop and stop(unit.index):
             break
         kept.append(unit)
-    return sorted(kept, key=lambda u: binlog_sort_key(u["name"])), len(kept) < len(units)
+    return sorted(kept, key=lambda u: binlog_sort_key(u.name)), len(kept) < len(units)
 
 
 def plan_epochs(source, epochs, start=None, stop=None, allow_gaps=False):
@@ -94,7 +130,7 @@ def plan_epochs(source, epochs, start=None, stop=None, allow_gaps=False):
         except ArchiveHoles as e:  # gathered: every hole of every epoch in one message
             problems.extend(e.problems)
             continue
-        units += [dict(unit, epoch=epoch, skip=skip) for unit in more]
+        units += [replace(unit, epoch=epoch, skip=skip) for unit in more]
         if cut:
             break
     if problems and not allow_gaps:
@@ -106,14 +142,14 @@ def drop_before_start(units, start):
     """``units`` less those wholly before the start position ``start`` (a Position, or
     None: all kept), never read: a unit of an epoch before the start's, or of the start's
     epoch (or of any, when the start's file is in none) and of a file before the
-    start's. ``unit["position"][0]`` is the unit's epoch against the start's (-1, 0, 1;
-    absent: one epoch). The start's own file stays: its transactions before the
-    position are skipped one by one (``Selection.decide``)."""
+    start's. ``unit.position[0]`` is the unit's epoch against the start's (-1, 0, 1;
+    0 too when the source has one epoch). The start's own file stays: its transactions
+    before the position are skipped one by one (``Selection.decide``)."""
     if start is None:
         return units
     first = binlog_sort_key(start.file)
-    return [u for u in units if not _before_start(u.get("position", (0, 0))[0],
-                                                    binlog_sort_key(u["name"]), first)]
+    return [u for u in units if not _before_start(u.position[0], binlog_sort_key(u.name),
+                                                    first)]
 
 
 def _before_start(epoch_against_start, name_key, start_key):
@@ -132,7 +168,7 @@ def _partial_unit(source, partial, last_sealed, problems):
             break
         keys.append(key)
         indexes.append(index)
-        objects.append({"key": key, "start": start, "index": index})
+        objects.append(UnitObject(key, start, index))
         pos = end
     merged = dict(indexes[-1]) if indexes else {"name": name}
     if indexes:
@@ -141,8 +177,7 @@ def _partial_unit(source, partial, last_sealed, problems):
                                       None)
     if last_sealed and last_sealed.get("next_file") not in (None, name):
         problems.append(f"{partial_prefix(source, name)} does not follow {last_sealed['name']}")
-    return {"name": name, "keys": keys, "index": merged, "partial": True,
-            "where": partial_prefix(source, name), "objects": objects}
+    return Unit(name, tuple(keys), merged, True, partial_prefix(source, name), tuple(objects))
 
 
 def check_decoded(unit, result, allow_gaps=False):
@@ -159,16 +194,16 @@ def check_decoded(unit, result, allow_gaps=False):
         _raise_task_error(unit, error)
     tail_lost = _check_digests(unit, result["digests"], allow_gaps)
     if error and error["kind"] == "failed":  # the bytes are the archived ones: a bug
-        raise RuntimeError(f"decoding {unit['where']} failed:\n{error['message']}")
+        raise RuntimeError(f"decoding {unit.where} failed:\n{error['message']}")
     if not tail_lost:
         facts = result["facts"]
         for field in CHAIN_FACTS:
-            if facts.get(field) != unit["index"].get(field):
+            if facts.get(field) != unit.index.get(field):
                 raise CorruptBinlog(f"the object's bytes give {field} {facts.get(field)!r}, "
-                                    f"its index says {unit['index'].get(field)!r}; nothing "
-                                    "of it was applied", unit["where"])
-    if result["incomplete"] and not unit["partial"]:
-        raise ResyncRequired(f"{unit['where']} ends inside a transaction (at "
+                                    f"its index says {unit.index.get(field)!r}; nothing "
+                                    "of it was applied", unit.where)
+    if result["incomplete"] and not unit.partial:
+        raise ResyncRequired(f"{unit.where} ends inside a transaction (at "
                              f"{result['incomplete']['start']}) but is sealed")
     return tail_lost  # a "sink" error (the task could not write) is raised if the
     # replay reaches the file (``run._apply_file``): a stop point before it ignores it
@@ -191,26 +226,25 @@ def check_listed_sizes(units, sizes, allow_gaps=False):
     checked later, when its window is decoded. With ``allow_gaps`` the newest file's
     last segment may be shorter (its tail lost), as ``check_decoded`` allows."""
     for unit in units:
-        last = unit["objects"][-1] if unit["objects"] else None
-        for obj in unit["objects"]:
-            listed, indexed = sizes.get(obj["key"]), stored_of(obj["index"])[0]
+        last = unit.objects[-1] if unit.objects else None
+        for obj in unit.objects:
+            listed, indexed = sizes.get(obj.key), stored_of(obj.index)[0]
             if listed is None or listed == indexed:
                 continue
-            if allow_gaps and unit["partial"] and obj is last and listed < indexed:
+            if allow_gaps and unit.partial and obj is last and listed < indexed:
                 refuse_cut_encoded(obj, listed, indexed)
                 continue
             raise CorruptBinlog(f"the archive lists {listed} bytes, its index says {indexed}: "
                                 "not the archived object (replaced or cut); nothing was "
-                                "applied", obj["key"])
+                                "applied", obj.key)
 
 
 def check_unit_keys(units, keyring):
     """Refuse, before anything is read, an encrypted object that ``keyring`` cannot open
     (no identity, or its index names only other keys): IdentityError naming it."""
     for unit in units:
-        for obj in unit["objects"]:
-            check_keys(obj["key"], codec_of(obj["index"]), obj["index"].get("key_ids"),
-                       keyring)
+        for obj in unit.objects:
+            check_keys(obj.key, codec_of(obj.index), obj.index.get("key_ids"), keyring)
 
 
 def check_link(previous, unit):
@@ -218,46 +252,46 @@ def check_link(previous, unit):
     replayed before it): the previous sealed file's ROTATE names another file, or its
     bytes end at another GTID state than the one this unit's bytes start from."""
     (prev, prev_facts), (cur, facts) = previous, unit
-    if prev.get("epoch", 1) != cur.get("epoch", 1):  # a failover: the switch was planned
+    if prev.epoch != cur.epoch:  # a failover: the switch was planned
         if not contains(prev_facts.get("gtid_after"), facts.get("gtid_before")):
             raise CorruptBinlog(f"starts after GTIDs {facts.get('gtid_before')!r}, but "
-                                f"{prev['name']} (epoch {prev.get('epoch', 1)}) ends at "
+                                f"{prev.name} (epoch {prev.epoch}) ends at "
                                 f"{prev_facts.get('gtid_after')!r}: a hole at the failover; "
-                                "nothing of it was applied", cur["where"])
+                                "nothing of it was applied", cur.where)
         return
-    if not prev["partial"]:
-        expected = prev_facts.get("next_file") or next_binlog_name(prev["name"])
-        if expected != cur["name"]:
+    if not prev.partial:
+        expected = prev_facts.get("next_file") or next_binlog_name(prev.name)
+        if expected != cur.name:
             raise CorruptBinlog(f"its ROTATE names {expected}, but the replay goes on with "
-                                f"{cur['name']}: the chain is broken", prev["where"])
+                                f"{cur.name}: the chain is broken", prev.where)
     if prev_facts.get("gtid_after") != facts.get("gtid_before"):
         raise CorruptBinlog(f"starts after GTIDs {facts.get('gtid_before')!r}, but "
-                            f"{prev['name']} ends at {prev_facts.get('gtid_after')!r}: the "
-                            "chain is broken; nothing of it was applied", cur["where"])
+                            f"{prev.name} ends at {prev_facts.get('gtid_after')!r}: the "
+                            "chain is broken; nothing of it was applied", cur.where)
 
 
 def object_at(unit, offset):
     """The key of the unit's object that holds file ``offset`` (a segment of the newest
     file, or the sealed object)."""
-    objects = unit["objects"]
-    held = [o for o in objects if offset is not None and o["start"] <= offset]
-    return (held[-1] if held else objects[0])["key"]
+    objects = unit.objects
+    held = [o for o in objects if offset is not None and o.start <= offset]
+    return (held[-1] if held else objects[0]).key
 
 
 def _check_digests(unit, digests, allow_gaps, stored=False):
     """``digests``: of the objects as stored (``stored``) or of their raw bytes."""
-    objects = unit["objects"]
+    objects = unit.objects
     for i, (obj, got) in enumerate(zip(objects, digests)):
-        promise = Promise.of_index(obj["key"], obj["index"])
+        promise = Promise.of_index(obj.key, obj.index)
         why = stored_problem(promise, got) if stored else raw_problem(promise, got)
         if why is None:
             continue
         want_size = promise.stored_size if stored or promise.codec == "none" \
             else promise.raw_size
-        if allow_gaps and unit["partial"] and i == len(objects) - 1 and got[0] < want_size:
+        if allow_gaps and unit.partial and i == len(objects) - 1 and got[0] < want_size:
             refuse_cut_encoded(obj, got[0], want_size)
             return True
-        raise CorruptBinlog(why + "; nothing of it was applied", obj["key"])
+        raise CorruptBinlog(why + "; nothing of it was applied", obj.key)
     return False
 
 
@@ -266,7 +300,7 @@ def refuse_cut_encoded(obj, size, indexed):
     (``size`` of ``indexed`` stored bytes) and stored compressed or encrypted:
     ``--allow-gaps`` replays what a cut plain segment holds, but an encoded one
     cannot be read in part with its guarantees (see docs/archive-format.md)."""
-    name = codec_of(obj["index"])
+    name = codec_of(obj.index)
     if name == "none":
         return
     why = ("age authenticates each 64 KiB chunk and marks the last one, so a cut age file "
@@ -277,7 +311,7 @@ def refuse_cut_encoded(obj, size, indexed):
         f"as {name}, which is never read in part ({why}); --allow-gaps replays a cut plain "
         "segment, not this one. Nothing was applied. Upload it again from the backup "
         "host's local file, or remove it and its index: the replay then ends where the "
-        "segment before it ends", obj["key"])
+        "segment before it ends", obj.key)
 
 
 def _raise_task_error(unit, error):
@@ -290,7 +324,7 @@ def _raise_task_error(unit, error):
     if error["kind"] == "missing":
         raise MysqlBackupError(
             f"the archive changed during the replay: {mask_url(error['message'])} is gone "
-            f"(the newest file {unit['name']} was sealed meanwhile?); run the replay again: "
+            f"(the newest file {unit.name} was sealed meanwhile?); run the replay again: "
             "it resumes where this one stopped")
-    raise MysqlBackupError(f"{unit['where']}: cannot read the object: "
+    raise MysqlBackupError(f"{unit.where}: cannot read the object: "
                            f"{mask_url(error['message'])}")
