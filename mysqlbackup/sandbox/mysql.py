@@ -51,6 +51,24 @@ def why_no_mysql(tree=None):
                        "Debian sid's mysql-server-core", "mysqld")
 
 
+def in_tree(server, tree, server_id, log_bin, log_bin_name, semi_sync, semi_sync_timeout_ms,
+            extra_args):
+    """Set the settings and the paths of a sandbox server run in ``tree`` through chroot:
+    a folder of its own there (``inner`` in the chroot, ``basedir`` on the host) with its
+    datadir, socket and error log."""
+    server.tree = tree
+    server.inner = f"/srv/mysqlbackup/{uuid.uuid4().hex[:12]}"  # its folder, in the chroot
+    server.basedir = tree + server.inner
+    server.datadir = os.path.join(server.basedir, "data")
+    server.socket = os.path.join(server.basedir, "mysqld.sock")
+    server.errlog = os.path.join(server.basedir, "error.log")
+    server.server_id, server.log_bin, server.log_bin_name = server_id, log_bin, log_bin_name
+    server.semi_sync, server.semi_sync_timeout_ms = semi_sync, semi_sync_timeout_ms
+    server.extra_args = list(extra_args)
+    server.port = None
+    server.proc = None
+
+
 class MySQLSandbox(SandboxServer):
     """One throwaway mysqld in the tree; use as a context manager or start()/stop()."""
 
@@ -62,18 +80,9 @@ class MySQLSandbox(SandboxServer):
         """``files``: {name: host path} copied into the server's folder (mode 0600) before
         it starts, e.g. its TLS certificate and key, which ``extra_args`` then name by
         ``inside(name)`` (mysqld sees only the tree)."""
-        self.tree = tree or mysql_tree()
         self.files = dict(files or {})
-        self.inner = f"/srv/mysqlbackup/{uuid.uuid4().hex[:12]}"  # its folder, in the chroot
-        self.basedir = self.tree + self.inner
-        self.datadir = os.path.join(self.basedir, "data")
-        self.socket = os.path.join(self.basedir, "mysqld.sock")
-        self.errlog = os.path.join(self.basedir, "error.log")
-        self.server_id, self.log_bin, self.log_bin_name = server_id, log_bin, log_bin_name
-        self.semi_sync, self.semi_sync_timeout_ms = semi_sync, semi_sync_timeout_ms
-        self.extra_args = list(extra_args)
-        self.port = None
-        self.proc = None
+        in_tree(self, tree or mysql_tree(), server_id, log_bin, log_bin_name, semi_sync,
+                semi_sync_timeout_ms, extra_args)
 
     # -- lifecycle ---------------------------------------------------------------
 
@@ -295,16 +304,20 @@ def client_wrappers(directory, tree=None, names=CLIENT_TOOLS):
     (a private copy, removed afterwards), and so are the host files its TLS options or
     the command line's (``--ssl-ca`` and the like) name; other paths in the arguments
     are the tree's."""
-    tree = tree or mysql_tree()
+    for name in names:
+        _write_wrapper(directory, tree or mysql_tree(), name, f"/usr/bin/{name}")
+    return str(directory)
+
+
+def _write_wrapper(directory, tree, name, binary):
+    """``directory``/``name``: the host-side command that runs ``binary`` of ``tree``."""
     chroot = shutil.which("chroot") or shutil.which("chroot", path="/usr/sbin:/usr/bin")
     os.makedirs(directory, exist_ok=True)
-    for name in names:
-        path = os.path.join(directory, name)
-        with open(path, "w", encoding="utf-8") as f:
-            f.write(_WRAPPER.format(python=sys.executable, name=name, tree=tree,
-                                    binary=f"/usr/bin/{name}", chroot=chroot))
-        os.chmod(path, 0o755)
-    return str(directory)
+    path = os.path.join(directory, name)
+    with open(path, "w", encoding="utf-8") as f:
+        f.write(_WRAPPER.format(python=sys.executable, name=name, tree=tree, binary=binary,
+                                chroot=chroot))
+    os.chmod(path, 0o755)
 
 
 SHARED = "/srv/mysqlbackup-shared"   # the shared folder's name inside the chroot
@@ -334,12 +347,5 @@ def server_wrapper(directory, tree=None, name="mysqld"):
     that runs the tree's /usr/sbin/``name`` through chroot (pid, signals and exit code its
     own: exec), as ``client_wrappers`` does the client tools; return ``directory``. Paths
     it is given must be the tree's: those under ``shared_dir()`` are."""
-    tree = tree or mysql_tree()
-    chroot = shutil.which("chroot") or shutil.which("chroot", path="/usr/sbin:/usr/bin")
-    os.makedirs(directory, exist_ok=True)
-    path = os.path.join(directory, name)
-    with open(path, "w", encoding="utf-8") as f:
-        f.write(_WRAPPER.format(python=sys.executable, name=name, tree=tree,
-                                binary=f"/usr/sbin/{name}", chroot=chroot))
-    os.chmod(path, 0o755)
+    _write_wrapper(directory, tree or mysql_tree(), name, f"/usr/sbin/{name}")
     return str(directory)

@@ -19,11 +19,10 @@ tree, TOOLS)``.
 
 import os
 import subprocess
-import uuid
 
 from mysqlbackup.sandbox import (REPL_PASSWORD, REPL_USER, SandboxServer, datadir_from_template,
                                  free_port, private_tmpdir)
-from mysqlbackup.sandbox.mysql import why_no_tree as tree_problem
+from mysqlbackup.sandbox.mysql import in_tree, why_no_tree as tree_problem
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 TREE_ENV = "MYSQLBACKUP_MARIADB_TREE"
@@ -50,18 +49,9 @@ class MariaDBTreeSandbox(SandboxServer):
 
     def __init__(self, server_id=1, log_bin=True, semi_sync=True, semi_sync_timeout_ms=2000,
                  extra_args=(), log_bin_name="binlog", tree=None, legacy_event_pos=False):
-        self.tree = tree or mariadb_tree()
-        self.inner = f"/srv/mysqlbackup/{uuid.uuid4().hex[:12]}"  # its folder, in the chroot
-        self.basedir = self.tree + self.inner
-        self.datadir = os.path.join(self.basedir, "data")
-        self.socket = os.path.join(self.basedir, "mysqld.sock")
-        self.errlog = os.path.join(self.basedir, "error.log")
-        self.server_id, self.log_bin, self.log_bin_name = server_id, log_bin, log_bin_name
-        self.semi_sync, self.semi_sync_timeout_ms = semi_sync, semi_sync_timeout_ms
+        in_tree(self, tree or mariadb_tree(), server_id, log_bin, log_bin_name, semi_sync,
+                semi_sync_timeout_ms, extra_args)
         self.legacy_event_pos = legacy_event_pos
-        self.extra_args = list(extra_args)
-        self.port = None
-        self.proc = None
 
     def start(self):
         """Initialise the datadir if needed, start the server, create the repl user."""
