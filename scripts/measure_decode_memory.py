@@ -16,6 +16,7 @@ Run: .venv/bin/python scripts/measure_decode_memory.py [--mb 1024] [--event-mb 2
 """
 
 import argparse
+import dataclasses
 import hashlib
 import importlib
 import json
@@ -31,6 +32,17 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, os.environ.get("MEASURE_CODE_ROOT", ROOT))
 
 ROW_BYTES = 1024
+
+
+def _fields(result):
+    """A task's result as a dict: a TaskResult (its error too), or the dict older code
+    (``--code-root``) returns."""
+    if isinstance(result, dict):
+        return result
+    fields = {f.name: getattr(result, f.name) for f in dataclasses.fields(result)}  # shallow
+    if fields["error"] is not None:
+        fields["error"] = dataclasses.asdict(fields["error"])
+    return fields
 
 
 def vm_hwm():
@@ -124,14 +136,15 @@ def child(job, out=None):
     if out:
         with open(out, "wb") as f:
             pickle.dump(result, f)
-    same = {k: result.get(k) for k in ("transactions", "incomplete", "fde", "facts", "digests",
-                                       "fingerprint", "error")}
+    got = _fields(result)
+    same = {k: got[k] for k in ("transactions", "incomplete", "fde", "facts", "digests",
+                                "fingerprint", "error")}
     report = {"result_sha256": hashlib.sha256(pickle.dumps(same)).hexdigest(),
-              "error": result["error"], "transactions": len(result["transactions"]),
-              "digests": result["digests"], "fingerprint": result.get("fingerprint"),
-              "facts": result["facts"], "hwm_before": before, "hwm_after": vm_hwm(),
+              "error": same["error"], "transactions": len(got["transactions"]),
+              "digests": got["digests"], "fingerprint": got["fingerprint"],
+              "facts": got["facts"], "hwm_before": before, "hwm_after": vm_hwm(),
               "seconds": round(elapsed, 2)}
-    if os.environ.get("MEASURE_ATTACH") and not result["error"]:
+    if os.environ.get("MEASURE_ATTACH") and not same["error"]:
         report.update(attach(result, unit, url, keyring))
     print(json.dumps(report))
 
@@ -148,7 +161,8 @@ def attach(result, unit, url, keyring):
     before = vm_hwm()
     attach_unit(result, unit, url, {}, keyring)
     return {"hwm_attach_before": before, "hwm_attach": vm_hwm(),
-            "attached_bytes": sum(len(e) for t in result["transactions"] for e in t.events)}
+            "attached_bytes": sum(len(e) for t in _fields(result)["transactions"]
+                                  for e in t.events)}
 
 
 def main():

@@ -20,7 +20,7 @@ from mysqlbackup.binlog.transactions import TrxTracker
 from mysqlbackup.errors import CorruptBinlog, MysqlBackupError, ResyncRequired
 from replay.job.decoding.assemble import assemble
 from replay.job.plan import ReplayOptions, units_to_read
-from replay.job.tasks import decode_unit
+from replay.job.tasks import TaskResult, decode_unit
 from replay.job.planning.units import (Unit, UnitObject, check_decoded, check_link,
                                        check_listed_sizes, plan_units)
 from replay.job.sinks.statements import suppresses_use, transaction_steps
@@ -92,8 +92,8 @@ def refused_at_plan(url, allow_gaps=False):
 def test_a_sound_object_passes_and_gives_its_chain_facts(sealed):
     unit, result = decoded(sealed[1])
     assert check_decoded(unit, result) is False
-    assert result["facts"]["gtid_after"] == unit.index["gtid_after"]
-    assert len(result["transactions"]) == 2
+    assert result.facts["gtid_after"] == unit.index["gtid_after"]
+    assert len(result.transactions) == 2
 
 
 def test_an_object_replaced_by_another_file_is_refused_by_name(sealed):
@@ -102,7 +102,7 @@ def test_an_object_replaced_by_another_file_is_refused_by_name(sealed):
     store.put_bytes(binlog_key("s", NAME), real("gh-ost/mysql-bin.000066"))
     refused_at_plan(url)
     unit, result = decoded(url, unit=before)
-    assert result["error"] is None  # it decodes: only its index tells it is not the one
+    assert result.error is None  # it decodes: only its index tells it is not the one
     with pytest.raises(CorruptBinlog, match=r"^s/binlog/mariadb-bin.000001: .*not the "
                                             r"archived object"):
         check_decoded(unit, result)
@@ -116,7 +116,7 @@ def test_an_object_cut_at_a_transaction_boundary_is_refused_by_name(sealed):
     store.put_bytes(binlog_key("s", NAME), data[:first_end])
     refused_at_plan(url)
     unit, result = decoded(url, unit=before)
-    assert result["error"] is None and result["incomplete"] is None
+    assert result.error is None and result.incomplete is None
     with pytest.raises(CorruptBinlog, match=rf"s/binlog/{NAME}: stored as {first_end} "
                                             rf"bytes.*its index says {len(data)} bytes"):
         check_decoded(unit, result)
@@ -129,7 +129,7 @@ def test_a_flipped_byte_comes_back_as_the_decode_error_with_object_and_offset(se
     data[second.start + 30] ^= 0x40
     store.put_bytes(binlog_key("s", NAME), bytes(data))
     unit, result = decoded(url)
-    assert result["error"]["kind"] == "corrupt"  # not an exception Spark would wrap
+    assert result.error.kind == "corrupt"  # not an exception Spark would wrap
     with pytest.raises(CorruptBinlog, match=rf"^s/binlog/{NAME} at offset "
                                             rf"{second.start}: .*CRC") as caught:
         check_decoded(unit, result)
@@ -200,7 +200,7 @@ def partial(tmp_path):
 def test_segments_of_the_newest_file_are_each_checked_against_their_own_index(partial):
     store, url, data = partial
     unit, result = decoded(url)
-    assert unit.partial and len(result["digests"]) == 2
+    assert unit.partial and len(result.digests) == 2
     assert check_decoded(unit, result) is False
     first, second = unit.objects
     store.put_bytes(first.key, b"\xfebin" + b"\0" * (first.index["size"] - 4))
@@ -220,7 +220,7 @@ def test_a_lost_tail_of_the_newest_file_goes_on_only_with_allow_gaps(partial):
         check_decoded(unit, result)
     unit, result = decoded(url, allow_gaps=True)
     assert check_decoded(unit, result, allow_gaps=True) is True
-    assert result["incomplete"] is not None  # the cut transaction is dropped, not applied
+    assert result.incomplete is not None  # the cut transaction is dropped, not applied
 
 
 @pytest.mark.parametrize("text", [b"garbage", b"[]", b"{}"])
@@ -254,9 +254,9 @@ def test_a_sealed_file_ending_inside_a_transaction_is_refused_before_apply():
     index = {"size": 10, "sha256": "0" * 64, "gtid_before": None, "gtid_after": None,
              "next_file": None, "name": "b.000001", "first_commit": None}
     units, _ = plan_units("s", [("b.000001", "s/binlog/b.000001", index)], None)
-    result = {"error": None, "digests": [(10, "0" * 64)], "facts": {
+    result = TaskResult("b.000001", False, digests=[(10, "0" * 64)], facts={
         "gtid_before": None, "gtid_after": None, "next_file": None},
-        "incomplete": {"start": 4}}
+        incomplete={"start": 4})
     with pytest.raises(ResyncRequired, match="s/binlog/b.000001 ends inside a transaction"):
         check_decoded(units[0], result)
 
@@ -292,7 +292,7 @@ def test_an_object_the_store_cannot_read_is_named(sealed):
     _, units, _ = units_to_read(ReplayOptions(url, {}))
     unreadable = replace(units[0], keys=("s/binlog",))  # a folder, not an object
     result = decode_unit(unreadable, url, {})
-    assert result["error"]["kind"] == "unreadable"
+    assert result.error.kind == "unreadable"
     with pytest.raises(MysqlBackupError, match=rf"^s/binlog/{NAME}: cannot read the object: "):
         check_decoded(unreadable, result)
 

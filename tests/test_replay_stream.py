@@ -164,9 +164,9 @@ def test_a_decode_task_holds_an_event_not_the_file(big, kind):
         result = pickle.load(f)
     data = read(path)
     expected = whole_outcome(data, unit.name, False)
-    assert result["error"] is None
-    assert ("ok", result["transactions"], result["incomplete"], result["fde"],
-            result["facts"], result["fingerprint"]) == expected
-    assert result["digests"] == [(size, hashlib.sha256(data).hexdigest())]
-    assert len(result["transactions"]) > 5  # ~16 MB transactions of 2 MB events
+    assert result.error is None
+    assert ("ok", result.transactions, result.incomplete, result.fde,
+            result.facts, result.fingerprint) == expected
+    assert result.digests == [(size, hashlib.sha256(data).hexdigest())]
+    assert len(result.transactions) > 5  # ~16 MB transactions of 2 MB events
 

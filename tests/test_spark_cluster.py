@@ -121,18 +121,18 @@ def test_the_tasks_hand_back_the_bytes_of_the_applied_transactions_only(tmp_path
     selection = build_selection(None, None, None, "0-1-2", None, None, (), (), ())
     _, (unit,), _ = units_to_read(ReplayOptions(url, {}, selection=selection))
     result = decode_unit(unit, url, {}, None, keep_spec(selection, unit))
-    assert result["error"] is None and result["attached"] is True
-    first, second = result["transactions"]
+    assert result.error is None and result.attached is True
+    first, second = result.transactions
     data = open(path, "rb").read()
     assert b"".join(first.events) == data[first.start:first.end]  # the applied one
     assert second.events is None and second.event_lengths  # past the stop: no bytes
     whole = decode_unit(unit, url, {}, None, keep_spec(build_selection(
         None, None, None, None, None, None, (), (), ()), unit))
-    assert [b"".join(t.events) for t in whole["transactions"]] == [
-        data[t.start:t.end] for t in whole["transactions"]]
+    assert [b"".join(t.events) for t in whole.transactions] == [
+        data[t.start:t.end] for t in whole.transactions]
     big = decode_unit(unit, url, {}, None, dict(keep_spec(selection, unit), max_bytes=10))
-    assert big["attached"] is False and big["transactions"][0].events is None
-    assert decode_unit(unit, url, {})["attached"] is False  # no keep: as before
+    assert big.attached is False and big.transactions[0].events is None
+    assert decode_unit(unit, url, {}).attached is False  # no keep: as before
 
 
 def test_a_parquet_task_writes_its_parts_and_hands_back_no_bytes(tmp_path, shared_binlog):
@@ -157,12 +157,12 @@ def test_a_parquet_task_writes_its_parts_and_hands_back_no_bytes(tmp_path, share
     _, (unit,), _ = units_to_read(ReplayOptions(url, {}, "demo", selection=selection))
     sink = ParquetSink(f"file://{tmp_path / 'changes'}").open(None)
     result = decode_unit(unit, url, {}, None, keep_spec(selection, unit, sink.task_spec(), 3))
-    assert result["error"] is None and result["attached"] is False
-    assert all(t.events is None and t.event_lengths for t in result["transactions"])
-    assert result["written"] == {"parts": [(part_name(3, 0), 1)], "rows": 1,
+    assert result.error is None and result.attached is False
+    assert all(t.events is None and t.event_lengths for t in result.transactions)
+    assert result.written == {"parts": [(part_name(3, 0), 1)], "rows": 1,
                                  "transactions": 1,  # 0-1-1 only: the stop is 0-1-2
                                  "left_out": []}
-    sink.adopt(result["written"], result["transactions"][:1])
+    sink.adopt(result.written, result.transactions[:1])
     sink.finish()
     (row,) = change_table_rows(tmp_path / "changes")
     assert (row["db"], row["gtid"], row["op"]) == ("renamed", "0-1-1", "insert")
@@ -170,7 +170,7 @@ def test_a_parquet_task_writes_its_parts_and_hands_back_no_bytes(tmp_path, share
         None, None, None, None, None, None, (), (), ())))
     failed = decode_unit(unit, url, {}, None, keep_spec(selection, unit, dict(
         sink.task_spec(), url=f"file://{tmp_path / 'other'}"), 0))
-    assert failed["error"]["kind"] == "sink" and failed["error"]["message"].startswith(
+    assert failed.error.kind == "sink" and failed.error.message.startswith(
         "minimal_row_metadata.000001:312: TABLE_MAP of noria.t1 carries no column names")
 
 

@@ -173,12 +173,12 @@ def skipped_on_purpose(plan, replay_opts, missing):
                           replay_opts.keyring)
     for unit in (u for u in units if (u.epoch, u.name) in keys):
         result = decode_unit(unit, *args)
-        if result["error"]:
+        if result.error:
             continue  # the restore read it whole; the gap stays a problem
         result = attach_unit(result, unit, *args)
-        fde = ev.parse_format_description(result["fde"])
+        fde = ev.parse_format_description(result.fde)
         checksum = fde.checksum_alg == ev.CHECKSUM_CRC32
-        for trx in result["transactions"]:
+        for trx in result.transactions:
             parts = trx.maria_gtid
             if parts and (parts[0], parts[2]) in missing and (
                     replay_opts.selection.decide(trx)[1] in ("filtered out", "excluded")

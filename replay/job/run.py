@@ -35,7 +35,7 @@ def attach_unit(result, unit, url, options, keyring=None):
     """Driver side: the unit's bytes, read again (streamed: only the transactions'
     events are kept) and proved equal to the decoded ones, into ``result``."""
     from replay.job.decoding.assemble import StreamAttach
-    cut = StreamAttach(result["transactions"])
+    cut = StreamAttach(result.transactions)
     try:
         stream_unit(unit, url, options, cut.feed, keyring)
     except FileNotFoundError as e:  # the newest file's segments go once it is sealed
@@ -43,7 +43,7 @@ def attach_unit(result, unit, url, options, keyring=None):
                                f"gone (the newest file {unit.name} was sealed meanwhile?); "
                                "run the replay again: it resumes where this one stopped"
                                ) from None
-    cut.finish(unit.where, result["fingerprint"])
+    cut.finish(unit.where, result.fingerprint)
     return result
 
 
@@ -61,8 +61,8 @@ class ChainCheck:
             log.warning("%s: the last segment is shorter than its index says (its tail is "
                         "lost); --allow-gaps replays what it holds", unit.where)
         if self.previous is not None and not self.allow_gaps:
-            check_link(self.previous, (unit, result["facts"]))
-        self.previous = (unit, result["facts"])
+            check_link(self.previous, (unit, result.facts))
+        self.previous = (unit, result.facts)
 
 
 def run_replay(opts, sink, spark=None, progress=None):
@@ -101,7 +101,7 @@ def run_replay(opts, sink, spark=None, progress=None):
         results = tasks.decode(parts)
         for result, p in zip(results, parts):  # before anything of this window is applied
             chain.check(units[p], result)
-        return [r if r.get("attached") or "written" in r or r.get("error")
+        return [r if r.attached or r.written is not None or r.error
                 else attach_unit(r, units[p], url, options, keyring)
                 for r, p in zip(results, parts)]
     # the next window is decoded while the driver applies this one
@@ -135,26 +135,26 @@ def run_replay(opts, sink, spark=None, progress=None):
 
 def _apply_file(result, unit, selection, sink, summary):
     """Apply one file's transactions; True when a stop point was reached."""
-    selection, transactions = _in_epoch(selection, unit, result["transactions"], summary)
+    selection, transactions = _in_epoch(selection, unit, result.transactions, summary)
     if selection is None:
         summary["stop_reason"] = "stop position reached"
         return True
-    if result.get("error"):  # its task could not write what this replay applies of it
-        raise MysqlBackupError(result["error"]["message"])  # (check_decoded let it by)
-    fde = ev.parse_format_description(result["fde"])
+    if result.error:  # its task could not write what this replay applies of it
+        raise MysqlBackupError(result.error.message)  # (check_decoded let it by)
+    fde = ev.parse_format_description(result.fde)
     checksum = fde.checksum_alg == ev.CHECKSUM_CRC32
-    written = "written" in result  # its task filtered, rewrote and wrote them
+    written = result.written is not None  # its task filtered, rewrote and wrote them
     chosen, stopped = _choose(transactions, selection, sink, summary, checksum, fde, written)
     if written:  # the task wrote them: it must have written these
-        sink.adopt(result["written"], chosen)
+        sink.adopt(result.written, chosen)
     else:
-        sink.apply_many(chosen, result["fde"], checksum, fde)
+        sink.apply_many(chosen, result.fde, checksum, fde)
     summary["applied"] += len(chosen)
     summary["rows_events"] += sum(t.rows_events for t in chosen)
     if stopped:
         return True
-    if result["incomplete"]:  # only the newest file's (plan.check_decoded refused others)
-        summary["dropped_incomplete"].append(result["incomplete"])
+    if result.incomplete:  # only the newest file's (plan.check_decoded refused others)
+        summary["dropped_incomplete"].append(result.incomplete)
     return False
 
 

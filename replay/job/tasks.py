@@ -15,7 +15,7 @@ transactions are known; the driver then reads no object at all.
 
 import os
 import tempfile
-from dataclasses import replace
+from dataclasses import dataclass, field, replace
 
 from mysqlbackup.errors import CorruptBinlog
 
@@ -23,6 +23,42 @@ SPOOL_CHUNK = 1 << 20  # the spool read back a MiB at a time
 # a task hands back at most this many bytes of events: the results of a window of tasks
 # sit in the driver's JVM at once; above it the driver reads the file itself (attach_unit)
 ATTACH_MAX = 256 << 20
+
+
+@dataclass(frozen=True)
+class TaskError:
+    """Why a task could not do its work, handed back instead of raised (Spark would wrap
+    an exception into its own): ``kind`` corrupt (``offset``, and ``object`` when the
+    stored form does not decode), identity (no key opens it), missing (an object gone),
+    unreadable (the store failed), sink (the task could not write) or failed (a bug:
+    ``message`` is the traceback)."""
+
+    kind: str
+    message: str
+    offset: int = None
+    object: str = None
+
+
+@dataclass
+class TaskResult:
+    """What a task hands back for one unit (``decode_unit``; ``digest_unit`` fills
+    ``digests`` and ``error`` only): the transactions without their bytes unless
+    ``attached``, the (size, sha256) of each object read, the chain facts the bytes
+    gave, the newest file's incomplete tail, the format description event, the object's
+    ``fingerprint`` (size and CRC32), and what the task wrote itself (``written``, a
+    sink's parts; None when it wrote nothing)."""
+
+    name: str
+    partial: bool
+    error: TaskError = None
+    digests: list = field(default_factory=list)
+    facts: dict = field(default_factory=dict)
+    transactions: list = field(default_factory=list)
+    incomplete: dict = None
+    fde: bytes = None
+    fingerprint: object = None
+    attached: bool = False
+    written: object = None
 
 
 def decode_unit(unit, url, options, keyring=None, keep=None):
@@ -46,8 +82,7 @@ def decode_unit(unit, url, options, keyring=None, keep=None):
     driver then reads nothing of the object. Above ``keep["max_bytes"]`` (ATTACH_MAX)
     of events they come back without (``attached`` False), as without ``keep``."""
     from replay.job.decoding.assemble import StreamAssembly
-    out = {"name": unit.name, "partial": unit.partial, "error": None,
-           "digests": [], "facts": {}, "transactions": [], "incomplete": None}
+    out = TaskResult(unit.name, unit.partial)
     facts = {}
     walk = StreamAssembly(unit.name, newest=unit.partial, facts=facts)
     spool = None if keep is None else _Spool(walk.feed)
@@ -67,46 +102,44 @@ def _decode(unit, url, options, keyring, keep, out, facts, walk, spool):
         digests = stream_unit(unit, url, options, walk.feed if spool is None else spool.feed,
                               keyring)
     except IdentityError as e:
-        return dict(out, error={"kind": "identity", "message": str(e)})
+        return replace(out, error=TaskError("identity", str(e)))
     except CorruptBinlog as e:  # the stored form does not decode: names its object
-        return dict(out, error={"kind": "corrupt", "message": e.detail,
-                                "offset": e.offset, "object": e.file})
+        return replace(out, error=TaskError("corrupt", e.detail, e.offset, e.file))
     except FileNotFoundError as e:
-        return dict(out, error={"kind": "missing", "message": str(e)})
+        return replace(out, error=TaskError("missing", str(e)))
     except Exception as e:  # noqa: BLE001 - a store error of any kind, named by the driver
-        return dict(out, error={"kind": "unreadable", "message": f"{type(e).__name__}: {e}"})
-    out.update(digests=digests, facts=facts)
+        return replace(out, error=TaskError("unreadable", f"{type(e).__name__}: {e}"))
+    out = replace(out, digests=digests, facts=facts)
     try:
         transactions, incomplete, fde, fingerprint = walk.finish()
     except CorruptBinlog as e:
-        return dict(out, error={"kind": "corrupt", "message": e.detail,
-                                "offset": e.offset})
+        return replace(out, error=TaskError("corrupt", e.detail, e.offset))
     except Exception:  # noqa: BLE001 - the driver tells a damaged object from a bug
-        return dict(out, error={"kind": "failed", "message": traceback.format_exc()})
+        return replace(out, error=TaskError("failed", traceback.format_exc()))
     attached = False
     if spool is not None and keep.get("write"):
         chosen = wanted(transactions, keep)
         written, error = _write(keep, chosen, spool, unit.where, fingerprint, fde)
         if error:
-            return dict(out, error=error)
-        return dict(out, transactions=transactions, incomplete=incomplete, fde=fde,
-                    fingerprint=fingerprint, attached=False, written=written)
+            return replace(out, error=error)
+        return replace(out, transactions=transactions, incomplete=incomplete, fde=fde,
+                       fingerprint=fingerprint, attached=False, written=written)
     if spool is not None:
         chosen = wanted(transactions, keep)
         if sum(sum(t.event_lengths) for t in chosen) <= keep.get("max_bytes", ATTACH_MAX):
             try:
                 spool.attach(chosen, unit.where, fingerprint)
             except Exception:  # noqa: BLE001 - the spool is the task's own: a bug or a disk
-                return dict(out, error={"kind": "failed", "message": traceback.format_exc()})
+                return replace(out, error=TaskError("failed", traceback.format_exc()))
             attached = True
-    return dict(out, transactions=transactions, incomplete=incomplete, fde=fde,
-                fingerprint=fingerprint, attached=attached)
+    return replace(out, transactions=transactions, incomplete=incomplete, fde=fde,
+                   fingerprint=fingerprint, attached=attached)
 
 
 def _write(keep, chosen, spool, where, fingerprint, fde_event):
     """The task writes ``chosen`` itself (``keep["write"]``: the Parquet parts, as the
     driver's sink would have: filtered and rewritten), one transaction's events held at a
-    time; (what was written, None) or (None, an error record)."""
+    time; (what was written, None) or (None, a TaskError)."""
     import traceback
 
     from mysqlbackup.binlog import events as ev
@@ -118,8 +151,8 @@ def _write(keep, chosen, spool, where, fingerprint, fde_event):
     try:
         from replay.job.sinks.parquet import PartWriter
     except ImportError as e:  # the probe names it first on a cluster
-        return None, {"kind": "sink", "message": f"the task's Python has no module "
-                                                  f"{e.name!r}, which --parquet needs"}
+        return None, TaskError("sink", f"the task's Python has no module {e.name!r}, which "
+                                       "--parquet needs")
     try:
         writer = PartWriter(spec)
         for trx in spool.each(chosen, where, fingerprint):
@@ -128,15 +161,14 @@ def _write(keep, chosen, spool, where, fingerprint, fde_event):
                          checksum)
         return writer.close(), None
     except CorruptBinlog as e:  # the spool does not read back as decoded
-        return None, {"kind": "corrupt", "message": e.detail, "offset": e.offset}
+        return None, TaskError("corrupt", e.detail, e.offset)
     except MysqlBackupError as e:  # a row change the table cannot hold, named
-        return None, {"kind": "sink", "message": str(e)}
+        return None, TaskError("sink", str(e))
     except OSError as e:
-        return None, {"kind": "sink", "message": f"cannot write --parquet "
-                                                  f"{mask_url(spec['url'])} (the parts of "
-                                                  f"{where}): {e}"}
+        return None, TaskError("sink", f"cannot write --parquet {mask_url(spec['url'])} "
+                                       f"(the parts of {where}): {e}")
     except Exception:  # noqa: BLE001 - the driver tells a store's failure from a bug
-        return None, {"kind": "failed", "message": traceback.format_exc()}
+        return None, TaskError("failed", traceback.format_exc())
 
 
 def unit_selection(selection, unit):
@@ -260,13 +292,14 @@ def digest_unit(unit, url, options):
         for promise, got in zip(promises, digests):
             if got != promise.stored and not unit.partial and promise.codec == "none":
                 _scan_object(store, promise.key, unit.name)
-        return {"error": None, "digests": digests}
+        return TaskResult(unit.name, unit.partial, digests=digests)
     except CorruptBinlog as e:
-        return {"error": {"kind": "corrupt", "message": e.detail, "offset": e.offset}}
+        return TaskResult(unit.name, unit.partial, TaskError("corrupt", e.detail, e.offset))
     except FileNotFoundError as e:
-        return {"error": {"kind": "missing", "message": str(e)}}
+        return TaskResult(unit.name, unit.partial, TaskError("missing", str(e)))
     except Exception as e:  # noqa: BLE001 - a store error of any kind, named by the driver
-        return {"error": {"kind": "unreadable", "message": f"{type(e).__name__}: {e}"}}
+        return TaskResult(unit.name, unit.partial,
+                          TaskError("unreadable", f"{type(e).__name__}: {e}"))
 
 
 def _scan_object(store, key, name):

@@ -78,11 +78,11 @@ def _walk_unit(unit, selection, start, url, options, keyring, last):
     """The End inside ``unit`` (None: the stop is not in it)."""
     from replay.job.tasks import decode_unit
     result = decode_unit(unit, url, options, keyring)
-    if result["error"]:
-        raise MysqlBackupError(f"{unit.where}: {result['error']['message']}")
+    if result.error:
+        raise MysqlBackupError(f"{unit.where}: {result.error.message}")
     pos = state(unit.index.get("gtid_before"), start)
     _merge(pos, start)
-    for trx in result["transactions"]:
+    for trx in result.transactions:
         decision, reason = selection.decide(trx)
         if decision == "gap":
             raise gap_error(trx, reason)

@@ -189,35 +189,34 @@ def check_decoded(unit, result, allow_gaps=False):
     Returns True when the newest file's last segment is shorter than its index says
     and ``allow_gaps`` lets the replay go on with what it holds (a hole at the end).
     """
-    error = result.get("error")
-    if error and error["kind"] not in ("failed", "sink"):
+    error = result.error
+    if error and error.kind not in ("failed", "sink"):
         _raise_task_error(unit, error)
-    tail_lost = _check_digests(unit, result["digests"], allow_gaps)
-    if error and error["kind"] == "failed":  # the bytes are the archived ones: a bug
-        raise RuntimeError(f"decoding {unit.where} failed:\n{error['message']}")
+    tail_lost = _check_digests(unit, result.digests, allow_gaps)
+    if error and error.kind == "failed":  # the bytes are the archived ones: a bug
+        raise RuntimeError(f"decoding {unit.where} failed:\n{error.message}")
     if not tail_lost:
-        facts = result["facts"]
+        facts = result.facts
         for field in CHAIN_FACTS:
             if facts.get(field) != unit.index.get(field):
                 raise CorruptBinlog(f"the object's bytes give {field} {facts.get(field)!r}, "
                                     f"its index says {unit.index.get(field)!r}; nothing "
                                     "of it was applied", unit.where)
-    if result["incomplete"] and not unit.partial:
+    if result.incomplete and not unit.partial:
         raise ResyncRequired(f"{unit.where} ends inside a transaction (at "
-                             f"{result['incomplete']['start']}) but is sealed")
+                             f"{result.incomplete['start']}) but is sealed")
     return tail_lost  # a "sink" error (the task could not write) is raised if the
     # replay reaches the file (``run._apply_file``): a stop point before it ignores it
 
 
 def check_digests(unit, result, allow_gaps=False):
     """Refuse ``unit`` when the (size, sha256) of its objects as stored, in
-    ``result["digests"]``, are not its indexes' (``codec.stored_of``: the raw ones for
-    a plain object), or the task could not read them (``result["error"]``). Returns
+    ``result.digests``, are not its indexes' (``codec.stored_of``: the raw ones for
+    a plain object), or the task could not read them (``result.error``). Returns
     True when ``allow_gaps`` lets the newest file's last segment be short."""
-    error = result.get("error")
-    if error:
-        _raise_task_error(unit, error)
-    return _check_digests(unit, result["digests"], allow_gaps, stored=True)
+    if result.error:
+        _raise_task_error(unit, result.error)
+    return _check_digests(unit, result.digests, allow_gaps, stored=True)
 
 
 def check_listed_sizes(units, sizes, allow_gaps=False):
@@ -315,16 +314,15 @@ def refuse_cut_encoded(obj, size, indexed):
 
 
 def _raise_task_error(unit, error):
-    if error["kind"] == "corrupt":
-        offset = error.get("offset")
-        raise CorruptBinlog(error["message"], error.get("object") or object_at(unit, offset),
-                            offset)
-    if error["kind"] == "identity":
-        raise IdentityError(error["message"])
-    if error["kind"] == "missing":
+    if error.kind == "corrupt":
+        raise CorruptBinlog(error.message, error.object or object_at(unit, error.offset),
+                            error.offset)
+    if error.kind == "identity":
+        raise IdentityError(error.message)
+    if error.kind == "missing":
         raise MysqlBackupError(
-            f"the archive changed during the replay: {mask_url(error['message'])} is gone "
+            f"the archive changed during the replay: {mask_url(error.message)} is gone "
             f"(the newest file {unit.name} was sealed meanwhile?); run the replay again: "
             "it resumes where this one stopped")
     raise MysqlBackupError(f"{unit.where}: cannot read the object: "
-                           f"{mask_url(error['message'])}")
+                           f"{mask_url(error.message)}")
