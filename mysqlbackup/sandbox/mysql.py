@@ -51,25 +51,27 @@ def why_no_mysql(tree=None):
                        "Debian sid's mysql-server-core", "mysqld")
 
 
-def in_tree(server, tree, server_id, log_bin, log_bin_name, semi_sync, semi_sync_timeout_ms,
-            extra_args):
-    """Set the settings and the paths of a sandbox server run in ``tree`` through chroot:
-    a folder of its own there (``inner`` in the chroot, ``basedir`` on the host) with its
-    datadir, socket and error log."""
-    server.tree = tree
-    server.inner = f"/srv/mysqlbackup/{uuid.uuid4().hex[:12]}"  # its folder, in the chroot
-    server.basedir = tree + server.inner
-    server.datadir = os.path.join(server.basedir, "data")
-    server.socket = os.path.join(server.basedir, "mysqld.sock")
-    server.errlog = os.path.join(server.basedir, "error.log")
-    server.server_id, server.log_bin, server.log_bin_name = server_id, log_bin, log_bin_name
-    server.semi_sync, server.semi_sync_timeout_ms = semi_sync, semi_sync_timeout_ms
-    server.extra_args = list(extra_args)
-    server.port = None
-    server.proc = None
+class TreeServer(SandboxServer):
+    """A sandbox server run in a Debian tree through chroot (MySQL's, MariaDB 11.8's): its
+    settings, and a folder of its own there (``inner`` in the chroot, ``basedir`` on
+    the host) with its datadir, socket and error log."""
+
+    def __init__(self, tree, server_id, log_bin, log_bin_name, semi_sync,
+                 semi_sync_timeout_ms, extra_args):
+        self.tree = tree
+        self.inner = f"/srv/mysqlbackup/{uuid.uuid4().hex[:12]}"  # its folder, in the chroot
+        self.basedir = tree + self.inner
+        self.datadir = os.path.join(self.basedir, "data")
+        self.socket = os.path.join(self.basedir, "mysqld.sock")
+        self.errlog = os.path.join(self.basedir, "error.log")
+        self.server_id, self.log_bin, self.log_bin_name = server_id, log_bin, log_bin_name
+        self.semi_sync, self.semi_sync_timeout_ms = semi_sync, semi_sync_timeout_ms
+        self.extra_args = list(extra_args)
+        self.port = None
+        self.proc = None
 
 
-class MySQLSandbox(SandboxServer):
+class MySQLSandbox(TreeServer):
     """One throwaway mysqld in the tree; use as a context manager or start()/stop()."""
 
     flavor = "mysql"
@@ -81,8 +83,8 @@ class MySQLSandbox(SandboxServer):
         it starts, e.g. its TLS certificate and key, which ``extra_args`` then name by
         ``inside(name)`` (mysqld sees only the tree)."""
         self.files = dict(files or {})
-        in_tree(self, tree or mysql_tree(), server_id, log_bin, log_bin_name, semi_sync,
-                semi_sync_timeout_ms, extra_args)
+        super().__init__(tree or mysql_tree(), server_id, log_bin, log_bin_name, semi_sync,
+                         semi_sync_timeout_ms, extra_args)
 
     # -- lifecycle ---------------------------------------------------------------
 

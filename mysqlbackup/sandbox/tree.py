@@ -20,9 +20,9 @@ tree, TOOLS)``.
 import os
 import subprocess
 
-from mysqlbackup.sandbox import (REPL_PASSWORD, REPL_USER, SandboxServer, datadir_from_template,
+from mysqlbackup.sandbox import (REPL_PASSWORD, REPL_USER, datadir_from_template,
                                  free_port, private_tmpdir)
-from mysqlbackup.sandbox.mysql import in_tree, why_no_tree as tree_problem
+from mysqlbackup.sandbox.mysql import TreeServer, why_no_tree as tree_problem
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 TREE_ENV = "MYSQLBACKUP_MARIADB_TREE"
@@ -40,7 +40,7 @@ def why_no_tree(tree=None):
                         "Debian trixie's mariadb-server", "mariadbd")
 
 
-class MariaDBTreeSandbox(SandboxServer):
+class MariaDBTreeSandbox(TreeServer):
     """One throwaway 11.8 mariadbd in the tree; a context manager, or start()/stop()."""
 
     flavor = "mariadb"
@@ -49,8 +49,8 @@ class MariaDBTreeSandbox(SandboxServer):
 
     def __init__(self, server_id=1, log_bin=True, semi_sync=True, semi_sync_timeout_ms=2000,
                  extra_args=(), log_bin_name="binlog", tree=None, legacy_event_pos=False):
-        in_tree(self, tree or mariadb_tree(), server_id, log_bin, log_bin_name, semi_sync,
-                semi_sync_timeout_ms, extra_args)
+        super().__init__(tree or mariadb_tree(), server_id, log_bin, log_bin_name, semi_sync,
+                         semi_sync_timeout_ms, extra_args)
         self.legacy_event_pos = legacy_event_pos
 
     def start(self):
