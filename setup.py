@@ -1,4 +1,5 @@
-"""The optional compiled stream path (mysqlbackup/_speedups.pyx): built with Cython when
+"""The optional compiled stream path (mysqlbackup/_speedups.pyx) and row loop
+(replay/job/decoding/_rowloop.pyx): built with Cython when
 a C compiler and zlib's headers are there, skipped with a warning otherwise (the pure
 Python path then runs; ``mysqlbackup --version`` says which). MYSQLBACKUP_PURE_PYTHON=1
 at install time skips it. Everything else is in setup.cfg."""
@@ -26,7 +27,7 @@ class OptionalBuildExt(build_ext):
 
 
 def extensions():
-    """The Cython extension, or none when Cython is missing or it is turned off."""
+    """The Cython extensions, or none when Cython is missing or they are turned off."""
     if os.environ.get("MYSQLBACKUP_PURE_PYTHON", "") not in ("", "0"):
         return []
     try:
@@ -34,7 +35,8 @@ def extensions():
     except ImportError:
         return []
     ext = Extension("mysqlbackup._speedups", ["mysqlbackup/_speedups.pyx"], libraries=["z"])
-    return cythonize([ext], quiet=True)
+    rows = Extension("replay.job.decoding._rowloop", ["replay/job/decoding/_rowloop.pyx"])
+    return cythonize([ext, rows], quiet=True)
 
 
 setup(ext_modules=extensions(), cmdclass={"build_ext": OptionalBuildExt})

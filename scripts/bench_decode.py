@@ -18,8 +18,13 @@ against the anchor (>= 1.00x: as fast as mariadb-binlog on one core). ``--small 
 adds the many-small-files case: N files of a few transactions each against N/10 of
 them, ``replay --sql`` on both (the cost should follow the bytes, not the file count).
 
+``--decoders`` adds the row decoders alone, in this process, one core, over the same
+files: the change table's rows (``changes.iter_changes``) and ``--sql``'s ``###`` lines
+(``rowtext.RowText``), with the reference decoder (mysql-replication), the pure Python
+row loop (``rowloop``) and the compiled one (``_rowloop``), against the anchor.
+
 Run: .venv/bin/python scripts/bench_decode.py [--mb 200] [--files 5] [--runs 2]
-     [--small 300] [--keep DIR]
+     [--small 300] [--decoders] [--keep DIR]
 """
 
 import argparse
@@ -129,6 +134,7 @@ def main():
     parser.add_argument("--files", type=int, default=5)
     parser.add_argument("--runs", type=int, default=2)
     parser.add_argument("--small", type=int, default=0)
+    parser.add_argument("--decoders", action="store_true")
     parser.add_argument("--keep", help="make (or reuse) the archive here")
     args = parser.parse_args()
     where = args.keep or tempfile.mkdtemp(prefix="bench-decode-")
@@ -152,10 +158,49 @@ def main():
     for name, seconds in best.items():
         print(f"{name:<38} {seconds:>7.2f}s {raw / 1e6 / seconds:>8.1f} "
               f"{anchor / seconds:>9.2f}x")
+    if args.decoders:
+        decoders(files, args.runs, anchor, raw)
     if args.small:
         small(where, args.small, args.runs)
     if not args.keep:
         shutil.rmtree(where, ignore_errors=True)
+
+
+def decoders(files, runs, anchor, raw):
+    """The row decoders alone, one core (see the module), against ``anchor`` seconds."""
+    code = (
+        "import sys, time\n"
+        "from mysqlbackup.binlog import events as ev\n"
+        "from replay.job.decoding import changes, rowdecode, rowloop\n"
+        "from replay.job.decoding.assemble import assemble\n"
+        "from replay.job.decoding.rowtext import RowText\n"
+        "way, what = sys.argv[1], sys.argv[2]\n"
+        "changes.REFERENCE_ONLY = way == 'reference'\n"
+        "rowdecode.loop = rowloop if way == 'pure' else rowdecode.loop\n"
+        "assert way != 'compiled' or rowdecode.compiled, rowdecode.describe()\n"
+        "for path in sys.argv[3:]:\n"
+        "    with open(path, 'rb') as f:\n"
+        "        trxs, _, fde_event = assemble(f.read(), path, newest=True)\n"
+        "    fde = ev.parse_format_description(fde_event)\n"
+        "    crc = fde.checksum_alg == ev.CHECKSUM_CRC32\n"
+        "    tables = {}\n"
+        "    for t in trxs:\n"
+        "        if what == 'changes':\n"
+        "            for c in changes.iter_changes(t, fde, crc, [], tables): pass\n"
+        "        else:\n"
+        "            for line in RowText(t, fde, crc, tables).lines(t.events): pass\n")
+    best = {}
+    for _ in range(runs):
+        for way in ("reference", "pure", "compiled"):
+            for what in ("changes", "rowtext"):
+                seconds = timed([PYTHON, "-c", code, way, what, *files], cwd=ROOT)
+                best[(way, what)] = min(best.get((way, what), float("inf")), seconds)
+    print(f"{'decoder (one core, this process)':<38} {'time':>8} {'MB/s':>8} "
+          f"{'vs anchor':>10}")
+    for (way, what), seconds in best.items():
+        name = f"{what} ({'change table' if what == 'changes' else '### lines'}), {way}"
+        print(f"{name:<38} {seconds:>7.2f}s {raw / 1e6 / seconds:>8.1f} "
+              f"{anchor / seconds:>9.2f}x")
 
 
 def small(where, count, runs):

@@ -69,6 +69,7 @@ import decimal
 import json
 import re
 from dataclasses import dataclass
+from typing import NamedTuple
 
 from pymysql.protocol import MysqlPacket
 from pymysqlreplication import row_event
@@ -77,6 +78,8 @@ from pymysqlreplication.packet import BinLogPacketWrapper
 
 from mysqlbackup.binlog import events as ev
 from mysqlbackup.errors import CorruptBinlog, MysqlBackupError
+from replay.job.decoding import rowdecode
+from replay.job.decoding.rowloop import time2
 from replay.job.decoding.mysqljson import json_text
 
 PARTIAL_UPDATE_ROWS = 39  # MySQL: an update whose JSON columns may be diffs (PARTIAL_JSON)
@@ -121,23 +124,26 @@ class _Control:
         return self.dbms
 
 
-def iter_changes(trx, fde, checksum, left_out=None):
+TABLES_CACHED = 1024  # decoded TABLE_MAPs kept for the next transactions of a file
+
+
+def iter_changes(trx, fde, checksum, left_out=None, tables=None):
     """Yield one change dict per row of the transaction's rows events, in binlog order,
     less the rows a ROLLBACK TO SAVEPOINT undid (so the transaction's changes are held
     until its end). ``left_out``: a list that gets a dict (gtid, file, position,
-    statement) for each statement-based DML statement, which is no row change."""
+    statement) for each statement-based DML statement, which is no row change.
+    ``tables``: a dict kept across the transactions of one file (one format
+    description), where a TABLE_MAP seen before is found decoded."""
     reader = Reader.of(fde, checksum)
     table_map, keys, at = {}, {}, [None, 0]  # position, rows numbered at it so far
     changes, savepoints = [], {}
     for i, event in enumerate(trx.events):
         etype = event[4]
         if etype == ev.TABLE_MAP:
-            table = _table_map(event, table_map, reader, trx)
-            keys[table.table_id] = primary_key(table)
+            table_id, keys[table_id] = _cached_table(event, table_map, reader, trx, tables)
         elif etype in OPS:
-            rows_event = _library_event(event, table_map, reader, trx)
-            changes.extend(_changes(rows_event, event, keys, trx, at,
-                                    _position(trx, i, event)))
+            rows = decode_rows_event(event, table_map, reader, trx)
+            changes.extend(_changes(rows, event, keys, trx, at, _position(trx, i, event)))
         elif etype not in ev.EVENT_NAMES:
             raise ChangeDecodeError(
                 f"{trx.file}:{_position(trx, i, event)}: an event of type {etype}, which "
@@ -179,6 +185,24 @@ def _statement(event, fde, checksum, trx, changes, savepoints, left_out):
     if word in _DML and left_out is not None:
         left_out.append({"gtid": trx.gtid, "file": trx.file,
                          "position": position_of(trx, event), "statement": word})
+
+
+def _cached_table(event, table_map, reader, trx, tables):
+    """(table id, primary key) of a TABLE_MAP, its table put in ``table_map``; decoded
+    once per file where ``tables`` (a cache by the event's bytes) is given."""
+    if tables is None:
+        table = _table_map(event, table_map, reader, trx)
+        return table.table_id, primary_key(table)
+    key = bytes(event[ev.HEADER_LEN:len(event) - (ev.CRC_LEN if reader.checksum else 0)])
+    known = tables.get(key)
+    if known is None:
+        table = _table_map(event, table_map, reader, trx)
+        if len(tables) >= TABLES_CACHED:
+            tables.clear()
+        known = tables[key] = (table.table_id, table_map[table.table_id], primary_key(table))
+    table_id, table, pk = known
+    table_map[table_id] = table
+    return table_id, pk
 
 
 def _table_map(event, table_map, reader, trx):
@@ -249,10 +273,48 @@ def _position(trx, index, event):
     return trx.event_starts[index] if trx.event_starts else event_position(event)
 
 
-def _changes(rows_event, event, keys, trx, at, position):
+def _changes(rows, event, keys, trx, at, position):
     op = OPS[event[4]]
     if at[0] != position:
         at[:] = [position, 0]
+    columns = {c.name: c for c in rows.columns}
+    pk = keys.get(rows.table_id, [])
+    at[1] += len(rows.rows)
+    for index, row in enumerate(rows.rows, at[1] - len(rows.rows)):
+        before, after = _images(op, row, columns)
+        yield {"op": op, "db": rows.schema, "table": rows.table,
+               "pk": _key(pk, before, after), "before": _json(before), "after": _json(after),
+               "gtid": trx.gtid, "commit_time": _utc(trx.commit_ts),
+               "file": trx.file, "position": position, "row_index": index}
+
+
+class DecodedRows(NamedTuple):
+    """One rows event's rows (the library's shape: ``rowdecode``) and its table."""
+
+    rows: list
+    schema: str
+    table: str
+    table_id: int
+    columns: list   # the library's columns of the TABLE_MAP
+
+
+REFERENCE_ONLY = False  # True: every rows event through the library (tests compare)
+
+
+def decode_rows_event(event, table_map, reader, trx, reference=None):
+    """The rows of one raw rows event, its TABLE_MAP in ``table_map`` (decoded by
+    ``decode_event``): read by ``rowdecode`` from the bytes, or by the library (the
+    reference) for what ``rowdecode`` does not read or when ``reference`` (default
+    ``REFERENCE_ONLY``) says so. ChangeDecodeError / CorruptBinlog name the file and
+    position."""
+    table_id = int.from_bytes(event[ev.HEADER_LEN:ev.HEADER_LEN + 6], "little")
+    table = table_map.get(table_id)
+    if table is not None and not (REFERENCE_ONLY if reference is None else reference):
+        try:
+            return _fast_rows(event, table, table_id, reader, trx)
+        except rowdecode.Unsupported:
+            pass
+    rows_event = _library_event(event, table_map, reader, trx)
     try:
         rows = rows_event.rows
     except Exception as e:  # noqa: BLE001 - any library failure is this event's
@@ -260,15 +322,27 @@ def _changes(rows_event, event, keys, trx, at, position):
     if rows_event.packet.read_bytes != rows_event.event_size:
         raise ChangeDecodeError(f"{_where(trx, event)}: rows decoded to byte "
                                 f"{rows_event.packet.read_bytes} of {rows_event.event_size}")
-    columns = {c.name: c for c in rows_event.columns}
-    pk = keys.get(rows_event.table_id, [])
-    at[1] += len(rows)
-    for index, row in enumerate(rows, at[1] - len(rows)):
-        before, after = _images(op, row, columns)
-        yield {"op": op, "db": rows_event.schema, "table": rows_event.table,
-               "pk": _key(pk, before, after), "before": _json(before), "after": _json(after),
-               "gtid": trx.gtid, "commit_time": _utc(trx.commit_ts),
-               "file": trx.file, "position": position, "row_index": index}
+    return DecodedRows(rows, rows_event.schema, rows_event.table, rows_event.table_id,
+                       rows_event.columns)
+
+
+def _fast_rows(event, table, table_id, reader, trx):
+    plan = table.__dict__.get("_rowdecode_plan")
+    if plan is None:
+        plan = table.__dict__["_rowdecode_plan"] = rowdecode.plan_of(table, reader.dbms)
+    if reader.checksum and not rowdecode.crc_ok(event):
+        raise CorruptBinlog(f"CRC32 mismatch in {ev.event_name(event[4])} event",
+                            trx.file, position_of(trx, event))
+    etype = event[4]
+    lens = reader.post_header_lens
+    try:
+        rows = rowdecode.decode_rows(event, plan, reader.checksum,
+                                     lens[etype - 1] if etype <= len(lens) else None)
+    except rowdecode.Unsupported:
+        raise
+    except Exception as e:  # noqa: BLE001 - any failure to read is this event's
+        raise _decode_error(trx, event, e) from None
+    return DecodedRows(rows, table.schema, table.table, table_id, table.columns)
 
 
 def _images(op, row, columns):
@@ -279,18 +353,42 @@ def _images(op, row, columns):
     return (None, image) if op == "insert" else (image, None)
 
 
+_PLAIN = (int, float, str)  # values whose JSON is themselves (bool is an int too)
+
+
 def _image(values, none_sources, columns):
     image = {}
+    stored = _stored_columns(columns)
     for name, value in values.items():
-        source = none_sources.get(name)
-        if source == NONE_SOURCE.COLS_BITMAP:
-            continue  # not in this row image
-        if source == NONE_SOURCE.EMPTY_SET:
-            image[name] = []
-            continue
-        column = columns.get(name)
-        image[name] = encode_value(_as_stored(value, column), column)
+        if value is None:
+            source = none_sources.get(name)
+            if source == NONE_SOURCE.COLS_BITMAP:
+                continue  # not in this row image
+            if source == NONE_SOURCE.EMPTY_SET:
+                image[name] = []
+                continue
+            image[name] = None
+        elif name not in stored and type(value) in _PLAIN:
+            image[name] = value
+        else:
+            column = columns.get(name)
+            image[name] = encode_value(_as_stored(value, column), column)
     return image
+
+
+def _stored_columns(columns):
+    """The names of the columns whose values ``_as_stored`` may change (kept on the
+    columns dict's first column: one set per table)."""
+    first = next(iter(columns.values()), None)
+    if first is None:
+        return ()
+    found = first.__dict__.get("_stored_names")
+    if found is None:
+        found = first.__dict__["_stored_names"] = frozenset(
+            name for name, c in columns.items()
+            if c.type in _TIMESTAMPS or c.type == FIELD_TYPE.YEAR
+            or c.type == FIELD_TYPE.STRING and c.character_set_name == "binary")
+    return found
 
 
 _ZERO_TIMESTAMP = datetime.datetime(1970, 1, 1)
@@ -311,26 +409,6 @@ def _as_stored(value, column):
     if column.type in _TIMESTAMPS and value == _ZERO_TIMESTAMP:
         return None
     return value
-
-
-def time2(raw, fsp):
-    """A TIME(fsp) value of a rows event (MySQL 5.6+'s TIME2, MariaDB's too: 3 bytes of
-    [sign][hours 10][minutes 6][seconds 6] and the fraction in (fsp + 1) // 2 bytes, the
-    whole an offset integer) as a timedelta, negative fractions included."""
-    n = (fsp + 1) // 2
-    if n == 3:
-        packed = int.from_bytes(raw[:6], "big") - 0x800000000000
-    else:
-        intpart, frac = int.from_bytes(raw[:3], "big") - 0x800000, 0
-        if n:
-            frac = int.from_bytes(raw[3:3 + n], "big")
-            if intpart < 0 and frac:  # the fraction counts up from the next integer
-                intpart, frac = intpart + 1, frac - (1 << (8 * n))
-        packed = (intpart << 24) + frac * (10000 if n == 1 else 100)
-    sign, packed = (-1 if packed < 0 else 1), abs(packed)
-    hms = packed >> 24
-    return sign * datetime.timedelta(hours=(hms >> 12) % 1024, minutes=(hms >> 6) % 64,
-                                     seconds=hms % 64, microseconds=packed % (1 << 24))
 
 
 def _read_time2(rows_event, column):
@@ -388,10 +466,13 @@ def _text(key):
     return key.decode("utf-8") if isinstance(key, (bytes, bytearray)) else str(key)
 
 
+_ENCODER = json.JSONEncoder(ensure_ascii=False, separators=(",", ":"), allow_nan=False)
+
+
 def _json(obj):
     if obj is None:
         return None
-    return json.dumps(obj, ensure_ascii=False, separators=(",", ":"), allow_nan=False)
+    return _ENCODER.encode(obj)
 
 
 def _utc(epoch):

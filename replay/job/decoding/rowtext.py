@@ -45,7 +45,8 @@ import struct
 from pymysqlreplication.constants import FIELD_TYPE, NONE_SOURCE
 
 from mysqlbackup.binlog import events as ev
-from replay.job.decoding.changes import OPS, Reader, decode_event, position_of, time_text
+from replay.job.decoding.changes import (OPS, Reader, decode_event, decode_rows_event,
+                                         position_of, time_text)
 from replay.job.decoding.rowcount import table_id_size
 from replay.job.decoding.sqltext import printable
 
@@ -159,7 +160,7 @@ class RowText:
                 dict(zip((c.name for c in table.columns), labels)), unknown)
 
     def _rows(self, event):
-        rows_event = decode_event(event, self.table_map, self.reader, self.trx)
+        rows_event = decode_rows_event(event, self.table_map, self.reader, self.trx)
         rows = rows_event.rows
         labels = self.labels.get(rows_event.table_id, {})
         unknown = self.unsigned_unknown.get(rows_event.table_id, set())
@@ -206,11 +207,19 @@ def row_line(parts, labels, columns, unsigned_unknown):
         size += len(head) + 1
         for key, value in values.items():
             left -= 1
-            source = sources.get(key)
-            if source == NONE_SOURCE.COLS_BITMAP:
-                continue  # not in this row image
-            pair = f"{labels.get(key, key)}=" + literal(
-                value, columns.get(key), source, key in unsigned_unknown)
+            if value is None:
+                source = sources.get(key)
+                if source == NONE_SOURCE.COLS_BITMAP:
+                    continue  # not in this row image
+                text = literal(None, columns.get(key), source)
+            elif type(value) is int and key not in unsigned_unknown:
+                text = str(value)
+            elif type(value) is str and \
+                    getattr(columns.get(key), "type", None) != FIELD_TYPE.BIT:
+                text = _string_literal(value)
+            else:
+                text = literal(value, columns.get(key), None, key in unsigned_unknown)
+            pair = f"{labels.get(key, key)}={text}"
             if size + len(pair) > ROW_CAP:
                 out.append(f"... ({left + 1} more values)")
                 return " ".join(out)
@@ -268,6 +277,8 @@ def _set_literal(members, column):
 def _string_literal(text, size=None):
     """A quoted string literal, or X'hex' when it holds control characters; cut after
     VALUE_CAP characters (``size``: the bytes it was decoded from, when they were cut)."""
+    if size is None and len(text) <= VALUE_CAP and text.isalnum() and text.isascii():
+        return f"'{text}'"  # nothing to escape, nothing to cut
     if _CONTROL.search(text[:VALUE_CAP]):
         return _hex(text[:VALUE_CAP].encode("utf-8"), size or len(text.encode("utf-8")))
     shown = _SPECIAL.sub(lambda m: _ESCAPES[m[0]], text[:VALUE_CAP])

@@ -141,10 +141,11 @@ class PartWriter:
         self.bytes_per_part = spec.get("bytes_per_part", BYTES_PER_PART)
         self.buffer, self.buffered_bytes = [], 0
         self.parts, self.rows, self.transactions, self.left_out = [], 0, 0, []
+        self.tables = {}  # the file's TABLE_MAPs, decoded once (one PartWriter a file)
 
     def apply(self, trx, fde, checksum):
         """Decode the transaction's row changes into the buffer; write full parts."""
-        for change in iter_changes(trx, fde, checksum, self.left_out):
+        for change in iter_changes(trx, fde, checksum, self.left_out, self.tables):
             self.buffer.append(change)
             self.buffered_bytes += len(change["before"] or "") + len(change["after"] or "")
             if (len(self.buffer) >= self.rows_per_part

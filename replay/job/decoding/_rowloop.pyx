@@ -1,0 +1,270 @@
+# cython: language_level=3, boundscheck=False, wraparound=False, initializedcheck=False
+"""The compiled row loop (optional: ``replay.job.decoding.rowdecode`` says whether it is
+built and in use; its pure Python twin, ``replay.job.decoding.rowloop``, has the same
+functions with the same results, and ``tests/test_rowdecode.py`` holds them to it).
+
+``read_rows`` reads the common column kinds (integers, FLOAT, DOUBLE, strings, DECIMAL,
+DATETIME2, TIMESTAMP2, DATE, YEAR) from the event's bytes in C; every other kind is read
+by the twin's own reader (``configure`` hands them over), so every unusual case stays in
+one place.
+"""
+
+from cpython.bytes cimport PyBytes_AS_STRING, PyBytes_FromStringAndSize, PyBytes_GET_SIZE
+from cpython.datetime cimport date_new, datetime_new, import_datetime
+from cpython.unicode cimport PyUnicode_DecodeUTF8
+from libc.stdint cimport int32_t, int64_t, uint32_t, uint64_t
+from libc.stdio cimport snprintf
+from libc.string cimport memcpy
+
+import decimal
+import sys
+
+import_datetime()
+if sys.byteorder != "little":  # FLOAT and DOUBLE are copied as they lie
+    raise ImportError("the compiled row loop reads FLOAT and DOUBLE on little-endian hosts")
+
+# the version of the twins: ``rowloop.TWIN`` must be the same
+TWIN = 1
+
+cdef enum:
+    K_INT = 0
+    K_FLOAT = 1
+    K_DOUBLE = 2
+    K_STRING = 3
+    K_DECIMAL = 4
+    K_DATETIME2 = 5
+    K_TIMESTAMP2 = 6
+    K_DATE = 7
+    K_YEAR = 9
+
+cdef object _NULL = "null"
+cdef object _OUT_OF_DATE = "out of date range"
+cdef object _OUT_OF_DATETIME2 = "out of datetime2 range"
+cdef object _UTF8 = "utf-8"
+cdef object _Decimal = decimal.Decimal
+cdef list _readers = []
+cdef int _dig2bytes[10]
+_dig2bytes[:] = [0, 1, 1, 2, 2, 3, 3, 4, 4, 4]
+
+
+def configure(readers, kinds):
+    """The twin's readers, {kind: reader}, for the kinds read in Python."""
+    global _readers
+    _readers = [readers.get(k) for k in range(kinds)]
+
+
+cdef inline uint64_t _le(const unsigned char *p, int n) noexcept nogil:
+    cdef uint64_t v = 0
+    cdef int i
+    for i in range(n - 1, -1, -1):
+        v = (v << 8) | p[i]
+    return v
+
+
+cdef inline uint64_t _be(const unsigned char *p, int n) noexcept nogil:
+    cdef uint64_t v = 0
+    cdef int i
+    for i in range(n):
+        v = (v << 8) | p[i]
+    return v
+
+
+def read_rows(bytes data, Py_ssize_t pos, Py_ssize_t end, tuple before, tuple after):
+    """([row, ...], position after) of the row images from ``pos`` to ``end``: see the
+    twin's ``read_rows``."""
+    cdef list rows = []
+    if end > PyBytes_GET_SIZE(data):
+        raise ValueError("the rows end past the event")
+    if after is not None:
+        while pos < end:
+            before_values, before_sources, pos = _image(data, pos, end, before)
+            after_values, after_sources, pos = _image(data, pos, end, after)
+            rows.append({"before_values": before_values, "before_none_sources": before_sources,
+                         "after_values": after_values, "after_none_sources": after_sources})
+    else:
+        while pos < end:
+            values, sources, pos = _image(data, pos, end, before)
+            rows.append({"values": values, "none_sources": sources})
+    return rows, pos
+
+
+cdef inline int _need(Py_ssize_t pos, Py_ssize_t size, Py_ssize_t end) except -1:
+    if pos + size > end:
+        raise ValueError("a row runs past the event's end")
+    return 0
+
+
+cdef tuple _image(bytes data, Py_ssize_t pos, Py_ssize_t end, tuple image):
+    cdef tuple columns = <tuple>image[0]
+    cdef dict values = (<dict>image[1]).copy()
+    cdef dict sources = (<dict>image[2]).copy()
+    cdef Py_ssize_t width = image[3]
+    cdef const unsigned char *p = <const unsigned char *>PyBytes_AS_STRING(data)
+    cdef Py_ssize_t nulls = pos, index, count = len(columns), size
+    cdef int kind, p1
+    cdef tuple column
+    cdef uint64_t u
+    cdef double d
+    cdef float f
+    _need(pos, width, end)
+    pos += width
+    for index in range(count):
+        column = <tuple>columns[index]
+        name = column[3]
+        if p[nulls + (index >> 3)] >> (index & 7) & 1:
+            sources[name] = _NULL
+            continue
+        kind = column[0]
+        if kind == K_INT:
+            p1 = column[1]
+            _need(pos, p1, end)
+            u = _le(p + pos, p1)
+            pos += p1
+            if column[2] and p1 < 8 and u >> (8 * p1 - 1):
+                values[name] = <int64_t>u - (<int64_t>1 << (8 * p1))
+            elif column[2]:
+                values[name] = <int64_t>u
+            else:
+                values[name] = u
+        elif kind == K_STRING:
+            p1 = column[1]
+            _need(pos, p1, end)
+            size = <Py_ssize_t>_le(p + pos, p1)
+            pos += p1
+            _need(pos, size, end)
+            encoding = column[2]
+            if encoding is None:  # the bytes (b'': '', as the twin says why)
+                values[name] = PyBytes_FromStringAndSize(<const char *>p + pos, size) \
+                    if size else ""
+            elif encoding == _UTF8:
+                values[name] = PyUnicode_DecodeUTF8(<const char *>p + pos, size, NULL)
+            else:
+                values[name] = PyBytes_FromStringAndSize(<const char *>p + pos,
+                                                         size).decode(encoding)
+            pos += size
+        elif kind == K_DOUBLE:
+            _need(pos, 8, end)
+            memcpy(&d, p + pos, 8)
+            values[name] = d
+            pos += 8
+        elif kind == K_FLOAT:
+            _need(pos, 4, end)
+            memcpy(&f, p + pos, 4)
+            values[name] = <double>f
+            pos += 4
+        elif kind == K_DECIMAL:
+            values[name], pos = _decimal(p, pos, end, column[1], column[2])
+        elif kind == K_DATETIME2:
+            value, pos = _datetime2(p, pos, end, column[1])
+            values[name] = value
+            if value is None:
+                sources[name] = _OUT_OF_DATETIME2
+        elif kind == K_TIMESTAMP2:
+            values[name], pos = _timestamp2(p, pos, end, column[1])
+        elif kind == K_DATE:
+            _need(pos, 3, end)
+            u = _le(p + pos, 3)
+            pos += 3
+            if (u >> 9) & 0x7FFF and (u >> 5) & 15 and u & 31:
+                values[name] = date_new((u >> 9) & 0x7FFF, (u >> 5) & 15, u & 31)
+            else:
+                sources[name] = _OUT_OF_DATE
+        elif kind == K_YEAR:
+            _need(pos, 1, end)
+            values[name] = p[pos] + 1900
+            pos += 1
+        else:
+            value, pos, source = _readers[kind](data, pos, column[1], column[2])
+            values[name] = value
+            if value is None:
+                sources[name] = source
+            if pos > end:
+                raise ValueError("a row runs past the event's end")
+    return values, sources, pos
+
+
+cdef tuple _decimal(const unsigned char *p, Py_ssize_t pos, Py_ssize_t end, int precision,
+                    int scale):
+    """A packed DECIMAL as the twin builds it (its text, then Decimal)."""
+    cdef int whole = precision - scale, head = _dig2bytes[whole % 9]
+    cdef int tail = _dig2bytes[scale % 9], i, n
+    cdef Py_ssize_t size = whole // 9 * 4 + head + scale // 9 * 4 + tail, at = 0
+    cdef unsigned char raw[40]
+    cdef char text[96]
+    cdef int negative
+    if size > 40 or size < 1:
+        raise ValueError(f"DECIMAL({precision},{scale}) of {size} bytes")
+    _need(pos, size, end)
+    memcpy(raw, p + pos, size)
+    negative = not raw[0] & 0x80
+    raw[0] ^= 0x80
+    if negative:
+        for i in range(size):
+            raw[i] ^= 0xFF
+    n = 1 if negative else 0
+    text[0] = b'-'
+    if head:
+        n += snprintf(text + n, 96 - n, "%u", <unsigned int>_be(raw, head))
+        at = head
+    for i in range(whole // 9):
+        n += snprintf(text + n, 96 - n, "%09u", <unsigned int>_be(raw + at, 4))
+        at += 4
+    text[n] = b'.'
+    n += 1
+    for i in range(scale // 9):
+        n += snprintf(text + n, 96 - n, "%09u", <unsigned int>_be(raw + at, 4))
+        at += 4
+    if tail:
+        n += snprintf(text + n, 96 - n, "%0*u", <int>(scale % 9),
+                      <unsigned int>_be(raw + at, tail))
+    return _Decimal(text[:n].decode("ascii")), pos + size
+
+
+cdef inline int _fraction(const unsigned char *p, Py_ssize_t pos, Py_ssize_t end,
+                          int fsp) except -1:
+    cdef int n = (fsp + 1) // 2, value, i
+    if not n:
+        return 0
+    _need(pos, n, end)
+    value = <int>_be(p + pos, n)
+    if fsp % 2:
+        value //= 10
+    for i in range(6 - fsp):
+        value *= 10
+    return value
+
+
+cdef tuple _datetime2(const unsigned char *p, Py_ssize_t pos, Py_ssize_t end, int fsp):
+    _need(pos, 5, end)
+    cdef uint64_t packed = _be(p + pos, 5)
+    cdef int micros = _fraction(p, pos + 5, end, fsp)
+    cdef int year_month = (packed >> 22) & 0x1FFFF
+    after = pos + 5 + (fsp + 1) // 2
+    try:
+        value = datetime_new(year_month // 13, year_month % 13, (packed >> 17) & 31,
+                             (packed >> 12) & 31, (packed >> 6) & 63, packed & 63, micros,
+                             None)
+    except ValueError:
+        return None, after
+    return value, after
+
+
+cdef tuple _timestamp2(const unsigned char *p, Py_ssize_t pos, Py_ssize_t end, int fsp):
+    _need(pos, 4, end)
+    cdef int64_t seconds = <int32_t><uint32_t>_be(p + pos, 4)  # signed, as the library
+    cdef int micros = _fraction(p, pos + 4, end, fsp)
+    cdef int64_t days = seconds // 86400 if seconds >= 0 else -((-seconds + 86399) // 86400)
+    cdef int64_t rest = seconds - days * 86400
+    cdef int64_t z = days + 719468, era, doe, yoe, doy, mp, y, m, d
+    era = (z if z >= 0 else z - 146096) // 146097
+    doe = z - era * 146097
+    yoe = (doe - doe // 1460 + doe // 36524 - doe // 146096) // 365
+    y = yoe + era * 400
+    doy = doe - (365 * yoe + yoe // 4 - yoe // 100)
+    mp = (5 * doy + 2) // 153
+    d = doy - (153 * mp + 2) // 5 + 1
+    m = mp + 3 if mp < 10 else mp - 9
+    if m <= 2:
+        y += 1
+    return datetime_new(y, m, d, rest // 3600, rest // 60 % 60, rest % 60, micros,
+                        None), pos + 4 + (fsp + 1) // 2

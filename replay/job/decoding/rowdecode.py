@@ -1,0 +1,196 @@
+"""Rows events -> their rows, decoded straight from the event's bytes (pure).
+
+The reference decoder is the ``mysql-replication`` package (``changes.decode_event``):
+it reads a value through several method calls and a ``struct`` call each, which is most
+of a replay's time. ``decode_rows`` reads the same rows from the bytes of one rows event
+with a plan made once per table (``plan_of``: one small tuple per column), and gives
+them in the library's shape, value for value and type for type::
+
+    {"values": {name: value}, "none_sources": {name: why None}}            # insert, delete
+    {"before_values": ..., "before_none_sources": ...,
+     "after_values": ..., "after_none_sources": ...}                         # update
+
+so ``changes`` (the change table) and ``rowtext`` (the ``###`` lines) keep one meaning
+of a value whichever decoder ran. The table is the library's, from its TABLE_MAP
+(decoded once per table: names, signedness, character sets, ENUM and SET strings).
+
+What this module reads: integers, FLOAT, DOUBLE, DECIMAL, CHAR/VARCHAR/BINARY/TEXT/BLOB
+(decoded with the column's character set as the library decodes them, the bytes kept
+when Python lacks the codec), DATE, DATETIME2, TIMESTAMP2, TIME2 (the mended reading,
+``time2``), YEAR, ENUM, SET, BIT, GEOMETRY, and MySQL's binary JSON (its text:
+``mysqljson``). Any other column type (the pre-5.6 temporal types, MariaDB's compressed
+columns, MySQL 9's VECTOR, the pre-5.0 DECIMAL) raises ``Unsupported`` and the caller
+decodes that event with the library, so a rare type costs speed, never a difference.
+
+``tests/test_rowdecode.py`` holds the two decoders equal on every rows event of the
+binlogs in ``../shared/binlogs`` and of the live servers' files.
+"""
+
+import codecs
+import os
+import zlib
+
+from pymysql.charset import charset_by_name
+
+from mysqlbackup.binlog import events as ev
+from replay.job.decoding import rowloop
+from replay.job.decoding.rowloop import (K_BIT, K_BYTES, K_DATE, K_DATETIME2, K_DECIMAL,
+                                         K_DOUBLE, K_ENUM, K_FLOAT, K_INT, K_JSON, K_SET,
+                                         K_STRING, K_TIME2, K_TIMESTAMP2, K_YEAR)
+
+PURE_ENV = "MYSQLBACKUP_PURE_PYTHON"
+_INTEGER_SIZES = {1: 1, 2: 2, 9: 3, 3: 4, 8: 8}   # TINY SHORT INT24 LONG LONGLONG
+_STRING_TYPES = (15, 254)                          # VARCHAR, STRING (CHAR, BINARY)
+_BLOB, _GEOMETRY, _JSON, _ENUM, _SET, _BIT = 252, 255, 245, 247, 248, 16
+_UPDATES = frozenset({24, 31})
+_V2 = frozenset({30, 31, 32})
+_from_bytes = int.from_bytes
+
+
+class Unsupported(Exception):
+    """A column type (or an event shape) this module does not read: decode the event with
+    the reference decoder instead."""
+
+
+class Plan:
+    """How to read one table's columns: ``columns`` (kind, parameter 1, parameter 2,
+    name) per column, in the table's order, and the table's identity the rows carry.
+    ``image(present)`` is the plan of one row image with those columns present."""
+
+    __slots__ = ("columns", "schema", "table", "table_id", "_images")
+
+    def __init__(self, columns, schema, table, table_id):
+        self.columns, self.schema, self.table, self.table_id = columns, schema, table, table_id
+        self._images = {}
+
+    def image(self, present):
+        """(present columns' plans, values and none sources of a row with none of them
+        set, the null bitmap's width) for the columns-present bitmap ``present``."""
+        found = self._images.get(present)
+        if found is None:
+            chosen = tuple(c for i, c in enumerate(self.columns) if present >> i & 1)
+            values = {c[3]: None for c in self.columns}
+            sources = {c[3]: rowloop.COLS_BITMAP for i, c in enumerate(self.columns)
+                       if not present >> i & 1}
+            found = self._images[present] = (chosen, values, sources, (len(chosen) + 7) // 8)
+        return found
+
+
+def plan_of(table, dbms):
+    """The plan of the library's table (``Unsupported`` for a column type not read here).
+    ``dbms``: 'mysql' or 'mariadb' (a type 245 column is MySQL's binary JSON)."""
+    columns = []
+    for i, column in enumerate(table.columns):
+        name = column.name or f"UNKNOWN_COL{i}"
+        columns.append((*_column_plan(column, dbms), name))
+    return Plan(tuple(columns), table.schema, table.table, table.table_id)
+
+
+def _column_plan(column, dbms):
+    """(kind, parameter 1, parameter 2) of one column."""
+    ctype = column.type
+    if ctype in _INTEGER_SIZES:
+        return K_INT, _INTEGER_SIZES[ctype], not column.unsigned
+    if ctype in _STRING_TYPES:
+        return K_STRING, 2 if column.max_length > 255 else 1, _encoding(column)
+    if ctype == _BLOB:
+        return K_STRING, column.length_size, _encoding(column)
+    simple = {4: (K_FLOAT, 4, None), 5: (K_DOUBLE, 8, None), 10: (K_DATE, 3, None),
+              13: (K_YEAR, 1, None)}
+    if ctype in simple:
+        return simple[ctype]
+    if ctype == 246:
+        return K_DECIMAL, column.precision, column.decimals
+    if ctype in (17, 18, 19):  # TIMESTAMP2, DATETIME2, TIME2
+        kind = {17: K_TIMESTAMP2, 18: K_DATETIME2, 19: K_TIME2}[ctype]
+        return kind, column.fsp, None
+    if ctype == _ENUM:
+        return K_ENUM, column.size, column.enum_values
+    if ctype == _SET:
+        return K_SET, column.size, column.set_values
+    if ctype == _BIT:
+        return K_BIT, column.bytes, column.bits
+    if ctype == _GEOMETRY:
+        return K_BYTES, column.length_size, None
+    if ctype == _JSON and dbms == "mysql":
+        return K_JSON, column.length_size, None
+    raise Unsupported(f"column type {ctype}")
+
+
+def _encoding(column):
+    """The codec a string column's bytes are decoded with (None: kept as bytes), as the
+    library picks it: the character set's Python encoding, UTF-8 when the TABLE_MAP gives
+    none."""
+    name = column.character_set_name
+    if name is None:
+        return "utf-8"
+    charset = charset_by_name(name)
+    encoding = charset.encoding if charset else name
+    try:
+        return codecs.lookup(encoding).name  # 'utf-8' for utf8 and utf8mb4
+    except LookupError:
+        return None
+
+
+def crc_ok(event):
+    """Whether a whole event's last 4 bytes are the CRC32 of the rest."""
+    end = len(event) - ev.CRC_LEN
+    return zlib.crc32(memoryview(event)[:end]) == _from_bytes(event[end:], "little")
+
+
+def decode_rows(event, plan, checksum, post_header=None):
+    """The rows of one whole rows event (types 23-25, 30-32) of ``plan``'s table, in the
+    library's shape (see the module); its CRC is the caller's to check (``crc_ok``).
+    ValueError (or IndexError) when the rows do not fill the event exactly;
+    ``Unsupported`` for an event shape not read here (``post_header``: the length the
+    format description gives this type's post-header, when it is not the usual one)."""
+    data = bytes(event)
+    end = len(data) - (ev.CRC_LEN if checksum else 0)
+    etype = data[4]
+    if post_header is not None and post_header != (10 if etype in _V2 else 8):
+        raise Unsupported(f"a post-header of {post_header} bytes")
+    pos = ev.HEADER_LEN + 8
+    if etype in _V2:
+        pos += _from_bytes(data[pos:pos + 2], "little")
+    count, pos = ev.packed_int(data, pos)
+    if count != len(plan.columns):
+        raise Unsupported(f"{count} columns in the rows event, {len(plan.columns)} in its "
+                          f"TABLE_MAP")
+    width = (count + 7) // 8
+    present = _from_bytes(data[pos:pos + width], "little")
+    pos += width
+    after = None
+    if etype in _UPDATES:
+        after = plan.image(_from_bytes(data[pos:pos + width], "little"))
+        pos += width
+    rows, pos = loop.read_rows(data, pos, end, plan.image(present), after)
+    if pos != end:
+        raise ValueError(f"rows decoded to byte {pos} of {end}")
+    return rows
+
+
+def _load():
+    """The compiled row loop (``_rowloop``), or (None, why not)."""
+    if os.environ.get(PURE_ENV, "") not in ("", "0"):
+        return None, f"turned off by {PURE_ENV}"
+    try:
+        from replay.job.decoding import _rowloop
+    except ImportError as e:
+        return None, f"not built ({e})"
+    if getattr(_rowloop, "TWIN", None) != rowloop.TWIN:
+        return None, "built from another version (reinstall the package)"
+    _rowloop.configure(rowloop.READERS, rowloop.KINDS)
+    return _rowloop, "compiled"
+
+
+compiled, _why = _load()
+loop = compiled if compiled is not None else rowloop
+
+
+def describe():
+    """One line: which row loop runs, and why when it is the pure Python one."""
+    if compiled is not None:
+        return "row decoding: compiled (Cython)"
+    return f"row decoding: pure Python ({_why})"
+
+

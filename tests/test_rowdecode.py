@@ -1,0 +1,223 @@
+"""The row decoder (replay.job.decoding.rowdecode) against the reference decoder
+(mysql-replication): every rows event of the files in tests/data/binlogs (in every
+clone: ``types-*`` hold every column type of MariaDB 10.11, 11.8 and MySQL 9.7) and of
+the corpus in ../shared/binlogs decodes to the same values, type for type, or fails in
+both; and the two outputs built on them (the change table's rows, ``--sql``'s ``###``
+lines) are the same text whichever decoder ran."""
+
+import datetime
+import decimal
+import os
+
+import pytest
+
+from mysqlbackup.binlog import events as ev
+from mysqlbackup.errors import CorruptBinlog
+from replay.job.decoding import changes, rowdecode, rowloop
+from replay.job.decoding.assemble import assemble
+from replay.job.decoding.changes import (OPS, ChangeDecodeError, Reader, decode_event,
+                                         decode_rows_event, iter_changes)
+from replay.job.decoding.rowtext import RowText
+from tests.conftest import OWN_BINLOGS, SHARED_BINLOGS
+
+TYPES = ["types-mariadb-10.11.000001", "types-mariadb-11.8.000001", "types-mysql-9.7.000001"]
+LOOPS = [pytest.param(rowloop, id="pure"),
+         pytest.param(rowdecode.compiled, id="compiled", marks=pytest.mark.skipif(
+             rowdecode.compiled is None, reason=rowdecode.describe()))]
+
+
+@pytest.fixture(params=LOOPS, autouse=True)
+def loop(request, monkeypatch):
+    """Each test runs with the pure row loop and with the compiled one (when built)."""
+    monkeypatch.setattr(rowdecode, "loop", request.param)
+    return request.param
+
+
+def read(path):
+    with open(path, "rb") as f:
+        return f.read()
+
+
+def own_files():
+    return [os.path.join(OWN_BINLOGS, n) for n in sorted(os.listdir(OWN_BINLOGS))]
+
+
+def corpus_files():
+    if not os.path.isdir(SHARED_BINLOGS):
+        pytest.skip(f"needs the real-binlog corpus {SHARED_BINLOGS} (../shared/binlogs beside "
+                    "the checkout; not part of a clone of the repository)")
+    found = []
+    for root, _, names in sorted(os.walk(SHARED_BINLOGS)):
+        found += [os.path.join(root, n) for n in sorted(names)
+                  if read(os.path.join(root, n))[:4] == ev.MAGIC]
+    return found
+
+
+def parsed(path):
+    """(transactions, fde, checksum) of a file, or None when it does not assemble."""
+    try:
+        transactions, _, fde_event = assemble(read(path), os.path.basename(path), newest=True)
+    except CorruptBinlog:
+        return None
+    if fde_event is None:
+        return None
+    fde = ev.parse_format_description(fde_event)
+    return ([t for t in transactions if not t.incident and t.events], fde,
+            fde.checksum_alg == ev.CHECKSUM_CRC32)
+
+
+def same(a, b, ordered=True):
+    """Equal and of the same types all the way down, dict keys in the same order (but in
+    the none sources: a lookup by column name)."""
+    if type(a) is not type(b):
+        return False
+    if isinstance(a, dict):
+        if (list(a) if ordered else sorted(a)) != (list(b) if ordered else sorted(b)):
+            return False
+        return all(same(a[k], b[k], not str(k).endswith("none_sources")) for k in a)
+    if isinstance(a, (list, tuple)):
+        return len(a) == len(b) and all(same(x, y) for x, y in zip(a, b))
+    if isinstance(a, float) and a != a:
+        return b != b
+    return a == b
+
+
+def outcome(call):
+    """('ok', value) or ('error', exception type) of a call."""
+    try:
+        return "ok", call()
+    except (ChangeDecodeError, CorruptBinlog) as e:
+        return "error", type(e)
+
+
+def compare_file(path):
+    """Compare the two decoders on every rows event of one file: (events the row decoder
+    read, events it left to the library, rows compared)."""
+    found = parsed(path)
+    if found is None:
+        return 0, 0, 0
+    transactions, fde, checksum = found
+    reader = Reader.of(fde, checksum)
+    fast = fallback = rows = 0
+    for trx in transactions:
+        table_map = {}
+        for event in trx.events:
+            etype = event[4]
+            if etype == ev.TABLE_MAP:
+                try:
+                    table = decode_event(event, table_map, reader, trx)
+                except (ChangeDecodeError, CorruptBinlog):
+                    table_map.clear()
+                    continue
+                for i, column in enumerate(table.columns):  # as both consumers do: the
+                    column.name = column.name or f"@{i + 1}"  # library loses the unnamed
+                continue
+            if etype not in OPS:
+                continue
+            table = table_map.get(int.from_bytes(event[19:25], "little"))
+            try:
+                rowdecode.plan_of(table, reader.dbms) if table else None
+                fast += 1
+            except rowdecode.Unsupported:
+                fallback += 1
+            mine = outcome(lambda: decode_rows_event(event, table_map, reader, trx, False))
+            theirs = outcome(lambda: decode_rows_event(event, table_map, reader, trx, True))
+            where = f"{os.path.basename(path)}: {ev.event_name(etype)} of {trx.gtid}"
+            assert mine[0] == theirs[0], (where, mine, theirs)
+            if mine[0] == "error":
+                assert mine[1] is theirs[1], (where, mine, theirs)
+                continue
+            assert same(mine[1].rows, theirs[1].rows), (where, mine[1].rows, theirs[1].rows)
+            assert (mine[1].schema, mine[1].table) == (theirs[1].schema, theirs[1].table)
+            rows += len(mine[1].rows)
+    return fast, fallback, rows
+
+
+def test_the_type_files_hold_every_column_type():
+    """The committed ``types-*`` files are there (scripts/make_type_binlogs.py) and their
+    rows events read by the row decoder, every column type of the three servers."""
+    for name in TYPES:
+        fast, fallback, rows = compare_file(os.path.join(OWN_BINLOGS, name))
+        assert fast >= 10 and rows >= 10, (name, fast, fallback, rows)
+
+
+def test_every_own_file_decodes_the_same_both_ways():
+    total = [0, 0, 0]
+    for path in own_files():
+        for i, n in enumerate(compare_file(path)):
+            total[i] += n
+    assert total[0] >= 60 and total[2] >= 60, total
+
+
+def test_every_corpus_file_decodes_the_same_both_ways():
+    total = [0, 0, 0]
+    for path in corpus_files():
+        for i, n in enumerate(compare_file(path)):
+            total[i] += n
+    assert total[0] >= 90 and total[2] >= 110, total
+
+
+def outputs(path, monkeypatch, reference):
+    """The change table's rows and the ``###`` lines of a file, with one decoder."""
+    monkeypatch.setattr(changes, "REFERENCE_ONLY", reference)
+    found = parsed(path)
+    if found is None:
+        return None
+    transactions, fde, checksum = found
+    table, lines, tables = [], [], {}
+    for trx in transactions:
+        table.append(outcome(lambda: list(iter_changes(trx, fde, checksum, []))))
+        lines.extend(RowText(trx, fde, checksum, tables).lines(trx.events))
+    return table, lines
+
+
+@pytest.mark.parametrize("which", ["own", "corpus"])
+def test_the_change_table_and_the_row_comments_are_the_same_text_both_ways(which,
+                                                                            monkeypatch):
+    paths = own_files() if which == "own" else corpus_files()
+    compared = 0
+    for path in paths:
+        mine = outputs(path, monkeypatch, False)
+        theirs = outputs(path, monkeypatch, True)
+        assert mine == theirs, path
+        compared += len(mine[1]) if mine else 0
+    assert compared >= 50
+
+
+def test_values_of_the_type_files():
+    """A few values read by the row decoder, checked by hand against what the server
+    was given (scripts/make_type_binlogs.py), beside the reference's agreement."""
+    transactions, fde, checksum = parsed(os.path.join(OWN_BINLOGS, TYPES[2]))
+    rows = [c for t in transactions for c in iter_changes(t, fde, checksum, [])]
+    first = rows[0]
+    assert (first["op"], first["db"], first["table"], first["pk"]) == \
+        ("insert", "ty", "a", '{"id":1}')
+    after = first["after"]
+    for text in ['"bu":18446744073709551615', '"dz":"-12345678901234567890123456789012345.'
+                 '123456789012345678901234567890"', '"tm6":"-12:34:56.789012"',
+                 '"tm1":"-00:00:00.500000"', '"vl":"café"', '"vg":"中"', '"s":["x","z"]',
+                 '"b13":"1010101010101"', '"dt6":"9999-12-31T23:59:59.999999"',
+                 '"ts6":"2038-01-19T03:14:07.999999Z"']:
+        assert text in after, (text, after)
+
+
+def test_decimal_and_temporal_edges_match_the_reference_by_construction():
+    """Values built here, byte by byte, read as the library reads them."""
+    plan = rowdecode.Plan(((rowloop.K_DECIMAL, 10, 2, "d"),), "s", "t", 1)
+    event = _write_rows([b"\x00", bytes([0x7F, 0xFF, 0xFF, 0xFE, 0xFF])], plan)
+    [row] = rowdecode.decode_rows(event, plan, False)
+    assert same(row["values"]["d"], decimal.Decimal("-1.00"))
+    plan = rowdecode.Plan(((rowloop.K_DATETIME2, 0, None, "t"),), "s", "t", 1)
+    event = _write_rows([b"\x00", b"\x80\x00\x00\x00\x00"], plan)
+    [row] = rowdecode.decode_rows(event, plan, False)
+    assert row == {"values": {"t": None}, "none_sources": {"t": "out of datetime2 range"}}
+    assert rowloop.time2(b"\x7f\xff\xff", 0) == -datetime.timedelta(seconds=1)
+
+
+def _write_rows(image, plan):
+    """A WRITE_ROWS (v1) event of one row image of ``plan``'s one column, no CRC."""
+    body = (b"\x01\x00\x00\x00\x00\x00" + b"\x00\x00" + b"\x01" + b"\x01"
+            + b"".join(image))
+    header = b"\x00" * 4 + bytes([23]) + b"\x01\x00\x00\x00" + \
+        (19 + len(body)).to_bytes(4, "little") + b"\x00" * 6
+    return header + body
