@@ -73,8 +73,8 @@ def replay(archive_url, archive_option, source_name, target, target_password_fil
            parquet_url, start_gtid, start_position, stop_datetime, stop_before_gtid,
            stop_position, exclude_gtids, databases, tables, rewrites, allow_gaps, master,
            spark_conf, driver_host, executor_python, identity):
-    """Point-in-time replay of the archive with PySpark (one task per file), applying
-    only complete transactions in commit order, exactly once."""
+    """Point-in-time replay of the archive with PySpark (one task per file; small files
+    share one), applying only complete transactions in commit order, exactly once."""
     if [bool(target), bool(sql_path), bool(parquet_url)].count(True) != 1:
         raise click.UsageError("give exactly one of --target, --sql and --parquet")
     if apply_mode == "native" and not target:

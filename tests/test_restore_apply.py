@@ -7,7 +7,7 @@ from dataclasses import dataclass, field
 from types import SimpleNamespace
 
 from mysqlbackup.source.spec import SourceSpec
-from replay.job.engines import LOCAL_MAX_BYTES, choose_engine
+from replay.job.engines import BATCH_BYTES, BATCH_FILES, LOCAL_MAX_BYTES, batches, choose_engine
 from replay.job.planning.options import build_selection
 from replay.job.spark import SparkSetup
 from replay.restore.run import ApplyChoice, RestoreOptions, choose_apply
@@ -43,6 +43,26 @@ def test_the_engine_is_local_for_a_small_archive_without_filters():
         "spark", "--conf, --python given: Spark settings")
     assert choose_engine("spark", 1, False) == ("spark", "asked for")
     assert choose_engine("local", 10 * LOCAL_MAX_BYTES, True) == ("local", "asked for")
+
+
+def sized(*sizes):
+    """Units of these archived sizes (what ``batches`` reads of them)."""
+    return [SimpleNamespace(objects=[SimpleNamespace(index={"size": size})]) for size in sizes]
+
+
+def test_small_files_share_a_task_in_order_and_large_ones_keep_their_own():
+    # a quiet server's archive: 3,000 files of 10 kB on 2 cores, about 8 tasks
+    found = batches(sized(*[10_000] * 3000), 2)
+    assert [p for batch in found for p in batch] == list(range(3000))  # in order, once each
+    assert len(found) == 15 and {len(b) for b in found} == {BATCH_FILES}
+    found = batches(sized(*[10_000] * 300), 2)
+    assert len(found) == 9 and max(len(b) for b in found) == 37
+    # files of a batch's size or more: one task each, as ever
+    assert batches(sized(*[BATCH_BYTES] * 5), 2) == [[0], [1], [2], [3], [4]]
+    assert batches(sized(200 * MB, 1_000, 1_000, 200 * MB), 2) == [[0], [1, 2], [3]]
+    # a small archive of a few files: one task a file (every core busy)
+    assert batches(sized(5_000, 4_000, 6_000), 2) == [[0], [1], [2]]
+    assert batches([], 2) == []
 
 
 def test_auto_is_native_where_the_base_and_the_target_allow_it():

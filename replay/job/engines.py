@@ -1,5 +1,9 @@
 """Who runs the job's tasks: Spark (one task per file, in parallel) or the driver itself.
 
+Small files share a task (``batches``): consecutive files, in order, each still read,
+checked and decoded whole by itself, so that a task's cost follows the bytes it reads
+rather than the file count (a quiet server's archive is thousands of small files).
+
 Both run the same task functions (``replay.job.tasks``: ``digest_unit``, then
 ``decode_unit`` a window of files at a time) and hand back the same results; the driver
 (``replay.job.run``) checks and applies them alike. ``SparkTasks`` pays a start-up (a
@@ -18,6 +22,33 @@ from replay.job.tasks import decode_unit, digest_unit, keep_spec
 ENGINES = ("auto", "spark", "local")
 LOCAL_MAX_BYTES = 256 * 1000 * 1000  # auto: below this many bytes to read, no Spark
 WRITER_MODULE = "replay.job.sinks.parquet"  # what a task that writes imports (pyarrow)
+BATCH_BYTES = 32 << 20   # small files share a task up to this many bytes
+BATCH_FILES = 200        # and this many files
+TASKS_PER_CORE = 4       # a batch is small enough that each core gets about this many
+
+
+def unit_bytes(unit):
+    """Archived bytes of one unit (as its indexes say)."""
+    return sum(obj.index.get("size") or 0 for obj in unit.objects)
+
+
+def batches(units, parallelism, batch_bytes=BATCH_BYTES, most=BATCH_FILES):
+    """The decode's tasks: consecutive runs of unit indices, in order. A file of more
+    than a batch's bytes is a task alone (one task per file, as ever); smaller ones
+    share a task up to ``batch_bytes`` and ``most`` files, the batch smaller still when
+    the archive is small, so that every core gets about TASKS_PER_CORE tasks."""
+    sizes = [unit_bytes(unit) for unit in units]
+    target = max(1, min(batch_bytes, sum(sizes) // max(1, TASKS_PER_CORE * parallelism)))
+    found, current, held = [], [], 0
+    for i, size in enumerate(sizes):
+        if current and (held + size > target or len(current) >= most):
+            found.append(current)
+            current, held = [], 0
+        current.append(i)
+        held += size
+    if current:
+        found.append(current)
+    return found
 
 
 def choose_engine(asked, bytes_to_read, filtered, master=None, spark_settings=()):
@@ -50,15 +81,17 @@ class LocalTasks:
         self.units, self.opts, self.ran = units, opts, 0
         self.keeps = [keep_spec(opts.selection, unit, write, seq)
                       for seq, unit in enumerate(units)]
+        self.batches = [[i] for i in range(len(units))]  # one process: nothing to share
 
     def digests(self):
         """``digest_unit`` of every unit, in order."""
         o = self.opts
         return [digest_unit(unit, o.archive_url, o.archive_options) for unit in self.units]
 
-    def decode(self, parts):
-        """``decode_unit`` of the units at ``parts``, in order."""
+    def decode(self, chosen):
+        """``decode_unit`` of the units of the batches ``chosen``, in order."""
         o = self.opts
+        parts = [p for b in chosen for p in self.batches[b]]
         self.ran += len(parts)
         return [decode_unit(self.units[p], o.archive_url, o.archive_options, o.keyring,
                             self.keeps[p]) for p in parts]
@@ -69,7 +102,8 @@ class LocalTasks:
 
 
 class SparkTasks:
-    """The tasks run on Spark: one partition, hence one task, per unit (file); this
+    """The tasks run on Spark: one partition, hence one task, per batch of units (a
+    file, or several small ones: ``batches``); this
     run's jobs in a job group of their own, so that its tasks can be counted. Each task
     hands back the events of the transactions the driver applies (``tasks.keep_spec``),
     or writes them itself for a sink that says how (``write``: ``--parquet``): the
@@ -97,24 +131,29 @@ class SparkTasks:
             self.sc._mysqlbackup_probed = probed | {(protocol, extra)}
         pairs = [(unit, keep_spec(opts.selection, unit, write, seq))
                  for seq, unit in enumerate(units)]
-        self.rdd = self.sc.parallelize(pairs, len(units))
-        self.decoded = self.rdd.map(lambda pair: decode_unit(pair[0], url, options, keyring,
-                                                             pair[1]))
-        self.digested = self.rdd.map(lambda pair: digest_unit(pair[0], url, options))
-        self.group = f"mysqlbackup-replay-{os.getpid()}-{time.time_ns()}"
         self.parallelism = self.sc.defaultParallelism
+        self.batches = batches(units, self.parallelism)
+        groups = [[pairs[i] for i in batch] for batch in self.batches]
+        self.rdd = self.sc.parallelize(groups, len(groups))
+        self.decoded = self.rdd.map(lambda group: [
+            decode_unit(unit, url, options, keyring, keep) for unit, keep in group])
+        self.digested = self.rdd.map(lambda group: [
+            digest_unit(unit, url, options) for unit, _ in group])
+        self.group = f"mysqlbackup-replay-{os.getpid()}-{time.time_ns()}"
 
     def digests(self):
-        """``digest_unit`` of every unit, one task each (a job group of its own: the
-        decode's task count stays one per file)."""
+        """``digest_unit`` of every unit, in order, a task per batch (a job group of its
+        own: the decode's tasks are counted apart)."""
         self.sc.setJobGroup(f"mysqlbackup-check-{os.getpid()}-{time.time_ns()}",
                             "replay: digests")
-        return self._run(self.digested.collect)
+        return [r for group in self._run(self.digested.collect) for r in group]
 
-    def decode(self, parts):
-        """``decode_unit`` of the units at ``parts``, one task each."""
+    def decode(self, chosen):
+        """``decode_unit`` of the units of the batches ``chosen``, in order, one task a
+        batch."""
         self.sc.setJobGroup(self.group, "replay")  # job groups are per thread
-        return self._run(self.sc.runJob, self.decoded, lambda it: list(it), parts)
+        groups = self._run(self.sc.runJob, self.decoded, lambda it: list(it), chosen)
+        return [r for group in groups for r in group]
 
     @staticmethod
     def _run(call, *args):
@@ -126,7 +165,7 @@ class SparkTasks:
             raise explain_failure(e) from None
 
     def spark_tasks(self, expected, patience=5.0):
-        """Tasks Spark actually ran for this replay's decode jobs (one per file). Its
+        """Tasks Spark actually ran for this replay's decode jobs (one per batch). Its
         status tracker learns of a finished job a moment later: wait a little for
         ``expected``."""
         deadline = time.monotonic() + patience

@@ -27,7 +27,7 @@ class ReplayOptions:
     selection: Selection = field(default_factory=Selection)
     allow_gaps: bool = False
     master: str = None
-    window: int = None          # files decoded per Spark job (default: one per core)
+    window: int = None          # tasks (batches of files) per Spark job (default: one a core)
     first_file: str = None      # read no file before it (a restore: the base's first file)
     last_file: str = None       # read no file after it (a restore: the stop point's file)
     keyring: object = None      # archive.codec.Keyring: opens encrypted objects

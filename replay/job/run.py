@@ -25,7 +25,7 @@ from replay.job.plan import units_to_read
 from replay.job.planning.selection import gap_error
 from replay.job.planning.units import check_decoded, check_digests, check_link
 from replay.job.progress import Progress
-from replay.job.engines import LocalTasks, SparkTasks
+from replay.job.engines import LocalTasks, SparkTasks, unit_bytes
 from replay.job.tasks import gtid_state, stream_unit, unit_selection
 
 log = logging.getLogger(__name__)
@@ -87,29 +87,30 @@ def run_replay(opts, sink, spark=None, progress=None):
     url, options, keyring = opts.archive_url, opts.archive_options, opts.keyring
     for unit, result in zip(units, tasks.digests()):  # before anything is applied: every
         check_digests(unit, result, opts.allow_gaps)  # object's size and sha256
-    window = opts.window or max(1, tasks.parallelism)
+    window = opts.window or max(1, tasks.parallelism)  # batches (tasks) decoded at once
     started, stopped = time.monotonic(), False
     _report(progress, summary, units, 0, started)
     sink.open(source)
-    windows = [list(range(first, min(first + window, len(units))))
-               for first in range(0, len(units), window)]
+    windows = [list(range(first, min(first + window, len(tasks.batches))))
+               for first in range(0, len(tasks.batches), window)]
 
     chain = ChainCheck(opts.allow_gaps)
 
-    def decode(parts):
+    def decode(chosen):
+        parts = [p for b in chosen for p in tasks.batches[b]]
         summary["tasks"] += len(parts)  # decoded, even when a stop point comes first
-        results = tasks.decode(parts)
+        results = tasks.decode(chosen)
         for result, p in zip(results, parts):  # before anything of this window is applied
             chain.check(units[p], result)
         return [r if r.attached or r.written is not None or r.error
                 else attach_unit(r, units[p], url, options, keyring)
-                for r, p in zip(results, parts)]
+                for r, p in zip(results, parts)], parts
     # the next window is decoded while the driver applies this one
     prefetch = ThreadPoolExecutor(max_workers=1, thread_name_prefix="decode")
     try:
         pending = prefetch.submit(decode, windows[0])
-        for i, parts in enumerate(windows):
-            results = pending.result()
+        for i in range(len(windows)):
+            results, parts = pending.result()
             if i + 1 < len(windows):
                 pending = prefetch.submit(decode, windows[i + 1])
             for result, p in zip(results, parts):
@@ -222,4 +223,4 @@ def _report(progress, summary, units, done, started, final=False):
 
 def _size(units):
     """Archived bytes of ``units`` (as their indexes say)."""
-    return sum(obj.index.get("size") or 0 for unit in units for obj in unit.objects)
+    return sum(unit_bytes(unit) for unit in units)
