@@ -5,7 +5,7 @@ any clone.
 
 Each file holds one table of every type (``COLUMNS``): extremes, zero dates, negative
 times with fractions, empty and full SETs, BIT, GEOMETRY, JSON, text in latin1, gbk, ucs2
-and utf8mb4, NULLs; inserts, updates and deletes in FULL, MINIMAL and NOBLOB row images;
+and utf8mb4, NULLs, TIMESTAMPs past 2038; inserts, updates and deletes in FULL, MINIMAL and NOBLOB row images;
 then the same rows again with binlog_row_metadata MINIMAL (no column names, no
 signedness: what ``replay --sql``'s comments show as ``@N``).
 
@@ -82,6 +82,9 @@ WORK = [
     "CREATE DATABASE IF NOT EXISTS ty", f"CREATE TABLE ty.a ({COLUMNS})",
     *[f"INSERT INTO ty.a VALUES {values(row)}" for row in ROWS],
     "UPDATE ty.a SET dc = dc + 1, vc = 'changed', j = '{}' WHERE id IN (1, 4)",
+    # past 2038: MariaDB 11.5+ stores it (up to 2106), the others a zero TIMESTAMP
+    "INSERT INTO ty.a (id, ts, ts6) VALUES (5, '2040-01-01 00:00:00', "
+    "'2100-06-01 12:00:00.25')",
     "SET SESSION binlog_row_image = 'MINIMAL'",
     "UPDATE ty.a SET tm6 = '-00:00:01.25', e = 'b' WHERE id = 1",
     "DELETE FROM ty.a WHERE id = 2",

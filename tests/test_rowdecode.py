@@ -221,3 +221,19 @@ def _write_rows(image, plan):
     header = b"\x00" * 4 + bytes([23]) + b"\x01\x00\x00\x00" + \
         (19 + len(body)).to_bytes(4, "little") + b"\x00" * 6
     return header + body
+
+
+def test_a_timestamp_past_2038_is_where_mariadb_11_8_wrote_it():
+    """MariaDB 11.5+ stores a TIMESTAMP up to 2106 (4 unsigned bytes); the reference reads
+    them signed (1904), mended (``changes._mend_timestamps``) as the row decoder reads
+    them: both give 2040 and 2100."""
+    transactions, fde, checksum = parsed(os.path.join(OWN_BINLOGS, TYPES[1]))
+    for reference in (False, True):
+        changes.REFERENCE_ONLY = reference
+        try:
+            rows = [c for t in transactions for c in iter_changes(t, fde, checksum, [])]
+        finally:
+            changes.REFERENCE_ONLY = False
+        [row] = [r for r in rows if r["pk"] == '{"id":5}' and r["op"] == "insert"]
+        assert '"ts":"2040-01-01T00:00:00Z"' in row["after"], row["after"]
+        assert '"ts6":"2100-06-01T12:00:00.250000Z"' in row["after"], row["after"]

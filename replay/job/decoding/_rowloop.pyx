@@ -12,7 +12,7 @@ one place.
 from cpython.bytes cimport PyBytes_AS_STRING, PyBytes_FromStringAndSize, PyBytes_GET_SIZE
 from cpython.datetime cimport date_new, datetime_new, import_datetime
 from cpython.unicode cimport PyUnicode_DecodeUTF8
-from libc.stdint cimport int32_t, int64_t, uint32_t, uint64_t
+from libc.stdint cimport int64_t, uint32_t, uint64_t
 from libc.stdio cimport snprintf
 from libc.string cimport memcpy
 
@@ -24,7 +24,7 @@ if sys.byteorder != "little":  # FLOAT and DOUBLE are copied as they lie
     raise ImportError("the compiled row loop reads FLOAT and DOUBLE on little-endian hosts")
 
 # the version of the twins: ``rowloop.TWIN`` must be the same
-TWIN = 1
+TWIN = 2
 
 cdef enum:
     K_INT = 0
@@ -251,7 +251,7 @@ cdef tuple _datetime2(const unsigned char *p, Py_ssize_t pos, Py_ssize_t end, in
 
 cdef tuple _timestamp2(const unsigned char *p, Py_ssize_t pos, Py_ssize_t end, int fsp):
     _need(pos, 4, end)
-    cdef int64_t seconds = <int32_t><uint32_t>_be(p + pos, 4)  # signed, as the library
+    cdef int64_t seconds = <uint32_t>_be(p + pos, 4)  # unsigned: MariaDB 11.5+ to 2106
     cdef int micros = _fraction(p, pos + 4, end, fsp)
     cdef int64_t days = seconds // 86400 if seconds >= 0 else -((-seconds + 86399) // 86400)
     cdef int64_t rest = seconds - days * 86400

@@ -322,8 +322,29 @@ def decode_rows_event(event, table_map, reader, trx, reference=None):
     if rows_event.packet.read_bytes != rows_event.event_size:
         raise ChangeDecodeError(f"{_where(trx, event)}: rows decoded to byte "
                                 f"{rows_event.packet.read_bytes} of {rows_event.event_size}")
+    _mend_timestamps(rows, rows_event.columns)
     return DecodedRows(rows, rows_event.schema, rows_event.table, rows_event.table_id,
                        rows_event.columns)
+
+
+_WRAP = datetime.timedelta(seconds=1 << 32)
+_EPOCH = datetime.datetime(1970, 1, 1)
+
+
+def _mend_timestamps(rows, columns):
+    """The library reads a TIMESTAMP's 4 bytes as signed: a value past 2038-01-19 (MariaDB
+    11.5+ stores them up to 2106) comes back before 1970, where no TIMESTAMP lies; put
+    it back where the server wrote it."""
+    names = [c.name for c in columns if c.type == FIELD_TYPE.TIMESTAMP2]
+    if not names:
+        return
+    for row in rows:
+        for image in ("values", "before_values", "after_values"):
+            values = row.get(image)
+            for name in names if values else ():
+                value = values.get(name)
+                if value is not None and value < _EPOCH:
+                    values[name] = value + _WRAP
 
 
 def _fast_rows(event, table, table_id, reader, trx):
