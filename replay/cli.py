@@ -47,6 +47,11 @@ from replay.restore.run import APPLY_WAYS
               "commit_time, file, position) as Parquet parts under URL, which must hold none "
               "yet (fsspec URL; the --archive-option values apply when it uses the archive's "
               "protocol). Needs binlog_row_metadata=FULL on the source (column names).")
+@click.option("--typed", "typed_tables", is_flag=True, help="With --parquet: also write one "
+              "dataset per source table under URL/_tables/<db>.<table>/<version>/ with typed "
+              "columns (before/after as structs; DECIMAL, timestamps, binary...), "
+              "partitioned by commit_date; an ALTER that changes a column's type starts "
+              "another version; URL/_tables/_manifest.json lists versions and history.")
 @click.option("--start-gtid", metavar="SET", help="GTID position the restored full backup "
               "already contains (mariadb-dump --gtid); transactions inside it are skipped.")
 @click.option("--start-position", metavar="FILE:POS", help="Skip transactions before it.")
@@ -70,13 +75,15 @@ from replay.restore.run import APPLY_WAYS
 def replay(archive_url, archive_option, source_name, target, target_password_file,
            target_tls, apply_mode, workers,
            merge, sql_path,
-           parquet_url, start_gtid, start_position, stop_datetime, stop_before_gtid,
+           parquet_url, typed_tables, start_gtid, start_position, stop_datetime, stop_before_gtid,
            stop_position, exclude_gtids, databases, tables, rewrites, allow_gaps, master,
            spark_conf, driver_host, executor_python, identity):
     """Point-in-time replay of the archive with PySpark (one task per file; small files
     share one), applying only complete transactions in commit order, exactly once."""
     if [bool(target), bool(sql_path), bool(parquet_url)].count(True) != 1:
         raise click.UsageError("give exactly one of --target, --sql and --parquet")
+    if typed_tables and not parquet_url:
+        raise click.UsageError("--typed goes with --parquet")
     if apply_mode == "native" and not target:
         raise click.UsageError("--apply native applies to a server: give --target")
     if source_name:
@@ -108,7 +115,8 @@ def replay(archive_url, archive_option, source_name, target, target_password_fil
     else:
         from replay.job.sinks.parquet import ParquetSink, options_for
         sink = ParquetSink(parquet_url, options_for(parquet_url, opts.archive_url,
-                                                    opts.archive_options))
+                                                    opts.archive_options),
+                           typed_tables=typed_tables)
         sink.open(None)  # a taken or unusable destination fails before Spark starts
     progress = reporter(lambda line: click.echo(line, err=True))  # a bar on a terminal
     try:
@@ -118,6 +126,9 @@ def replay(archive_url, archive_option, source_name, target, target_password_fil
     if parquet_url:
         click.echo(f"parquet: {sink.rows} row changes in {len(sink.parts)} parts at "
                    f"{mask_url(parquet_url)}")
+        if typed_tables:
+            click.echo(f"parquet: {len(sink.history.spans)} typed tables in "
+                       f"{len(sink.typed_parts)} parts at {mask_url(parquet_url)}/_tables")
         if sink.left_out:
             first = sink.left_out[0]
             click.echo(f"parquet: warning: {len(sink.left_out)} statement-based DML "

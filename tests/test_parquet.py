@@ -221,10 +221,11 @@ def source(tmp_path_factory):
 
 @pytest.fixture(scope="module")
 def replayed(source):
-    """`mysqlbackup replay --parquet` of the whole archive: (CompletedProcess, out dir)."""
+    """`mysqlbackup replay --parquet --typed` of the whole archive: (CompletedProcess, out
+    dir); the typed tables beside the change table leave it as it is without them."""
     out = source.base / "changes"
     result = run_cli("replay", "--archive", source.url, "--parquet", f"file://{out}",
-                     timeout=300)
+                     "--typed", timeout=300)
     return result, out
 
 
@@ -236,7 +237,7 @@ def test_replay_writes_the_exact_change_table(source, replayed):
     assert result.stdout.strip().splitlines()[-1].startswith("replay of src1: 8 applied")
     # each file's task wrote its own part (2 files): read in _SUCCESS's order
     assert sorted(p.name for p in out.iterdir()) == [
-        "_SUCCESS", "part-000000-0000.parquet", "part-000001-0000.parquet"]
+        "_SUCCESS", "_tables", "part-000000-0000.parquet", "part-000001-0000.parquet"]
     assert all(pq.read_schema(p) == SCHEMA for p in out.glob("part-*"))
     rows = change_table_rows(out)
     assert [decoded(r) for r in rows] == source.expected
@@ -251,6 +252,41 @@ def test_replay_writes_the_exact_change_table(source, replayed):
     assert json.loads((out / "_SUCCESS").read_text())["rows"] == 9
     # the dataset as readers see it (parts only; _SUCCESS skipped)
     assert pads.dataset(str(out), format="parquet").to_table().num_rows == 9
+
+
+@pytest.mark.server
+def test_typed_tables_one_dataset_per_table_a_version_per_schema(source, replayed):
+    result, out = replayed
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert (f"parquet: 2 typed tables in 3 parts at file://{out}/_tables"
+            in result.stdout.splitlines())
+    manifest = json.loads((out / "_tables" / "_manifest.json").read_text())
+    items, log = manifest["tables"]["shop.items"], manifest["tables"]["shop.log"]
+    assert len(log["versions"]) == 1 and len(items["versions"]) == 2  # the ALTER
+    (g1, g3), g4 = (source.expected[0][5], source.expected[6][5]), source.expected[8][5]
+    assert [(h["rows"], h["first"]["gtid"], h["last"]["gtid"], h["first"]["file"])
+            for h in items["history"]] == [(4, g1, g3, "binlog.000001"),
+                                            (1, g4, g4, "binlog.000002")]
+    first, second = (items["versions"][h["version"]] for h in items["history"])
+    assert [c["name"] for c in second["columns"]] == [c["name"] for c in first["columns"]
+                                                      ] + ["tag"]
+    dataset = pads.dataset(str(out / "_tables" / first["dir"]), format="parquet",
+                           partitioning="hive")
+    image = dataset.schema.field("after").type
+    assert {f.name: str(f.type) for f in image} == {
+        "id": "int32", "name": "string", "price": "decimal128(10, 2)",
+        "made": "timestamp[us]", "photo": "binary", "qty": "uint32"}
+    rows = sorted(dataset.to_table().to_pylist(), key=lambda r: (r["position"],
+                                                                 r["row_index"]))
+    assert [(r["op"], r["gtid"]) for r in rows] == [
+        ("insert", g1), ("insert", g1), ("update", source.expected[4][5]), ("delete", g3)]
+    assert rows[0]["after"] == {"id": 1, "name": "café ☕", "price": decimal.Decimal("12.30"),
+                                "made": datetime.datetime(2024, 1, 2, 3, 4, 5, 678000),
+                                "photo": b"\x00\xff\x10", "qty": 4000000000}
+    assert rows[2]["before"] == rows[0]["after"] and rows[0]["before"] is None
+    assert rows[2]["after"]["price"] == decimal.Decimal("99.99")
+    assert rows[3]["after"] is None and rows[3]["before"]["id"] == 2
+    assert rows[0]["commit_date"] == rows[0]["commit_time"].date().isoformat()
 
 
 @pytest.mark.server
@@ -300,15 +336,20 @@ def test_a_stop_point_keeps_no_part_of_a_later_file(source, tmp_path):
     g2 = source.expected[4][5]
     selection = build_selection(None, None, None, g2, None, None, (), (), ())
     out = tmp_path / "changes"
-    sink = ParquetSink(f"file://{out}").open(None)
+    sink = ParquetSink(f"file://{out}", typed_tables=True).open(None)
     seen = []
     summary = run_replay(ReplayOptions(source.url, {}, "src1", selection, window=2,
                                        engine="local"), sink, progress=seen.append)
     assert summary["stop_reason"] == f"stop before GTID {g2}"
     assert summary["applied"] == 4  # three DDL statements and g1
     assert summary["tasks"] == 2  # one window: the second file was decoded (and written)
-    assert sorted(p.name for p in out.iterdir()) == ["_SUCCESS", part_name(0, 0)]
+    assert sorted(p.name for p in out.iterdir()) == ["_SUCCESS", "_tables", part_name(0, 0)]
     assert [decoded(r) for r in change_table_rows(out)] == source.expected[:4]
+    # the typed tables too: the second file's parts (shop.items after its ALTER) removed
+    typed_parts = sorted(str(p.relative_to(out)) for p in out.rglob("part-*")
+                         if p.parent != out)
+    assert sink.typed_parts == typed_parts and len(typed_parts) == 2
+    assert all("/commit_date=" in p and part_name(0, 0) in p for p in typed_parts)
 
 
 def test_minimal_row_metadata_fails_clearly(make_server, tmp_path):

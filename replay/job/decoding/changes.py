@@ -127,13 +127,15 @@ class _Control:
 TABLES_CACHED = 1024  # decoded TABLE_MAPs kept for the next transactions of a file
 
 
-def iter_changes(trx, fde, checksum, left_out=None, tables=None):
+def iter_changes(trx, fde, checksum, left_out=None, tables=None, stored=False):
     """Yield one change dict per row of the transaction's rows events, in binlog order,
     less the rows a ROLLBACK TO SAVEPOINT undid (so the transaction's changes are held
     until its end). ``left_out``: a list that gets a dict (gtid, file, position,
     statement) for each statement-based DML statement, which is no row change.
     ``tables``: a dict kept across the transactions of one file (one format
-    description), where a TABLE_MAP seen before is found decoded."""
+    description), where a TABLE_MAP seen before is found decoded. ``stored``: each
+    change also has ``"stored"``, a ``Stored`` (its images' values as the server holds
+    them: the typed tables, ``replay.job.sinks.typed``)."""
     reader = Reader.of(fde, checksum)
     table_map, keys, at = {}, {}, [None, 0]  # position, rows numbered at it so far
     changes, savepoints = [], {}
@@ -143,7 +145,8 @@ def iter_changes(trx, fde, checksum, left_out=None, tables=None):
             table_id, keys[table_id] = _cached_table(event, table_map, reader, trx, tables)
         elif etype in OPS:
             rows = decode_rows_event(event, table_map, reader, trx)
-            changes.extend(_changes(rows, event, keys, trx, at, _position(trx, i, event)))
+            changes.extend(_changes(rows, event, keys, trx, at, _position(trx, i, event),
+                                    reader.dbms if stored else None))
         elif etype not in ev.EVENT_NAMES:
             raise ChangeDecodeError(
                 f"{trx.file}:{_position(trx, i, event)}: an event of type {etype}, which "
@@ -273,7 +276,7 @@ def _position(trx, index, event):
     return trx.event_starts[index] if trx.event_starts else event_position(event)
 
 
-def _changes(rows, event, keys, trx, at, position):
+def _changes(rows, event, keys, trx, at, position, dbms=None):
     op = OPS[event[4]]
     if at[0] != position:
         at[:] = [position, 0]
@@ -282,10 +285,47 @@ def _changes(rows, event, keys, trx, at, position):
     at[1] += len(rows.rows)
     for index, row in enumerate(rows.rows, at[1] - len(rows.rows)):
         before, after = _images(op, row, columns)
-        yield {"op": op, "db": rows.schema, "table": rows.table,
-               "pk": _key(pk, before, after), "before": _json(before), "after": _json(after),
-               "gtid": trx.gtid, "commit_time": _utc(trx.commit_ts),
-               "file": trx.file, "position": position, "row_index": index}
+        change = {"op": op, "db": rows.schema, "table": rows.table,
+                  "pk": _key(pk, before, after), "before": _json(before),
+                  "after": _json(after), "gtid": trx.gtid, "commit_time": _utc(trx.commit_ts),
+                  "file": trx.file, "position": position, "row_index": index}
+        if dbms is not None:
+            change["stored"] = Stored(rows, dbms, *_stored_images(op, row, columns))
+        yield change
+
+
+class Stored(NamedTuple):
+    """A row change's images as the server holds the values (``stored_image``), and the
+    rows event they came from (its TABLE_MAP's columns)."""
+
+    rows: "DecodedRows"
+    dbms: str
+    before: dict
+    after: dict
+
+
+def _stored_images(op, row, columns):
+    if op == "update":
+        return (stored_image(row["before_values"], row["before_none_sources"], columns),
+                stored_image(row["after_values"], row["after_none_sources"], columns))
+    image = stored_image(row["values"], row["none_sources"], columns)
+    return (None, image) if op == "insert" else (image, None)
+
+
+def stored_image(values, none_sources, columns):
+    """One row image's {column: value} as the server holds it (``_as_stored``): a column
+    absent from the image left out, an empty SET as an empty set, NULL as None."""
+    stored = _stored_columns(columns)
+    image = {}
+    for name, value in values.items():
+        if value is None:
+            source = none_sources.get(name)
+            if source == NONE_SOURCE.COLS_BITMAP:
+                continue
+            image[name] = set() if source == NONE_SOURCE.EMPTY_SET else None
+        else:
+            image[name] = _as_stored(value, columns.get(name)) if name in stored else value
+    return image
 
 
 class DecodedRows(NamedTuple):

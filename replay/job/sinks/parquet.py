@@ -21,7 +21,12 @@ renamed into place (``mysqlbackup.durable``); object stores publish an object on
 its upload completes. Readers (Spark, pyarrow.dataset) skip names starting with '_'
 and '.'. When nothing was selected, one empty part still carries the schema.
 
-A destination that already holds parts or a ``_SUCCESS`` is refused: a change table is
+With ``typed_tables`` (``--typed``) each task also writes its file's row changes into
+one typed dataset per source table under ``_tables/`` (``typed``; ``_TypedParts``); the
+driver adopts and removes those parts as it does the others and writes
+``_tables/_manifest.json`` before ``_SUCCESS``.
+
+A destination that already holds parts, ``_tables`` or a ``_SUCCESS`` is refused: a change table is
 written once, whole (there is no resume; remove it and run again).
 """
 
@@ -37,6 +42,7 @@ from mysqlbackup.archive.store import s3_client_options
 from mysqlbackup.durable import open_durably
 from mysqlbackup.errors import MysqlBackupError, UsageError, mask_url
 from replay.job.decoding.changes import iter_changes
+from replay.job.sinks import typed
 from replay.job.sinks.base import Sink
 
 log = logging.getLogger(__name__)
@@ -101,24 +107,34 @@ class _Destination:
             return []
         names = sorted(p.rstrip("/").rsplit("/", 1)[-1]
                        for p in self.fs.ls(self.root, detail=False))
-        return [n for n in names if n == SUCCESS or (n.startswith("part-")
-                                                     and n.endswith(".parquet"))]
+        return [n for n in names if n in (SUCCESS, typed.TABLES_DIR)
+                or (n.startswith("part-") and n.endswith(".parquet"))]
 
     def write(self, name, write):
-        """Publish ``name``, its bytes given by ``write(file)``, whole or not at all."""
+        """Publish ``name`` (a path under the root), its bytes given by ``write(file)``,
+        whole or not at all."""
         target = f"{self.root}/{name}"
         if not self.local:
             with self.fs.open(target, "wb") as f:
                 write(f)
             return
-        self.fs.makedirs(self.root, exist_ok=True)
-        with open_durably(target, tmp=f"{self.root}/.{name}.tmp-{uuid.uuid4().hex}") as f:
+        folder, base = target.rsplit("/", 1)
+        self.fs.makedirs(folder, exist_ok=True)
+        with open_durably(target, tmp=f"{folder}/.{base}.tmp-{uuid.uuid4().hex}") as f:
             write(f)
 
-    def write_table(self, name, rows):
+    def write_table(self, name, rows, schema=SCHEMA):
         """``rows`` (change dicts) as the Parquet part ``name``."""
-        table = pa.Table.from_pylist(rows, schema=SCHEMA)
+        table = pa.Table.from_pylist(rows, schema=schema)
         self.write(name, lambda f: pq.write_table(table, f))
+
+    def typed_parts(self):
+        """The typed tables' parts now under the root (paths under it), sorted."""
+        folder = f"{self.root}/{typed.TABLES_DIR}"
+        if not self.fs.exists(folder):
+            return []
+        cut = len(self.root) + 1
+        return sorted(p[cut:] for p in self.fs.find(folder) if typed.is_typed_part(p))
 
     def remove(self, name):
         """Remove ``name`` (a part the replay does not keep)."""
@@ -142,12 +158,19 @@ class PartWriter:
         self.buffer, self.buffered_bytes = [], 0
         self.parts, self.rows, self.transactions, self.left_out = [], 0, 0, []
         self.tables = {}  # the file's TABLE_MAPs, decoded once (one PartWriter a file)
+        self.typed = (_TypedParts(self.dest, self.seq, self.rows_per_part,
+                                  self.bytes_per_part) if spec.get("typed") else None)
 
     def apply(self, trx, fde, checksum):
         """Decode the transaction's row changes into the buffer; write full parts."""
-        for change in iter_changes(trx, fde, checksum, self.left_out, self.tables):
+        typed_parts = self.typed
+        for change in iter_changes(trx, fde, checksum, self.left_out, self.tables,
+                                   stored=typed_parts is not None):
+            size = len(change["before"] or "") + len(change["after"] or "")
+            if typed_parts is not None:
+                typed_parts.add(change, change.pop("stored"), size)
             self.buffer.append(change)
-            self.buffered_bytes += len(change["before"] or "") + len(change["after"] or "")
+            self.buffered_bytes += size
             if (len(self.buffer) >= self.rows_per_part
                     or self.buffered_bytes >= self.bytes_per_part):
                 self._flush()
@@ -157,8 +180,11 @@ class PartWriter:
         """Write the rows still buffered; what was written."""
         if self.buffer:
             self._flush()
-        return {"parts": self.parts, "rows": self.rows, "transactions": self.transactions,
-                "left_out": self.left_out}
+        written = {"parts": self.parts, "rows": self.rows, "transactions": self.transactions,
+                   "left_out": self.left_out}
+        if self.typed is not None:
+            written["typed"] = self.typed.close()
+        return written
 
     def _flush(self):
         name = part_name(self.seq, len(self.parts))
@@ -168,16 +194,74 @@ class PartWriter:
         self.buffer, self.buffered_bytes = [], 0
 
 
+class _TypedParts:
+    """Task side of the typed tables (``typed``): each row change buffered by its
+    table's schema version and day, all written when the buffers hold ``rows_per_part``
+    rows or about ``bytes_per_part`` bytes together (so memory stays bounded whatever
+    the number of tables)."""
+
+    def __init__(self, dest, seq, rows_per_part, bytes_per_part):
+        self.dest, self.seq = dest, seq
+        self.rows_per_part, self.bytes_per_part = rows_per_part, bytes_per_part
+        self.buffers = {}   # folder -> (TableSchema, [row, ...])
+        self.counts = {}    # folder -> parts written there
+        self.rows = self.bytes = 0
+        self.parts = []
+        self.history = typed.History()
+
+    def add(self, change, stored, size):
+        """One row change (its ``changes.Stored`` images)."""
+        rows = stored.rows
+        schema = typed.schema_of(rows.columns, rows.schema, rows.table, stored.dbms)
+        folder = typed.directory(schema, change["commit_time"])
+        buffered = self.buffers.get(folder)
+        if buffered is None:
+            buffered = self.buffers[folder] = (schema, [])
+        buffered[1].append({"op": change["op"], "gtid": change["gtid"],
+                            "commit_time": change["commit_time"], "file": change["file"],
+                            "position": change["position"], "row_index": change["row_index"],
+                            "before": schema.row(stored.before),
+                            "after": schema.row(stored.after)})
+        self.history.add(schema, change)
+        self.rows += 1
+        self.bytes += size
+        if self.rows >= self.rows_per_part or self.bytes >= self.bytes_per_part:
+            self._flush()
+
+    def close(self):
+        """Write what is buffered; (parts written, the file's history)."""
+        self._flush()
+        return {"parts": self.parts, "history": self.history.as_dict()}
+
+    def _flush(self):
+        for folder, (schema, rows) in self.buffers.items():
+            number = self.counts.get(folder, 0)
+            name = f"{typed.TABLES_DIR}/{folder}/{part_name(self.seq, number)}"
+            try:
+                self.dest.write_table(name, rows, schema.arrow_schema())
+            except (pa.ArrowInvalid, pa.ArrowTypeError, OverflowError, TypeError) as e:
+                first = rows[0]
+                raise MysqlBackupError(
+                    f"{first['file']}:{first['position']}: the typed table of "
+                    f"{schema.db}.{schema.table} cannot hold a value of these row changes: "
+                    f"{type(e).__name__}: {e}") from None
+            self.counts[folder] = number + 1
+            self.parts.append(name)
+        self.buffers, self.rows, self.bytes = {}, 0, 0
+
+
 class ParquetSink(Sink):
     """Driver side of the change table: the destination refused when taken, each file's
     parts adopted in commit order, the rest removed, ``_SUCCESS`` last."""
 
     def __init__(self, url, storage_options=None, rows_per_part=ROWS_PER_PART,
-                 bytes_per_part=BYTES_PER_PART):
+                 bytes_per_part=BYTES_PER_PART, typed_tables=False):
         self.url, self.options = url, dict(storage_options or {})
         self.rows_per_part, self.bytes_per_part = rows_per_part, bytes_per_part
+        self.typed_tables = typed_tables
         self.dest = None
         self.parts, self.rows, self.transactions = [], 0, 0
+        self.typed_parts, self.history = [], typed.History()
         self.left_out = []  # statement-based DML the table cannot hold (named in _SUCCESS)
 
     def open(self, source):
@@ -199,7 +283,8 @@ class ParquetSink(Sink):
         """What a task needs to write a file's parts (``PartWriter``; ``seq`` added per
         file). The storage options are the destination's own (credentials included)."""
         return {"url": self.url, "options": self.options,
-                "rows_per_part": self.rows_per_part, "bytes_per_part": self.bytes_per_part}
+                "rows_per_part": self.rows_per_part, "bytes_per_part": self.bytes_per_part,
+                "typed": self.typed_tables}
 
     def adopt(self, written, transactions):
         """Keep what a file's task wrote (``PartWriter.close``), which must be the row
@@ -212,6 +297,9 @@ class ParquetSink(Sink):
         self.rows += written["rows"]
         self.transactions += written["transactions"]
         self.left_out += written.get("left_out", [])
+        if self.typed_tables:
+            self.typed_parts += written["typed"]["parts"]
+            self.history.join(written["typed"]["history"])
 
     def apply_many(self, transactions, fde_event, checksum, fde):
         """Refused: the tasks write the parts (``adopt``)."""
@@ -233,10 +321,14 @@ class ParquetSink(Sink):
     def _remove_unadopted(self):
         """Remove the parts not adopted; MysqlBackupError when an adopted one is not
         there (a file:// destination that is each worker's own disk)."""
-        kept, present = set(self.parts), set(self.dest.names())
+        kept, present = set(self.parts), set(self.dest.names()) - {typed.TABLES_DIR}
         for name in sorted(present - kept - {SUCCESS}):
             self.dest.remove(name)
         missing = sorted(kept - present)
+        typed_kept, typed_present = set(self.typed_parts), set(self.dest.typed_parts())
+        for name in sorted(typed_present - typed_kept):
+            self.dest.remove(name)
+        missing += sorted(typed_kept - typed_present)
         if missing:
             raise MysqlBackupError(
                 f"--parquet {mask_url(self.url)} lacks {missing[0]}, which a task wrote: on a "
@@ -251,6 +343,10 @@ class ParquetSink(Sink):
         if not self.parts:
             self.dest.write_table(part_name(0, 0), [])
             self.parts.append(part_name(0, 0))
+        if self.typed_tables:
+            content = typed.manifest(self.history, self.typed_parts)
+            self.dest.write(f"{typed.TABLES_DIR}/{typed.MANIFEST}", lambda f: f.write(
+                json.dumps(content, indent=1).encode("utf-8")))
         marker = {"rows": self.rows, "parts": self.parts, "transactions": self.transactions,
                   "stop_reason": (summary or {}).get("stop_reason"),
                   "not_in_table": {
