@@ -43,13 +43,28 @@ if [ -z "$DEBOOTSTRAP" ]; then
     DEBOOTSTRAP="$TOOL/root/usr/sbin/debootstrap"
 fi
 
+# the packages downloaded are kept for the next build on this machine (a fresh clone, CI)
+CACHE="${MYSQLBACKUP_DEB_CACHE:-/var/cache/mysqlbackup/debs}/$SUITE"
+mkdir -p "$CACHE"
+# a mirror that stalls must not hold the test run: past the limit the build gives up
+LIMIT="${MYSQLBACKUP_TREE_TIMEOUT:-1200}"
+unmount_under() {
+    # what an interrupted debootstrap left mounted inside the tree (proc, sys, a bound
+    # /dev), deepest first, so that removing the tree never reaches the host's own
+    local root
+    root="$(realpath -m "$1")"
+    awk -v r="$root/" 'index($2 "/", r) == 1 {print $2}' /proc/mounts | sort -r |
+        while read -r m; do umount -l "$m" || true; done
+}
 echo "$NAME: building $TREE from $MIRROR (Debian $SUITE: ${PACKAGES//,/, })" >&2
-rm -rf "$TREE"
+unmount_under "$TREE"
+rm -rf --one-file-system "$TREE"
 mkdir -p "$(dirname "$TREE")"
-if ! "$DEBOOTSTRAP" --variant=minbase --include="$PACKAGES" "$SUITE" "$TREE" "$MIRROR" \
-        > "$TREE.log" 2>&1; then
-    echo "$NAME: debootstrap failed (see $TREE.log); $WHAT will skip" >&2
+if ! timeout "$LIMIT" "$DEBOOTSTRAP" --variant=minbase --cache-dir="$CACHE" \
+        --include="$PACKAGES" "$SUITE" "$TREE" "$MIRROR" > "$TREE.log" 2>&1; then
+    echo "$NAME: debootstrap failed or took over ${LIMIT}s (see $TREE.log); $WHAT will skip" >&2
     tail -3 "$TREE.log" >&2
+    unmount_under "$TREE"
     exit 1
 fi
 if [ "$HOSTS" = "hosts" ]; then
