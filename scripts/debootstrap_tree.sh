@@ -47,7 +47,7 @@ fi
 CACHE="${MYSQLBACKUP_DEB_CACHE:-/var/cache/mysqlbackup/debs}/$SUITE"
 mkdir -p "$CACHE"
 # a mirror that stalls must not hold the test run: past the limit the build gives up
-LIMIT="${MYSQLBACKUP_TREE_TIMEOUT:-1200}"
+LIMIT="${MYSQLBACKUP_TREE_TIMEOUT:-900}"
 unmount_under() {
     # what an interrupted debootstrap left mounted inside the tree (proc, sys, a bound
     # /dev), deepest first, so that removing the tree never reaches the host's own
