@@ -22,9 +22,8 @@ from replay.job.decoding.changes import (OPS, ChangeDecodeError, Reader, decode_
 from replay.job.decoding.rowtext import RowText
 from tests.conftest import OWN_BINLOGS, SHARED_BINLOGS
 
-# made by scripts/make_type_binlogs.py (this session's machine had no 11.8 and 9.7 trees:
-# their files are yet to be made)
-TYPES = ["types-mariadb-10.11.000001"]
+# made by scripts/make_type_binlogs.py from the live servers of the tests
+TYPES = ["types-mariadb-10.11.000001", "types-mariadb-11.8.000001", "types-mysql-9.7.000001"]
 LOOPS = [pytest.param(rowloop, id="pure"),
          pytest.param(rowdecode.compiled, id="compiled", marks=pytest.mark.skipif(
              rowdecode.compiled is None, reason=rowdecode.describe()))]

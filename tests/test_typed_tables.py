@@ -187,3 +187,13 @@ def test_a_table_name_is_a_safe_folder():
     assert schema.key == "my%20db.a%2Fb"
     assert typed.directory(schema, datetime.datetime(2026, 1, 2)).startswith(
         "my%20db.a%2Fb/v-")
+
+
+def test_a_timestamp_past_2038_from_mariadb_11_8(tmp_path):
+    # MariaDB 11.5+ stores TIMESTAMPs to 2106: the 11.8 type file's row 5 holds 2040
+    path = next(f for f in OWN_TYPES if "11.8" in f)
+    write_tables(path, tmp_path / "t")
+    rows, _ = typed_rows(tmp_path / "t")
+    fives = [after for _op, _before, after, _t in rows.values() if after and after["id"] == 5]
+    assert fives and fives[0]["ts"] == datetime.datetime(2040, 1, 1,
+                                                         tzinfo=datetime.timezone.utc)
