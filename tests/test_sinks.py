@@ -1,15 +1,19 @@
 """Every replay sink implements the Sink protocol the job calls."""
 
 import inspect
+import os
 import pickle
 
 import pytest
 
+from mysqlbackup.binlog import events as ev
+from replay.job.decoding.assemble import assemble
 from replay.job.decoding.transaction import Transaction
 from replay.job.sinks.base import Sink
 from replay.job.sinks.parquet import ParquetSink
-from replay.job.sinks.sqlfile import SqlFileSink
+from replay.job.sinks.sqlfile import Declined, SqlChunk, SqlFileSink
 from replay.job.sinks.target import TargetApplier
+from tests.conftest import OWN_BINLOGS
 
 SINKS = [TargetApplier, SqlFileSink, ParquetSink]
 CALLED = ["open", "is_applied", "apply_many", "close"]
@@ -42,3 +46,39 @@ def test_a_transaction_pickles_for_spark():
                       events=[b"\x00" * 19])
     assert pickle.loads(pickle.dumps(trx)) == trx
     assert trx.maria_gtid == (0, 1, 5) and trx.end_position.offset == 50
+
+
+OWN = sorted(os.listdir(OWN_BINLOGS))
+
+
+@pytest.mark.parametrize("name", OWN)
+def test_sql_text_made_in_a_task_is_the_drivers(name, tmp_path):
+    # --sql: the task's SqlChunk, adopted by the driver, writes the bytes the driver's
+    # own apply writes for the same transactions
+    path = os.path.join(OWN_BINLOGS, name)
+    with open(path, "rb") as f:
+        transactions, _, fde_event = assemble(f.read(), name, newest=True)
+    fde = ev.parse_format_description(fde_event)
+    checksum = fde.checksum_alg == ev.CHECKSUM_CRC32
+    transactions = [t for t in transactions if t.events]
+    driver = SqlFileSink(str(tmp_path / "driver.sql")).open("s")
+    driver.apply_many(transactions, fde_event, checksum, fde)
+    tasks = SqlFileSink(str(tmp_path / "tasks.sql")).open("s")
+    chunk = SqlChunk(tasks.task_spec(), fde_event)
+    for trx in transactions:
+        chunk.apply(trx, fde, checksum)
+    tasks.adopt(chunk.close(), transactions)
+    for sink in (driver, tasks):
+        sink.close()
+        sink.finish()
+    text = (tmp_path / "driver.sql").read_bytes()
+    assert text.count(b"### ") > 10
+    assert (tmp_path / "tasks.sql").read_bytes() == text
+    # a task hands back at most task_bytes of text: past it the driver writes the file
+    small = SqlChunk(SqlFileSink(str(tmp_path / "x.sql"), task_bytes=100).task_spec(),
+                     fde_event)
+    with pytest.raises(Declined, match="more than 100 bytes of text"):
+        for trx in transactions:
+            small.apply(trx, fde, checksum)
+    with pytest.raises(RuntimeError, match="a task wrote 0 transactions of"):
+        tasks.adopt({"sql": b"", "fde": fde_event, "transactions": 0}, transactions)

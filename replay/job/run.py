@@ -9,7 +9,8 @@ against its indexes and the unit before it (``planning.units.check_decoded``,
 in commit order to one sink (``replay.job.sinks``), a window of files at a time so that
 memory stays bounded. The tasks hand back the events of the transactions the selection
 applies, and of no other (``tasks.keep_spec``), or, for a sink whose tasks write
-(``--parquet``), write them and hand back what they wrote, which the sink adopts: the
+(``--parquet``; ``--sql``, its text), write them and hand back what they wrote, which
+the sink adopts (a file whose task declined comes back as events): the
 driver reads the indexes, never an object (``attach_unit``, reading a file again on the
 driver, serves a result without them).
 """

@@ -122,8 +122,10 @@ def _decode(unit, url, options, keyring, keep, out, facts, walk, spool):
         written, error = _write(keep, chosen, spool, unit.where, fingerprint, fde)
         if error:
             return replace(out, error=error)
-        return replace(out, transactions=transactions, incomplete=incomplete, fde=fde,
-                       fingerprint=fingerprint, attached=False, written=written)
+        if written is not None:
+            return replace(out, transactions=transactions, incomplete=incomplete, fde=fde,
+                           fingerprint=fingerprint, attached=False, written=written)
+        # the writer declined (--sql: a LOAD DATA, or too much text): bytes as usual
     if spool is not None:
         chosen = wanted(transactions, keep)
         if sum(sum(t.event_lengths) for t in chosen) <= keep.get("max_bytes", ATTACH_MAX):
@@ -137,9 +139,10 @@ def _decode(unit, url, options, keyring, keep, out, facts, walk, spool):
 
 
 def _write(keep, chosen, spool, where, fingerprint, fde_event):
-    """The task writes ``chosen`` itself (``keep["write"]``: the Parquet parts, as the
-    driver's sink would have: filtered and rewritten), one transaction's events held at a
-    time; (what was written, None) or (None, a TaskError)."""
+    """The task writes ``chosen`` itself (``keep["write"]``: the Parquet parts, or
+    --sql's text, as the driver's sink would have: filtered and rewritten), one
+    transaction's events held at a time; (what was written, None), (None, a TaskError),
+    or (None, None) when the writer declined (``sqlfile.Declined``)."""
     import traceback
 
     from mysqlbackup.binlog import events as ev
@@ -148,23 +151,32 @@ def _write(keep, chosen, spool, where, fingerprint, fde_event):
     spec, selection = keep["write"], keep["selection"]
     fde = ev.parse_format_description(fde_event)
     checksum = fde.checksum_alg == ev.CHECKSUM_CRC32
+    sql = spec.get("writer") == "sql"
     try:
-        from replay.job.sinks.parquet import PartWriter
+        if sql:
+            from replay.job.sinks.sqlfile import Declined, SqlChunk
+        else:
+            from replay.job.sinks.parquet import PartWriter
     except ImportError as e:  # the probe names it first on a cluster
         return None, TaskError("sink", f"the task's Python has no module {e.name!r}, which "
-                                       "--parquet needs")
+                                       f"--{'sql' if sql else 'parquet'} needs")
+    declined = Declined if sql else ()  # (an empty tuple catches nothing)
     try:
-        writer = PartWriter(spec)
+        writer = SqlChunk(spec, fde_event) if sql else PartWriter(spec)
         for trx in spool.each(chosen, where, fingerprint):
             kept = selection.filter_events(trx, fde, checksum)
             writer.apply(rewrite_transaction(kept, selection.rewrite, checksum), fde,
                          checksum)
         return writer.close(), None
+    except declined:  # the driver writes this file's text
+        return None, None
     except CorruptBinlog as e:  # the spool does not read back as decoded
         return None, TaskError("corrupt", e.detail, e.offset)
     except MysqlBackupError as e:  # a row change the table cannot hold, named
         return None, TaskError("sink", str(e))
     except OSError as e:
+        if spec.get("writer") == "sql":
+            return None, TaskError("sink", f"--sql: the text of {where}: {e}")
         return None, TaskError("sink", f"cannot write --parquet {mask_url(spec['url'])} "
                                        f"(the parts of {where}): {e}")
     except Exception:  # noqa: BLE001 - the driver tells a store's failure from a bug

@@ -13,6 +13,13 @@ changes: ``summary.format_changes``); after each BINLOG statement come its rows 
 ``###`` comments, a row a line, and the annotated queries as ``#Q>`` (``rowtext``), as
 ``mysqlbinlog -v`` writes them.
 
+The text is made where the files are decoded: each Spark task turns its file's chosen
+transactions into text (``SqlChunk``, the same ``SqlText`` the driver uses) and the
+driver writes it in commit order (``SqlFileSink.adopt``), so the rows become ``###``
+lines on every core. A task declines a file with a LOAD DATA (its data file is named
+in the order of the whole replay) or more than ``TASK_BYTES`` of text (a result sits
+in the driver's memory): that file's events come to the driver, which writes it.
+
 The statements go to ``FILE.partial`` until the replay ends well (``finish``), then to
 FILE; a replay that fails leaves ``FILE.partial`` ending with a line that says so.
 """
@@ -38,17 +45,103 @@ HEADER = ("-- mysqlbackup replay: apply with `mariadb --local-infile=1 < FILE` o
           f"DELIMITER {DELIMITER}\n")
 PSEUDO_REPLICA = {True: "SET @@session.pseudo_slave_mode=1",
                   False: "SET @@session.pseudo_replica_mode=1"}
+TASK_BYTES = 256 << 20  # the most text a task hands back for one file (else the driver's)
 INCOMPLETE = ("-- INCOMPLETE: the replay failed after the transaction above; this file "
               "stops there (do not load it as a whole replay)\n")
 
 
-class SqlFileSink(Sink):
-    """--sql FILE: the same statements, written out for review (a dry run)."""
+class Declined(Exception):
+    """A task leaves a file's text to the driver (``SqlChunk``): a LOAD DATA (its data
+    file is named in the order of the whole replay) or more text than it may hand back."""
 
-    def __init__(self, path):
-        self.path, self.f, self.fde, self.collector, self.tables = path, None, None, None, {}
+
+class SqlText:
+    """The text of transactions of one format description (after its ``BINLOG``
+    statement, which the caller writes): the same for the driver's sink and for a task
+    (``SqlChunk``). ``load_file(data)`` writes a LOAD DATA's bytes and gives the path
+    (None: ``Declined``)."""
+
+    def __init__(self, load_file=None):
+        self.load_file = load_file
+        self.tables, self.collector = {}, None  # decoded TABLE_MAPs; the change counter
+
+    def transaction(self, trx, fde, checksum, write):
+        """Write (``write(str or bytes)``) the statements of one transaction."""
+        def statement(sql):
+            write(sql)
+            write(f"\n{DELIMITER}\n")
+
+        write(f"-- {trx.gtid or '-'} {trx.file}:{trx.start}-{trx.end}\n")
+        write(f"-- at {iso(trx.commit_ts)}: {self._changes(trx, fde, checksum)}\n")
+        session = gtid_session(trx)
+        for sql in session:
+            statement(sql)
+        rows = RowText(trx, fde, checksum, self.tables)
+        for kind, what in transaction_steps(trx, fde, checksum):
+            if kind == "binlog":
+                statement(binlog_statement(what))
+                for line in rows.lines(what):
+                    write(line + "\n")
+            elif kind == "load":
+                if self.load_file is None:
+                    raise Declined("LOAD DATA")
+                statement(what.statement(self.load_file(what.data)))
+            else:
+                statement(what)
+        if session and mysql_gtid(trx):  # MySQL wants gtid_next set again before anything
+            statement(MYSQL_GTID_AUTOMATIC)
+
+    def _changes(self, trx, fde, checksum):
+        """The transaction's changes as one line (``summary.format_changes``)."""
+        if self.collector is None or self.collector.fde is not fde:
+            self.collector = ChangeCollector(fde, checksum)
+        for event in trx.events:
+            self.collector.event(event)
+        return format_changes(self.collector.finish())
+
+
+class SqlChunk:
+    """Task side of --sql: one file's chosen transactions as the file's text, handed back
+    to the driver (``SqlFileSink.adopt``), which writes it in commit order, so the rows
+    are turned into text on every core. ``Declined`` (the driver writes that file
+    itself) past ``spec["max_bytes"]`` of text or at a LOAD DATA."""
+
+    def __init__(self, spec, fde_event):
+        self.most, self.fde_event = spec["max_bytes"], fde_event
+        self.text, self.parts, self.size, self.transactions = SqlText(), [], 0, 0
+
+    def apply(self, trx, fde, checksum):
+        """Add one transaction's text."""
+        self.text.transaction(trx, fde, checksum, self._add)
+        self.transactions += 1
+
+    def _add(self, text):
+        data = text if isinstance(text, bytes) else text.encode("utf-8")
+        self.size += len(data)
+        if self.size > self.most:
+            raise Declined(f"more than {self.most} bytes of text")
+        self.parts.append(data)
+
+    def close(self):
+        """What the driver adopts: the text, its format description, the count."""
+        return {"sql": b"".join(self.parts), "fde": self.fde_event,
+                "transactions": self.transactions}
+
+
+class SqlFileSink(Sink):
+    """--sql FILE: the same statements, written out for review (a dry run). The tasks
+    write each file's text (``task_spec``: ``SqlChunk``), the driver adopts it in commit
+    order; a file a task declined comes to ``apply`` instead."""
+
+    def __init__(self, path, task_bytes=TASK_BYTES):
+        self.path, self.f, self.fde, self.text = path, None, None, None
         self.partial = f"{path}.partial"
-        self.loads = 0
+        self.loads, self.task_bytes = 0, task_bytes
+
+    def task_spec(self):
+        """The tasks turn their transactions into text (``SqlChunk``), up to
+        ``task_bytes`` of it per file."""
+        return {"writer": "sql", "module": __name__, "max_bytes": self.task_bytes}
 
     def open(self, source):
         """Create the file and write its header."""
@@ -65,30 +158,30 @@ class SqlFileSink(Sink):
         self._write(sql)
         self._write(f"\n{DELIMITER}\n")
 
-    def apply(self, trx, fde_event, checksum, fde):
-        """Write the statements of one transaction (the format description when it changes)."""
+    def _format(self, fde_event, fde):
+        """The file's format description, when it is another than the last one's."""
         if fde_event != self.fde:
             if self.fde is None:
                 self._statement(PSEUDO_REPLICA[ev.is_mariadb_version(fde.server_version)])
             self._statement(binlog_statement([fde_event]))
-            self.fde, self.tables = fde_event, {}
-        self._write(f"-- {trx.gtid or '-'} {trx.file}:{trx.start}-{trx.end}\n")
-        self._write(f"-- at {iso(trx.commit_ts)}: {self._changes(trx, fde, checksum)}\n")
-        session = gtid_session(trx)
-        for sql in session:
-            self._statement(sql)
-        rows = RowText(trx, fde, checksum, self.tables)
-        for kind, what in transaction_steps(trx, fde, checksum):
-            if kind == "binlog":
-                self._statement(binlog_statement(what))
-                for line in rows.lines(what):
-                    self._write(line + "\n")
-            elif kind == "load":
-                self._statement(what.statement(self._load_file(what.data)))
-            else:
-                self._statement(what)
-        if session and mysql_gtid(trx):  # MySQL wants gtid_next set again before anything
-            self._statement(MYSQL_GTID_AUTOMATIC)
+            self.fde, self.text = fde_event, SqlText(self._load_file)
+
+    def apply(self, trx, fde_event, checksum, fde):
+        """Write the statements of one transaction (the format description when it changes)."""
+        self._format(fde_event, fde)
+        self.text.transaction(trx, fde, checksum, self._write)
+
+    def adopt(self, written, transactions):
+        """Write the text a file's task made (``SqlChunk.close``) of ``transactions``, the
+        ones the driver chose to apply of that file."""
+        if written["transactions"] != len(transactions):
+            raise RuntimeError(f"a task wrote {written['transactions']} transactions of "
+                               f"{transactions[0].file if transactions else 'a file'}, the "
+                               f"replay applies {len(transactions)}")
+        if not transactions:
+            return
+        self._format(written["fde"], ev.parse_format_description(written["fde"]))
+        self._write(written["sql"])
 
     def _load_file(self, data):
         """The absolute path of a new file beside the SQL file holding ``data``."""
@@ -99,14 +192,6 @@ class SqlFileSink(Sink):
         with open(path, "wb") as f:
             f.write(data)
         return path
-
-    def _changes(self, trx, fde, checksum):
-        """The transaction's changes as one line (``summary.format_changes``)."""
-        if self.collector is None or self.collector.fde is not fde:
-            self.collector = ChangeCollector(fde, checksum)
-        for event in trx.events:
-            self.collector.event(event)
-        return format_changes(self.collector.finish())
 
     def failed(self):
         """The replay stopped on an error: the file says so in its last line."""
