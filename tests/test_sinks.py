@@ -51,10 +51,11 @@ def test_a_transaction_pickles_for_spark():
 OWN = sorted(os.listdir(OWN_BINLOGS))
 
 
+@pytest.mark.parametrize("shared", [True, False], ids=["driver's disk", "handed back"])
 @pytest.mark.parametrize("name", OWN)
-def test_sql_text_made_in_a_task_is_the_drivers(name, tmp_path):
-    # --sql: the task's SqlChunk, adopted by the driver, writes the bytes the driver's
-    # own apply writes for the same transactions
+def test_sql_text_made_in_a_task_is_the_drivers(name, shared, tmp_path):
+    # --sql: the task's SqlChunk (into a file on the driver's disk, or handed back),
+    # adopted by the driver, writes the bytes the driver's own apply writes
     path = os.path.join(OWN_BINLOGS, name)
     with open(path, "rb") as f:
         transactions, _, fde_event = assemble(f.read(), name, newest=True)
@@ -63,22 +64,42 @@ def test_sql_text_made_in_a_task_is_the_drivers(name, tmp_path):
     transactions = [t for t in transactions if t.events]
     driver = SqlFileSink(str(tmp_path / "driver.sql")).open("s")
     driver.apply_many(transactions, fde_event, checksum, fde)
-    tasks = SqlFileSink(str(tmp_path / "tasks.sql")).open("s")
-    chunk = SqlChunk(tasks.task_spec(), fde_event)
+    tasks = SqlFileSink(str(tmp_path / "tasks.sql"))
+    spec = dict(tasks.task_spec(), seq=4)
+    tasks.open("s")
+    if not shared:  # an executor on another host: no token file where it looks
+        spec["dir"] = str(tmp_path / "elsewhere")
+    chunk = SqlChunk(spec, fde_event)
     for trx in transactions:
         chunk.apply(trx, fde, checksum)
-    tasks.adopt(chunk.close(), transactions)
+    written = chunk.close()
+    assert ("path" in written) == shared and ("sql" in written) != shared
+    tasks.adopt(written, transactions)
     for sink in (driver, tasks):
         sink.close()
         sink.finish()
     text = (tmp_path / "driver.sql").read_bytes()
     assert text.count(b"### ") > 10
     assert (tmp_path / "tasks.sql").read_bytes() == text
-    # a task hands back at most task_bytes of text: past it the driver writes the file
-    small = SqlChunk(SqlFileSink(str(tmp_path / "x.sql"), task_bytes=100).task_spec(),
-                     fde_event)
-    with pytest.raises(Declined, match="more than 100 bytes of text"):
-        for trx in transactions:
-            small.apply(trx, fde, checksum)
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["driver.sql", "tasks.sql"]
     with pytest.raises(RuntimeError, match="a task wrote 0 transactions of"):
         tasks.adopt({"sql": b"", "fde": fde_event, "transactions": 0}, transactions)
+
+
+def test_a_task_hands_back_at_most_task_bytes_of_text(tmp_path):
+    # past it (or where its estimate says so) the driver writes the file
+    name = OWN[0]
+    with open(os.path.join(OWN_BINLOGS, name), "rb") as f:
+        transactions, _, fde_event = assemble(f.read(), name, newest=True)
+    fde = ev.parse_format_description(fde_event)
+    sink = SqlFileSink(str(tmp_path / "x.sql"), task_bytes=100)
+    spec = dict(sink.task_spec(), dir=str(tmp_path / "elsewhere"))
+    assert SqlChunk.takes(spec, 33) and not SqlChunk.takes(spec, 34)
+    assert SqlChunk.takes(sink.task_spec(), 10 ** 12)  # into a file: any size
+    small = SqlChunk(spec, fde_event)
+    with pytest.raises(Declined, match="more than 100 bytes of text"):
+        for trx in transactions:
+            if trx.events:
+                small.apply(trx, fde, fde.checksum_alg == ev.CHECKSUM_CRC32)
+    sink.close()
+    assert not (tmp_path / "x.sql.parts").exists()

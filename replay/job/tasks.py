@@ -160,6 +160,8 @@ def _write(keep, chosen, spool, where, fingerprint, fde_event):
     except ImportError as e:  # the probe names it first on a cluster
         return None, TaskError("sink", f"the task's Python has no module {e.name!r}, which "
                                        f"--{'sql' if sql else 'parquet'} needs")
+    if sql and not SqlChunk.takes(spec, sum(sum(t.event_lengths) for t in chosen)):
+        return None, None  # more text than a task hands back: the driver writes it
     declined = Declined if sql else ()  # (an empty tuple catches nothing)
     try:
         writer = SqlChunk(spec, fde_event) if sql else PartWriter(spec)

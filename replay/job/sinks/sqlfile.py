@@ -16,15 +16,20 @@ changes: ``summary.format_changes``); after each BINLOG statement come its rows 
 The text is made where the files are decoded: each Spark task turns its file's chosen
 transactions into text (``SqlChunk``, the same ``SqlText`` the driver uses) and the
 driver writes it in commit order (``SqlFileSink.adopt``), so the rows become ``###``
-lines on every core. A task declines a file with a LOAD DATA (its data file is named
-in the order of the whole replay) or more than ``TASK_BYTES`` of text (a result sits
-in the driver's memory): that file's events come to the driver, which writes it.
+lines on every core. A task that sees the driver's disk (local[*]) writes the text to
+a file in ``FILE.parts/`` (removed at the end), a MiB at a time, and the driver copies
+it into FILE; one on another host hands the text back, at most ``TASK_BYTES`` (a result
+sits in the driver's memory). A task declines a file with a LOAD DATA (its data file is
+named in the order of the whole replay) or, handing back, more text than that: that
+file's events come to the driver, which writes it.
 
 The statements go to ``FILE.partial`` until the replay ends well (``finish``), then to
 FILE; a replay that fails leaves ``FILE.partial`` ending with a line that says so.
 """
 
 import os
+import shutil
+import uuid
 
 from mysqlbackup.utc import iso
 from mysqlbackup.binlog import events as ev
@@ -45,6 +50,7 @@ HEADER = ("-- mysqlbackup replay: apply with `mariadb --local-infile=1 < FILE` o
           f"DELIMITER {DELIMITER}\n")
 PSEUDO_REPLICA = {True: "SET @@session.pseudo_slave_mode=1",
                   False: "SET @@session.pseudo_replica_mode=1"}
+CHUNK = 1 << 20  # a task's text file written, and copied into FILE, a MiB at a time
 TASK_BYTES = 256 << 20  # the most text a task hands back for one file (else the driver's)
 INCOMPLETE = ("-- INCOMPLETE: the replay failed after the transaction above; this file "
               "stops there (do not load it as a whole replay)\n")
@@ -101,31 +107,65 @@ class SqlText:
 
 
 class SqlChunk:
-    """Task side of --sql: one file's chosen transactions as the file's text, handed back
-    to the driver (``SqlFileSink.adopt``), which writes it in commit order, so the rows
-    are turned into text on every core. ``Declined`` (the driver writes that file
-    itself) past ``spec["max_bytes"]`` of text or at a LOAD DATA."""
+    """Task side of --sql: one file's chosen transactions as the file's text, which the
+    driver writes in commit order (``SqlFileSink.adopt``), so the rows are turned into
+    text on every core. Where the task sees the driver's disk (``spec["dir"]`` holds
+    ``spec["token"]``: local[*], or an executor on the driver's host) the text goes to a
+    file there, a chunk at a time, whatever its size; elsewhere it is handed back, up to
+    ``spec["max_bytes"]``. ``Declined`` (the driver writes that file itself) past that
+    or at a LOAD DATA."""
 
     def __init__(self, spec, fde_event):
         self.most, self.fde_event = spec["max_bytes"], fde_event
         self.text, self.parts, self.size, self.transactions = SqlText(), [], 0, 0
+        self.path = self.file = None
+        folder = spec.get("dir")
+        if folder and os.path.exists(os.path.join(folder, spec["token"])):
+            self.path = os.path.join(folder, f"{spec.get('seq', 0):06d}-{uuid.uuid4().hex}.sql")
+            self.file = open(self.path, "wb", buffering=CHUNK)
+
+    @staticmethod
+    def takes(spec, raw_bytes):
+        """Whether a file of ``raw_bytes`` of events may be made text by a task that hands
+        it back (about 3 bytes of text a byte: base64 and the ``###`` lines)."""
+        folder = spec.get("dir")
+        shared = folder and os.path.exists(os.path.join(folder, spec["token"]))
+        return shared or 3 * raw_bytes <= spec["max_bytes"]
 
     def apply(self, trx, fde, checksum):
         """Add one transaction's text."""
-        self.text.transaction(trx, fde, checksum, self._add)
+        try:
+            self.text.transaction(trx, fde, checksum, self._add)
+        except BaseException:
+            self.discard()
+            raise
         self.transactions += 1
 
     def _add(self, text):
         data = text if isinstance(text, bytes) else text.encode("utf-8")
+        if self.file is not None:
+            self.file.write(data)
+            return
         self.size += len(data)
         if self.size > self.most:
             raise Declined(f"more than {self.most} bytes of text")
         self.parts.append(data)
 
+    def discard(self):
+        """Remove what was written (a task that fails or declines)."""
+        if self.file is not None:
+            self.file.close()
+            os.unlink(self.path)
+            self.file = None
+
     def close(self):
-        """What the driver adopts: the text, its format description, the count."""
-        return {"sql": b"".join(self.parts), "fde": self.fde_event,
-                "transactions": self.transactions}
+        """What the driver adopts: the text (or the file that holds it), its format
+        description, the count."""
+        written = {"fde": self.fde_event, "transactions": self.transactions}
+        if self.file is None:
+            return dict(written, sql=b"".join(self.parts))
+        self.file.close()
+        return dict(written, path=self.path)
 
 
 class SqlFileSink(Sink):
@@ -137,11 +177,18 @@ class SqlFileSink(Sink):
         self.path, self.f, self.fde, self.text = path, None, None, None
         self.partial = f"{path}.partial"
         self.loads, self.task_bytes = 0, task_bytes
+        self.spool, self.token = os.path.abspath(f"{path}.parts"), None
 
     def task_spec(self):
-        """The tasks turn their transactions into text (``SqlChunk``), up to
-        ``task_bytes`` of it per file."""
-        return {"writer": "sql", "module": __name__, "max_bytes": self.task_bytes}
+        """The tasks turn their transactions into text (``SqlChunk``): into files in
+        ``FILE.parts/`` where they see it (its token file proves the same disk), else
+        handed back, up to ``task_bytes`` of it per file."""
+        if self.token is None:
+            self.token = f".token-{uuid.uuid4().hex}"
+            os.makedirs(self.spool, exist_ok=True)
+            open(os.path.join(self.spool, self.token), "wb").close()
+        return {"writer": "sql", "module": __name__, "max_bytes": self.task_bytes,
+                "dir": self.spool, "token": self.token}
 
     def open(self, source):
         """Create the file and write its header."""
@@ -181,7 +228,12 @@ class SqlFileSink(Sink):
         if not transactions:
             return
         self._format(written["fde"], ev.parse_format_description(written["fde"]))
-        self._write(written["sql"])
+        if "sql" in written:
+            self._write(written["sql"])
+            return
+        with open(written["path"], "rb") as f:
+            shutil.copyfileobj(f, self.f, CHUNK)
+        os.unlink(written["path"])
 
     def _load_file(self, data):
         """The absolute path of a new file beside the SQL file holding ``data``."""
@@ -199,9 +251,13 @@ class SqlFileSink(Sink):
             self._write(INCOMPLETE)
 
     def close(self):
-        """Close the file (still ``FILE.partial``)."""
+        """Close the file (still ``FILE.partial``); remove the tasks' files (``FILE.parts``:
+        those of files the replay did not adopt)."""
         if self.f:
             self.f.close()
+        if self.token is not None:
+            shutil.rmtree(self.spool, ignore_errors=True)
+            self.token = None
 
     def finish(self, summary=None):
         """The replay ended well (after ``close``): the file takes its name."""
