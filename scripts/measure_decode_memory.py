@@ -7,7 +7,13 @@ fresh key pair), plans the replay and runs ``decode_unit`` on the big file's uni
 a fresh Python process per archive, which reports its peak RSS (VmHWM of
 /proc/self/status) before and after the decode, the wall time and what it decoded.
 
+``--write sql|parquet|typed``: the task also writes what it decoded, as the replay's
+tasks do for ``replay --sql`` (its text, into ``FILE.parts/`` as on local[*]),
+``--parquet`` and ``--parquet --typed``; ``--trx-mb``: the size of each transaction
+(one INSERT ... SELECT; default 16).
+
 Run: .venv/bin/python scripts/measure_decode_memory.py [--mb 1024] [--event-mb 2]
+     [--trx-mb 16] [--write sql|parquet|typed]
      [--code-root DIR]  (the replay code to measure, e.g. an export of an older commit)
      [--keep DIR]       (reuse/keep the binlog and archives there)
      MEASURE_ATTACH=1 in the environment: the child then also runs the driver's
@@ -54,7 +60,7 @@ def vm_hwm():
     raise RuntimeError("no VmHWM in /proc/self/status")
 
 
-def make_binlog(workdir, mb, event_mb):
+def make_binlog(workdir, mb, event_mb, trx_mb=16):
     """A directory holding one sealed binlog file of about ``mb`` MB and the next one."""
     from mysqlbackup.sandbox import MariaDBSandbox
     out = os.path.join(workdir, "binlogs")
@@ -66,7 +72,7 @@ def make_binlog(workdir, mb, event_mb):
     try:
         server.execute("CREATE DATABASE m", "CREATE TABLE m.t (id BIGINT PRIMARY KEY, "
                        "v VARCHAR(2000)) ENGINE=InnoDB")
-        per_insert, next_id = 16 << 20, 0
+        per_insert, next_id = trx_mb << 20, 0
         rows = per_insert // ROW_BYTES
         path = server.binlog_path(server.binlog_files()[-1])
         while os.path.getsize(path) < (mb << 20) - per_insert:
@@ -102,7 +108,7 @@ def make_archive(workdir, binlogs, encoded):
     return url, identity
 
 
-def measure(workdir, url, identity, code_root):
+def measure(workdir, url, identity, code_root, write=None):
     """Run decode_unit on the biggest unit in a fresh process; its report (a dict)."""
     from mysqlbackup.archive.codec import keyring_from
     from replay.job.plan import ReplayOptions, units_to_read
@@ -110,7 +116,7 @@ def measure(workdir, url, identity, code_root):
     unit = max(units, key=lambda u: sum(o.index["size"] for o in u.objects))
     job = os.path.join(workdir, "unit.pickle")
     with open(job, "wb") as f:
-        pickle.dump((unit, url, identity), f)
+        pickle.dump((unit, url, identity, write, workdir), f)
     out = subprocess.run([sys.executable, __file__, "--child", job],
                          env=dict(os.environ, MEASURE_CODE_ROOT=code_root), check=True,
                          capture_output=True, text=True)
@@ -125,13 +131,15 @@ def child(job, out=None):
     """In a fresh process: decode one unit, print peak RSS before/after as JSON (and
     pickle the decode's result to ``out`` when given)."""
     with open(job, "rb") as f:
-        unit, url, identity = pickle.load(f)
+        unit, url, identity, *rest = pickle.load(f)
+    write, workdir = rest or (None, None)  # (unit, url, identity): decode only
     from mysqlbackup.archive.codec import keyring_from
     from replay.job.tasks import decode_unit
     keyring = keyring_from(identity)
     importlib.import_module("mysqlbackup.archive.store")  # imported before the baseline
+    keep = writer_keep(unit, write, workdir) if write else None
     before, started = vm_hwm(), time.monotonic()
-    result = decode_unit(unit, url, {}, keyring)
+    result = decode_unit(unit, url, {}, keyring, keep)
     elapsed = time.monotonic() - started
     if out:
         with open(out, "wb") as f:
@@ -147,6 +155,21 @@ def child(job, out=None):
     if os.environ.get("MEASURE_ATTACH") and not same["error"]:
         report.update(attach(result, unit, url, keyring))
     print(json.dumps(report))
+
+
+def writer_keep(unit, write, workdir):
+    """What the replay's driver hands a task that writes (``tasks.keep_spec``)."""
+    from replay.job.planning.options import build_selection
+    from replay.job.tasks import keep_spec
+    out = os.path.join(workdir, f"out-{write}-{os.getpid()}")
+    if write == "sql":
+        from replay.job.sinks.sqlfile import SqlFileSink
+        spec = SqlFileSink(out + ".sql").task_spec()
+    else:
+        from replay.job.sinks.parquet import ParquetSink
+        spec = ParquetSink(f"file://{out}", typed_tables=write == "typed").task_spec()
+    selection = build_selection(None, None, None, None, None, None, (), (), ())
+    return keep_spec(selection, unit, spec)
 
 
 def attach(result, unit, url, keyring):
@@ -169,6 +192,8 @@ def main():
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--mb", type=int, default=1024)
     parser.add_argument("--event-mb", type=int, default=2)
+    parser.add_argument("--trx-mb", type=int, default=16)
+    parser.add_argument("--write", choices=["sql", "parquet", "typed"])
     parser.add_argument("--code-root", default=ROOT)
     parser.add_argument("--keep")
     parser.add_argument("--child", help=argparse.SUPPRESS)
@@ -179,10 +204,10 @@ def main():
     workdir = args.keep or tempfile.mkdtemp(prefix="decode-memory-")
     os.makedirs(workdir, exist_ok=True)
     try:
-        binlogs = make_binlog(workdir, args.mb, args.event_mb)
+        binlogs = make_binlog(workdir, args.mb, args.event_mb, args.trx_mb)
         for encoded in (False, True):
             url, identity = make_archive(workdir, binlogs, encoded)
-            r = measure(workdir, url, identity, args.code_root)
+            r = measure(workdir, url, identity, args.code_root, args.write)
             mb = 1 << 20
             print(f"{'zstd+age' if encoded else 'plain':8}  raw {r['raw_bytes'] / mb:7.1f} MB  "
                   f"stored {r['stored_bytes'] / mb:7.1f} MB  peak RSS {r['hwm_after'] / mb:7.1f} MB"

@@ -290,7 +290,7 @@ def _changes(rows, event, keys, trx, at, position, dbms=None):
                   "after": _json(after), "gtid": trx.gtid, "commit_time": _utc(trx.commit_ts),
                   "file": trx.file, "position": position, "row_index": index}
         if dbms is not None:
-            change["stored"] = Stored(rows, dbms, *_stored_images(op, row, columns))
+            change["stored"] = Stored(rows, dbms, *_images(op, row, columns, stored_image))
         yield change
 
 
@@ -302,14 +302,6 @@ class Stored(NamedTuple):
     dbms: str
     before: dict
     after: dict
-
-
-def _stored_images(op, row, columns):
-    if op == "update":
-        return (stored_image(row["before_values"], row["before_none_sources"], columns),
-                stored_image(row["after_values"], row["after_none_sources"], columns))
-    image = stored_image(row["values"], row["none_sources"], columns)
-    return (None, image) if op == "insert" else (image, None)
 
 
 def stored_image(values, none_sources, columns):
@@ -406,11 +398,14 @@ def _fast_rows(event, table, table_id, reader, trx):
     return DecodedRows(rows, table.schema, table.table, table_id, table.columns)
 
 
-def _images(op, row, columns):
+def _images(op, row, columns, image_of=None):
+    """(before, after) of a row, each made by ``image_of`` (default ``_image``: JSON-ready;
+    ``stored_image``: the server's values) from the row's values and none sources."""
+    image_of = image_of or _image
     if op == "update":
-        return (_image(row["before_values"], row["before_none_sources"], columns),
-                _image(row["after_values"], row["after_none_sources"], columns))
-    image = _image(row["values"], row["none_sources"], columns)
+        return (image_of(row["before_values"], row["before_none_sources"], columns),
+                image_of(row["after_values"], row["after_none_sources"], columns))
+    image = image_of(row["values"], row["none_sources"], columns)
     return (None, image) if op == "insert" else (image, None)
 
 

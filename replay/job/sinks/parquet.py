@@ -48,7 +48,7 @@ from replay.job.sinks.base import Sink
 log = logging.getLogger(__name__)
 
 ROWS_PER_PART = 100_000
-BYTES_PER_PART = 128 << 20
+BYTES_PER_PART = 32 << 20  # of JSON images buffered: about 4x that in memory at the write
 SUCCESS = "_SUCCESS"
 LEFT_OUT_LISTED = 100  # statement-based DML statements named one by one in _SUCCESS
 # what _SUCCESS says the table cannot hold (changes.iter_changes)
