@@ -9,7 +9,7 @@ times:
 1. ``mariadb-binlog -v --base64-output=decode-rows FILES > /dev/null`` (the anchor, one
    core),
 2. ``mysqlbackup replay --sql OUT`` (Spark local[*]: every core),
-3. ``mysqlbackup replay --parquet DIR`` (the same),
+3. ``mysqlbackup replay --parquet DIR`` (the same), and with ``--typed``,
 4. ``mysqlbackup archive find --table b.t0 --type ddl`` and ``inspect FILES`` (reading
    every event, no row decoding).
 
@@ -23,8 +23,12 @@ files: the change table's rows (``changes.iter_changes``) and ``--sql``'s ``###`
 (``rowtext.RowText``), with the reference decoder (mysql-replication), the pure Python
 row loop (``rowloop``) and the compiled one (``_rowloop``), against the anchor.
 
+``--engine mysql``: the archive written by MySQL 9.7 (``.mysql/tree``) and the anchor
+``mysqlbinlog -v --base64-output=decode-rows`` (the tree's, through chroot); the
+decoders and the small files stay MariaDB's.
+
 Run: .venv/bin/python scripts/bench_decode.py [--mb 200] [--files 5] [--runs 2]
-     [--small 300] [--decoders] [--keep DIR]
+     [--small 300] [--decoders] [--keep DIR] [--engine mariadb|mysql]
 """
 
 import argparse
@@ -109,18 +113,32 @@ def timed(argv, **kwargs):
     return elapsed
 
 
-def ways(files, url, out):
-    reader = shutil.which("mariadb-binlog") or "mariadb-binlog"
+ANCHOR = "anchor: the engine's reader -v (1 core)"
+
+
+def anchor_command(engine, files):
+    """The engine's own reader of ``files``, its output thrown away (a shell line)."""
+    if engine == "mysql":  # the tree's mysqlbinlog sees the files in its shared folder
+        from mysqlbackup.sandbox.mysql import mysql_tree
+        reader = f"chroot {mysql_tree()} /usr/bin/mysqlbinlog"
+    else:
+        reader = shutil.which("mariadb-binlog") or "mariadb-binlog"
+    return f"{reader} -v --base64-output=decode-rows {' '.join(files)} > /dev/null"
+
+
+def ways(files, url, out, engine="mariadb"):
     mb = PYTHON, "-m", "mysqlbackup"
     return {
-        "mariadb-binlog -v (anchor, 1 core)": lambda: timed(
-            ["sh", "-c", f"{reader} -v --base64-output=decode-rows {' '.join(files)} "
-                         "> /dev/null"]),
+        ANCHOR: lambda: timed(["sh", "-c", anchor_command(engine, files)]),
         "replay --sql": lambda: timed([*mb, "replay", "--archive", url, "--source-name",
                                        "db1", "--sql", os.path.join(out, "out.sql")]),
         "replay --parquet": lambda: (shutil.rmtree(os.path.join(out, "pq"), True), timed(
             [*mb, "replay", "--archive", url, "--source-name", "db1", "--parquet",
              f"file://{out}/pq"]))[1],
+        "replay --parquet --typed": lambda: (shutil.rmtree(os.path.join(out, "pt"), True),
+                                             timed([*mb, "replay", "--archive", url,
+                                                    "--source-name", "db1", "--parquet",
+                                                    f"file://{out}/pt", "--typed"]))[1],
         "archive find --type ddl": lambda: timed(
             [*mb, "archive", "find", "--archive", url, "--source-name", "db1", "--table",
              "b.t0", "--type", "ddl"]),
@@ -136,24 +154,19 @@ def main():
     parser.add_argument("--small", type=int, default=0)
     parser.add_argument("--decoders", action="store_true")
     parser.add_argument("--keep", help="make (or reuse) the archive here")
+    parser.add_argument("--engine", choices=["mariadb", "mysql"], default="mariadb")
     args = parser.parse_args()
     where = args.keep or tempfile.mkdtemp(prefix="bench-decode-")
     os.makedirs(where, exist_ok=True)
-    if not os.path.isdir(os.path.join(where, "big", "archive")):
-        with MariaDBSandbox(os.path.join(where, "server"), semi_sync=False,
-                            extra_args=["--max-binlog-size=1073741824"]) as server:
-            write(server, args.mb, args.files)
-            archive(server, os.path.join(where, "big"), "db1")
-    files = sorted(os.path.join(where, "big", "files", n)
-                   for n in os.listdir(os.path.join(where, "big", "files")))
-    url = f"file://{where}/big/archive"
+    files, url = big_archive(where, args)
     raw = sum(os.path.getsize(f) for f in files)
-    print(f"archive: {len(files)} files, {raw / 1e6:.0f} MB; {os.cpu_count()} cores")
+    print(f"archive ({args.engine}): {len(files)} files, {raw / 1e6:.0f} MB; "
+          f"{os.cpu_count()} cores")
     best = {}
     for _ in range(args.runs):  # interleaved: a loaded moment hits every way alike
-        for name, run in ways(files, url, where).items():
+        for name, run in ways(files, url, where, args.engine).items():
             best[name] = min(best.get(name, float("inf")), run())
-    anchor = best["mariadb-binlog -v (anchor, 1 core)"]
+    anchor = best[ANCHOR]
     print(f"{'way':<38} {'time':>8} {'MB/s':>8} {'vs anchor':>10}")
     for name, seconds in best.items():
         print(f"{name:<38} {seconds:>7.2f}s {raw / 1e6 / seconds:>8.1f} "
@@ -164,6 +177,32 @@ def main():
         small(where, args.small, args.runs)
     if not args.keep:
         shutil.rmtree(where, ignore_errors=True)
+        if args.engine == "mysql":  # its files are in the tree's shared folder
+            shutil.rmtree(os.path.dirname(os.path.dirname(files[0])), ignore_errors=True)
+
+
+def big_archive(where, args):
+    """(the archive's files, its URL): made by the engine's server once, kept in
+    ``where`` (MySQL's files inside the tree's shared folder: its mysqlbinlog reads them)."""
+    if args.engine == "mysql":
+        from mysqlbackup.sandbox.mysql import MySQLSandbox, shared_dir, why_no_mysql
+        if why_no_mysql():
+            raise SystemExit(f"--engine mysql: {why_no_mysql()}")
+        big = os.path.join(shared_dir(), "bench-decode-big")
+        if not os.path.isdir(os.path.join(big, "archive")):
+            with MySQLSandbox(server_id=1, semi_sync=False,
+                              extra_args=["--max-binlog-size=1073741824"]) as server:
+                write(server, args.mb, args.files)
+                archive(server, big, "db1")
+    else:
+        big = os.path.join(where, "big")
+        if not os.path.isdir(os.path.join(big, "archive")):
+            with MariaDBSandbox(os.path.join(where, "server"), semi_sync=False,
+                                extra_args=["--max-binlog-size=1073741824"]) as server:
+                write(server, args.mb, args.files)
+                archive(server, big, "db1")
+    files = sorted(os.path.join(big, "files", n) for n in os.listdir(os.path.join(big, "files")))
+    return files, f"file://{big}/archive"
 
 
 def decoders(files, runs, anchor, raw):
