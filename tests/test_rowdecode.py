@@ -240,3 +240,46 @@ def test_a_timestamp_past_2038_is_read_where_mariadb_11_5_and_later_write_it():
     signed = [{"values": {"t": expected - datetime.timedelta(seconds=1 << 32)}}]
     changes._mend_timestamps(signed, [SimpleNamespace(name="t", type=FIELD_TYPE.TIMESTAMP2)])
     assert same(signed[0]["values"]["t"], expected)
+
+
+def row_comments(path):
+    """The ``###`` lines of a file (``RowText``), with the row loop ``rowdecode.loop``."""
+    found = parsed(path)
+    if found is None:
+        return []
+    transactions, fde, checksum = found
+    tables = {}
+    return [line for trx in transactions
+            for line in RowText(trx, fde, checksum, tables).lines(trx.events)]
+
+
+@pytest.mark.skipif(rowdecode.compiled is None, reason=rowdecode.describe())
+@pytest.mark.parametrize("which", ["own", "corpus"])
+def test_the_compiled_row_line_writes_the_pure_ones_text(which, monkeypatch):
+    # rowtext.row_line and its compiled twin (_rowloop.row_line), line for line
+    paths = own_files() if which == "own" else corpus_files()
+    compared = 0
+    for path in paths:
+        monkeypatch.setattr(rowdecode, "loop", rowloop)
+        pure = row_comments(path)
+        monkeypatch.setattr(rowdecode, "loop", rowdecode.compiled)
+        assert row_comments(path) == pure, path
+        compared += sum(line.startswith("### ") for line in pure)
+    assert compared >= 50
+
+
+@pytest.mark.skipif(rowdecode.compiled is None, reason=rowdecode.describe())
+def test_the_compiled_row_line_cuts_as_the_pure_one():
+    # a row past ROW_CAP, a value past VALUE_CAP, quotes, control characters, NULLs
+    from replay.job.decoding import rowtext
+    values = {f"c{i}": "x" * (i * 37 % 300) for i in range(40)}
+    values.update({"q": "it's", "ctl": "a\x01b", "n": None, "i": -5, "gone": None})
+    sources = {"n": "null", "gone": rowloop.COLS_BITMAP}
+    parts = [("### UPDATE `d`.`t` WHERE", values, sources), ("SET", {"i": 7}, {})]
+    for unknown in (set(), {"i"}):
+        assert rowdecode.compiled.row_line(parts, {}, {}, unknown) == \
+            rowtext.row_line(parts, {}, {}, unknown)
+    short = [("### INSERT INTO `d`.`t` SET", {"a": "ok", "b": None, "c": 3},
+              {"b": "null"})]
+    assert rowdecode.compiled.row_line(short, {"a": "`a`"}, {}, set()) == \
+        "### INSERT INTO `d`.`t` SET `a`='ok' b=NULL c=3"

@@ -16,6 +16,7 @@ from libc.stdint cimport int64_t, uint32_t, uint64_t
 from libc.stdio cimport snprintf
 from libc.string cimport memcpy
 
+import datetime
 import decimal
 import sys
 
@@ -24,7 +25,7 @@ if sys.byteorder != "little":  # FLOAT and DOUBLE are copied as they lie
     raise ImportError("the compiled row loop reads FLOAT and DOUBLE on little-endian hosts")
 
 # the version of the twins: ``rowloop.TWIN`` must be the same
-TWIN = 2
+TWIN = 3
 
 cdef enum:
     K_INT = 0
@@ -42,6 +43,7 @@ cdef object _OUT_OF_DATE = "out of date range"
 cdef object _OUT_OF_DATETIME2 = "out of datetime2 range"
 cdef object _UTF8 = "utf-8"
 cdef object _Decimal = decimal.Decimal
+cdef object _datetime = datetime.datetime
 cdef list _readers = []
 cdef int _dig2bytes[10]
 _dig2bytes[:] = [0, 1, 1, 2, 2, 3, 3, 4, 4, 4]
@@ -268,3 +270,69 @@ cdef tuple _timestamp2(const unsigned char *p, Py_ssize_t pos, Py_ssize_t end, i
         y += 1
     return datetime_new(y, m, d, rest // 3600, rest // 60 % 60, rest % 60, micros,
                         None), pos + 4 + (fsp + 1) // 2
+
+
+# -- the ``###`` line of a row (``rowtext.row_line``'s twin) ------------------------------
+
+cdef object _literal = None         # rowtext.literal
+cdef object _string_literal = None  # rowtext._string_literal
+cdef object _cols_bitmap = None     # NONE_SOURCE.COLS_BITMAP
+cdef object _bit_type = None        # FIELD_TYPE.BIT
+cdef object _timestamps = frozenset()  # the TIMESTAMP types (a "+00:00" zone)
+cdef Py_ssize_t _row_cap = 0, _value_cap = 0
+
+
+def configure_text(literal, string_literal, cols_bitmap, bit_type, timestamps,
+                   Py_ssize_t row_cap, Py_ssize_t value_cap):
+    """Hand over what ``row_line`` calls for the values it does not write itself."""
+    global _literal, _string_literal, _cols_bitmap, _bit_type, _timestamps, _row_cap
+    global _value_cap
+    _literal, _string_literal, _cols_bitmap = literal, string_literal, cols_bitmap
+    _bit_type, _timestamps = bit_type, frozenset(timestamps)
+    _row_cap, _value_cap = row_cap, value_cap
+
+
+def row_line(list parts, dict labels, dict columns, unsigned_unknown):
+    """``rowtext.row_line``, the same text: integers, plain ASCII words, DECIMALs and
+    DATETIMEs / TIMESTAMPs written here (as ``rowtext.literal`` writes them), every other
+    value by ``rowtext.literal`` / ``_string_literal``."""
+    cdef list out = []
+    cdef Py_ssize_t size = 0, left = 0
+    cdef dict values
+    cdef str text, pair, head
+    for part in parts:
+        left += len(<dict>part[1])
+    for part in parts:
+        head, values, sources = part
+        out.append(head)
+        size += len(head) + 1
+        for key, value in values.items():
+            left -= 1
+            if value is None:
+                source = sources.get(key)
+                if source == _cols_bitmap:
+                    continue  # not in this row image
+                text = _literal(None, columns.get(key), source)
+            elif type(value) is int and key not in unsigned_unknown:
+                text = str(value)
+            elif type(value) is str and getattr(columns.get(key), "type", None) != _bit_type:
+                if len(<str>value) <= _value_cap and (<str>value).isalnum() \
+                        and (<str>value).isascii():
+                    text = "'" + <str>value + "'"
+                else:
+                    text = _string_literal(value)
+            elif type(value) is _Decimal:
+                text = format(value, "f")
+            elif type(value) is _datetime:
+                zone = "+00:00" if getattr(columns.get(key), "type", None) in _timestamps \
+                    else ""
+                text = "'" + value.isoformat(" ") + zone + "'"
+            else:
+                text = _literal(value, columns.get(key), None, key in unsigned_unknown)
+            pair = f"{labels.get(key, key)}={text}"
+            if size + len(pair) > _row_cap:
+                out.append(f"... ({left + 1} more values)")
+                return " ".join(out)
+            out.append(pair)
+            size += len(pair) + 1
+    return " ".join(out)

@@ -47,6 +47,7 @@ from pymysqlreplication.constants import FIELD_TYPE, NONE_SOURCE
 from mysqlbackup.binlog import events as ev
 from replay.job.decoding.changes import (OPS, Reader, decode_event, decode_rows_event,
                                          position_of, time_text)
+from replay.job.decoding import rowdecode
 from replay.job.decoding.rowcount import table_id_size
 from replay.job.decoding.sqltext import printable
 
@@ -167,6 +168,7 @@ class RowText:
         columns = {c.name: c for c in rows_event.columns}
         name = f"{quote_name(rows_event.schema)}.{quote_name(rows_event.table)}"
         op = OPS[event[4]]
+        line = getattr(rowdecode.loop, "row_line", row_line)  # the compiled twin's
         for row in rows:
             if op == "update":
                 parts = [(f"### UPDATE {name} WHERE", row["before_values"],
@@ -176,7 +178,7 @@ class RowText:
                 head = f"### INSERT INTO {name} SET" if op == "insert" else \
                     f"### DELETE FROM {name} WHERE"
                 parts = [(head, row["values"], row["none_sources"])]
-            yield row_line(parts, labels, columns, unknown)
+            yield line(parts, labels, columns, unknown)
 
 
 def _queries(events, checksum):
@@ -328,3 +330,8 @@ def quote_name(name):
 def _where(trx, event):
     start = position_of(trx, event)
     return f"{trx.file}:{'?' if start is None else start}"
+
+
+if rowdecode.compiled is not None:  # its row_line writes what it cannot with these
+    rowdecode.compiled.configure_text(literal, _string_literal, NONE_SOURCE.COLS_BITMAP,
+                                      FIELD_TYPE.BIT, _TIMESTAMPS, ROW_CAP, VALUE_CAP)
