@@ -111,7 +111,7 @@ def replay(archive_url, archive_option, source_name, target, target_password_fil
             return _replay_native(opts, spec, workers)
         sink = TargetApplier(spec, workers, merge)
     elif sql_path:
-        sink = SqlFileSink(sql_path)
+        sink = SqlFileSink(sql_path).check()  # a bad path fails before Spark starts
     else:
         from replay.job.sinks.parquet import ParquetSink, options_for
         sink = ParquetSink(parquet_url, options_for(parquet_url, opts.archive_url,

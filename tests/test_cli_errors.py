@@ -231,3 +231,12 @@ def test_writers_refuse_a_file_and_a_missing_bucket(tmp_path, s3):
               "s3://nosuch-bucket/p", "--source-name", "db1", *option], bucket_line)]:
         result = write(tmp_path, *args, log_level="warning")
         assert (result.exit_code, result.stderr) == (9, line), args
+
+
+def test_an_sql_file_in_a_missing_folder_is_refused_before_anything_runs(tmp_path, populated):
+    out = tmp_path / "nowhere" / "out.sql"
+    result = CliRunner().invoke(main, ["replay", "--archive", populated, "--sql", str(out)],
+                                env=ENV)
+    assert result.exit_code == ExitCode.USAGE
+    assert result.output == error_line(f"--sql {out}: no folder {tmp_path / 'nowhere'}")
+    assert not (tmp_path / "nowhere").exists()  # a replay never makes folders

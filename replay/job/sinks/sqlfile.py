@@ -33,6 +33,7 @@ import uuid
 
 from mysqlbackup.utc import iso
 from mysqlbackup.binlog import events as ev
+from mysqlbackup.errors import UsageError
 from replay.job.decoding.rowtext import ROW_CAP, VALUE_CAP, RowText
 from replay.job.decoding.summary import ChangeCollector, format_changes
 from replay.job.sinks.base import Sink
@@ -179,19 +180,31 @@ class SqlFileSink(Sink):
         self.loads, self.task_bytes = 0, task_bytes
         self.spool, self.token = os.path.abspath(f"{path}.parts"), None
 
+    def check(self):
+        """UsageError when FILE cannot be written: its folder missing, or a folder itself
+        (before anything runs; a replay never makes folders the user did not)."""
+        folder = os.path.dirname(os.path.abspath(self.path))
+        if not os.path.isdir(folder):
+            raise UsageError(f"--sql {self.path}: no folder {folder}")
+        if os.path.isdir(self.path):
+            raise UsageError(f"--sql {self.path}: a folder, not a file")
+        return self
+
     def task_spec(self):
         """The tasks turn their transactions into text (``SqlChunk``): into files in
         ``FILE.parts/`` where they see it (its token file proves the same disk), else
         handed back, up to ``task_bytes`` of it per file."""
         if self.token is None:
+            self.check()
             self.token = f".token-{uuid.uuid4().hex}"
-            os.makedirs(self.spool, exist_ok=True)
+            os.makedirs(self.spool, exist_ok=True)  # (FILE's own folder exists)
             open(os.path.join(self.spool, self.token), "wb").close()
         return {"writer": "sql", "module": __name__, "max_bytes": self.task_bytes,
                 "dir": self.spool, "token": self.token}
 
     def open(self, source):
-        """Create the file and write its header."""
+        """Create the file and write its header (UsageError: ``check``)."""
+        self.check()
         # binary: a statement from the binlog keeps its own bytes (its character set is
         # set just before it, as mysqlbinlog does)
         self.f = open(self.partial, "wb")
