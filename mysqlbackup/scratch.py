@@ -13,6 +13,7 @@ import atexit
 import hashlib
 import logging
 import os
+import random
 import shutil
 import signal
 import socket
@@ -30,11 +31,36 @@ def find_binary(name):
     return shutil.which(name) or shutil.which(name, path="/usr/sbin:/usr/bin")
 
 
+PORTS_FROM = 10000  # free_port's ports: from here up to the kernel's ephemeral ones
+_RANDOM = random.SystemRandom()  # never the seed a test runner sets for ``random``
+
+
 def free_port():
-    """A TCP port on 127.0.0.1 that nothing listens on right now."""
+    """A TCP port on 127.0.0.1 that nothing listens on right now, drawn below the
+    kernel's range of ephemeral ports: the outgoing connections of this host take their
+    local ports from that range, so none of them can take this one before the server it
+    is for binds it (a port 0 picks would be in that range)."""
+    low = _ephemeral_low()
+    for _ in range(100 if low - PORTS_FROM > 1000 else 0):
+        port = _RANDOM.randrange(PORTS_FROM, low)
+        with socket.socket() as s:
+            try:
+                s.bind(("127.0.0.1", port))
+            except OSError:
+                continue
+            return port
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         return s.getsockname()[1]
+
+
+def _ephemeral_low():
+    """The first port of the kernel's ephemeral range (Linux; 32768 where unknown)."""
+    try:
+        with open("/proc/sys/net/ipv4/ip_local_port_range") as f:
+            return int(f.read().split()[0])
+    except (OSError, ValueError, IndexError):
+        return 32768
 
 
 _TEMPLATES = {}   # {key: path of this process's initialised datadir}

@@ -49,3 +49,18 @@ def test_a_mysql_sandbox_leaves_other_servers_temporary_tables(make_mysql):
     finally:
         if os.path.exists(probe):
             os.unlink(probe)
+
+
+def test_free_ports_lie_below_the_ephemeral_range():
+    # outgoing connections take their local ports from the kernel's ephemeral range: a
+    # port drawn there could be taken by one before its server binds it (a daemon's
+    # --metrics-address "address already in use" in a loaded test run)
+    import socket
+
+    from mysqlbackup import scratch
+    low = scratch._ephemeral_low()
+    ports = {scratch.free_port() for _ in range(20)}
+    assert all(scratch.PORTS_FROM <= p < low for p in ports) and len(ports) > 10
+    for port in list(ports)[:3]:
+        with socket.socket() as s:
+            s.bind(("127.0.0.1", port))
