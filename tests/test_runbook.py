@@ -110,8 +110,13 @@ def healthy_after_traffic(book, server, first):
     """Once the daemon is ``server``'s semi-sync replica: traffic on it, archived to its
     last GTID, then the runbook's health section, whose first line must say OK; its
     lines."""
-    wait_for(lambda: server.status("Rpl_semi_sync_master_clients") == "1", timeout=30,
-             what="the daemon as a semi-sync replica")
+    log = book.env["BACKUP_DIR"] + ".log"  # the daemon's output (the runbook's nohup)
+    try:
+        wait_for(lambda: server.status("Rpl_semi_sync_master_clients") == "1", timeout=30,
+                 what="the daemon as a semi-sync replica")
+    except AssertionError as e:  # say why: the daemon may have exited at once
+        tail = open(log).read()[-500:] if os.path.exists(log) else "(no log)"
+        raise AssertionError(f"{e}; the daemon's log {log} ends: {tail!r}") from None
     traffic(server, first, 50)
     gtid = server.execute("SELECT @@gtid_binlog_pos")[0][0]
     wait_for(lambda: archived_up_to(book.env, gtid), timeout=60, what="the archive")
