@@ -26,8 +26,8 @@ one typed dataset per source table under ``_tables/`` (``typed``; ``_TypedParts`
 driver adopts and removes those parts as it does the others and writes
 ``_tables/_manifest.json`` before ``_SUCCESS``.
 
-A destination that already holds parts, ``_tables`` or a ``_SUCCESS`` is refused: a change table is
-written once, whole (there is no resume; remove it and run again).
+A destination that already holds parts, ``_tables`` or a ``_SUCCESS`` is refused: a
+change table is written once, whole (there is no resume; remove it and run again).
 """
 
 import json

@@ -120,18 +120,23 @@ class SqlChunk:
         self.most, self.fde_event = spec["max_bytes"], fde_event
         self.text, self.parts, self.size, self.transactions = SqlText(), [], 0, 0
         self.path = self.file = None
-        folder = spec.get("dir")
-        if folder and os.path.exists(os.path.join(folder, spec["token"])):
-            self.path = os.path.join(folder, f"{spec.get('seq', 0):06d}-{uuid.uuid4().hex}.sql")
+        if self.shared(spec):
+            self.path = os.path.join(spec["dir"],
+                                     f"{spec.get('seq', 0):06d}-{uuid.uuid4().hex}.sql")
             self.file = open(self.path, "wb", buffering=CHUNK)
 
     @staticmethod
-    def takes(spec, raw_bytes):
-        """Whether a file of ``raw_bytes`` of events may be made text by a task that hands
-        it back (about 3 bytes of text a byte: base64 and the ``###`` lines)."""
+    def shared(spec):
+        """Whether this task sees the driver's ``FILE.parts`` (its token file there)."""
         folder = spec.get("dir")
-        shared = folder and os.path.exists(os.path.join(folder, spec["token"]))
-        return shared or 3 * raw_bytes <= spec["max_bytes"]
+        return bool(folder) and os.path.exists(os.path.join(folder, spec["token"]))
+
+    @classmethod
+    def takes(cls, spec, raw_bytes):
+        """Whether a file of ``raw_bytes`` of events may be made text by this task: any
+        size into ``FILE.parts``, else what it may hand back (about 3 bytes of text a
+        byte: base64 and the ``###`` lines)."""
+        return cls.shared(spec) or 3 * raw_bytes <= spec["max_bytes"]
 
     def apply(self, trx, fde, checksum):
         """Add one transaction's text."""
