@@ -283,3 +283,30 @@ def test_the_compiled_row_line_cuts_as_the_pure_one():
               {"b": "null"})]
     assert rowdecode.compiled.row_line(short, {"a": "`a`"}, {}, set()) == \
         "### INSERT INTO `d`.`t` SET `a`='ok' b=NULL c=3"
+
+
+def change_rows(path):
+    """The change table's rows of a file (``iter_changes``; a transaction it refuses as
+    its exception type), with the row loop ``rowdecode.loop``."""
+    found = parsed(path)
+    if found is None:
+        return []
+    transactions, fde, checksum = found
+    tables = {}
+    return [outcome(lambda: list(iter_changes(trx, fde, checksum, [], tables)))
+            for trx in transactions]
+
+
+@pytest.mark.skipif(rowdecode.compiled is None, reason=rowdecode.describe())
+@pytest.mark.parametrize("which", ["own", "corpus"])
+def test_the_compiled_json_image_gives_the_pure_ones_rows(which, monkeypatch):
+    # changes._image and its compiled twin (_rowloop.json_image), row change for row change
+    paths = own_files() if which == "own" else corpus_files()
+    compared = 0
+    for path in paths:
+        monkeypatch.setattr(rowdecode, "loop", rowloop)
+        pure = change_rows(path)
+        monkeypatch.setattr(rowdecode, "loop", rowdecode.compiled)
+        assert change_rows(path) == pure, path
+        compared += sum(len(rows) for kind, rows in pure if kind == "ok")
+    assert compared >= (50 if which == "own" else 10)  # (few corpus files have names)

@@ -25,7 +25,7 @@ if sys.byteorder != "little":  # FLOAT and DOUBLE are copied as they lie
     raise ImportError("the compiled row loop reads FLOAT and DOUBLE on little-endian hosts")
 
 # the version of the twins: ``rowloop.TWIN`` must be the same
-TWIN = 3
+TWIN = 4
 
 cdef enum:
     K_INT = 0
@@ -336,3 +336,45 @@ def row_line(list parts, dict labels, dict columns, unsigned_unknown):
             out.append(pair)
             size += len(pair) + 1
     return " ".join(out)
+
+
+# -- a row image for the change table (``changes._image``'s twin) -------------------------
+
+cdef object _stored_columns = None  # changes._stored_columns
+cdef object _encode_value = None    # changes.encode_value
+cdef object _as_stored = None       # changes._as_stored
+cdef object _image_absent = None    # NONE_SOURCE.COLS_BITMAP
+cdef object _empty_set = None       # NONE_SOURCE.EMPTY_SET
+
+
+def configure_json(stored_columns, encode_value, as_stored, cols_bitmap, empty_set):
+    """Hand over what ``json_image`` calls for the values it does not write itself."""
+    global _stored_columns, _encode_value, _as_stored, _image_absent, _empty_set
+    _stored_columns, _encode_value, _as_stored = stored_columns, encode_value, as_stored
+    _image_absent, _empty_set = cols_bitmap, empty_set
+
+
+def json_image(dict values, dict none_sources, dict columns):
+    """``changes._image``, the same dict: plain values, DECIMALs and DATETIMEs written
+    here (as ``changes.encode_value`` writes them), the rest by ``encode_value``."""
+    cdef dict image = {}
+    stored = _stored_columns(columns)
+    for name, value in values.items():
+        if value is None:
+            source = none_sources.get(name)
+            if source == _image_absent:
+                continue  # not in this row image
+            image[name] = [] if source == _empty_set else None
+        elif name in stored:
+            column = columns.get(name)
+            image[name] = _encode_value(_as_stored(value, column), column)
+        elif type(value) is int or type(value) is str or type(value) is float:
+            image[name] = value
+        elif type(value) is _Decimal:
+            image[name] = format(value, "f")
+        elif type(value) is _datetime:  # a TIMESTAMP is a stored column: no zone here
+            image[name] = value.isoformat()
+        else:
+            column = columns.get(name)
+            image[name] = _encode_value(value, column)
+    return image

@@ -399,9 +399,10 @@ def _fast_rows(event, table, table_id, reader, trx):
 
 
 def _images(op, row, columns, image_of=None):
-    """(before, after) of a row, each made by ``image_of`` (default ``_image``: JSON-ready;
+    """(before, after) of a row, each made by ``image_of`` (default ``_image``, or its
+    compiled twin ``_rowloop.json_image``: JSON-ready;
     ``stored_image``: the server's values) from the row's values and none sources."""
-    image_of = image_of or _image
+    image_of = image_of or getattr(rowdecode.loop, "json_image", _image)  # compiled twin
     if op == "update":
         return (image_of(row["before_values"], row["before_none_sources"], columns),
                 image_of(row["after_values"], row["after_none_sources"], columns))
@@ -555,3 +556,8 @@ def _where(trx, event):
 def _decode_error(trx, event, error):
     return ChangeDecodeError(f"{_where(trx, event)}: cannot decode {ev.event_name(event[4])} "
                              f"event: {type(error).__name__}: {error}")
+
+
+if rowdecode.compiled is not None:  # its json_image writes what it cannot with these
+    rowdecode.compiled.configure_json(_stored_columns, encode_value, _as_stored,
+                                      NONE_SOURCE.COLS_BITMAP, NONE_SOURCE.EMPTY_SET)
