@@ -253,19 +253,26 @@ def row_comments(path):
             for line in RowText(trx, fde, checksum, tables).lines(trx.events)]
 
 
+def twins_agree(which, produce, monkeypatch):
+    """``produce(path)`` of every own or corpus file is the same with the pure row loop
+    and with the compiled one; what the pure one produced, file by file."""
+    paths = own_files() if which == "own" else corpus_files()
+    produced = []
+    for path in paths:
+        monkeypatch.setattr(rowdecode, "loop", rowloop)
+        pure = produce(path)
+        monkeypatch.setattr(rowdecode, "loop", rowdecode.compiled)
+        assert produce(path) == pure, path
+        produced.append(pure)
+    return produced
+
+
 @pytest.mark.skipif(rowdecode.compiled is None, reason=rowdecode.describe())
 @pytest.mark.parametrize("which", ["own", "corpus"])
 def test_the_compiled_row_line_writes_the_pure_ones_text(which, monkeypatch):
     # rowtext.row_line and its compiled twin (_rowloop.row_line), line for line
-    paths = own_files() if which == "own" else corpus_files()
-    compared = 0
-    for path in paths:
-        monkeypatch.setattr(rowdecode, "loop", rowloop)
-        pure = row_comments(path)
-        monkeypatch.setattr(rowdecode, "loop", rowdecode.compiled)
-        assert row_comments(path) == pure, path
-        compared += sum(line.startswith("### ") for line in pure)
-    assert compared >= 50
+    produced = twins_agree(which, row_comments, monkeypatch)
+    assert sum(line.startswith("### ") for lines in produced for line in lines) >= 50
 
 
 @pytest.mark.skipif(rowdecode.compiled is None, reason=rowdecode.describe())
@@ -301,12 +308,7 @@ def change_rows(path):
 @pytest.mark.parametrize("which", ["own", "corpus"])
 def test_the_compiled_json_image_gives_the_pure_ones_rows(which, monkeypatch):
     # changes._image and its compiled twin (_rowloop.json_image), row change for row change
-    paths = own_files() if which == "own" else corpus_files()
-    compared = 0
-    for path in paths:
-        monkeypatch.setattr(rowdecode, "loop", rowloop)
-        pure = change_rows(path)
-        monkeypatch.setattr(rowdecode, "loop", rowdecode.compiled)
-        assert change_rows(path) == pure, path
-        compared += sum(len(rows) for kind, rows in pure if kind == "ok")
+    produced = twins_agree(which, change_rows, monkeypatch)
+    compared = sum(len(rows) for outcomes in produced for kind, rows in outcomes
+                   if kind == "ok")
     assert compared >= (50 if which == "own" else 10)  # (few corpus files have names)
