@@ -21,8 +21,6 @@ from replay.job.tasks import decode_unit, digest_unit, keep_spec
 
 ENGINES = ("auto", "spark", "local")
 LOCAL_MAX_BYTES = 256 * 1000 * 1000  # auto: below this many bytes to read, no Spark
-# what a task that writes imports (pyarrow), unless the sink's task_spec names its "module"
-WRITER_MODULE = "replay.job.sinks.parquet"
 BATCH_BYTES = 32 << 20   # small files share a task up to this many bytes
 BATCH_FILES = 200        # and this many files
 TASKS_PER_CORE = 4       # a batch is small enough that each core gets about this many
@@ -121,11 +119,11 @@ class SparkTasks:
     def __init__(self, spark, units, opts, write=None):
         url, keyring = opts.archive_url, opts.keyring
         options = executor_options(url, opts.archive_options)
-        if write is not None and "url" in write:  # the sink's destination: its
+        if write is not None and "url" in write:  # a destination's credentials travel
             write = dict(write, options=executor_options(write["url"], write["options"]))
         self.sc = spark.sparkContext
         protocol = url.split("://", 1)[0] if "://" in url else "file"
-        extra = () if write is None else (write.get("module", WRITER_MODULE),)
+        extra = () if write is None else (write["module"],)  # what its tasks import
         probed = getattr(self.sc, "_mysqlbackup_probed", set())
         if not self.sc.master.startswith("local") and (protocol, extra) not in probed:
             self._run(check_executors, self.sc, url, extra)  # local[*]: this very Python

@@ -151,7 +151,7 @@ def _write(keep, chosen, spool, where, fingerprint, fde_event):
     spec, selection = keep["write"], keep["selection"]
     fde = ev.parse_format_description(fde_event)
     checksum = fde.checksum_alg == ev.CHECKSUM_CRC32
-    sql = spec.get("writer") == "sql"
+    sql = spec["writer"] == "sql"
     try:
         if sql:
             from replay.job.sinks.sqlfile import Declined, SqlChunk
@@ -177,7 +177,7 @@ def _write(keep, chosen, spool, where, fingerprint, fde_event):
     except MysqlBackupError as e:  # a row change the table cannot hold, named
         return None, TaskError("sink", str(e))
     except OSError as e:
-        if spec.get("writer") == "sql":
+        if sql:
             return None, TaskError("sink", f"--sql: the text of {where}: {e}")
         return None, TaskError("sink", f"cannot write --parquet {mask_url(spec['url'])} "
                                        f"(the parts of {where}): {e}")

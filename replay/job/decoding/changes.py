@@ -283,8 +283,9 @@ def _changes(rows, event, keys, trx, at, position, dbms=None):
     columns = {c.name: c for c in rows.columns}
     pk = keys.get(rows.table_id, [])
     at[1] += len(rows.rows)
+    json_image = getattr(rowdecode.loop, "json_image", _image)  # the compiled twin's
     for index, row in enumerate(rows.rows, at[1] - len(rows.rows)):
-        before, after = _images(op, row, columns)
+        before, after = _images(op, row, columns, json_image)
         change = {"op": op, "db": rows.schema, "table": rows.table,
                   "pk": _key(pk, before, after), "before": _json(before),
                   "after": _json(after), "gtid": trx.gtid, "commit_time": _utc(trx.commit_ts),
@@ -398,11 +399,10 @@ def _fast_rows(event, table, table_id, reader, trx):
     return DecodedRows(rows, table.schema, table.table, table_id, table.columns)
 
 
-def _images(op, row, columns, image_of=None):
-    """(before, after) of a row, each made by ``image_of`` (default ``_image``, or its
-    compiled twin ``_rowloop.json_image``: JSON-ready;
-    ``stored_image``: the server's values) from the row's values and none sources."""
-    image_of = image_of or getattr(rowdecode.loop, "json_image", _image)  # compiled twin
+def _images(op, row, columns, image_of):
+    """(before, after) of a row, each made by ``image_of`` (``_image`` or its compiled
+    twin ``_rowloop.json_image``: JSON-ready; ``stored_image``: the server's values)
+    from the row's values and none sources."""
     if op == "update":
         return (image_of(row["before_values"], row["before_none_sources"], columns),
                 image_of(row["after_values"], row["after_none_sources"], columns))

@@ -282,7 +282,8 @@ class ParquetSink(Sink):
     def task_spec(self):
         """What a task needs to write a file's parts (``PartWriter``; ``seq`` added per
         file). The storage options are the destination's own (credentials included)."""
-        return {"url": self.url, "options": self.options,
+        return {"writer": "parquet", "module": __name__, "url": self.url,
+                "options": self.options,
                 "rows_per_part": self.rows_per_part, "bytes_per_part": self.bytes_per_part,
                 "typed": self.typed_tables}
 
