@@ -228,11 +228,11 @@ class S3Endpoint:
 
 @pytest.fixture(scope="session")
 def spark():
-    """One local Spark session (2 cores) for the whole run: a JVM starts once."""
-    from replay.job.spark import spark_session
-    session = spark_session("local[2]")
-    yield session
-    session.stop()
+    """One local Spark context (2 cores) for the whole run: a JVM starts once."""
+    from replay.job.spark import spark_context
+    context = spark_context("local[2]")
+    yield context
+    context.stop()
 
 
 @pytest.fixture(scope="session", autouse=True)

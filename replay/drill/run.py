@@ -43,7 +43,7 @@ class DrillOptions:
     restore: object
     workdir: str = None      # where the scratch server's directory goes (default: $TMPDIR)
     keep: bool = False       # keep the scratch server's directory (stopped) afterwards
-    spark: object = None     # a SparkSession to reuse (tests); default: the restore's own
+    spark: object = None     # a SparkContext to reuse (tests); default: the restore's own
 
 
 @dataclass

@@ -116,12 +116,12 @@ class SparkTasks:
 
     name = "spark"
 
-    def __init__(self, spark, units, opts, write=None):
+    def __init__(self, context, units, opts, write=None):
         url, keyring = opts.archive_url, opts.keyring
         options = executor_options(url, opts.archive_options)
         if write is not None and "url" in write:  # a destination's credentials travel
             write = dict(write, options=executor_options(write["url"], write["options"]))
-        self.sc = spark.sparkContext
+        self.sc = context
         protocol = url.split("://", 1)[0] if "://" in url else "file"
         extra = () if write is None else (write["module"],)  # what its tasks import
         probed = getattr(self.sc, "_mysqlbackup_probed", set())

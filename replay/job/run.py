@@ -70,8 +70,9 @@ def run_replay(opts, sink, spark=None, progress=None):
     """Replay into ``sink``; returns the summary dict (applied, skipped, dropped, stop).
     ``progress`` (if given) is called with a ``replay.job.progress.Progress`` when the
     objects are checked and after each file is applied. The tasks run on Spark
-    (``spark``, else a session of ``opts.master``) or, with ``opts.engine`` "local", in
-    this process (``replay.job.engines``). ``opts.spark`` says how a session is made."""
+    (``spark``: a SparkContext, else one of ``opts.master``) or, with ``opts.engine``
+    "local", in this process (``replay.job.engines``). ``opts.spark`` says how a context
+    is made."""
     source, units, cut = units_to_read(opts)
     summary = {"source": source, "files": len(units), "applied": 0, "skipped": 0,
                "rows_events": 0, "workers": 1, "parallel_applied": 0,
@@ -84,7 +85,7 @@ def run_replay(opts, sink, spark=None, progress=None):
         return summary
     write = sink.task_spec()  # --parquet: the tasks write the parts themselves
     tasks = (LocalTasks(units, opts, write) if opts.engine == "local"
-             else SparkTasks(spark or opts.spark.session(opts.master), units, opts, write))
+             else SparkTasks(spark or opts.spark.context(opts.master), units, opts, write))
     url, options, keyring = opts.archive_url, opts.archive_options, opts.keyring
     for unit, result in zip(units, tasks.digests()):  # before anything is applied: every
         check_digests(unit, result, opts.allow_gaps)  # object's size and sha256
