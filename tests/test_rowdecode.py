@@ -312,3 +312,155 @@ def test_the_compiled_json_image_gives_the_pure_ones_rows(which, monkeypatch):
     compared = sum(len(rows) for outcomes in produced for kind, rows in outcomes
                    if kind == "ok")
     assert compared >= (50 if which == "own" else 10)  # (few corpus files have names)
+
+
+def pack_decimal(text, precision, scale):
+    """``text`` as the server packs a DECIMAL(precision, scale)."""
+    dig2bytes = (0, 1, 1, 2, 2, 3, 3, 4, 4, 4)
+    negative, text = text.startswith("-"), text.lstrip("-")
+    whole, _, frac = text.partition(".")
+    whole, frac = whole.zfill(precision - scale), frac.ljust(scale, "0")
+    out, lead = b"", (precision - scale) % 9
+    if lead:
+        out += int(whole[:lead]).to_bytes(dig2bytes[lead], "big")
+    for i in range(lead, len(whole), 9):
+        out += int(whole[i:i + 9]).to_bytes(4, "big")
+    for i in range(0, scale - scale % 9, 9):
+        out += int(frac[i:i + 9]).to_bytes(4, "big")
+    if scale % 9:
+        out += int(frac[scale - scale % 9:]).to_bytes(dig2bytes[scale % 9], "big")
+    out = bytes([out[0] | 0x80]) + out[1:]
+    return bytes(b ^ 0xFF for b in out) if negative else out
+
+
+def pack_datetime2(y, mo, d, h, mi, s, micros=None):
+    packed = (1 << 39) | (y * 13 + mo) << 22 | d << 17 | h << 12 | mi << 6 | s
+    return packed.to_bytes(5, "big") + (b"" if micros is None else micros.to_bytes(3, "big"))
+
+
+# (kind, parameter 1, parameter 2, name), the decoder's column type, a value's bytes
+EDGE_COLUMNS = [
+    ((rowloop.K_INT, 8, True, "a"), FIELD_TYPE.LONGLONG, (-1).to_bytes(8, "little", signed=True)),
+    ((rowloop.K_INT, 4, False, "b"), FIELD_TYPE.LONG, (2 ** 32 - 1).to_bytes(4, "little")),
+    ((rowloop.K_INT, 3, True, "c"), FIELD_TYPE.INT24, (-5).to_bytes(3, "little", signed=True)),
+    ((rowloop.K_STRING, 1, "utf-8", "d"), FIELD_TYPE.VARCHAR, b"\x0dhello world-1"),
+    ((rowloop.K_STRING, 1, "utf-8", "e"), FIELD_TYPE.VARCHAR, b"\x0ait's a \\ b"),
+    ((rowloop.K_STRING, 1, "utf-8", "f"), FIELD_TYPE.VARCHAR, b"\x05caf\xc3\xa9"),
+    ((rowloop.K_STRING, 1, "cp1252", "g"), FIELD_TYPE.STRING, b"\x04abc\x80"),
+    ((rowloop.K_STRING, 2, None, "h"), FIELD_TYPE.BLOB, b"\x05\x00\x00\x01xyz"),
+    ((rowloop.K_STRING, 1, None, "i"), FIELD_TYPE.STRING, b"\x05plain"),
+    ((rowloop.K_STRING, 1, "utf-16-be", "k"), FIELD_TYPE.STRING, b"\x04okok"),
+    ((rowloop.K_DECIMAL, 12, 2, "j1"), FIELD_TYPE.NEWDECIMAL, pack_decimal("0.50", 12, 2)),
+    ((rowloop.K_DECIMAL, 12, 2, "j2"), FIELD_TYPE.NEWDECIMAL, pack_decimal("-0.00", 12, 2)),
+    ((rowloop.K_DECIMAL, 10, 0, "j3"), FIELD_TYPE.NEWDECIMAL, pack_decimal("-1234567890", 10, 0)),
+    ((rowloop.K_DECIMAL, 4, 4, "j4"), FIELD_TYPE.NEWDECIMAL, pack_decimal("-.0001", 4, 4)),
+    ((rowloop.K_DECIMAL, 65, 30, "j5"), FIELD_TYPE.NEWDECIMAL,
+     pack_decimal("-12345678901234567890123456789012345.123456789012345678901234567890", 65, 30)),
+    ((rowloop.K_DATETIME2, 6, None, "t1"), FIELD_TYPE.DATETIME2,
+     pack_datetime2(2024, 2, 29, 23, 59, 59, 123456)),
+    ((rowloop.K_DATETIME2, 6, None, "t2"), FIELD_TYPE.DATETIME2,
+     pack_datetime2(2026, 11, 28, 10, 0, 0, 0)),
+    ((rowloop.K_DATETIME2, 0, None, "t3"), FIELD_TYPE.DATETIME2,
+     pack_datetime2(2023, 2, 29, 1, 2, 3)),
+    ((rowloop.K_DATETIME2, 0, None, "t4"), FIELD_TYPE.DATETIME2,
+     pack_datetime2(2023, 4, 31, 1, 2, 3)),
+    ((rowloop.K_DATETIME2, 0, None, "t5"), FIELD_TYPE.DATETIME2,
+     pack_datetime2(2023, 4, 30, 24, 0, 0)),
+    ((rowloop.K_DATETIME2, 0, None, "t6"), FIELD_TYPE.DATETIME2,
+     pack_datetime2(1900, 2, 29, 0, 0, 0)),
+    ((rowloop.K_DATETIME2, 0, None, "t7"), FIELD_TYPE.DATETIME2,
+     pack_datetime2(2000, 2, 29, 0, 0, 0)),
+    ((rowloop.K_TIMESTAMP2, 3, None, "ts"), FIELD_TYPE.TIMESTAMP2,
+     (2208988800).to_bytes(4, "big") + (1234).to_bytes(2, "big")),
+    ((rowloop.K_FLOAT, 4, None, "fl"), FIELD_TYPE.FLOAT, bytes.fromhex("cdcc8c3f")),
+    ((rowloop.K_DATE, 3, None, "dt"), FIELD_TYPE.DATE,
+     (2026 << 9 | 11 << 5 | 28).to_bytes(3, "little")),
+    ((rowloop.K_INT, 4, True, "null"), FIELD_TYPE.LONG, None),
+    ((rowloop.K_INT, 4, True, "absent"), FIELD_TYPE.LONG, None),
+]
+
+
+def edge_rows(specs, rows=2):
+    """(row images' bytes, image plan, labels, columns, unknown) of ``rows`` rows of the
+    columns ``specs``: every column present but the one named "absent", "null" NULL."""
+    plan = rowdecode.Plan(tuple(s[0] for s in specs), "d", "t", 1)
+    present = sum(1 << i for i, s in enumerate(specs) if s[0][3] != "absent")
+    image = plan.image(present)
+    shown = [s for s in specs if s[0][3] != "absent"]
+    nulls = sum(1 << i for i, s in enumerate(shown) if s[0][3] == "null")
+    row = nulls.to_bytes(image[3], "little") + b"".join(s[2] for s in shown if s[2] is not None)
+    labels = tuple(f"`{s[0][3]}`" if i % 2 else s[0][3] for i, s in enumerate(specs))
+    columns = tuple(SimpleNamespace(type=s[1], name=s[0][3]) for s in specs)
+    unknown = tuple(s[0][3] == "a" for s in specs)
+    return row * rows, image, labels, columns, unknown
+
+
+@pytest.mark.skipif(rowdecode.compiled is None, reason=rowdecode.describe())
+def test_the_compiled_rows_text_writes_the_pure_ones_bytes_at_the_edges():
+    from replay.job.decoding import rowtext
+    data, image, labels, columns, unknown = edge_rows(EDGE_COLUMNS)
+    texts = []
+    for after, heads in ((None, ("### INSERT INTO `d`.`t` SET",)),
+                         (image, ("### UPDATE `d`.`t` WHERE", "SET"))):
+        args = (data, 0, len(data), image, after, heads, labels, columns, unknown)
+        pure = rowtext.rows_text(*args)
+        assert rowdecode.compiled.rows_text(*args) == pure
+        assert pure[1] == len(data)
+        texts.append(pure[0].decode("utf-8"))
+    assert texts[1].count("\n") == 1 and " SET a=-1 " in texts[1]  # two images, one row
+    text = texts[0]
+    for shown in ["a=-1 (18446744073709551615)", "`b`=4294967295", "c=-5",
+                  "`d`='hello world-1'", "e='it\\'s a \\\\ b'", "`f`='café'", "g='abc€'",
+                  "`h`=X'000178797A'", "i='plain'", "`k`='\u6f6b\u6f6b'", "j1=0.50", "`j2`=-0.00",
+                  "j3=-1234567890", "`j4`=-0.0001",
+                  "j5=-12345678901234567890123456789012345.123456789012345678901234567890",
+                  "`t1`='2024-02-29 23:59:59.123456'", "t2='2026-11-28 10:00:00'",
+                  "`t3`='0000-00-00 00:00:00'", "t4='0000-00-00 00:00:00'",
+                  "`t5`='0000-00-00 00:00:00'", "t6='0000-00-00 00:00:00'",
+                  "`t7`='2000-02-29 00:00:00'", "ts='2040-01-01 00:00:00.123000+00:00'",
+                  "`fl`=1.1", "dt='2026-11-28'", "`null`=NULL"]:
+        assert shown in text, shown
+    assert "absent" not in text and text.count("\n") == 2
+
+
+@pytest.mark.skipif(rowdecode.compiled is None, reason=rowdecode.describe())
+def test_the_compiled_rows_text_cuts_as_the_pure_one():
+    # a row past ROW_CAP in the first image, and one cut in an update's second image
+    from replay.job.decoding import rowtext
+    for count in (40, 12):
+        specs = [((rowloop.K_STRING, 1, "utf-8", f"c{i}"), FIELD_TYPE.VARCHAR,
+                  bytes([200]) + b"x" * 200) for i in range(count)]
+        data, image, labels, columns, unknown = edge_rows(specs)
+        args = (data, 0, len(data), image, image, ("### UPDATE `d`.`t` WHERE", "SET"),
+                labels, columns, unknown)
+        pure = rowtext.rows_text(*args)
+        assert rowdecode.compiled.rows_text(*args) == pure
+        line = pure[0].decode().split("\n")[0]
+        assert line.endswith(f"... ({2 * count - 19} more values)"), line[-40:]
+        assert ("SET" in line) == (count == 12)
+
+
+def change_counts(path):
+    """Each transaction's changes as ``summary.format_changes`` says them: the rows
+    counted, not decoded (``rowcount.walk_rows``), with the row loop ``rowdecode.loop``."""
+    from replay.job.decoding.summary import ChangeCollector, format_changes
+    found = parsed(path)
+    if found is None:
+        return []
+    transactions, fde, checksum = found
+    collector, said = ChangeCollector(fde, checksum), []
+    for trx in transactions:
+        for event in trx.events:
+            collector.event(event)
+        said.append(format_changes(collector.finish()))
+    return said
+
+
+@pytest.mark.skipif(rowdecode.compiled is None, reason=rowdecode.describe())
+@pytest.mark.parametrize("which", ["own", "corpus"])
+def test_the_compiled_row_walk_counts_as_the_pure_one(which, monkeypatch):
+    # rowcount.walk_rows and its compiled twin (_rowloop.walk_rows), transaction by
+    # transaction
+    produced = twins_agree(which, change_counts, monkeypatch)
+    said = [line for lines in produced for line in lines]
+    assert sum(any(c.isdigit() for c in line) for line in said) >= 50, said[:5]

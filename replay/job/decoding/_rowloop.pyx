@@ -14,7 +14,8 @@ from cpython.datetime cimport date_new, datetime_new, import_datetime
 from cpython.unicode cimport PyUnicode_DecodeUTF8
 from libc.stdint cimport int64_t, uint32_t, uint64_t
 from libc.stdio cimport snprintf
-from libc.string cimport memcpy
+from libc.stdlib cimport free, realloc
+from libc.string cimport memcpy, strlen
 
 import datetime
 import decimal
@@ -25,7 +26,7 @@ if sys.byteorder != "little":  # FLOAT and DOUBLE are copied as they lie
     raise ImportError("the compiled row loop reads FLOAT and DOUBLE on little-endian hosts")
 
 # the version of the twins: ``rowloop.TWIN`` must be the same
-TWIN = 4
+TWIN = 5
 
 cdef enum:
     K_INT = 0
@@ -134,15 +135,7 @@ cdef tuple _image(bytes data, Py_ssize_t pos, Py_ssize_t end, tuple image):
             size = <Py_ssize_t>_le(p + pos, p1)
             pos += p1
             _need(pos, size, end)
-            encoding = column[2]
-            if encoding is None:  # the bytes (b'': '', as the twin says why)
-                values[name] = PyBytes_FromStringAndSize(<const char *>p + pos, size) \
-                    if size else ""
-            elif encoding == _UTF8:
-                values[name] = PyUnicode_DecodeUTF8(<const char *>p + pos, size, NULL)
-            else:
-                values[name] = PyBytes_FromStringAndSize(<const char *>p + pos,
-                                                         size).decode(encoding)
+            values[name] = _string(p, pos, size, column[2])
             pos += size
         elif kind == K_DOUBLE:
             _need(pos, 8, end)
@@ -185,14 +178,33 @@ cdef tuple _image(bytes data, Py_ssize_t pos, Py_ssize_t end, tuple image):
     return values, sources, pos
 
 
+cdef inline object _string(const unsigned char *p, Py_ssize_t pos, Py_ssize_t size,
+                           object encoding):
+    """A string column's value: its bytes decoded with ``encoding`` (None: the bytes, and
+    b'' as '', as the twin says why)."""
+    if encoding is None:
+        return PyBytes_FromStringAndSize(<const char *>p + pos, size) if size else ""
+    if encoding == _UTF8:
+        return PyUnicode_DecodeUTF8(<const char *>p + pos, size, NULL)
+    return PyBytes_FromStringAndSize(<const char *>p + pos, size).decode(encoding)
+
+
 cdef tuple _decimal(const unsigned char *p, Py_ssize_t pos, Py_ssize_t end, int precision,
                     int scale):
     """A packed DECIMAL as the twin builds it (its text, then Decimal)."""
+    cdef char text[96]
+    cdef Py_ssize_t after = _decimal_text(p, pos, end, precision, scale, text)
+    return _Decimal(text[:strlen(text)].decode("ascii")), after
+
+
+cdef Py_ssize_t _decimal_text(const unsigned char *p, Py_ssize_t pos, Py_ssize_t end,
+                              int precision, int scale, char *text) except -1:
+    """The twin's text of a packed DECIMAL (sign, digits as stored, '.', the scale's
+    digits) into ``text`` (96 bytes, NUL-ended); the position after it."""
     cdef int whole = precision - scale, head = _dig2bytes[whole % 9]
     cdef int tail = _dig2bytes[scale % 9], i, n
     cdef Py_ssize_t size = whole // 9 * 4 + head + scale // 9 * 4 + tail, at = 0
     cdef unsigned char raw[40]
-    cdef char text[96]
     cdef int negative
     if size > 40 or size < 1:
         raise ValueError(f"DECIMAL({precision},{scale}) of {size} bytes")
@@ -219,7 +231,8 @@ cdef tuple _decimal(const unsigned char *p, Py_ssize_t pos, Py_ssize_t end, int 
     if tail:
         n += snprintf(text + n, 96 - n, "%0*u", <int>(scale % 9),
                       <unsigned int>_be(raw + at, tail))
-    return _Decimal(text[:n].decode("ascii")), pos + size
+    text[n] = 0
+    return pos + size
 
 
 cdef inline int _fraction(const unsigned char *p, Py_ssize_t pos, Py_ssize_t end,
@@ -236,22 +249,38 @@ cdef inline int _fraction(const unsigned char *p, Py_ssize_t pos, Py_ssize_t end
     return value
 
 
-cdef tuple _datetime2(const unsigned char *p, Py_ssize_t pos, Py_ssize_t end, int fsp):
+cdef Py_ssize_t _datetime2_fields(const unsigned char *p, Py_ssize_t pos, Py_ssize_t end,
+                                  int fsp, int *f) except -1:
+    """A DATETIME2's year, month, day, hour, minute, second and microseconds into ``f``
+    as stored (not checked); the position after it."""
     _need(pos, 5, end)
     cdef uint64_t packed = _be(p + pos, 5)
-    cdef int micros = _fraction(p, pos + 5, end, fsp)
     cdef int year_month = (packed >> 22) & 0x1FFFF
-    after = pos + 5 + (fsp + 1) // 2
+    f[6] = _fraction(p, pos + 5, end, fsp)
+    f[0], f[1], f[2] = year_month // 13, year_month % 13, (packed >> 17) & 31
+    f[3], f[4], f[5] = (packed >> 12) & 31, (packed >> 6) & 63, packed & 63
+    return pos + 5 + (fsp + 1) // 2
+
+
+cdef tuple _datetime2(const unsigned char *p, Py_ssize_t pos, Py_ssize_t end, int fsp):
+    cdef int f[7]
+    after = _datetime2_fields(p, pos, end, fsp, f)
     try:
-        value = datetime_new(year_month // 13, year_month % 13, (packed >> 17) & 31,
-                             (packed >> 12) & 31, (packed >> 6) & 63, packed & 63, micros,
-                             None)
+        value = datetime_new(f[0], f[1], f[2], f[3], f[4], f[5], f[6], None)
     except ValueError:
         return None, after
     return value, after
 
 
 cdef tuple _timestamp2(const unsigned char *p, Py_ssize_t pos, Py_ssize_t end, int fsp):
+    cdef int f[7]
+    after = _timestamp2_fields(p, pos, end, fsp, f)
+    return datetime_new(f[0], f[1], f[2], f[3], f[4], f[5], f[6], None), after
+
+
+cdef Py_ssize_t _timestamp2_fields(const unsigned char *p, Py_ssize_t pos, Py_ssize_t end,
+                                   int fsp, int *f) except -1:
+    """A TIMESTAMP2's UTC date and time into ``f`` (as ``_datetime2_fields``)."""
     _need(pos, 4, end)
     cdef int64_t seconds = <uint32_t>_be(p + pos, 4)  # unsigned: MariaDB 11.5+ to 2106
     cdef int micros = _fraction(p, pos + 4, end, fsp)
@@ -268,8 +297,9 @@ cdef tuple _timestamp2(const unsigned char *p, Py_ssize_t pos, Py_ssize_t end, i
     m = mp + 3 if mp < 10 else mp - 9
     if m <= 2:
         y += 1
-    return datetime_new(y, m, d, rest // 3600, rest // 60 % 60, rest % 60, micros,
-                        None), pos + 4 + (fsp + 1) // 2
+    f[0], f[1], f[2], f[3] = y, m, d, rest // 3600
+    f[4], f[5], f[6] = rest // 60 % 60, rest % 60, micros
+    return pos + 4 + (fsp + 1) // 2
 
 
 # -- the ``###`` line of a row (``rowtext.row_line``'s twin) ------------------------------
@@ -338,6 +368,266 @@ def row_line(list parts, dict labels, dict columns, unsigned_unknown):
     return " ".join(out)
 
 
+# -- the ``###`` lines of a whole rows event (``rowtext.rows_text``'s twin) ----------------
+# Straight from the event's bytes into one UTF-8 buffer: no value object for integers,
+# plain ASCII strings, DECIMALs, DATETIMEs and TIMESTAMPs; every other value read by the
+# twin's readers and written by ``rowtext.literal``.
+
+cdef extern from "Python.h":
+    const char *PyUnicode_AsUTF8AndSize(object text, Py_ssize_t *size) except NULL
+
+cdef struct Buffer:
+    char *data
+    Py_ssize_t size
+    Py_ssize_t cap
+
+cdef dict _ascii_safe = {}  # encoding -> whether printable ASCII bytes read as themselves
+cdef bytes _PRINTABLE = bytes(range(0x20, 0x7F))
+cdef int _days_in[13]
+_days_in[:] = [0, 31, 28, 31, 30, 31, 30, 31, 31, 30, 31, 30, 31]
+
+
+cdef int _put(Buffer *b, const char *text, Py_ssize_t n) except -1:
+    cdef Py_ssize_t cap
+    cdef char *grown
+    if b.size + n > b.cap:
+        cap = max(2 * b.cap, b.size + n + 65536)
+        grown = <char *>realloc(b.data, cap)
+        if grown == NULL:
+            raise MemoryError()
+        b.data, b.cap = grown, cap
+    memcpy(b.data + b.size, text, n)
+    b.size += n
+    return 0
+
+
+cdef Py_ssize_t _put_str(Buffer *b, str text) except -1:
+    """Write ``text`` as UTF-8; its length in characters."""
+    cdef Py_ssize_t n
+    cdef const char *utf8 = PyUnicode_AsUTF8AndSize(text, &n)
+    _put(b, utf8, n)
+    return len(text)
+
+
+cdef bint _plain(const unsigned char *p, Py_ssize_t size, object encoding):
+    """Whether a string's bytes are its literal as they are: printable ASCII without
+    ``\\`` or ``'``, at most VALUE_CAP of them, in an encoding that reads them as ASCII."""
+    cdef Py_ssize_t i
+    cdef unsigned char c
+    if size > _value_cap:
+        return False
+    for i in range(size):
+        c = p[i]
+        if c < 0x20 or c > 0x7E or c == 0x27 or c == 0x5C:
+            return False
+    safe = _ascii_safe.get(encoding)
+    if safe is None:
+        try:
+            safe = encoding is None or _PRINTABLE.decode(encoding) == _PRINTABLE.decode("ascii")
+        except (LookupError, UnicodeError):
+            safe = False
+        _ascii_safe[encoding] = safe
+    return safe
+
+
+cdef bint _valid_datetime(int *f):
+    """Whether the fields make a datetime (what ``datetime_new`` accepts)."""
+    if f[0] < 1 or f[0] > 9999 or f[1] < 1 or f[1] > 12 or f[2] < 1:
+        return False
+    leap = f[1] == 2 and f[0] % 4 == 0 and (f[0] % 100 != 0 or f[0] % 400 == 0)
+    if f[2] > _days_in[f[1]] + leap:
+        return False
+    return f[3] < 24 and f[4] < 60 and f[5] < 60 and 0 <= f[6] < 1000000
+
+
+cdef int _datetime_text(char *text, int *f, bint zone):
+    """``'YYYY-MM-DD HH:MM:SS[.ffffff][+00:00]'`` (``isoformat(" ")``'s shape) into
+    ``text``; its length."""
+    cdef int n = snprintf(text, 48, "'%04d-%02d-%02d %02d:%02d:%02d", f[0], f[1], f[2],
+                          f[3], f[4], f[5])
+    if f[6]:
+        n += snprintf(text + n, 48 - n, ".%06d", f[6])
+    if zone:
+        n += snprintf(text + n, 48 - n, "+00:00")
+    text[n] = b"'"
+    return n + 1
+
+
+cdef int _decimal_literal(char *text, const char *raw):
+    """``format(Decimal(raw), "f")`` of the stored text ``raw`` (``_decimal_text``):
+    leading zeros dropped, no '.' without a scale; its length."""
+    cdef int n = 0, i = 0
+    if raw[0] == b"-":
+        text[n] = b"-"
+        n += 1
+        i = 1
+    while raw[i] == b"0" and raw[i + 1] != b"." and raw[i + 1] != 0:
+        i += 1
+    if raw[i] == b".":  # no integer digits: a zero
+        text[n] = b"0"
+        n += 1
+    while raw[i] != 0:
+        if raw[i] == b"." and raw[i + 1] == 0:
+            break
+        text[n] = raw[i]
+        n += 1
+        i += 1
+    return n
+
+
+cdef Py_ssize_t _text_image(Buffer *b, bytes data, Py_ssize_t pos, Py_ssize_t end,
+                            tuple image, str head, tuple labels, tuple columns,
+                            tuple unknown, Py_ssize_t *size, Py_ssize_t *left,
+                            bint *cut) except -1:
+    """One row image (``Plan.image``) of a row's line, as ``rowtext.row_line`` writes it
+    (``size``: the characters it counts; ``left``: the values not yet seen; ``cut``: past
+    ROW_CAP, the rest read and not written); the position after it."""
+    cdef tuple chosen = <tuple>image[0], shown = <tuple>image[4], column
+    cdef Py_ssize_t width = image[3], nulls = pos, i, j = 0, n, chars, line_size
+    cdef const unsigned char *p = <const unsigned char *>PyBytes_AS_STRING(data)
+    cdef char text[128]
+    cdef char stored[96]
+    cdef int kind, p1, f[7]
+    cdef uint64_t u
+    cdef int64_t v
+    cdef str label, literal
+    _need(pos, width, end)
+    pos += width
+    if not cut[0]:
+        if size[0]:
+            _put(b, b" ", 1)
+        size[0] += _put_str(b, head) + 1
+    for i in range(len(shown)):
+        left[0] -= 1
+        if not shown[i]:
+            continue  # not in this row image
+        column = <tuple>chosen[j]
+        literal, n = None, 0
+        if p[nulls + (j >> 3)] >> (j & 7) & 1:
+            memcpy(text, b"NULL", 4)
+            n = 4
+            j += 1
+        else:
+            j += 1
+            kind = column[0]
+            if kind == K_INT:
+                p1 = column[1]
+                _need(pos, p1, end)
+                u = _le(p + pos, p1)
+                pos += p1
+                if column[2]:
+                    v = <int64_t>u - (<int64_t>1 << (8 * p1)) \
+                        if p1 < 8 and u >> (8 * p1 - 1) else <int64_t>u
+                    if v < 0 and unknown[i]:  # as mysqlbinlog: the unsigned reading too
+                        n = snprintf(text, 128, "%lld (%llu)", <long long>v,
+                                     <unsigned long long>u)
+                    else:
+                        n = snprintf(text, 128, "%lld", <long long>v)
+                else:
+                    n = snprintf(text, 128, "%llu", <unsigned long long>u)
+            elif kind == K_STRING:
+                p1 = column[1]
+                _need(pos, p1, end)
+                line_size = <Py_ssize_t>_le(p + pos, p1)
+                pos += p1
+                _need(pos, line_size, end)
+                if _plain(p + pos, line_size, column[2]):
+                    _put_quoted(b, size, cut, labels[i], p + pos, line_size, left[0])
+                    pos += line_size
+                    continue
+                value = _string(p, pos, line_size, column[2])
+                pos += line_size
+                literal = _literal(value, columns[i], None, unknown[i])
+            elif kind == K_DECIMAL:
+                pos = _decimal_text(p, pos, end, column[1], column[2], stored)
+                n = _decimal_literal(text, stored)
+            elif kind == K_DATETIME2:
+                pos = _datetime2_fields(p, pos, end, column[1], f)
+                if _valid_datetime(f):
+                    n = _datetime_text(text, f, False)
+                else:
+                    literal = _literal(None, columns[i], _OUT_OF_DATETIME2, False)
+            elif kind == K_TIMESTAMP2:
+                pos = _timestamp2_fields(p, pos, end, column[1], f)
+                if not _valid_datetime(f):
+                    raise ValueError("a TIMESTAMP out of range")
+                n = _datetime_text(text, f, True)
+            else:
+                value, pos, source = _readers[kind](data, pos, column[1], column[2])
+                if pos > end:
+                    raise ValueError("a row runs past the event's end")
+                literal = _literal(value, columns[i], source,
+                                   unknown[i] if value is not None else False)
+        if cut[0]:
+            continue
+        label = <str>labels[i]
+        chars = len(label) + 1 + (len(literal) if literal is not None else n)
+        if size[0] + chars > _row_cap:
+            _cut(b, left[0], cut)
+            continue
+        _put(b, b" ", 1)
+        _put_str(b, label)
+        _put(b, b"=", 1)
+        if literal is not None:
+            _put_str(b, literal)
+        else:
+            _put(b, text, n)
+        size[0] += chars + 1
+    return pos
+
+
+cdef int _put_quoted(Buffer *b, Py_ssize_t *size, bint *cut, str label,
+                     const unsigned char *value, Py_ssize_t n, Py_ssize_t left) except -1:
+    """`` label='value'`` of a plain string (``_plain``), or the cut."""
+    cdef Py_ssize_t chars
+    if cut[0]:
+        return 0
+    chars = len(label) + 3 + n
+    if size[0] + chars > _row_cap:
+        return _cut(b, left, cut)
+    _put(b, b" ", 1)
+    _put_str(b, label)
+    _put(b, b"='", 2)
+    _put(b, <const char *>value, n)
+    _put(b, b"'", 1)
+    size[0] += chars + 1
+    return 0
+
+
+cdef int _cut(Buffer *b, Py_ssize_t left, bint *cut) except -1:
+    """The end of a line past ROW_CAP: `` ... (N more values)``."""
+    cdef char text[64]
+    cdef int n = snprintf(text, 64, " ... (%lld more values)", <long long>(left + 1))
+    _put(b, text, n)
+    cut[0] = True
+    return 0
+
+
+def rows_text(bytes data, Py_ssize_t pos, Py_ssize_t end, tuple before, tuple after,
+              tuple heads, tuple labels, tuple columns, tuple unknown):
+    """(the ``###`` lines of the row images from ``pos`` to ``end``, UTF-8, each ending
+    with a newline; the position after them): see the twin, ``rowtext.rows_text``."""
+    cdef Buffer b
+    cdef Py_ssize_t size, left, count = len(labels)
+    cdef bint cut
+    if end > PyBytes_GET_SIZE(data):
+        raise ValueError("the rows end past the event")
+    b.data, b.size, b.cap = NULL, 0, 0
+    try:
+        while pos < end:
+            size, cut = 0, False
+            left = count if after is None else 2 * count
+            pos = _text_image(&b, data, pos, end, before, heads[0], labels, columns,
+                              unknown, &size, &left, &cut)
+            if after is not None:
+                pos = _text_image(&b, data, pos, end, after, heads[1], labels, columns,
+                                  unknown, &size, &left, &cut)
+            _put(&b, b"\n", 1)
+        return PyBytes_FromStringAndSize(b.data, b.size), pos
+    finally:
+        free(b.data)
+
+
 # -- a row image for the change table (``changes._image``'s twin) -------------------------
 
 cdef object _stored_columns = None  # changes._stored_columns
@@ -378,3 +668,38 @@ def json_image(dict values, dict none_sources, dict columns):
             column = columns.get(name)
             image[name] = _encode_value(value, column)
     return image
+
+
+# -- the rows of a rows event counted, not decoded (``rowcount.walk_rows``'s twin) -------
+
+def walk_rows(view, Py_ssize_t pos, Py_ssize_t end, plan_of, tuple presents):
+    """The number of rows from ``pos`` to ``end``: see the twin, ``rowcount.walk_rows``."""
+    cdef const unsigned char[:] v = view
+    cdef Py_ssize_t size = v.shape[0], rows = 0, nb
+    cdef int prefix
+    cdef list walks = [((bin(present).count("1") + 7) // 8, present, {})
+                       for present in presents]
+    cdef tuple plan, step
+    cdef dict plans
+    while pos < end:
+        for walk in walks:
+            nb, plans = walk[0], <dict>walk[2]
+            if pos + nb > size:
+                raise IndexError("a row runs past the event")
+            nulls = _le(&v[pos], nb) if nb <= 8 else \
+                int.from_bytes(bytes(v[pos:pos + nb]), "little")
+            plan = plans.get(nulls)
+            if plan is None:
+                plan = plans[nulls] = plan_of(walk[1], nulls)
+            pos += nb
+            for step in <tuple>plan[0]:
+                pos += <Py_ssize_t>step[0]
+                prefix = step[1]
+                if pos + prefix > size:
+                    raise IndexError("a row runs past the event")
+                pos += prefix + <Py_ssize_t>_le(&v[pos], prefix)
+            pos += <Py_ssize_t>plan[1]
+        rows += 1
+    if pos != end:
+        raise ValueError("a row runs past the event's end")
+    return rows

@@ -26,6 +26,7 @@ images do not end exactly at its end.
 import struct
 
 from mysqlbackup.binlog import events as ev
+from replay.job.decoding import rowdecode
 from replay.job.decoding.sqltext import printable
 
 # event type -> the kind of change its rows are
@@ -213,14 +214,17 @@ def _count(view, layout, fde, end):
         if row <= 0 or (end - pos) % row:
             raise ValueError("rows do not fill the event")
         return (end - pos) // row
-    return _walk(view, pos, end, layout, before, after, images)
+    walk = getattr(rowdecode.loop, "walk_rows", walk_rows)  # the compiled twin's
+    return walk(view, pos, end, layout.plan, (before, after) if images == 2 else (before,))
 
 
-def _walk(view, pos, end, layout, before, after, images):
-    """Rows counted image by image (see ``TableLayout.plan``)."""
-    presents = (before, after) if images == 2 else (before,)
+def walk_rows(view, pos, end, plan_of, presents):
+    """Rows counted image by image from ``pos`` to ``end`` of ``view``, each row an image
+    of each of ``presents`` (columns-present bitmaps), ``plan_of(present, nulls)`` the
+    walk of one (``TableLayout.plan``). IndexError or ValueError when the images do not
+    end exactly at ``end``. The compiled twin: ``_rowloop.walk_rows``."""
     walks = [(present, (bin(present).count("1") + 7) // 8, {}) for present in presents]
-    plan_of, rows = layout.plan, 0
+    rows = 0
     while pos < end:
         for present, nb, plans in walks:
             nulls = view[pos] if nb == 1 else int.from_bytes(view[pos:pos + nb], "little")

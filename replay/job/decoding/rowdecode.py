@@ -65,14 +65,17 @@ class Plan:
 
     def image(self, present):
         """(present columns' plans, values and none sources of a row with none of them
-        set, the null bitmap's width) for the columns-present bitmap ``present``."""
+        set, the null bitmap's width, whether each column is present) for the
+        columns-present bitmap ``present``."""
         found = self._images.get(present)
         if found is None:
             chosen = tuple(c for i, c in enumerate(self.columns) if present >> i & 1)
             values = {c[3]: None for c in self.columns}
             sources = {c[3]: rowloop.COLS_BITMAP for i, c in enumerate(self.columns)
                        if not present >> i & 1}
-            found = self._images[present] = (chosen, values, sources, (len(chosen) + 7) // 8)
+            shown = tuple(bool(present >> i & 1) for i in range(len(self.columns)))
+            found = self._images[present] = (chosen, values, sources, (len(chosen) + 7) // 8,
+                                             shown)
         return found
 
 
@@ -144,6 +147,17 @@ def decode_rows(event, plan, checksum, post_header=None):
     ValueError (or IndexError) when the rows do not fill the event exactly;
     ``Unsupported`` for an event shape not read here (``post_header``: the length the
     format description gives this type's post-header, when it is not the usual one)."""
+    data, pos, end, before, after = row_images(event, plan, checksum, post_header)
+    rows, pos = loop.read_rows(data, pos, end, before, after)
+    if pos != end:
+        raise ValueError(f"rows decoded to byte {pos} of {end}")
+    return rows
+
+
+def row_images(event, plan, checksum, post_header=None):
+    """(the event's bytes, where its rows start and end, the plan of its (first) row
+    image, of an update's second image or None): what a row loop reads (``decode_rows``;
+    ``rowtext``'s lines). Raises as ``decode_rows``."""
     data = bytes(event)
     end = len(data) - (ev.CRC_LEN if checksum else 0)
     etype = data[4]
@@ -163,10 +177,7 @@ def decode_rows(event, plan, checksum, post_header=None):
     if etype in _UPDATES:
         after = plan.image(_from_bytes(data[pos:pos + width], "little"))
         pos += width
-    rows, pos = loop.read_rows(data, pos, end, plan.image(present), after)
-    if pos != end:
-        raise ValueError(f"rows decoded to byte {pos} of {end}")
-    return rows
+    return data, pos, end, plan.image(present), after
 
 
 def _load():

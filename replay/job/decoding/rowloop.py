@@ -6,7 +6,7 @@ holds them together.
 
 A row image's plan (``rowdecode.Plan.image``): (the present columns' (kind, parameter 1,
 parameter 2, name), a dict of every column to None, a dict of the absent ones to
-COLS_BITMAP, the null bitmap's width).
+COLS_BITMAP, the null bitmap's width, a bool per column: present).
 """
 
 import datetime
@@ -22,7 +22,7 @@ OUT_OF_DATE, OUT_OF_DATETIME2 = "out of date range", "out of datetime2 range"
  K_TIME2, K_YEAR, K_ENUM, K_SET, K_BIT, K_BYTES, K_JSON) = range(15)
 KINDS = 15
 # the version of the twins: ``_rowloop.TWIN`` must be the same (bump both on a change)
-TWIN = 4
+TWIN = 5
 _DIG2BYTES = (0, 1, 1, 2, 2, 3, 3, 4, 4, 4)
 _FLOAT = struct.Struct("<f").unpack_from
 _DOUBLE = struct.Struct("<d").unpack_from
@@ -53,7 +53,7 @@ def read_rows(data, pos, end, before, after):
 
 def _image(data, pos, end, image):
     """(values, none sources, position after) of one row image (``Plan.image``)."""
-    columns, values, sources, width = image
+    columns, values, sources, width = image[:4]
     values, sources = values.copy(), sources.copy()
     nulls = data[pos] if width == 1 else _from_bytes(data[pos:pos + width], "little")
     pos += width

@@ -45,9 +45,9 @@ import struct
 from pymysqlreplication.constants import FIELD_TYPE, NONE_SOURCE
 
 from mysqlbackup.binlog import events as ev
+from replay.job.decoding import changes, rowdecode, rowloop
 from replay.job.decoding.changes import (OPS, Reader, decode_event, decode_rows_event,
                                          position_of, time_text)
-from replay.job.decoding import rowdecode
 from replay.job.decoding.rowcount import table_id_size
 from replay.job.decoding.sqltext import printable
 
@@ -101,6 +101,20 @@ class RowText:
     def lines(self, events):
         """The comment lines (without newlines) for consecutive row events of the
         transaction (its own event objects, as ``transaction_steps`` cuts them)."""
+        for piece in self._pieces(events):
+            if type(piece) is bytes:
+                yield from piece.decode("utf-8").split("\n")[:-1]
+            else:
+                yield piece
+
+    def text(self, events):
+        """The same lines as chunks of text, each chunk ending with a newline: str, or
+        UTF-8 bytes for a rows event's lines (made at once: ``rows_text``)."""
+        for piece in self._pieces(events):
+            yield piece if type(piece) is bytes else piece + "\n"
+
+    def _pieces(self, events):
+        """A line (str), or a rows event's lines (bytes, ``rows_text``), at a time."""
         for event in events:
             query = self.queries.get(id(event))
             if query is not None:
@@ -117,7 +131,11 @@ class RowText:
                 elif table_id in self.failed:
                     raise self.failed[table_id]
                 else:
-                    yield from self._rows(event)
+                    text = self._rows_text(event, table_id)
+                    if text is None:
+                        yield from self._rows(event)
+                    elif text:
+                        yield text
             except Exception as e:  # noqa: BLE001 - a comment never stops the review file
                 if etype == ev.TABLE_MAP:  # said at each rows event of the table
                     self.failed[table_id] = e
@@ -160,6 +178,43 @@ class RowText:
         return (table.table_id, self.table_map[table.table_id],
                 dict(zip((c.name for c in table.columns), labels)), unknown)
 
+    def _rows_text(self, event, table_id):
+        """The lines of a rows event at once (``rows_text``, or its compiled twin), or
+        None: the event goes row by row through ``_rows`` (the reference decoder, a type
+        the row loops do not read, a CRC mismatch, anything that fails: ``_rows`` says
+        the same, or names the fault)."""
+        table = self.table_map.get(table_id)
+        if table is None or changes.REFERENCE_ONLY:
+            return None
+        try:
+            spec = table.__dict__.get("_rowtext_spec")  # kept with the decoded TABLE_MAP
+            if spec is None:
+                spec = table.__dict__["_rowtext_spec"] = self._spec(table, table_id)
+            plan, heads, labels, columns, unknown = spec
+            if self.checksum and not rowdecode.crc_ok(event):
+                return None
+            data, pos, end, before, after = rowdecode.row_images(
+                event, plan, self.checksum, changes.post_header_of(self.reader, event[4]))
+            write = getattr(rowdecode.loop, "rows_text", rows_text)
+            text, pos = write(data, pos, end, before, after, heads[OPS[event[4]]], labels,
+                              columns, unknown)
+        except Exception:  # noqa: BLE001 - _rows reads it again, and names what fails
+            return None
+        return text if pos == end else None
+
+    def _spec(self, table, table_id):
+        """(plan, heads by op, labels, columns, unsigned unknown) of a table, by column."""
+        plan = changes.table_plan(table, self.reader)
+        name = f"{quote_name(table.schema)}.{quote_name(table.table)}"
+        heads = {"insert": (f"### INSERT INTO {name} SET",),
+                 "delete": (f"### DELETE FROM {name} WHERE",),
+                 "update": (f"### UPDATE {name} WHERE", "SET")}
+        labels = self.labels.get(table_id, {})
+        unknown = self.unsigned_unknown.get(table_id, set())
+        names = [c[3] for c in plan.columns]
+        return (plan, heads, tuple(labels.get(n, n) for n in names), tuple(table.columns),
+                tuple(n in unknown for n in names))
+
     def _rows(self, event):
         rows_event = decode_rows_event(event, self.table_map, self.reader, self.trx)
         rows = rows_event.rows
@@ -179,6 +234,29 @@ class RowText:
                     f"### DELETE FROM {name} WHERE"
                 parts = [(head, row["values"], row["none_sources"])]
             yield line(parts, labels, columns, unknown)
+
+
+def rows_text(data, pos, end, before, after, heads, labels, columns, unknown):
+    """(the ``###`` lines of the row images of ``data`` from ``pos`` to ``end``, UTF-8
+    bytes, each line ending with a newline; the position after them): ``row_line`` of
+    each row the pure row loop reads (``rowloop.read_rows``: ``before`` and ``after``
+    are its image plans). ``heads``: the line's head, and an update's ``SET``;
+    ``labels``, ``columns`` (the decoder's) and ``unknown`` (integer signedness not
+    known): one per column of the table. The compiled twin (``_rowloop.rows_text``)
+    writes the same bytes without a value object for the common types."""
+    rows, pos = rowloop.read_rows(data, pos, end, before, after)
+    names = tuple(before[1])
+    label_of, column_of = dict(zip(names, labels)), dict(zip(names, columns))
+    unknown_names = {n for n, u in zip(names, unknown) if u}
+    lines = []
+    for row in rows:
+        if after is not None:
+            parts = [(heads[0], row["before_values"], row["before_none_sources"]),
+                     (heads[1], row["after_values"], row["after_none_sources"])]
+        else:
+            parts = [(heads[0], row["values"], row["none_sources"])]
+        lines.append(row_line(parts, label_of, column_of, unknown_names) + "\n")
+    return "".join(lines).encode("utf-8"), pos
 
 
 def _queries(events, checksum):

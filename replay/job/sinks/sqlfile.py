@@ -87,8 +87,8 @@ class SqlText:
         for kind, what in transaction_steps(trx, fde, checksum):
             if kind == "binlog":
                 statement(binlog_statement(what))
-                for line in rows.lines(what):
-                    write(line + "\n")
+                for chunk in rows.text(what):
+                    write(chunk)
             elif kind == "load":
                 if self.load_file is None:
                     raise Declined("LOAD DATA")
