@@ -464,3 +464,18 @@ def test_the_compiled_row_walk_counts_as_the_pure_one(which, monkeypatch):
     produced = twins_agree(which, change_counts, monkeypatch)
     said = [line for lines in produced for line in lines]
     assert sum(any(c.isdigit() for c in line) for line in said) >= 50, said[:5]
+
+
+@pytest.mark.skipif(rowdecode.compiled is None, reason=rowdecode.describe())
+def test_the_compiled_image_json_writes_the_json_modules_text():
+    import json
+    encoder = json.JSONEncoder(ensure_ascii=False, separators=(",", ":"), allow_nan=False)
+    images = [{}, {"id": 1, "c": "plain", "n": None, "s": ["x", "y"], "e": []},
+              {"q": 'say "hi"', "b": "back\\slash", "ctl": "a\x01b\nc\td", "u": "café 中 \u2028",
+               "del": "\x7f", "big": 1 << 62, "neg": -(1 << 62) + 1, "huge": 1 << 70},
+              {"t": True, "f": 1.5, "d": {"nested": [1, "2"]}}, {"sur": "a\ud800b"},
+              {'k"ey': 1, "ké": "v"}]
+    for image in images:
+        assert rowdecode.compiled.image_json(image) == encoder.encode(image), image
+    with pytest.raises(ValueError):
+        rowdecode.compiled.image_json({"x": float("nan")})

@@ -561,8 +561,13 @@ _ENCODE = _one_encoder()
 
 
 def _json(obj):
+    """A row image's or key's JSON text (None for None): the json module's, or the same
+    text by the compiled twin (``_rowloop.image_json``) when the image is flat."""
     if obj is None:
         return None
+    text = getattr(rowdecode.loop, "image_json", None)
+    if text is not None:
+        return text(obj)
     if _ENCODE is not None:
         return "".join(_ENCODE(obj, 0))
     return _ENCODER.encode(obj)
@@ -597,3 +602,5 @@ def _decode_error(trx, event, error):
 if rowdecode.compiled is not None:  # its json_image writes what it cannot with these
     rowdecode.compiled.configure_json(_stored_columns, encode_value, _as_stored,
                                       NONE_SOURCE.COLS_BITMAP, NONE_SOURCE.EMPTY_SET)
+    rowdecode.compiled.configure_image_json(  # and its image_json
+        _ENCODE or (lambda obj, _: (_ENCODER.encode(obj),)))
