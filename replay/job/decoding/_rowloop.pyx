@@ -97,6 +97,22 @@ cdef inline int _need(Py_ssize_t pos, Py_ssize_t size, Py_ssize_t end) except -1
     return 0
 
 
+cdef inline int _take(const unsigned char *p, Py_ssize_t *pos, Py_ssize_t end, int n,
+                      uint64_t *value) except -1:
+    """The ``n``-byte little-endian integer at ``pos`` into ``value``, ``pos`` past it."""
+    _need(pos[0], n, end)
+    value[0] = _le(p + pos[0], n)
+    pos[0] += n
+    return 0
+
+
+cdef inline int64_t _signed(uint64_t u, int n) noexcept:
+    """An ``n``-byte integer read as signed."""
+    if n < 8 and u >> (8 * n - 1):
+        return <int64_t>u - (<int64_t>1 << (8 * n))
+    return <int64_t>u
+
+
 cdef tuple _image(bytes data, Py_ssize_t pos, Py_ssize_t end, tuple image):
     cdef tuple columns = <tuple>image[0]
     cdef dict values = (<dict>image[1]).copy()
@@ -120,20 +136,14 @@ cdef tuple _image(bytes data, Py_ssize_t pos, Py_ssize_t end, tuple image):
         kind = column[0]
         if kind == K_INT:
             p1 = column[1]
-            _need(pos, p1, end)
-            u = _le(p + pos, p1)
-            pos += p1
-            if column[2] and p1 < 8 and u >> (8 * p1 - 1):
-                values[name] = <int64_t>u - (<int64_t>1 << (8 * p1))
-            elif column[2]:
-                values[name] = <int64_t>u
+            _take(p, &pos, end, p1, &u)
+            if column[2]:
+                values[name] = _signed(u, p1)
             else:
                 values[name] = u
         elif kind == K_STRING:
-            p1 = column[1]
-            _need(pos, p1, end)
-            size = <Py_ssize_t>_le(p + pos, p1)
-            pos += p1
+            _take(p, &pos, end, column[1], &u)
+            size = <Py_ssize_t>u
             _need(pos, size, end)
             values[name] = _string(p, pos, size, column[2])
             pos += size
@@ -483,11 +493,11 @@ cdef Py_ssize_t _text_image(Buffer *b, bytes data, Py_ssize_t pos, Py_ssize_t en
     (``size``: the characters it counts; ``left``: the values not yet seen; ``cut``: past
     ROW_CAP, the rest read and not written); the position after it."""
     cdef tuple chosen = <tuple>image[0], shown = <tuple>image[4], column
-    cdef Py_ssize_t width = image[3], nulls = pos, i, j = 0, n, chars, line_size
+    cdef Py_ssize_t width = image[3], nulls = pos, i, j = 0, n, chars, length
     cdef const unsigned char *p = <const unsigned char *>PyBytes_AS_STRING(data)
     cdef char text[128]
     cdef char stored[96]
-    cdef int kind, p1, f[7]
+    cdef int kind, f[7]
     cdef uint64_t u
     cdef int64_t v
     cdef str label, literal
@@ -511,13 +521,9 @@ cdef Py_ssize_t _text_image(Buffer *b, bytes data, Py_ssize_t pos, Py_ssize_t en
             j += 1
             kind = column[0]
             if kind == K_INT:
-                p1 = column[1]
-                _need(pos, p1, end)
-                u = _le(p + pos, p1)
-                pos += p1
+                _take(p, &pos, end, column[1], &u)
                 if column[2]:
-                    v = <int64_t>u - (<int64_t>1 << (8 * p1)) \
-                        if p1 < 8 and u >> (8 * p1 - 1) else <int64_t>u
+                    v = _signed(u, column[1])
                     if v < 0 and unknown[i]:  # as mysqlbinlog: the unsigned reading too
                         n = snprintf(text, 128, "%lld (%llu)", <long long>v,
                                      <unsigned long long>u)
@@ -526,17 +532,15 @@ cdef Py_ssize_t _text_image(Buffer *b, bytes data, Py_ssize_t pos, Py_ssize_t en
                 else:
                     n = snprintf(text, 128, "%llu", <unsigned long long>u)
             elif kind == K_STRING:
-                p1 = column[1]
-                _need(pos, p1, end)
-                line_size = <Py_ssize_t>_le(p + pos, p1)
-                pos += p1
-                _need(pos, line_size, end)
-                if _plain(p + pos, line_size, column[2]):
-                    _put_quoted(b, size, cut, labels[i], p + pos, line_size, left[0])
-                    pos += line_size
+                _take(p, &pos, end, column[1], &u)
+                length = <Py_ssize_t>u
+                _need(pos, length, end)
+                if _plain(p + pos, length, column[2]):
+                    _put_quoted(b, size, cut, labels[i], p + pos, length, left[0])
+                    pos += length
                     continue
-                value = _string(p, pos, line_size, column[2])
-                pos += line_size
+                value = _string(p, pos, length, column[2])
+                pos += length
                 literal = _literal(value, columns[i], None, unknown[i])
             elif kind == K_DECIMAL:
                 pos = _decimal_text(p, pos, end, column[1], column[2], stored)
