@@ -99,9 +99,13 @@ def drill(tmp_path_factory, s3):
         before_drop = checksums(primary)
         conn = primary.root()
         with conn.cursor() as cur:
+            # the second the DROP starts in (after it, UNIX_TIMESTAMP() may already be in
+            # the next one, where a --stop-datetime would keep the DROP)
+            cur.execute("SELECT UNIX_TIMESTAMP()")
+            drop_time = cur.fetchone()[0]
             cur.execute("DROP TABLE shop.ledger")
-            cur.execute("SELECT @@last_gtid, UNIX_TIMESTAMP()")
-            drop_gtid, drop_time = cur.fetchone()
+            cur.execute("SELECT @@last_gtid")
+            drop_gtid = cur.fetchone()[0]
         conn.close()
         workload(primary, 2)
         primary.execute(*[f"INSERT INTO crm.notes (body) VALUES ('after {i}')" for i in range(5)])
