@@ -381,30 +381,14 @@ def _mend_timestamps(rows, columns):
                     values[name] = value + _WRAP
 
 
-def table_plan(table, reader):
-    """``rowdecode``'s plan of a decoded TABLE_MAP (made once, kept on the table);
-    ``rowdecode.Unsupported`` for a column type it does not read."""
-    plan = table.__dict__.get("_rowdecode_plan")
-    if plan is None:
-        plan = table.__dict__["_rowdecode_plan"] = rowdecode.plan_of(table, reader.dbms)
-    return plan
-
-
-def post_header_of(reader, etype):
-    """The post-header length the format description gives an event type (None: not
-    given)."""
-    lens = reader.post_header_lens
-    return lens[etype - 1] if etype <= len(lens) else None
-
-
 def _fast_rows(event, table, table_id, reader, trx):
-    plan = table_plan(table, reader)
+    plan = rowdecode.kept_plan(table, reader.dbms)
     if reader.checksum and not rowdecode.crc_ok(event):
         raise CorruptBinlog(f"CRC32 mismatch in {ev.event_name(event[4])} event",
                             trx.file, position_of(trx, event))
     try:
         rows = rowdecode.decode_rows(event, plan, reader.checksum,
-                                     post_header_of(reader, event[4]))
+                                     rowdecode.post_header(reader.post_header_lens, event[4]))
     except rowdecode.Unsupported:
         raise
     except Exception as e:  # noqa: BLE001 - any failure to read is this event's

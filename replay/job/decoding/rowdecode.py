@@ -89,6 +89,20 @@ def plan_of(table, dbms):
     return Plan(tuple(columns), table.schema, table.table, table.table_id)
 
 
+def kept_plan(table, dbms):
+    """``plan_of`` a decoded TABLE_MAP, made once and kept on the table."""
+    plan = table.__dict__.get("_rowdecode_plan")
+    if plan is None:
+        plan = table.__dict__["_rowdecode_plan"] = plan_of(table, dbms)
+    return plan
+
+
+def post_header(lens, etype):
+    """The post-header length of an event type in the format description's ``lens``
+    (None: not given)."""
+    return lens[etype - 1] if etype <= len(lens) else None
+
+
 def _column_plan(column, dbms):
     """(kind, parameter 1, parameter 2) of one column."""
     ctype = column.type

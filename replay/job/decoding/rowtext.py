@@ -194,7 +194,8 @@ class RowText:
             if self.checksum and not rowdecode.crc_ok(event):
                 return None
             data, pos, end, before, after = rowdecode.row_images(
-                event, plan, self.checksum, changes.post_header_of(self.reader, event[4]))
+                event, plan, self.checksum,
+                rowdecode.post_header(self.reader.post_header_lens, event[4]))
             write = getattr(rowdecode.loop, "rows_text", rows_text)
             text, pos = write(data, pos, end, before, after, heads[OPS[event[4]]], labels,
                               columns, unknown)
@@ -204,7 +205,7 @@ class RowText:
 
     def _spec(self, table, table_id):
         """(plan, heads by op, labels, columns, unsigned unknown) of a table, by column."""
-        plan = changes.table_plan(table, self.reader)
+        plan = rowdecode.kept_plan(table, self.reader.dbms)
         name = f"{quote_name(table.schema)}.{quote_name(table.table)}"
         heads = {"insert": (f"### INSERT INTO {name} SET",),
                  "delete": (f"### DELETE FROM {name} WHERE",),
