@@ -166,8 +166,8 @@ def spark_context(master=None, conf=None, driver_host=None, python=None):
     if master or not submitted:
         spark_conf.setMaster(master or "local[*]")
     if cluster:  # the JVM first, at no deadline: the wait is the master's, not its start-up
-        SparkContext._ensure_initialized(conf=SparkConf().setAll(list(settings.items())))
-        context = _start(spark_conf, master, settings, wait)
+        SparkContext._ensure_initialized(conf=spark_conf)
+        context = _start(SparkContext, spark_conf, master, settings, wait)
     else:
         context = SparkContext.getOrCreate(spark_conf)
     context.setLogLevel("ERROR")
@@ -198,16 +198,15 @@ def _wait_seconds(text):
     return seconds
 
 
-def _start(spark_conf, master, settings, wait):
-    """SparkContext.getOrCreate against a standalone master, waiting at most ``wait`` seconds (and
-    SETUP_ALLOWANCE for the context's own set-up) for the master to accept the
-    application (it answers at the driver's advertised address)."""
+def _start(context_class, spark_conf, master, settings, wait):
+    """``context_class.getOrCreate`` against a standalone master, waiting at most ``wait``
+    seconds (and SETUP_ALLOWANCE for the context's own set-up) for the master to accept
+    the application (it answers at the driver's advertised address)."""
     box, wait = {}, wait + SETUP_ALLOWANCE
 
     def create():
         try:
-            from pyspark import SparkContext
-            box["context"] = SparkContext.getOrCreate(spark_conf)
+            box["context"] = context_class.getOrCreate(spark_conf)
         except BaseException as e:  # noqa: BLE001 - handed to the caller's thread
             box["error"] = e
     thread = threading.Thread(target=create, name="spark-start", daemon=True)
