@@ -40,6 +40,9 @@ if [ ! -x .venv/bin/python ]; then
     "$PY" -m venv .venv
 fi
 .venv/bin/python -m pip install -q --disable-pip-version-check -e ".[test,docs]"
+# the Spark driver's class-data archive (replay/job/classcache.py: about 2 s off each
+# local Spark start), built once per Java and PySpark; without it Spark starts as ever
+.venv/bin/python -m replay.job.classcache || echo "setup: Spark starts without its class cache" >&2
 
 # the live MySQL server of the tests (Debian sid's, in .mysql/tree, built once); where it
 # cannot be built, the reason is printed and the MySQL tests skip saying so

@@ -22,12 +22,15 @@ import time
 from dataclasses import dataclass, field
 
 from mysqlbackup.errors import MysqlBackupError, UsageError
+from replay.job.classcache import driver_java_options
 
 WAIT_KEY = "spark.mysqlbackup.registrationTimeout"
 DEFAULT_WAIT = 30.0
 # the context's own set-up before it asks the master (spark.archives unpacked on the
 # driver too: seconds for a packed environment) is not the master's to answer for
 SETUP_ALLOWANCE = 60.0
+JAVA_OPTIONS = "spark.driver.extraJavaOptions"
+log = logging.getLogger(__name__)
 
 
 @dataclass(frozen=True)
@@ -160,8 +163,13 @@ def spark_context(master=None, conf=None, driver_host=None, python=None):
         os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
     wait = _wait_seconds(conf.pop(WAIT_KEY, None))
     settings.update(conf)
-    logging.getLogger("py4j").setLevel(logging.WARNING)  # a line per gateway connection
     from pyspark import SparkConf, SparkContext
+    launched = (not submitted and SparkContext._gateway is None  # a JVM this call starts,
+                and (master or "local").startswith("local"))    # running the tasks too
+    ours = driver_java_options(settings.get(JAVA_OPTIONS, "")) if launched else ""
+    if ours:  # before the user's: theirs win a conflict
+        settings[JAVA_OPTIONS] = f"{ours} {settings.get(JAVA_OPTIONS, '')}".strip()
+    logging.getLogger("py4j").setLevel(logging.WARNING)  # a line per gateway connection
     spark_conf = SparkConf().setAppName("mysqlbackup-replay").setAll(list(settings.items()))
     if master or not submitted:
         spark_conf.setMaster(master or "local[*]")
@@ -169,7 +177,7 @@ def spark_context(master=None, conf=None, driver_host=None, python=None):
         SparkContext._ensure_initialized(conf=spark_conf)
         context = _start(SparkContext, spark_conf, master, settings, wait)
     else:
-        context = SparkContext.getOrCreate(spark_conf)
+        context = _start_local(SparkContext, spark_conf, ours, conf.get(JAVA_OPTIONS))
     context.setLogLevel("ERROR")
     if cluster:
         _await_executors(context, master, wait)
@@ -196,6 +204,20 @@ def _wait_seconds(text):
     if seconds <= 0:
         raise UsageError(f"bad --conf {WAIT_KEY}={text}: expected seconds (30, 30s, 2min)")
     return seconds
+
+
+def _start_local(context_class, spark_conf, ours, given):
+    """``context_class.getOrCreate``; when a JVM launched with our options (``ours``:
+    ``classcache.driver_java_options``) did not start, once more without them (a
+    cache must never cost a replay), the user's own (``given``) kept."""
+    try:
+        return context_class.getOrCreate(spark_conf)
+    except Exception:  # noqa: BLE001 - whatever stopped the JVM, tried once without ours
+        if not ours or context_class._gateway is not None:
+            raise
+        log.warning("the Spark driver did not start with %s: starting it without", ours)
+        spark_conf.set(JAVA_OPTIONS, given or "")
+        return context_class.getOrCreate(spark_conf)
 
 
 def _start(context_class, spark_conf, master, settings, wait):

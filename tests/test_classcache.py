@@ -1,0 +1,124 @@
+"""The driver JVM's class-data archive (``replay.job.classcache``): used only when it
+matches its record, never at the cost of a replay (a JVM that cannot start with it is
+started without), and the user's own JVM options win."""
+
+import hashlib
+import json
+import os
+import shutil
+import subprocess
+import sys
+
+import pytest
+
+from replay.job import classcache
+from tests.helpers import cli_env
+
+
+@pytest.fixture
+def cache(tmp_path, monkeypatch):
+    """An empty cache folder of this test's, tuning on."""
+    monkeypatch.setenv(classcache.CACHE_ENV, str(tmp_path / "cache"))
+    monkeypatch.delenv(classcache.TUNING_ENV, raising=False)
+    return tmp_path / "cache"
+
+
+def _place(path, data):
+    """An archive file and its record (as ``build`` writes them) at ``path``."""
+    os.makedirs(os.path.dirname(path), exist_ok=True)
+    with open(path, "wb") as f:
+        f.write(data)
+    with open(path + ".json", "w") as f:
+        json.dump({"size": len(data), "sha256": hashlib.sha256(data).hexdigest()}, f)
+
+
+def test_without_an_archive_only_c1_is_asked(cache):
+    assert classcache.usable_archive() is None
+    assert classcache.driver_java_options() == classcache.C1_ONLY
+
+
+def test_an_archive_matching_its_record_is_used(cache):
+    path = classcache.archive_path()
+    assert path.startswith(str(cache)) and path.endswith(".jsa")
+    _place(path, b"x" * 1000)
+    assert classcache.usable_archive() == path
+    options = classcache.driver_java_options()
+    assert options == (f"-XX:SharedArchiveFile={path} {classcache.QUIET} "
+                       f"-XX:ErrorFile={cache}/hs_err_pid%p.log {classcache.C1_ONLY}")
+
+
+@pytest.mark.parametrize("damage", ["truncated", "flipped", "no record", "bad record"])
+def test_an_archive_unlike_its_record_is_never_used(cache, damage):
+    path = classcache.archive_path()
+    _place(path, b"x" * 1000)
+    if damage == "truncated":
+        with open(path, "r+b") as f:
+            f.truncate(999)
+    elif damage == "flipped":
+        with open(path, "r+b") as f:
+            f.write(b"y")
+    elif damage == "no record":
+        os.remove(path + ".json")
+    else:
+        with open(path + ".json", "w") as f:
+            f.write("{not json")
+    assert classcache.usable_archive() is None
+    assert classcache.driver_java_options() == classcache.C1_ONLY
+
+
+def test_the_users_knobs_and_the_switch_win(cache, monkeypatch):
+    _place(classcache.archive_path(), b"x" * 10)
+    assert classcache.driver_java_options("-XX:TieredStopAtLevel=4").startswith(
+        "-XX:SharedArchiveFile=")
+    assert classcache.driver_java_options("-XX:TieredStopAtLevel=4").count("Tiered") == 0
+    assert classcache.driver_java_options("-Xshare:off") == classcache.C1_ONLY
+    monkeypatch.setenv(classcache.TUNING_ENV, "off")
+    assert classcache.driver_java_options() == ""
+
+
+def test_each_java_has_its_own_archive(cache, tmp_path, monkeypatch):
+    java = classcache.java_binary()
+    if java is None:
+        pytest.skip("no java on this machine")
+    other = tmp_path / "jdk" / "bin" / "java"
+    other.parent.mkdir(parents=True)
+    shutil.copy(java, other)
+    monkeypatch.setenv("JAVA_HOME", str(tmp_path / "jdk"))
+    assert classcache.java_binary() == str(other)
+    assert classcache.archive_path() != classcache.archive_path(java)
+    monkeypatch.setenv("JAVA_HOME", str(tmp_path / "nowhere"))
+    assert classcache.java_binary() is None and classcache.archive_path() is None
+
+
+@pytest.mark.server
+def test_a_driver_that_cannot_start_with_the_archive_starts_without(source_files, tmp_path):
+    """A damaged archive that still matches its record (the JVM dies mapping it): the
+    replay says so in one line, starts the JVM again without it and gives the same SQL
+    as a replay without tuning; the crash report stays out of the working folder."""
+    folder = tmp_path / "cache"
+    env = dict(cli_env(), **{classcache.CACHE_ENV: str(folder)})
+    path = classcache.archive_path()
+    made = classcache.usable_archive(path)
+    if made is None:  # setup.sh builds the one in the default cache: else, here
+        made = classcache.build(str(tmp_path / "built" / os.path.basename(path)))
+    with open(made, "rb") as f:
+        _place(str(folder / os.path.basename(path)), f.read(1 << 20))  # a torn copy
+    url = f"file://{tmp_path / 'archive'}"
+    imported = _cli(env, tmp_path, "archive", "import", str(source_files[0].parent),
+                    "--archive", url, "--source-name", "db1")
+    assert imported.returncode == 0, imported.stderr
+    torn = _cli(env, tmp_path, "replay", "--archive", url, "--sql", str(tmp_path / "a.sql"))
+    assert torn.returncode == 0, torn.stderr
+    assert "the Spark driver did not start with -XX:SharedArchiveFile=" in torn.stderr
+    assert not list(tmp_path.glob("hs_err_pid*")) and list(folder.glob("hs_err_pid*"))
+    plain = _cli(dict(env, **{classcache.TUNING_ENV: "off"}), tmp_path, "replay",
+                 "--archive", url, "--sql", str(tmp_path / "b.sql"))
+    assert plain.returncode == 0, plain.stderr
+    assert "did not start" not in plain.stderr
+    assert (tmp_path / "a.sql").read_bytes() == (tmp_path / "b.sql").read_bytes()
+    assert (tmp_path / "a.sql").read_text().count("\n### INSERT INTO `a`.`t`") == 160
+
+
+def _cli(env, cwd, *args):
+    return subprocess.run([sys.executable, "-m", "mysqlbackup", *args], env=env, cwd=cwd,
+                          capture_output=True, text=True, timeout=300)
