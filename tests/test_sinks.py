@@ -103,3 +103,22 @@ def test_a_task_hands_back_at_most_task_bytes_of_text(tmp_path):
                 small.apply(trx, fde, fde.checksum_alg == ev.CHECKSUM_CRC32)
     sink.close()
     assert not (tmp_path / "x.sql.parts").exists()
+
+
+@pytest.mark.parametrize("kernel", [True, False], ids=["copy_file_range", "fallback"])
+def test_a_tasks_text_file_is_appended_whole_after_what_was_written(tmp_path, monkeypatch,
+                                                                    kernel):
+    from replay.job.sinks import sqlfile
+    if not kernel:
+        def refuse(*args):
+            raise OSError(18, "Invalid cross-device link")
+        monkeypatch.setattr(os, "copy_file_range", refuse)
+    part = tmp_path / "part"
+    text = os.urandom(3 * sqlfile.CHUNK + 17)
+    part.write_bytes(text)
+    with open(tmp_path / "out", "wb") as out:
+        out.write(b"head\n")  # still in the buffer: written first
+        sqlfile._append_file(str(part), out)
+        out.write(b"tail\n")
+        assert out.tell() == len(text) + 10
+    assert (tmp_path / "out").read_bytes() == b"head\n" + text + b"tail\n"

@@ -15,6 +15,7 @@ executor after executor. The package's code is shipped by ``replay.job.shipping`
 import ipaddress
 import logging
 import os
+import re
 import socket
 import sys
 import threading
@@ -23,6 +24,7 @@ from dataclasses import dataclass, field
 
 from mysqlbackup.errors import MysqlBackupError, UsageError
 from replay.job.classcache import driver_java_options
+from replay.job.shipping import package_zip, source_root
 
 WAIT_KEY = "spark.mysqlbackup.registrationTimeout"
 DEFAULT_WAIT = 30.0
@@ -164,8 +166,11 @@ def spark_context(master=None, conf=None, driver_host=None, python=None):
     wait = _wait_seconds(conf.pop(WAIT_KEY, None))
     settings.update(conf)
     from pyspark import SparkConf, SparkContext
-    launched = (not submitted and SparkContext._gateway is None  # a JVM this call starts,
-                and (master or "local").startswith("local"))    # running the tasks too
+    # a JVM this call starts, whose tasks run here (local, local[N]): they import this
+    # very package, compiled modules and all (a shipped zip has none), and it starts faster
+    launched = not submitted and SparkContext._gateway is None and is_local_master(master)
+    if launched:
+        _share_sources()
     ours = driver_java_options(settings.get(JAVA_OPTIONS, "")) if launched else ""
     if ours:  # before the user's: theirs win a conflict
         settings[JAVA_OPTIONS] = f"{ours} {settings.get(JAVA_OPTIONS, '')}".strip()
@@ -181,13 +186,33 @@ def spark_context(master=None, conf=None, driver_host=None, python=None):
     context.setLogLevel("ERROR")
     if cluster:
         _await_executors(context, master, wait)
+    if launched:
+        context._mysqlbackup_shipped = True  # its workers import what this process does
     if not getattr(context, "_mysqlbackup_shipped", False):  # once per context: a second
-        from replay.job.shipping import package_zip  # zip of another path is refused there
-        package = package_zip()
+        package = package_zip()  # (a zip of another path is refused there)
         if package:
             context.addPyFile(package)
         context._mysqlbackup_shipped = True
     return context
+
+
+def is_local_master(master):
+    """True for a master whose tasks run in Python workers of this machine started by
+    the driver's JVM: none (local[*]), ``local``, ``local[N]``, ``local[N,F]``."""
+    return master is None or re.fullmatch(r"local(\[[^\]]*\])?", master) is not None
+
+
+def _share_sources():
+    """Put the folder this package is imported from first on PYTHONPATH, which the JVM
+    about to start hands its Python workers: they import the same code, its compiled
+    row loop included. (The zip ``addPyFile`` would ship holds sources only: a replay
+    run from another folder than a checkout's decoded twice as slowly.)"""
+    root = source_root()
+    if root is None:  # a zip already (spark-submit --py-files)
+        return
+    paths = [p for p in os.environ.get("PYTHONPATH", "").split(os.pathsep) if p]
+    if not paths or paths[0] != root:
+        os.environ["PYTHONPATH"] = os.pathsep.join([root] + [p for p in paths if p != root])
 
 
 def _wait_seconds(text):

@@ -1,0 +1,49 @@
+"""A local Spark's tasks run this very package: the Python workers the driver's JVM
+starts import it from where the driver does, compiled row loop included (a shipped zip
+holds sources only: a replay run from another folder than a checkout's decoded with the
+pure Python twins, twice as slowly)."""
+
+import os
+import subprocess
+import sys
+
+import pytest
+
+from replay.job.spark import is_local_master
+
+PROBE = """
+import json
+from replay.job.decoding import rowdecode
+import replay
+from replay.job.spark import spark_context
+
+def where(_):
+    from replay.job.decoding import rowdecode
+    import replay
+    return replay.__file__, getattr(rowdecode.loop, "__name__", None)
+
+context = spark_context(MASTER)
+print(json.dumps({"driver": [replay.__file__, getattr(rowdecode.loop, "__name__", None)],
+                  "workers": context.parallelize([0, 1], 2).map(where).collect()}))
+context.stop()
+"""
+
+
+@pytest.mark.parametrize("master, local", [
+    (None, True), ("local", True), ("local[*]", True), ("local[2]", True),
+    ("local[4,2]", True), ("local-cluster[2,1,1024]", False), ("spark://h:7077", False),
+    ("yarn", False)])
+def test_which_masters_run_their_tasks_here(master, local):
+    assert is_local_master(master) is local
+
+
+@pytest.mark.server  # a child process (its own JVM)
+@pytest.mark.parametrize("master", [None, "local[2]"])
+def test_workers_import_what_the_driver_imports_from_any_folder(tmp_path, master):
+    import json
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}  # as a user runs it
+    done = subprocess.run([sys.executable, "-c", PROBE.replace("MASTER", repr(master))],
+                          cwd=tmp_path, env=env, capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr
+    seen = json.loads(done.stdout.strip().splitlines()[-1])
+    assert seen["workers"] == [seen["driver"]] * 2, seen
