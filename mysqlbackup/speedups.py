@@ -9,7 +9,12 @@ says which, for ``--version`` and the daemon's start-up line. Both write the sam
 and raise the same errors.
 """
 
+import importlib
+import importlib.machinery
+import importlib.util
 import os
+import sys
+import zipimport
 
 from mysqlbackup import fusedloop
 from mysqlbackup.binlog import events as ev
@@ -21,12 +26,53 @@ PURE_ENV = "MYSQLBACKUP_PURE_PYTHON"
 INLINE_CRC_MAX = 2048
 
 
+def import_compiled(name):
+    """Import the compiled module ``name`` (``mysqlbackup._speedups``,
+    ``replay.job.decoding._rowloop``). When its package came from a zip (the sources
+    Spark ships to a cluster's executors: a zip cannot hold an extension module), the
+    module's file is taken from the first folder on sys.path that has it at its package
+    path (``scripts/pack_replay_env.py`` puts the compiled modules, and them alone, in
+    the executors' environment). ImportError when there is none; the caller checks
+    that it is of this version (``TWIN``)."""
+    try:
+        return importlib.import_module(name)
+    except ImportError:
+        package = sys.modules.get(name.rpartition(".")[0])
+        found = _compiled_file(name) if isinstance(
+            getattr(package, "__loader__", None), zipimport.zipimporter) else None
+        if found is None:
+            raise
+    spec = importlib.util.spec_from_file_location(name, found)
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[name] = module
+    try:
+        spec.loader.exec_module(module)
+    except BaseException:
+        del sys.modules[name]
+        raise
+    return module
+
+
+def _compiled_file(name):
+    """The first file on sys.path (folders only) that is the extension module ``name``
+    at its package path, or None."""
+    *packages, last = name.split(".")
+    for entry in sys.path:
+        if not entry or not os.path.isdir(entry):
+            continue
+        for suffix in importlib.machinery.EXTENSION_SUFFIXES:
+            candidate = os.path.join(entry, *packages, last + suffix)
+            if os.path.isfile(candidate):
+                return candidate
+    return None
+
+
 def _load():
     """The compiled module, configured, or (None, why not)."""
     if os.environ.get(PURE_ENV, "") not in ("", "0"):
         return None, f"turned off by {PURE_ENV}"
     try:
-        from mysqlbackup import _speedups
+        _speedups = import_compiled("mysqlbackup._speedups")
     except ImportError as e:
         return None, f"not built ({e})"
     if getattr(_speedups, "TWIN", None) != fusedloop.TWIN:

@@ -106,6 +106,10 @@ def archive(server, where, name):
 
 
 def timed(argv, **kwargs):
+    """Wall seconds of ``argv``, run from the system's temporary folder as a user runs
+    it (never from the checkout, whose folder on sys.path hides what an installed
+    package's Spark workers import)."""
+    kwargs.setdefault("cwd", tempfile.gettempdir())
     started = time.monotonic()
     done = subprocess.run(argv, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, **kwargs)
     elapsed = time.monotonic() - started

@@ -9,10 +9,13 @@ writes two files:
 
 * ``dist/replay-env.tar.gz``: a virtualenv of the project's requirements (setup.cfg's
   ``install_requires``, the ``s3`` extra and the ``replay`` one's pyarrow, which the tasks
-  of ``--parquet`` write with; not the project itself, not pyspark, which the workers'
+  of ``--parquet`` write with; not the project's sources, not pyspark, which the workers'
   Spark provides), packed by venv-pack2. Ship it with ``--conf
   spark.archives=dist/replay-env.tar.gz#environment`` and name its interpreter with
-  ``--python ./environment/bin/python``. Its ``python`` links to the same base
+  ``--python ./environment/bin/python``. It also holds the project's compiled modules
+  (the row loop, the stream path) built for this Python, at their package paths, and
+  no other file of the project: without them the executors decode with the pure Python
+  twins, several times slower. Its ``python`` links to the same base
   interpreter (path and version) as the one that runs this script: the workers need
   that Python at that path (``--python-prefix`` names another prefix);
 * ``dist/replay.zip``: the ``mysqlbackup`` and ``replay`` packages' sources (no
@@ -60,6 +63,28 @@ def run(*command, **kwargs):
     return done
 
 
+def compiled_modules(env, root=REPO):
+    """Copy the project's compiled modules built for this Python (the row loop, the
+    stream path) into ``env``'s site-packages at their package paths, and nothing else
+    of the project: the executors import the shipped sources from the zip and these
+    from there (``mysqlbackup.speedups.import_compiled``). Returns their relative paths
+    (none when the package was not built: the executors then run the pure twins)."""
+    import importlib.machinery
+    site = run(os.path.join(env, "bin", "python"), "-c",
+               "import sysconfig; print(sysconfig.get_paths()['purelib'])").stdout.strip()
+    copied = []
+    for package in ("mysqlbackup", "replay"):
+        for folder, _dirs, files in os.walk(os.path.join(root, package)):
+            for name in files:
+                if not name.endswith(tuple(importlib.machinery.EXTENSION_SUFFIXES)):
+                    continue
+                relative = os.path.relpath(os.path.join(folder, name), root)
+                os.makedirs(os.path.dirname(os.path.join(site, relative)), exist_ok=True)
+                shutil.copy2(os.path.join(root, relative), os.path.join(site, relative))
+                copied.append(relative)
+    return sorted(copied)
+
+
 def pack(output_dir, extras, python_prefix=None, base_python=None):
     """Build the environment and the zip into ``output_dir``; returns their paths."""
     from replay.job.shipping import write_zip
@@ -73,6 +98,7 @@ def pack(output_dir, extras, python_prefix=None, base_python=None):
         run(base_python, "-m", "venv", env)
         pip = [os.path.join(env, "bin", "python"), "-m", "pip", "--disable-pip-version-check"]
         run(*pip, "install", "-q", *requirements(extras))
+        compiled_modules(env)
         run(*pip, "install", "-q", "--target", tool, "venv-pack2")  # the packer: not packed
         if os.path.exists(env_out):
             os.remove(env_out)

@@ -389,6 +389,7 @@ def test_sql_on_the_cluster_is_the_local_one(cluster, archive, packed, tmp_path)
     assert {d.parent.parent for d in ran} == set(cluster.workers.values()), ran
     assert all((d / "environment" / "bin" / "python").exists() for d in ran)
     assert not list((cluster.base / "driver-tmp").glob("mysqlbackup-pyfiles-*"))
+    assert "pure Python" not in done.stderr, done.stderr[-3000:]  # the compiled loop ran
     print(f"cluster --sql: {seconds:.1f}s")
 
 
@@ -494,15 +495,23 @@ def test_an_executor_python_without_the_requirements_is_named(cluster, archive, 
 
 
 @on_a_cluster
-def test_the_packed_files_hold_no_compiled_code(packed):
+def test_the_zip_holds_the_sources_and_the_environment_the_compiled_modules(packed):
     import tarfile
     import zipfile
+
+    from mysqlbackup import speedups
+    from replay.job.decoding import rowdecode
     names = zipfile.ZipFile(packed.zip).namelist()
     assert "replay/job/tasks.py" in names and "mysqlbackup/archive/store.py" in names
     assert not [n for n in names if n.endswith((".so", ".c", ".pyc"))], names
     with tarfile.open(packed.env) as tar:
-        env = tar.getnames()
+        env = [m.name for m in tar.getmembers() if m.isfile()]
     assert any(n.endswith("site-packages/s3fs/__init__.py") for n in env)
-    assert not any("site-packages/mysqlbackup" in n or "site-packages/pyspark/" in n
-                   for n in env)
+    assert not any("site-packages/pyspark/" in n for n in env)
+    ours = sorted(n.split("site-packages/", 1)[1] for n in env
+                  if "site-packages/mysqlbackup/" in n or "site-packages/replay/" in n)
+    built = sorted(f"{m.__name__.rpartition('.')[0].replace('.', '/')}/"
+                   f"{os.path.basename(m.__file__)}"
+                   for m in (speedups.compiled, rowdecode.compiled) if m is not None)
+    assert ours == built, ours  # the compiled modules, and no other file of the project
 

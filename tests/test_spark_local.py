@@ -47,3 +47,43 @@ def test_workers_import_what_the_driver_imports_from_any_folder(tmp_path, master
     assert done.returncode == 0, done.stderr
     seen = json.loads(done.stdout.strip().splitlines()[-1])
     assert seen["workers"] == [seen["driver"]] * 2, seen
+
+
+ZIPPED = """
+import json
+from mysqlbackup import speedups
+from replay.job.decoding import rowdecode
+import replay
+print(json.dumps([replay.__file__, rowdecode.loop.__name__, speedups.compiled is not None]))
+"""
+
+
+@pytest.mark.server  # child processes
+def test_a_zip_of_the_sources_finds_the_compiled_modules_on_its_path(tmp_path):
+    """A cluster's executors import the shipped zip (sources only) and the compiled
+    modules from the packed environment, at their package paths."""
+    import json
+    import shutil
+
+    from mysqlbackup import speedups
+    from replay.job.decoding import rowdecode
+    from replay.job.shipping import source_root, write_zip
+    if rowdecode.compiled is None or speedups.compiled is None:
+        pytest.skip(f"the compiled modules are not built here: {rowdecode.describe()}, "
+                    f"{speedups.describe()}")
+    archive = write_zip(str(tmp_path / "replay.zip"))
+    native = tmp_path / "site"
+    for module in (rowdecode.compiled, speedups.compiled):
+        relative = os.path.relpath(module.__file__, source_root())
+        (native / relative).parent.mkdir(parents=True, exist_ok=True)
+        shutil.copy(module.__file__, native / relative)
+    seen = {}
+    for name, path in (("zip", archive), ("zip and site", f"{archive}{os.pathsep}{native}")):
+        env = dict(os.environ, PYTHONPATH=path)
+        done = subprocess.run([sys.executable, "-c", ZIPPED], cwd=tmp_path, env=env,
+                              capture_output=True, text=True, timeout=60)
+        assert done.returncode == 0, done.stderr
+        seen[name] = json.loads(done.stdout)
+    assert seen["zip and site"] == [f"{archive}/replay/__init__.py",
+                                    "replay.job.decoding._rowloop", True], seen
+    assert seen["zip"][:2] == [f"{archive}/replay/__init__.py", "replay.job.decoding.rowloop"]

@@ -9,9 +9,11 @@ of the project at the top.
 
 
 def probe(modules, protocol):
-    """Executor side: ``{"where", "python", "version", "missing"}``; ``missing`` is the
-    first of ``modules`` (or the fsspec implementation of ``protocol``) that does not
-    import, as ``(module asked for, module missing, message)``, or None."""
+    """Executor side: ``{"where", "python", "version", "missing", "decoding"}``;
+    ``missing`` is the first of ``modules`` (or the fsspec implementation of
+    ``protocol``) that does not import, as ``(module asked for, module missing,
+    message)``, or None; ``decoding``: whether the row loop there is the compiled one,
+    and ``rowdecode.describe()``'s line, ``(compiled, line)``; or None."""
     import importlib
     import os
     import socket
@@ -32,6 +34,14 @@ def probe(modules, protocol):
                        str(e).splitlines()[0])
         except ValueError:
             pass  # a protocol fsspec does not know: the task says so with its store
+    decoding = None  # which row loop the tasks would run (compiled, or why not)
+    if missing is None:
+        try:
+            rowdecode = importlib.import_module("replay.job.decoding.rowdecode")
+            decoding = (rowdecode.compiled is not None, rowdecode.describe())
+        except ImportError:
+            pass
     where = os.environ.get("SPARK_LOCAL_IP") or socket.gethostname()
     return {"where": where, "python": sys.executable,
-            "version": "%d.%d" % sys.version_info[:2], "missing": missing}
+            "version": "%d.%d" % sys.version_info[:2], "missing": missing,
+            "decoding": decoding}

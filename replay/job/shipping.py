@@ -19,6 +19,7 @@
 """
 
 import atexit
+import logging
 import os
 import re
 import shutil
@@ -41,6 +42,7 @@ AWS_OPTIONS = (("AWS_ACCESS_KEY_ID", "key"), ("AWS_SECRET_ACCESS_KEY", "secret")
                ("AWS_SESSION_TOKEN", "token"))
 AWS_ENDPOINT = ("AWS_ENDPOINT_URL_S3", "AWS_ENDPOINT_URL")
 AWS_REGION = ("AWS_REGION", "AWS_DEFAULT_REGION")
+log = logging.getLogger(__name__)
 HINT = "see docs/cluster.md: scripts/pack_replay_env.py, --python"
 
 
@@ -125,6 +127,12 @@ def check_executors(context, url, extra_modules=()):
             raise MysqlBackupError(f"{where} has no module {missing!r} (needed for "
                                    f"{asked}): its Python lacks the job's requirements "
                                    f"({HINT})")
+    slow = sorted({(a["where"], a["decoding"][1]) for a in answers
+                   if a.get("decoding") and not a["decoding"][0]})
+    for where, decoding in slow:  # it works, several times slower: said, not refused
+        log.warning("the executor at %s runs %s: several times slower than compiled; pack "
+                    "its environment with scripts/pack_replay_env.py on a machine where "
+                    "the package is built (docs/cluster.md)", where, decoding)
 
 
 _PATTERNS = (

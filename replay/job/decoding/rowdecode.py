@@ -33,6 +33,7 @@ import zlib
 from pymysql.charset import charset_by_name
 
 from mysqlbackup.binlog import events as ev
+from mysqlbackup.speedups import import_compiled
 from replay.job.decoding import rowloop
 from replay.job.decoding.rowloop import (K_BIT, K_BYTES, K_DATE, K_DATETIME2, K_DECIMAL,
                                          K_DOUBLE, K_ENUM, K_FLOAT, K_INT, K_JSON, K_SET,
@@ -199,7 +200,7 @@ def _load():
     if os.environ.get(PURE_ENV, "") not in ("", "0"):
         return None, f"turned off by {PURE_ENV}"
     try:
-        from replay.job.decoding import _rowloop
+        _rowloop = import_compiled("replay.job.decoding._rowloop")
     except ImportError as e:
         return None, f"not built ({e})"
     if getattr(_rowloop, "TWIN", None) != rowloop.TWIN:
