@@ -54,12 +54,21 @@ def import_compiled(name):
 
 
 def _compiled_file(name):
-    """The first file on sys.path (folders only) that is the extension module ``name``
-    at its package path, or None."""
+    """The first file that is the extension module ``name`` at its package path under a
+    folder of sys.path, or under the top package's folder as another importer of
+    sys.meta_path finds it (an editable install's), or None."""
     *packages, last = name.split(".")
-    for entry in sys.path:
-        if not entry or not os.path.isdir(entry):
+    roots = [entry for entry in sys.path if entry and os.path.isdir(entry)]
+    for finder in sys.meta_path:
+        if finder is importlib.machinery.PathFinder or not hasattr(finder, "find_spec"):
+            continue  # sys.path's finder: the folders above (and the zip, first)
+        try:
+            spec = finder.find_spec(packages[0], None)
+        except Exception:  # noqa: BLE001 - a finder of another project's: not ours to fix
             continue
+        roots += [os.path.dirname(location) for location in
+                  (spec.submodule_search_locations or ()) if spec is not None] if spec else []
+    for entry in roots:
         for suffix in importlib.machinery.EXTENSION_SUFFIXES:
             candidate = os.path.join(entry, *packages, last + suffix)
             if os.path.isfile(candidate):
