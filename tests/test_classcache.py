@@ -32,8 +32,35 @@ def _place(path, data):
         json.dump({"size": len(data), "sha256": hashlib.sha256(data).hexdigest()}, f)
 
 
-def test_without_an_archive_only_c1_is_asked(cache):
+def _log(cache):
+    return f"-Dlog4j2.configurationFile={cache}/{classcache.LOG_FILE}"
+
+
+def test_without_an_archive_c1_and_the_quiet_log_are_asked(cache):
     assert classcache.usable_archive() is None
+    assert classcache.driver_java_options() == f"{classcache.C1_ONLY} {_log(cache)}"
+    assert (cache / classcache.LOG_FILE).read_text() == classcache.LOG_CONFIG
+    (cache / classcache.LOG_FILE).write_text("rootLogger.level = info\n")  # not ours
+    classcache.driver_java_options()
+    assert (cache / classcache.LOG_FILE).read_text() == classcache.LOG_CONFIG
+
+
+def test_a_log4j_configuration_of_the_users_wins(cache, tmp_path, monkeypatch):
+    given = "-Dlog4j2.configurationFile=/etc/mine.properties"
+    assert classcache.driver_java_options(given) == classcache.C1_ONLY
+    conf = tmp_path / "conf"
+    conf.mkdir()
+    monkeypatch.setenv("SPARK_CONF_DIR", str(conf))
+    assert classcache.driver_java_options() == f"{classcache.C1_ONLY} {_log(cache)}"
+    (conf / "log4j2.properties").write_text("rootLogger.level = info\n")
+    assert classcache.driver_java_options() == classcache.C1_ONLY
+
+
+def test_a_cache_path_with_a_blank_gives_no_path_option(tmp_path, monkeypatch):
+    monkeypatch.setenv(classcache.CACHE_ENV, str(tmp_path / "a cache"))
+    monkeypatch.delenv(classcache.TUNING_ENV, raising=False)
+    _place(classcache.archive_path(), b"x" * 10)
+    assert classcache.usable_archive() is not None
     assert classcache.driver_java_options() == classcache.C1_ONLY
 
 
@@ -44,7 +71,8 @@ def test_an_archive_matching_its_record_is_used(cache):
     assert classcache.usable_archive() == path
     options = classcache.driver_java_options()
     assert options == (f"-XX:SharedArchiveFile={path} {classcache.QUIET} "
-                       f"-XX:ErrorFile={cache}/hs_err_pid%p.log {classcache.C1_ONLY}")
+                       f"-XX:ErrorFile={cache}/hs_err_pid%p.log {classcache.C1_ONLY} "
+                       f"{_log(cache)}")
 
 
 @pytest.mark.parametrize("damage", ["truncated", "flipped", "no record", "bad record"])
@@ -63,7 +91,7 @@ def test_an_archive_unlike_its_record_is_never_used(cache, damage):
         with open(path + ".json", "w") as f:
             f.write("{not json")
     assert classcache.usable_archive() is None
-    assert classcache.driver_java_options() == classcache.C1_ONLY
+    assert classcache.driver_java_options() == f"{classcache.C1_ONLY} {_log(cache)}"
 
 
 def test_the_users_knobs_and_the_switch_win(cache, monkeypatch):
@@ -71,7 +99,8 @@ def test_the_users_knobs_and_the_switch_win(cache, monkeypatch):
     assert classcache.driver_java_options("-XX:TieredStopAtLevel=4").startswith(
         "-XX:SharedArchiveFile=")
     assert classcache.driver_java_options("-XX:TieredStopAtLevel=4").count("Tiered") == 0
-    assert classcache.driver_java_options("-Xshare:off") == classcache.C1_ONLY
+    assert (classcache.driver_java_options("-Xshare:off")
+            == f"{classcache.C1_ONLY} {_log(cache)}")
     monkeypatch.setenv(classcache.TUNING_ENV, "off")
     assert classcache.driver_java_options() == ""
 

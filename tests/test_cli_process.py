@@ -52,6 +52,7 @@ def test_replay_writes_sql_in_its_own_jvm(archive):
     done = cli("replay", "--archive", url, "--sql", str(out))
     assert done.returncode == 0, done.stderr
     assert out.read_text().count("\n### INSERT INTO `a`.`t`") == 160
+    assert "setLogLevel" not in done.stderr and "log4j" not in done.stderr, done.stderr
 
 
 def test_what_needs_a_base_says_so_with_its_code(archive):
