@@ -66,8 +66,8 @@ def _compiled_file(name):
             spec = finder.find_spec(packages[0], None)
         except Exception:  # noqa: BLE001 - a finder of another project's: not ours to fix
             continue
-        roots += [os.path.dirname(location) for location in
-                  (spec.submodule_search_locations or ()) if spec is not None] if spec else []
+        if spec is not None and spec.submodule_search_locations:
+            roots += [os.path.dirname(place) for place in spec.submodule_search_locations]
     for entry in roots:
         for suffix in importlib.machinery.EXTENSION_SUFFIXES:
             candidate = os.path.join(entry, *packages, last + suffix)

@@ -23,9 +23,13 @@ def where(_):
     return replay.__file__, getattr(rowdecode.loop, "__name__", None)
 
 context = spark_context(MASTER)
-print(json.dumps({"driver": [replay.__file__, getattr(rowdecode.loop, "__name__", None)],
-                  "workers": context.parallelize([0, 1], 2).map(where).collect()}))
+first = context.parallelize([0, 1], 2).map(where).collect()
+context.stop()  # a second context of the same JVM (its workers: the same environment)
+context = spark_context(MASTER)
+second = context.parallelize([0, 1], 2).map(where).collect()
 context.stop()
+print(json.dumps({"driver": [replay.__file__, getattr(rowdecode.loop, "__name__", None)],
+                  "workers": first + second}))
 """
 
 
@@ -46,7 +50,7 @@ def test_workers_import_what_the_driver_imports_from_any_folder(tmp_path, master
                           cwd=tmp_path, env=env, capture_output=True, text=True, timeout=300)
     assert done.returncode == 0, done.stderr
     seen = json.loads(done.stdout.strip().splitlines()[-1])
-    assert seen["workers"] == [seen["driver"]] * 2, seen
+    assert seen["workers"] == [seen["driver"]] * 4, seen
 
 
 ZIPPED = """

@@ -33,6 +33,7 @@ DEFAULT_WAIT = 30.0
 SETUP_ALLOWANCE = 60.0
 JAVA_OPTIONS = "spark.driver.extraJavaOptions"
 log = logging.getLogger(__name__)
+_SHARED = [None]  # the gateway (JVM) started with this package first on PYTHONPATH
 
 
 @dataclass(frozen=True)
@@ -168,7 +169,8 @@ def spark_context(master=None, conf=None, driver_host=None, python=None):
     from pyspark import SparkConf, SparkContext
     # a JVM this call starts, whose tasks run here (local, local[N]): they import this
     # very package, compiled modules and all (a shipped zip has none), and it starts faster
-    launched = not submitted and SparkContext._gateway is None and is_local_master(master)
+    local = not submitted and is_local_master(master)
+    launched = local and SparkContext._gateway is None
     if launched:
         _share_sources()
     ours = driver_java_options(settings.get(JAVA_OPTIONS, "")) if launched else ""
@@ -187,6 +189,8 @@ def spark_context(master=None, conf=None, driver_host=None, python=None):
     if cluster:
         _await_executors(context, master, wait)
     if launched:
+        _SHARED[0] = SparkContext._gateway
+    if local and SparkContext._gateway is _SHARED[0]:  # a JVM started by _share_sources:
         context._mysqlbackup_shipped = True  # its workers import what this process does
     if not getattr(context, "_mysqlbackup_shipped", False):  # once per context: a second
         package = package_zip()  # (a zip of another path is refused there)
