@@ -32,6 +32,8 @@ import shutil
 import subprocess
 import sys
 
+from mysqlbackup.durable import replace, write_bytes
+
 TUNING_ENV = "MYSQLBACKUP_JVM_TUNING"   # "off": no options of ours
 CACHE_ENV = "MYSQLBACKUP_CACHE_DIR"
 QUIET = "-Xlog:cds=off -Xlog:cds+dynamic=off"  # a stale archive is a warning on stdout
@@ -150,10 +152,7 @@ def _log_config():
     if current != LOG_CONFIG:
         try:
             os.makedirs(os.path.dirname(path), exist_ok=True)
-            temp = f"{path}.{os.getpid()}.tmp"
-            with open(temp, "w", encoding="utf-8") as f:
-                f.write(LOG_CONFIG)
-            os.replace(temp, path)
+            write_bytes(path, LOG_CONFIG.encode(), tmp=f"{path}.{os.getpid()}.tmp")
         except OSError:
             return ""
     return f"-Dlog4j2.configurationFile={path}"
@@ -210,10 +209,9 @@ def build(path=None, timeout=600):
                 last = (run.stderr.strip().splitlines() or ["no output"])[-1]
                 raise RuntimeError(f"the {step[1:]} run failed (exit {run.returncode}): {last}")
         size, sha = _digest(temp)
-        with open(temp + ".json", "w", encoding="utf-8") as f:
-            json.dump({"size": size, "sha256": sha}, f)
-        os.replace(temp, path)
-        os.replace(temp + ".json", path + ".json")  # the record last: it makes it usable
+        replace(temp, path)
+        record = json.dumps({"size": size, "sha256": sha}).encode()
+        write_bytes(path + ".json", record, tmp=temp + ".json")  # last: makes it usable
         return path
     finally:
         for leftover in (temp, temp + ".json"):
