@@ -5,10 +5,14 @@ one JSON object per line with ``time`` (ISO 8601, UTC), ``level``, ``logger``,
 ``event`` (the message) and the structured fields the code passes with
 ``extra={...}`` (``file``, ``position``, ``gtid``, ...), ready for Loki or
 Elasticsearch. Both mask the credentials of every URL (``errors.mask_url``).
+The records of Spark's Python side (py4j, pyspark: a gateway's connection errors) are
+debug output, whatever level they were logged at: ``--log-level debug`` shows them.
 """
 
+import copy
 import json
 import logging
+import os
 import sys
 from datetime import datetime, timezone
 
@@ -20,6 +24,9 @@ TEXT_FORMAT = "%(asctime)s %(levelname)s %(name)s: %(message)s"
 # the attributes every LogRecord has: anything else came from extra={...}
 _STANDARD = set(vars(logging.LogRecord("", 0, "", 0, "", (), None))) | {"message", "asctime"}
 _state = {"format": "text"}
+# Spark's Python side: its records (a gateway's connection reset, even at ERROR) are
+# debug output of ours, whatever level they were logged at (never imported here)
+SPARK_PACKAGES = ("py4j", "pyspark")
 
 
 class MaskingFormatter(logging.Formatter):
@@ -70,13 +77,53 @@ class _Stderr:
         sys.stderr.flush()
 
 
+def from_spark(record):
+    """True for a record of py4j's or pyspark's own: of a logger named ``py4j...`` or
+    ``pyspark...``, or logged from their code through the root logger (py4j's
+    ``logging.exception("Exception while sending command.")``)."""
+    if record.name.partition(".")[0] in SPARK_PACKAGES:
+        return True
+    return record.name == "root" and any(
+        record.pathname.startswith(folder) for folder in _spark_folders())
+
+
+def _spark_folders():
+    """The folders (with a trailing separator) of the Spark packages imported so far:
+    one not imported has logged nothing."""
+    return [os.path.join(folder, "")
+            for name in SPARK_PACKAGES if name in sys.modules
+            for folder in getattr(sys.modules[name], "__path__", ())]
+
+
+def _as_debug(record):
+    """A copy of ``record`` at debug level (other handlers see the record as it was)."""
+    demoted = copy.copy(record)
+    demoted.levelno, demoted.levelname = logging.DEBUG, logging.getLevelName(logging.DEBUG)
+    return demoted
+
+
 class _Handler(logging.StreamHandler):
-    """Our handler on the root logger (replaced, never doubled, on a new invocation)."""
+    """Our handler on the root logger (replaced, never doubled, on a new invocation).
+    Spark's records (``from_spark``) go out at debug level, so only when ``verbose``
+    (``--log-level debug``)."""
+
+    def __init__(self, stream, verbose):
+        super().__init__(stream)
+        self.verbose = verbose
+
+    def handle(self, record):
+        """Emit ``record``, Spark's as debug records, and those only when verbose."""
+        if from_spark(record):
+            if not self.verbose:
+                return False
+            record = _as_debug(record)
+        return super().handle(record)
 
 
 def configure(level="info", fmt="text"):
-    """Send log records of ``level`` and above to stderr as ``fmt`` (text or json)."""
-    handler = _Handler(_Stderr())
+    """Send log records of ``level`` and above to stderr as ``fmt`` (text or json);
+    py4j's and pyspark's as debug records, shown at ``debug`` only (``from_spark``)."""
+    handler = _Handler(_Stderr(), verbose=logging.getLevelName(level.upper()) <= logging.DEBUG)
     handler.setFormatter(JsonFormatter() if fmt == "json" else MaskingFormatter(TEXT_FORMAT))
     root = logging.getLogger()
     for old in [h for h in root.handlers if isinstance(h, _Handler)]:

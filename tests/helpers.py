@@ -49,16 +49,18 @@ def _in_process(args, password, path):
 
     from click.testing import CliRunner
 
+    from mysqlbackup import logs
     from mysqlbackup.cli import main
     env = {"MYSQLBACKUP_PASSWORD": password}
     if path is not None:
         env["PATH"] = path
     root = logging.getLogger()
-    handlers, level = list(root.handlers), root.level
+    handlers, level, state = list(root.handlers), root.level, dict(logs._state)
     try:
         result = CliRunner().invoke(main, list(map(str, args)), env=env)
-    finally:
+    finally:  # the next test's logging as this one found it (--log-format json too)
         root.handlers[:], root.level = handlers, level
+        logs._state.update(state)
     stderr = result.stderr
     if result.exception is not None and not isinstance(result.exception, SystemExit):
         stderr += "".join(traceback.format_exception(result.exception))  # a bug: as a child

@@ -8,7 +8,7 @@ from datetime import datetime, timedelta, timezone
 
 import pytest
 
-from mysqlbackup import speedups
+from mysqlbackup import config, logs, speedups
 from mysqlbackup.logs import TEXT_FORMAT, JsonFormatter, MaskingFormatter
 from tests.helpers import Daemon, caught_up, run_cli, wait_for
 
@@ -46,6 +46,94 @@ def test_json_formatter_exception():
         record = logging.LogRecord("x", logging.ERROR, __file__, 1, "failed", (), sys.exc_info())
     data = json.loads(JsonFormatter().format(record))
     assert "ValueError: boom at s3://***@b/p" in data["exception"]
+
+
+# py4j's java_gateway.py logs a connection reset through the root logger, as this does
+PY4J_RESET = """
+try:
+    raise ConnectionResetError(104, "Connection reset by peer")
+except ConnectionResetError:
+    logging.exception("Exception while sending command.")
+"""
+OURS = {("info", "mysqlbackup.test", "ours"), ("warning", "mysqlbackup.test", "ours too")}
+OUR_DEBUG = ("debug", "mysqlbackup.test", "our debug")
+SPARKS = {("debug", "py4j.clientserver", "Exception while sending command: reset"),
+          ("debug", "pyspark.core.context", "pyspark warns"),
+          ("debug", "root", "Exception while sending command.")}
+
+
+def _log_spark_and_ours():
+    """Real logging calls: py4j's and pyspark's loggers at ERROR and WARNING, py4j's own
+    code through the root logger (ERROR, with the exception), and ours."""
+    from py4j import java_gateway
+    logging.getLogger("py4j.clientserver").error("Exception while sending command: reset")
+    logging.getLogger("pyspark.core.context").warning("pyspark warns")
+    exec(compile(PY4J_RESET, java_gateway.__file__, "exec"), {"logging": logging})
+    ours = logging.getLogger("mysqlbackup.test")
+    ours.info("ours")
+    ours.warning("ours too")
+    ours.debug("our debug")
+
+
+def _records(stderr, fmt):
+    """(level, logger, event) of each record on ``stderr`` (text or json lines)."""
+    if fmt == "json":
+        return [(r["level"], r["logger"], r["event"])
+                for r in map(json.loads, stderr.splitlines())]
+    heads = [line.split(" ", 2)[2] for line in stderr.splitlines()
+             if line[:4].isdigit()]  # a traceback's lines follow their record's
+    return [(level.lower(), name.rstrip(":"), event)
+            for level, name, event in (h.split(" ", 2) for h in heads)]
+
+
+@pytest.fixture
+def root_logging():
+    """The root logger's handlers and level as they were after the test (the CLI's
+    ``configure`` replaces ours), and the text format again (a later test's progress
+    reporter must not find json in force)."""
+    root = logging.getLogger()
+    handlers, level = list(root.handlers), root.level
+    yield
+    logs.configure("info", "text")
+    root.handlers[:], root.level = handlers, level
+
+
+@pytest.mark.parametrize("fmt", logs.FORMATS)
+def test_spark_records_are_debug_output_only(root_logging, capsys, caplog, fmt):
+    logs.configure("info", fmt)
+    _log_spark_and_ours()
+    err = capsys.readouterr().err
+    assert sorted(_records(err, fmt)) == sorted(OURS), err
+    assert "Connection reset" not in err and "py4j" not in err
+    # other handlers (pytest's here) see py4j's record as it was logged
+    assert ("py4j.clientserver", logging.ERROR) in [(r.name, r.levelno) for r in caplog.records]
+    logs.configure("debug", fmt)
+    _log_spark_and_ours()
+    err = capsys.readouterr().err
+    assert sorted(_records(err, fmt)) == sorted(OURS | SPARKS | {OUR_DEBUG}), err
+    assert "ConnectionResetError: [Errno 104] Connection reset by peer" in err
+
+
+@pytest.mark.parametrize("fmt", logs.FORMATS)
+@pytest.mark.parametrize("level", ["info", "debug"])
+def test_a_command_prints_spark_records_at_debug_only(root_logging, tmp_path, monkeypatch, fmt,
+                                                     level):
+    """Through the CLI: the records logged while a command runs (a gateway's thread
+    logs at any moment) reach its stderr as its --log-level and --log-format say
+    (``root_logging``: the text format again after a json run)."""
+    checked = config.check_environment
+
+    def check_and_log(*args):
+        _log_spark_and_ours()
+        return checked(*args)
+    monkeypatch.setattr(config, "check_environment", check_and_log)
+    done = run_cli("--log-level", level, "--log-format", fmt, "archive", "ls", "--archive",
+                   f"file://{tmp_path}")
+    assert done.returncode == 0, done.stderr
+    expected = OURS | SPARKS | {OUR_DEBUG} if level == "debug" else OURS
+    records = _records(done.stderr, fmt)
+    assert records and set(records) == expected, done.stderr
+    assert ("Connection reset" in done.stderr) is (level == "debug")
 
 
 def test_daemon_logs_json_lines_with_positions(primary, tmp_path, monkeypatch):
