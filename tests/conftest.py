@@ -4,6 +4,7 @@ start)."""
 import os
 import shutil
 import subprocess
+import sys
 
 import pytest
 
@@ -226,13 +227,68 @@ class S3Endpoint:
         return f"s3://{name}/backups"
 
 
+_SPARK = {"session": None}  # the ``spark`` fixture's context, while it runs
+
+
 @pytest.fixture(scope="session")
-def spark():
+def spark(_spark_gateway):
     """One local Spark context (2 cores) for the whole run: a JVM starts once."""
     from replay.job.spark import spark_context
-    context = spark_context("local[2]")
+    _stop_spark_context()  # a module's own (getOrCreate would hand it back): local[2]
+    context = _SPARK["session"] = spark_context("local[2]")
     yield context
+    _SPARK["session"] = None
     context.stop()
+
+
+def _stop_spark_context(keep=None):
+    """Stop the SparkContext running in this process unless it is ``keep`` (nothing to
+    do when pyspark was never imported: a unit run never imports it)."""
+    if "pyspark" not in sys.modules:
+        return
+    from pyspark import SparkContext
+    context = SparkContext._active_spark_context
+    if context is not None and context is not keep:
+        context.stop()
+
+
+@pytest.fixture(scope="module", autouse=True)
+def _spark_contexts():
+    """A Spark context a module's tests start themselves (a replay run in process
+    through ``run_cli`` without the ``spark`` fixture) stops at the module's end: its
+    tests share it, the next module meets the ``spark`` fixture's or none, never one
+    another module left running with its settings."""
+    yield
+    _stop_spark_context(keep=_SPARK["session"])
+
+
+@pytest.fixture(scope="session", autouse=True)
+def _spark_gateway():
+    """At the session's end, the context still running stops and the JVM gateway
+    shuts down, its process waited for: nothing of Spark outlives the run."""
+    yield
+    _stop_spark_context()
+    if "pyspark" in sys.modules:
+        _shut_gateway()
+
+
+def _shut_gateway():
+    """Close the py4j gateway and end its JVM (it exits when its stdin closes)."""
+    from pyspark import SparkContext
+    gateway = SparkContext._gateway
+    if gateway is None:
+        return
+    SparkContext._gateway = SparkContext._jvm = None
+    gateway.shutdown()
+    process = getattr(gateway, "proc", None)
+    if process is None:
+        return
+    process.stdin.close()
+    try:
+        process.wait(timeout=60)
+    except subprocess.TimeoutExpired:
+        process.kill()
+        process.wait(timeout=30)
 
 
 @pytest.fixture(scope="session", autouse=True)
