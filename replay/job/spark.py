@@ -12,6 +12,7 @@ they cannot reach fails with one line, never a silent wait while the master star
 executor after executor. The package's code is shipped by ``replay.job.shipping``.
 """
 
+import collections
 import ipaddress
 import logging
 import os
@@ -181,7 +182,7 @@ def spark_context(master=None, conf=None, driver_host=None, python=None):
     if master or not submitted:
         spark_conf.setMaster(master or "local[*]")
     if cluster:  # the JVM first, at no deadline: the wait is the master's, not its start-up
-        SparkContext._ensure_initialized(conf=spark_conf)
+        launch_driver(SparkContext, spark_conf)
         context = _start(SparkContext, spark_conf, master, settings, wait)
     else:
         context = _start_local(SparkContext, spark_conf, ours, conf.get(JAVA_OPTIONS))
@@ -240,13 +241,66 @@ def _start_local(context_class, spark_conf, ours, given):
     ``classcache.driver_java_options``) did not start, once more without them (a
     cache must never cost a replay), the user's own (``given``) kept."""
     try:
+        launch_driver(context_class, spark_conf)
         return context_class.getOrCreate(spark_conf)
     except Exception:  # noqa: BLE001 - whatever stopped the JVM, tried once without ours
         if not ours or context_class._gateway is not None:
             raise
         log.warning("the Spark driver did not start with %s: starting it without", ours)
         spark_conf.set(JAVA_OPTIONS, given or "")
+        launch_driver(context_class, spark_conf)
         return context_class.getOrCreate(spark_conf)
+
+
+class JvmOutput:
+    """The driver JVM's stderr (and its Python workers', which inherit it), read a line
+    at a time by a thread of its own: each line a record of the logger ``pyspark.jvm``,
+    which the command's log shows at debug level only (``mysqlbackup.logs.from_spark``:
+    "WARNING: Using incubator modules", Spark's log4j warnings), the last ones kept for
+    the warning that says why a JVM did not start."""
+
+    LINES = 20
+
+    def __init__(self):
+        self.read_fd, self.write_fd = os.pipe()
+        self.last = collections.deque(maxlen=self.LINES)
+        self.logger = logging.getLogger("pyspark.jvm")
+        self.reader = threading.Thread(target=self._drain, name="spark-jvm-stderr",
+                                       daemon=True)
+        self.reader.start()
+
+    def _drain(self):
+        with open(self.read_fd, "rb") as stream:
+            for raw in stream:
+                line = raw.decode("utf-8", "replace").rstrip()
+                if line:
+                    self.last.append(line)
+                    self.logger.warning("%s", line)
+
+    def started(self):
+        """The JVM holds its own copy of the pipe now: ours goes (EOF when it exits)."""
+        os.close(self.write_fd)
+
+
+def launch_driver(context_class, spark_conf):
+    """Start the driver JVM for ``context_class`` (none runs yet, and this is no
+    spark-submit, whose JVM runs already) with its stderr taken by a JvmOutput: Spark's
+    own lines are not the command's output. A JVM that does not start is warned about
+    with its last lines, and pyspark's error raised."""
+    if context_class._gateway is not None or "PYSPARK_GATEWAY_PORT" in os.environ:
+        return
+    from pyspark.java_gateway import launch_gateway
+    output = JvmOutput()
+    try:
+        gateway = launch_gateway(spark_conf, popen_kwargs={"stderr": output.write_fd})
+    except Exception:
+        output.started()
+        output.reader.join(5)  # what the JVM said before it exited (EOF: it is gone)
+        log.warning("the Spark driver JVM did not start: %s",
+                    " | ".join(output.last) or "it said nothing")
+        raise
+    output.started()
+    context_class._ensure_initialized(gateway=gateway, conf=spark_conf)
 
 
 def _start(context_class, spark_conf, master, settings, wait):
