@@ -105,6 +105,34 @@ def test_a_task_hands_back_at_most_task_bytes_of_text(tmp_path):
     assert not (tmp_path / "x.sql.parts").exists()
 
 
+def test_the_sql_file_is_fsynced_whole_then_renamed_durably(tmp_path):
+    # finish: the whole FILE.partial fsynced, renamed to FILE, the folder fsynced after
+    final, synced = tmp_path / "x.sql", []
+
+    def record(fd):
+        where = os.path.realpath(f"/proc/self/fd/{fd}")
+        whole = os.path.isfile(where) and open(where, "rb").read().endswith(b"DELIMITER ;\n")
+        synced.append((where, os.path.isdir(where), whole, final.exists()))
+        os.fsync(fd)
+    sink = SqlFileSink(str(final), fsync=record).open("s")
+    sink.close()
+    sink.finish()
+    folder = os.path.realpath(tmp_path)
+    assert synced == [(os.path.join(folder, "x.sql.partial"), False, True, False),
+                      (folder, True, False, True)]
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["x.sql"]
+
+
+def test_a_failed_fsync_gives_no_sql_file(tmp_path):
+    def failing(fd):
+        raise OSError(5, "Input/output error")
+    sink = SqlFileSink(str(tmp_path / "x.sql"), fsync=failing).open("s")
+    sink.close()
+    with pytest.raises(OSError):
+        sink.finish()
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["x.sql.partial"]
+
+
 @pytest.mark.parametrize("kernel", [True, False], ids=["copy_file_range", "fallback"])
 def test_a_tasks_text_file_is_appended_whole_after_what_was_written(tmp_path, monkeypatch,
                                                                     kernel):

@@ -24,13 +24,16 @@ named in the order of the whole replay) or, handing back, more text than that: t
 file's events come to the driver, which writes it.
 
 The statements go to ``FILE.partial`` until the replay ends well (``finish``), then to
-FILE; a replay that fails leaves ``FILE.partial`` ending with a line that says so.
+FILE (fsynced, then renamed into place through ``mysqlbackup.durable``: after a crash
+FILE is the whole replay or absent); a replay that fails leaves ``FILE.partial`` ending
+with a line that says so.
 """
 
 import os
 import shutil
 import uuid
 
+from mysqlbackup import durable
 from mysqlbackup.utc import iso
 from mysqlbackup.binlog import events as ev
 from mysqlbackup.errors import UsageError
@@ -177,12 +180,13 @@ class SqlChunk:
 class SqlFileSink(Sink):
     """--sql FILE: the same statements, written out for review (a dry run). The tasks
     write each file's text (``task_spec``: ``SqlChunk``), the driver adopts it in commit
-    order; a file a task declined comes to ``apply`` instead."""
+    order; a file a task declined comes to ``apply`` instead. ``fsync``: what makes the
+    finished file and its rename durable (``os.fsync``)."""
 
-    def __init__(self, path, task_bytes=TASK_BYTES):
+    def __init__(self, path, task_bytes=TASK_BYTES, fsync=os.fsync):
         self.path, self.f, self.fde, self.text = path, None, None, None
         self.partial = f"{path}.partial"
-        self.loads, self.task_bytes = 0, task_bytes
+        self.loads, self.task_bytes, self.fsync = 0, task_bytes, fsync
         self.spool, self.token = os.path.abspath(f"{path}.parts"), None
 
     def check(self):
@@ -277,13 +281,16 @@ class SqlFileSink(Sink):
             self.token = None
 
     def finish(self, summary=None):
-        """The replay ended well (after ``close``): the file takes its name."""
+        """The replay ended well (after ``close``): the file, fsynced, takes its name
+        durably (``durable.replace``)."""
         if self.f is None:  # nothing to replay: the header alone
             self.open(None)
             self.close()
         with open(self.partial, "ab") as f:
             f.write(b"DELIMITER ;\n")
-        os.replace(self.partial, self.path)
+            f.flush()
+            self.fsync(f.fileno())
+        durable.replace(self.partial, self.path, self.fsync)
 
 
 def _append_file(path, out):
