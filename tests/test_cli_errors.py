@@ -27,7 +27,9 @@ READERS = {
     "serve": ["serve", "--listen", "127.0.0.1:0"],
 }
 ENV = {"MYSQLBACKUP_SERVE_PASSWORD": "x", "MYSQLBACKUP_PASSWORD": "x"}
-FAST = 'config_kwargs={"connect_timeout": 1, "read_timeout": 1, "retries": {"max_attempts": 1}}'
+# botocore's "max_attempts" counts the retries after the first attempt (each after a random
+# wait of up to a second): none here, the refusal is the answer
+FAST = 'config_kwargs={"connect_timeout": 1, "read_timeout": 1, "retries": {"max_attempts": 0}}'
 
 
 def run(command, tmp_path, *args, log_level=None):
@@ -158,9 +160,16 @@ def test_s3_empty_bucket_is_an_empty_archive(command, tmp_path, s3):
         expected[0], expected[1].format(url=url), expected[2].format(url=url))
 
 
+@pytest.fixture(scope="module")
+def unreachable():
+    """One port nothing listens on, for every reader: the store's S3 client (fsspec
+    keeps one per endpoint) is made once, the refused request is each command's own."""
+    return closed_port()
+
+
 @pytest.mark.parametrize("command", READERS)
-def test_unreachable_store(command, tmp_path):
-    port = closed_port()
+def test_unreachable_store(command, tmp_path, unreachable):
+    port = unreachable
     result = run(command, tmp_path, "--archive", "s3://b/p", "--archive-option",
                  f"endpoint_url=http://127.0.0.1:{port}", "--archive-option", FAST,
                  log_level="warning")

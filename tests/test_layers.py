@@ -18,6 +18,7 @@ shrinks). Issue 29's layering work emptied it.
 """
 
 import ast
+import functools
 import os
 
 from tests.helpers import REPO
@@ -41,6 +42,7 @@ TEST_ONLY = {"sandbox"}
 KNOWN = set()
 
 
+@functools.cache  # the sources, parsed once for the tests of this module
 def imports():
     """{(module, imported module)} of every import of a package module by another."""
     found = set()
@@ -56,7 +58,7 @@ def imports():
                     for target in _targets(node):
                         if target.split(".")[0] in ("mysqlbackup", "replay"):
                             found.add((module, target))
-    return found
+    return frozenset(found)
 
 
 def _targets(node):

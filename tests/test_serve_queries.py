@@ -3,6 +3,8 @@ zongji, mysqlbinlog): variables with an alias, the binary log status in each eng
 spelling, SHOW BINARY LOGS, binlog_row_metadata and INFORMATION_SCHEMA.COLUMNS from the
 archive's TABLE_MAPs (pure: fabricated facts and events)."""
 
+from types import SimpleNamespace
+
 import pytest
 
 from mysqlbackup.binlog import events as ev
@@ -108,11 +110,15 @@ def test_binlog_row_metadata_as_the_archives_newest_table_map_shows_it():
 
 
 
-def test_an_archive_changing_under_the_lookup_is_read_again_never_guessed():
+def test_an_archive_changing_under_the_lookup_is_read_again_never_guessed(monkeypatch):
     """The first reading fails (the newest partial file's segments gave way to the
     sealed file under it): a new listing is read and the setting is the archive's;
     a store that keeps failing is raised, not answered with the engine's default (a
-    client told MINIMAL would name every column UNKNOWN_COL)."""
+    client told MINIMAL would name every column UNKNOWN_COL). The waits between the
+    readings are recorded, not slept."""
+    from replay.serve import catalog as module
+    waits = []
+    monkeypatch.setattr(module, "time", SimpleNamespace(sleep=waits.append))
     tries = []
 
     def changing():
@@ -133,6 +139,7 @@ def test_an_archive_changing_under_the_lookup_is_read_again_never_guessed():
     with pytest.raises(StoreError):  # nothing guessed was kept: asked again next time
         catalog.row_metadata()
     assert len(tries) == 6
+    assert waits == [0.1, 0.1, 0.2, 0.1, 0.2]  # a longer wait each time, none after the last
 
 
 COLUMNS = ("SELECT COLUMN_NAME FROM INFORMATION_SCHEMA.COLUMNS\n"

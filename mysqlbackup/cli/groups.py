@@ -4,6 +4,7 @@ it is the group's own option either way), and the environment checked when a
 command runs (a ``MYSQLBACKUP_<COMMAND>_<X>`` variable naming no option
 of the command is refused, as an unknown key of the config file is)."""
 
+import functools
 import os
 
 import click
@@ -79,8 +80,10 @@ class CommandWithSubcommands(CommandGroup):
         super().__init__(*args, **kwargs)
 
 
+@functools.lru_cache(maxsize=None)
 def _plugins(group_name):
-    """{name: entry point} of the installed entry points of ``group_name``."""
+    """{name: entry point} of the installed entry points of ``group_name``, read once
+    per process (a command line resolves its groups many times over)."""
     if group_name is None:
         return {}
     from importlib.metadata import entry_points
