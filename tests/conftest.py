@@ -126,18 +126,16 @@ def make_mysql():
 
 @pytest.fixture
 def shared_118():
-    """The folder the MariaDB 11.8 tree's chroot and the host both know by one path
-    (``sandbox.mysql.shared_dir``); what a test leaves there goes afterwards."""
-    from mysqlbackup.sandbox.mysql import shared_dir
+    """A folder of this test's own inside the one the MariaDB 11.8 tree's chroot and the
+    host both know by one path (``sandbox.mysql.shared_dir``: tests in other processes
+    use it at the same time); it goes afterwards, with what the test left there."""
+    from mysqlbackup.sandbox.mysql import private_shared_dir
     from mysqlbackup.sandbox.tree import mariadb_tree, why_no_tree
     problem = why_no_tree()
     if problem:
         pytest.skip(problem)
-    folder = shared_dir(mariadb_tree())
-    before = set(os.listdir(folder))
-    yield folder
-    for name in set(os.listdir(folder)) - before:
-        shutil.rmtree(os.path.join(folder, name), ignore_errors=True)
+    with private_shared_dir(mariadb_tree()) as folder:
+        yield folder
 
 
 @pytest.fixture(scope="session")

@@ -12,7 +12,6 @@ moment the base recovers its copy and for the restored server."""
 import io
 import os
 import re
-import shutil
 import subprocess
 import sys
 import tarfile
@@ -41,17 +40,15 @@ TABLES = "traffic.t, traffic.audit"
 
 @pytest.fixture
 def shared():
-    """The folder the chroot's mysqld and the host share; what a test leaves there of
-    its own (a restored datadir) goes afterwards."""
-    from mysqlbackup.sandbox.mysql import shared_dir, why_no_mysql
+    """A folder of this test's own inside the one the chroot's mysqld and the host
+    share (tests in other processes use that folder at the same time); it goes
+    afterwards, with what the test left there (a restored datadir)."""
+    from mysqlbackup.sandbox.mysql import private_shared_dir, why_no_mysql
     problem = why_no_mysql()
     if problem:
         pytest.skip(problem)
-    folder = shared_dir()
-    before = set(os.listdir(folder))
-    yield folder
-    for name in set(os.listdir(folder)) - before:
-        shutil.rmtree(os.path.join(folder, name), ignore_errors=True)
+    with private_shared_dir() as folder:
+        yield folder
 
 
 @pytest.fixture

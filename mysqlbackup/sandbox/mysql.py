@@ -14,10 +14,12 @@ MySQL's client tools (mysqldump, mysql, mysqlbinlog) exist only inside the tree:
 a PATH that the tool under test searches.
 """
 
+import contextlib
 import os
 import shutil
 import subprocess
 import sys
+import tempfile
 import uuid
 
 
@@ -342,6 +344,18 @@ def shared_dir(tree=None):
         if os.readlink(link) != SHARED:
             raise RuntimeError(f"{link} is not the shared folder's link to {SHARED}") from None
     return host
+
+
+@contextlib.contextmanager
+def private_shared_dir(tree=None):
+    """A fresh folder inside ``shared_dir(tree)``, removed with all it holds when the
+    block ends: what one test (or benchmark) puts there, so that another process's
+    clean-up never takes it."""
+    folder = tempfile.mkdtemp(prefix="t-", dir=shared_dir(tree))
+    try:
+        yield folder
+    finally:
+        shutil.rmtree(folder, ignore_errors=True)
 
 
 def server_wrapper(directory, tree=None, name="mysqld"):
