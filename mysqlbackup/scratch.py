@@ -10,6 +10,7 @@ each server: the same files ``mariadb-install-db`` would write, in a tenth of th
 """
 
 import atexit
+import contextlib
 import hashlib
 import logging
 import os
@@ -292,3 +293,105 @@ class ScratchMariaDB(ScratchServer):
         self.execute("SET SESSION sql_log_bin = 0",
                      "CREATE USER IF NOT EXISTS 'root'@'127.0.0.1'",
                      "GRANT ALL ON *.* TO 'root'@'127.0.0.1' WITH GRANT OPTION")
+
+
+INITIALIZE_TIMEOUT = 600  # seconds mysqld --initialize-insecure may take
+
+
+class ScratchMySQL(ScratchServer):
+    """One MySQL mysqld of our own (``binary``: MySQL's server, which the caller found):
+    a datadir ``mysqld --initialize-insecure`` made (from a template, once per process
+    and binary), a free loopback port, binlog ROW on, GTID mode on or off (``gtids``,
+    as the source ran), no X plugin. Its administrator is root@127.0.0.1 over TCP
+    (``admin``, made unlogged by an init file at each start): the server may run where
+    the caller's unix socket paths mean something else (a chroot)."""
+
+    daemon, ready_timeout = "mysqld", 120
+
+    def __init__(self, binary, basedir=None, server_id=1, gtids=True):
+        self.binary, self.gtids, self.server_id = binary, gtids, server_id
+        self.basedir = basedir or tempfile.mkdtemp(prefix="mysqlbackup-scratch-")
+        self.datadir = os.path.join(self.basedir, "data")
+        self.errlog = os.path.join(self.basedir, "error.log")
+        self.tmpdir = os.path.join(self.basedir, "tmp")
+        self.socket = socket_path(self.basedir)  # mysqld's own; connections go over TCP
+        self.port = None
+        self.proc = None
+
+    def start(self):
+        """Initialise the datadir if needed, start the server, wait for root's login."""
+        if not os.path.isdir(os.path.join(self.datadir, "mysql")):
+            shutil.rmtree(self.datadir, ignore_errors=True)
+            digest = hashlib.sha256(os.fsencode(self.binary)).hexdigest()[:12]
+            datadir_from_template(self.datadir, f"mysql-{digest}",
+                                  os.path.dirname(os.path.abspath(self.basedir)),
+                                  self._initialize)
+            os.unlink(os.path.join(self.datadir, "auto.cnf"))  # a server_uuid of its own
+        self.port = self.port or free_port()
+        private_tmpdir(self.tmpdir)
+        init = os.path.join(self.basedir, "init.sql")
+        with open(init, "w", encoding="utf-8") as f:
+            f.write("SET SESSION sql_log_bin = 0;\n"
+                    "CREATE USER IF NOT EXISTS 'root'@'127.0.0.1';\n"
+                    "GRANT ALL ON *.* TO 'root'@'127.0.0.1' WITH GRANT OPTION;\n")
+        self.proc = subprocess.Popen(self._server_args(init), stdin=subprocess.DEVNULL,
+                                     stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+                                     start_new_session=True)
+        self._wait_ready()
+        return self
+
+    def _initialize(self, datadir):
+        """``mysqld --initialize-insecure`` into ``datadir`` (root@localhost, no password),
+        its log beside it (a file: a server that logs in a loop fills no memory of
+        ours), within INITIALIZE_TIMEOUT seconds."""
+        os.makedirs(os.path.dirname(datadir), exist_ok=True)
+        log_path = datadir + ".log"
+        try:
+            done = subprocess.run([self.binary, "--no-defaults", "--initialize-insecure",
+                                   f"--datadir={datadir}", f"--log-error={log_path}",
+                                   *_as_root()], stdin=subprocess.DEVNULL,
+                                  stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+                                  timeout=INITIALIZE_TIMEOUT)
+            failed = f"exit {done.returncode}" if done.returncode else None
+        except subprocess.TimeoutExpired:
+            failed = f"not done after {INITIALIZE_TIMEOUT} s"
+        try:
+            if failed:
+                raise RuntimeError(f"mysqld --initialize-insecure of {datadir}: {failed}: "
+                                   f"{_tail(log_path)}")
+        finally:
+            with contextlib.suppress(OSError):
+                os.unlink(log_path)
+
+    def _server_args(self, init):
+        gtid = "ON" if self.gtids else "OFF"
+        return [self.binary, "--no-defaults", f"--datadir={self.datadir}",
+                f"--tmpdir={self.tmpdir}", f"--port={self.port}", "--bind-address=127.0.0.1",
+                f"--socket={self.socket}", f"--pid-file={os.path.join(self.basedir, 'mysqld.pid')}",
+                f"--log-error={self.errlog}", f"--server-id={self.server_id}",
+                "--skip-name-resolve", "--mysqlx=OFF", "--skip-replica-start",
+                "--secure-file-priv=NULL", "--innodb-buffer-pool-size=64M",
+                f"--log-bin={self.datadir}/binlog", "--binlog-checksum=CRC32",
+                f"--gtid-mode={gtid}",
+                f"--enforce-gtid-consistency={gtid}", f"--init-file={init}", *_as_root()]
+
+    def root(self, database=None, autocommit=True, charset="utf8mb4"):
+        """A new root connection over TCP (root@127.0.0.1, no password, no TLS)."""
+        return pymysql.connect(host="127.0.0.1", port=self.port, user="root",
+                               database=database, autocommit=autocommit, connect_timeout=5,
+                               charset=charset, ssl_disabled=True)
+
+
+def _tail(path, size=2000):
+    """The last ``size`` bytes of the file ``path`` as text ('' when unreadable)."""
+    try:
+        with open(path, "rb") as f:
+            f.seek(max(0, os.path.getsize(path) - size))
+            return f.read().decode(errors="replace").strip()
+    except OSError:
+        return ""
+
+
+def _as_root():
+    """``--user=root`` when this process is root (mysqld refuses root without it)."""
+    return ["--user=root"] if os.geteuid() == 0 else []

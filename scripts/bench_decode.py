@@ -195,7 +195,7 @@ def big_archive(where, args):
             raise SystemExit(f"--engine mysql: {why_no_mysql()}")
         big = os.path.join(shared_dir(), "bench-decode-big")
         if not os.path.isdir(os.path.join(big, "archive")):
-            with MySQLSandbox(server_id=1, semi_sync=False,
+            with MySQLSandbox(server_id=1, semi_sync=False, gtid_mode="ON",
                               extra_args=["--max-binlog-size=1073741824"]) as server:
                 write(server, args.mb, args.files)
                 archive(server, big, "db1")

@@ -90,13 +90,14 @@ class MySQL(MariaDB):
 
     def source(self):
         from mysqlbackup.sandbox.mysql import MySQLSandbox
-        return MySQLSandbox(semi_sync=False, extra_args=[*self.server_args, *SOURCE_ARGS])
+        return MySQLSandbox(semi_sync=False, extra_args=[*self.server_args, *SOURCE_ARGS],
+                            gtid_mode="ON")
 
     def target(self, name, binlog):
         """Its folder is inside the tree (removed with it), not ``workdir/name``."""
         from mysqlbackup.sandbox.mysql import MySQLSandbox
         return MySQLSandbox(server_id=7, log_bin=binlog, semi_sync=False,
-                            extra_args=self.server_args)
+                            extra_args=self.server_args, gtid_mode="ON")
 
     @staticmethod
     def session_setup(rows):

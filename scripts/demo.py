@@ -13,6 +13,7 @@ MySQL's own mysqldump and mysql for `base` and `restore`.
 """
 
 import argparse
+import functools
 import os
 import random
 import re
@@ -52,7 +53,9 @@ SCHEMA = [
 FLAVOURS = {
     "mariadb": dict(name="MariaDB", server=MariaDBSandbox, dump="mariadb-dump",
                     semi_sync="Rpl_semi_sync_master", gtids="SELECT @@gtid_binlog_pos"),
-    "mysql": dict(name="MySQL", server=MySQLSandbox, dump="MySQL's mysqldump",
+    # GTID mode on (MySQL's default is off): the drill stops before the DROP's GTID
+    "mysql": dict(name="MySQL", server=functools.partial(MySQLSandbox, gtid_mode="ON"),
+                  dump="MySQL's mysqldump",
                   semi_sync="Rpl_semi_sync_source", gtids="SELECT @@gtid_executed"),
 }
 

@@ -48,7 +48,7 @@ def mysql():
     problem = why_no_mysql()
     if problem:
         raise SystemExit(f"no MySQL server: {problem}")
-    with MySQLSandbox(server_id=1, semi_sync=False) as server:
+    with MySQLSandbox(server_id=1, semi_sync=False, gtid_mode="ON") as server:
         server.execute("FLUSH BINARY LOGS")  # the file below starts with this run's work
         first = server.binlog_files()[-1]
         conn = server.root()

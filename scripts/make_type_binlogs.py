@@ -126,7 +126,7 @@ def main(which):
         problem = why_no_mysql()
         if problem:
             raise SystemExit(f"no MySQL server: {problem}")
-        with MySQLSandbox(server_id=1, semi_sync=False) as server:
+        with MySQLSandbox(server_id=1, semi_sync=False, gtid_mode="ON") as server:
             types_file(server, "types-mysql-9.7.000001")
     for name in sorted(os.listdir(OUT)):
         print(name, os.path.getsize(os.path.join(OUT, name)))

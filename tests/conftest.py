@@ -106,7 +106,9 @@ def make_server(tmp_path_factory):
 @pytest.fixture
 def make_mysql():
     """Factory for throwaway MySQL servers (Debian sid's MySQL in .mysql/tree, through
-    chroot: sandbox.mysql); skips, saying why, where that tree cannot run here."""
+    chroot: sandbox.mysql); skips, saying why, where that tree cannot run here. GTID
+    mode on unless a test asks for MySQL's default (``gtid_mode="OFF"``): these tests
+    are of the GTID features, tests/test_mysql_nogtid.py of the default."""
     from mysqlbackup.sandbox.mysql import MySQLSandbox, why_no_mysql
     problem = why_no_mysql()
     if problem:
@@ -115,6 +117,7 @@ def make_mysql():
 
     def make(**kwargs):
         kwargs.setdefault("semi_sync_timeout_ms", 1000)
+        kwargs.setdefault("gtid_mode", "ON")
         server = MySQLSandbox(**kwargs)
         servers.append(server)
         return server.start()

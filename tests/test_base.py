@@ -13,7 +13,7 @@ import zstandard
 from mysqlbackup.archive.manifest import parse_manifest
 from mysqlbackup.archive.names import BASE_MEMBERS, base_key, format_key
 from mysqlbackup.archive.store import ArchiveStore, parse_options
-from mysqlbackup.base.dump import SnapshotParser
+from mysqlbackup.base.dump import DumpError, Snapshot, SnapshotParser, dump_argv
 from mysqlbackup.base.physical import StderrSnapshot
 from mysqlbackup.base.server import (NEEDED, global_privileges,
                                      missing_privileges)
@@ -425,6 +425,28 @@ def test_snapshot_parser_names_what_the_dump_lacks():
     parser.feed(b"-- CHANGE MASTER TO MASTER_LOG_FILE='binlog.000001', MASTER_LOG_POS=4;\n")
     with pytest.raises(Exception, match="no GTID position"):
         parser.snapshot("mariadb-dump of db1")
+
+
+def test_a_mysql_source_without_gtids_is_dumped_and_placed_by_position_alone():
+    """gtid_mode OFF: mysqldump is asked for no GTID_PURGED (asked for one, 9.7 says
+    "Error: Server has GTIDs disabled." and exits 0 after the header), and the snapshot
+    is the position, its GTID None; a dump without a position names what the tool said."""
+    from types import SimpleNamespace
+    spec = SimpleNamespace(host="127.0.0.1", port=3306)
+    argv = dump_argv("mysqldump", "/o.cnf", spec, "mysql", gtids=False)
+    assert "--set-gtid-purged=OFF" in argv and "--set-gtid-purged=ON" not in argv
+    assert "--set-gtid-purged=ON" in dump_argv("mysqldump", "/o.cnf", spec, "mysql")
+    parser = SnapshotParser("mysql", gtids=False)
+    parser.feed(b"-- CHANGE REPLICATION SOURCE TO SOURCE_LOG_FILE='binlog.000002', "
+                b"SOURCE_LOG_POS=158;\n")
+    assert parser.snapshot("dump") == Snapshot(Position("binlog.000002", 158), None)
+    cut = SnapshotParser("mysql")
+    cut.feed(b"-- MySQL dump 10.13\n")
+    with pytest.raises(DumpError) as e:
+        cut.snapshot("mysqldump of my1", "Error: Server has GTIDs disabled.")
+    assert str(e.value) == ("mysqldump of my1: the dump names no binlog position (no 'CHANGE "
+                            "MASTER TO MASTER_LOG_FILE' line): the tool said 'Error: Server "
+                            "has GTIDs disabled.'")
 
 
 def test_snapshot_parser_skips_long_data_lines_without_keeping_them():

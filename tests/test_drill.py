@@ -127,6 +127,65 @@ def test_gaps_the_replay_leaves_out_on_purpose_are_not_missing():
         "missing: GTID seq_no 13 of domain 0 (1 of 11..14 not applied)"]
 
 
+U1 = "3e11fa47-71ca-11e1-9e33-c80aa9429562"
+
+
+def mysql_expected(start, end, low=None):
+    from mysqlbackup.binlog.gtid import MysqlGtidSet
+    from replay.drill.check import MysqlExpected
+    return MysqlExpected(*(MysqlGtidSet.parse(t) for t in (start, low or end, end)))
+
+
+def test_mysql_gtids_each_once_none_held_none_missing():
+    from replay.drill.check import check_mysql_applied
+    exp = mysql_expected(f"{U1}:1-10", f"{U1}:1-13")
+    problems, count, end = check_mysql_applied(exp, [(U1, 11), (U1, 12), (U1, 13)])
+    assert (problems, count, str(end)) == ([], 3, f"{U1}:1-13")
+    problems, _, _ = check_mysql_applied(exp, [(U1, 9), (U1, 11), (U1, 11), (U1, 14)])
+    assert problems == [f"applied more than once: {U1}:11",
+                        f"applied though the base holds them: {U1}:9",
+                        f"missing: {U1}:12-13 (the indexes list them through the end)",
+                        f"applied past where the indexes put the stop point: {U1}:14"]
+    within = mysql_expected(f"{U1}:1-10", f"{U1}:1-30", low=f"{U1}:1-20")
+    assert check_mysql_applied(within, [(U1, n) for n in range(11, 26)])[0] == []
+    assert check_mysql_applied(within, [(U1, n) for n in range(11, 16)], frozenset(
+        {(U1, n) for n in range(16, 21)}))[0] == []  # left out on purpose: not missing
+
+
+def test_a_source_without_gtids_is_counted_against_the_indexes():
+    from replay.drill.check import check_counted
+    assert check_counted((22, 22), logged=20, applied=20, skipped=2) == []
+    assert check_counted((22, 22), logged=21, applied=20, skipped=2) == [
+        "the scratch server logged 21 transactions, the replay applied 20: some twice"]
+    assert check_counted((22, 22), logged=19, applied=19, skipped=2) == [
+        "the replay took 21 transactions (19 applied, 2 held by the base), the indexes "
+        "list exactly 22 in the files it read"]
+    assert check_counted((10, 22), logged=15, applied=15, skipped=2) == []
+    assert check_counted((10, 22), logged=5, applied=5, skipped=2)[0].endswith(
+        "the indexes list between 10 and 22 in the files it read")
+
+
+@pytest.mark.parametrize("stop,bounds", [
+    ({}, (30, 30)),                           # the end: every transaction of the files read
+    ({"datetime": 1_800_000_250}, (10, 20)),  # inside the second of them
+    ({"position": ("bin.000003", 200)}, (20, 30))])
+def test_counted_bounds_of_a_source_without_gtids(stop, bounds):
+    """No GTIDs anywhere (MySQL's gtid_mode OFF): the base sits by its position, and the
+    transactions the replay must take are counted from the indexes."""
+    from mysqlbackup.archive.window import Stop, build_runs
+    from mysqlbackup.binlog.position import Position
+    from replay.drill.check import counted_bounds
+    from replay.restore.plan import make_plan
+    from tests.test_retention import base, index
+    bare = [dict(index(i), gtid_before="", gtid_after="", first_gtid=None, last_gtid=None,
+                 transactions=10) for i in (1, 2, 3)]
+    runs, holes = build_runs("db1", bare)
+    manifest = dict(base(1, ended=50), gtid=None, member="dump.sql.zst")
+    if "position" in stop:
+        stop = {"position": Position(*stop["position"])}
+    assert counted_bounds(make_plan("db1", runs, holes, [manifest], Stop(**stop))) == bounds
+
+
 @pytest.mark.parametrize("db,sql,bookkeeping", [
     ("", "CREATE TABLE IF NOT EXISTS mysqlbackup_replay.checkpoint (a INT)", True),
     ("mysqlbackup_replay", "CREATE DATABASE IF NOT EXISTS mysqlbackup_replay", True),

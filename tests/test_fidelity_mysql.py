@@ -21,6 +21,7 @@ LOCAL_INFILE = "SET GLOBAL local_infile = 1"
 
 def mysql_server(**kwargs):
     from mysqlbackup.sandbox.mysql import MySQLSandbox
+    kwargs.setdefault("gtid_mode", "ON")  # the GTIDs each way keeps
     server = MySQLSandbox(**kwargs).start()
     server.execute(LOCAL_INFILE)
     return server

@@ -49,7 +49,7 @@ def quiet(tmp_path_factory):
     problem = why_no_mysql()
     if problem:
         pytest.skip(problem)
-    server = MySQLSandbox(semi_sync_timeout_ms=1000).start()
+    server = MySQLSandbox(semi_sync_timeout_ms=1000, gtid_mode="ON").start()
     add_user(server, GRANTS + ", FLUSH_TABLES")
     yield server
     server.stop(remove=True)

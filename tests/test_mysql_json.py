@@ -286,7 +286,7 @@ def live(tmp_path_factory):
     if problem:
         pytest.skip(problem)
     base = tmp_path_factory.mktemp("mysqljson")
-    server = MySQLSandbox(semi_sync=False).start()
+    server = MySQLSandbox(semi_sync=False, gtid_mode="ON").start()
     try:
         url = f"file://{base / 'archive'}"
         daemon = Daemon(server, base / "dir", "--start-file", server.binlog_files()[0],

@@ -53,6 +53,7 @@ def tls_mysql(pki, cert, grants, **kwargs):
     """A TLS-only MySQL server (require_secure_transport) with its certificate ``cert``
     (a stem of pki) and USER REQUIRE X509 holding ``grants``, unlogged."""
     from mysqlbackup.sandbox.mysql import MySQLSandbox
+    kwargs.setdefault("gtid_mode", "ON")
     server = MySQLSandbox(files={"ca.pem": pki["ca"], "server.pem": pki[cert],
                                  "server.key": pki[f"{cert}_key"]}, **kwargs)
     server.extra_args += [f"--ssl-ca={server.inside('ca.pem')}",

@@ -51,7 +51,7 @@ def source(tmp_path_factory):
     if problem:
         pytest.skip(problem)
     root = tmp_path_factory.mktemp("native-mysql")
-    server = MySQLSandbox(server_id=1, semi_sync=False).start()
+    server = MySQLSandbox(server_id=1, semi_sync=False, gtid_mode="ON").start()
     server.path = str(client_wrappers(root / "bin")) + os.pathsep + os.environ["PATH"]
     server.url_archive = f"file://{root / 'archive'}"
     daemon = Daemon(server, root / "backup", "--start-file", server.binlog_files()[0],

@@ -16,6 +16,7 @@ from mysqlbackup.archive.names import (BASE_INDEX, base_key, base_prefix, binlog
                                        partial_prefix, segment_key)
 from mysqlbackup.archive.window import locate, recovery_windows
 from mysqlbackup.utc import iso
+from mysqlbackup.binlog.gtid import shown
 from mysqlbackup.binlog.names import binlog_sort_key
 from mysqlbackup.binlog.transactions import TrxTracker
 from mysqlbackup.errors import CorruptBinlog
@@ -449,17 +450,17 @@ def _base_row(m):
 
 def format_recovery(summary):
     """The text lines of ``recovery_summary`` for ``archive ls``."""
-    lines = [f"{b['source']}  base {b['id']}  {b['method']}  gtid {b['gtid']}  "
+    lines = [f"{b['source']}  base {b['id']}  {b['method']}  gtid {shown(b['gtid'])}  "
              f"{b['binlog_file']}:{b['binlog_pos']}  {b['stored_size']} bytes stored  "
              f"{b['start_time']} .. {b['end_time']}" for b in summary["bases"]]
     lines += [f"{w['source']}  restorable from {w['start']} to {w['end']} (base {w['base_id']}, "
-              f"up to GTID {w['end_gtid']}, {w['first_file']} .. {w['last_file']})"
+              f"up to GTID {shown(w['end_gtid'])}, {w['first_file']} .. {w['last_file']})"
               for w in summary["windows"]]
     lines += [f"{f['source']}  failover at {f['started']}: {f['text']}"
               for f in summary["failovers"]]
     lines += [f"{h['source']}  hole: {h['description']}" for h in summary["holes"]]
-    lines += [f"{u['source']}  base {u['id']} not usable: its GTID {u['gtid']} is not in the "
-              f"archived binlogs (a hole before it, or not archived yet)"
+    lines += [f"{u['source']}  base {u['id']} not usable: its GTID {shown(u['gtid'])} is not in "
+              f"the archived binlogs (a hole before it, or not archived yet)"
               for u in summary["unusable"]]
     lines += [f"PROBLEM {p}" for p in summary["problems"]]
     return lines

@@ -43,7 +43,8 @@ from dataclasses import asdict, dataclass, replace
 from typing import Optional
 
 from mysqlbackup.archive.names import epoch_source
-from mysqlbackup.binlog.gtid import covers, guess_flavor, holds, one_text, parse_gtid_set
+from mysqlbackup.binlog.gtid import (covers, guess_flavor, holds, one_text, parse_gtid_set,
+                                     shown)
 from mysqlbackup.binlog.names import next_binlog_name
 from mysqlbackup.binlog.position import Position
 from mysqlbackup.errors import (CorruptBinlog, ExitCode, MysqlBackupError, ResyncRequired,
@@ -129,6 +130,7 @@ class Span:
     # transactions are duplicates within (where the epoch before it ends)
     statements: Optional[int] = None  # transactions holding a logged statement (None:
     # an index written before it was counted)
+    transactions: Optional[int] = None  # complete transactions the file holds
 
     @classmethod
     def of(cls, index, partial=False):
@@ -136,7 +138,7 @@ class Span:
                    index.get("first_commit"), index.get("last_commit"),
                    index.get("first_gtid"), index.get("last_gtid"), index.get("next_file"),
                    index.get("size", 0), index.get("epoch", 1),
-                   statements=index.get("statements"))
+                   statements=index.get("statements"), transactions=index.get("transactions"))
 
     @property
     def key(self):
@@ -372,7 +374,7 @@ def choose_base(source, runs, holes, manifests, stop=Stop(), base_id=None):
         placed = [(r, locate(run, manifest)) for r, run in enumerate(runs)]
         placed = [(r, first) for r, first in placed if first is not None]
         if not placed:
-            reasons.append(f"base {manifest['id']} (GTID {manifest.get('gtid')}) is not in "
+            reasons.append(f"base {manifest['id']} (GTID {shown(manifest.get('gtid'))}) is not in "
                            "the archived binlogs")
             continue
         r, first = placed[-1]
@@ -397,16 +399,21 @@ def _find_stop(source, runs, stop):
         at = _stop_span(run, stop)
         if at is not None:
             return r, at
+    if stop.before_gtid is not None and not any(s.last_gtid for r in runs for s in r.spans):
+        raise UsageError(f"{source}: the archived binlogs hold no GTIDs (a source that keeps "
+                         f"none: MySQL's gtid_mode OFF): stop with --stop-datetime or "
+                         f"--stop-position instead of {stop.describe()}")
     raise NoBaseError(f"{source}: the stop point ({stop.describe()}) is not in the archived "
-                      f"binlogs (they end at GTID {runs[-1].gtid_after}, "
+                      f"binlogs (they end at GTID {shown(runs[-1].gtid_after)}, "
                       f"{runs[-1].spans[-1].label})")
 
 
 def _holes_between(source, holes, runs, first_run, stop_run, manifest):
     between = [h for h in holes
                if any(h.after == runs[r].spans[-1].label for r in range(first_run, stop_run))]
-    return (f"{source}: the binlogs from base {manifest['id']} (GTID {manifest.get('gtid')}) "
-            f"to the stop point are not contiguous: " + "; ".join(h.description for h in between))
+    return (f"{source}: the binlogs from base {manifest['id']} (GTID "
+            f"{shown(manifest.get('gtid'))}) to the stop point are not contiguous: "
+            + "; ".join(h.description for h in between))
 
 
 def recovery_windows(source, runs, manifests):

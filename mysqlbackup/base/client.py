@@ -172,10 +172,14 @@ class ToolProcess:
 
     def last_error(self):
         """The last non-empty stderr line (what the tool said went wrong)."""
+        return self.said() or "no message"
+
+    def said(self):
+        """The last non-empty stderr line, None when the tool wrote none."""
         for line in reversed(self.lines):
             if line.strip():
                 return line.strip()
-        return "no message"
+        return None
 
     def kill(self):
         """Stop the tool (our child, by its pid) and reap it."""

@@ -54,6 +54,10 @@ class _Done:
     def kill(self):
         """Nothing to stop."""
 
+    def said(self):
+        """No tool spoke."""
+        return None
+
 
 class _Known:
     """The ``parser`` take_base asks for the snapshot: it was read before the stream."""
@@ -61,7 +65,7 @@ class _Known:
     def __init__(self, snapshot):
         self._snapshot = snapshot
 
-    def snapshot(self, where):
+    def snapshot(self, where, said=None):
         """The Snapshot the copy's clone_status gave."""
         return self._snapshot
 
@@ -104,6 +108,8 @@ def start_clone(spec, facts, parent=None):
         cloned = time.monotonic()
         binary = _mysqld()
         snapshot = recover(binary, copy, scratch)
+        if not facts.gtids:  # gtid_mode not ON: the position alone places the copy
+            snapshot = Snapshot(snapshot.position, None)
         details = {"tool": "CLONE LOCAL DATA DIRECTORY", "mysqld": binary,
                    "clone_seconds": round(cloned - began, 3),
                    "recover_seconds": round(time.monotonic() - cloned, 3)}

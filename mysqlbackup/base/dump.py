@@ -15,6 +15,12 @@ MySQL (``mysqldump --source-data=2 --set-gtid-purged=ON``) writes both near the 
     uuid2:1-3';
     -- CHANGE REPLICATION SOURCE TO SOURCE_LOG_FILE='binlog.000002', SOURCE_LOG_POS=157;
 
+A MySQL source without GTIDs (``gtid_mode`` OFF, MySQL's default, or either permissive
+mode) is dumped with ``--set-gtid-purged=OFF`` and its snapshot is the binlog position
+alone (``Snapshot.gtid`` None): a restore from it starts by position. (Asked for
+``--set-gtid-purged=ON`` there, mysqldump 9.7 prints "Error: Server has GTIDs
+disabled." and exits 0 after the header: the snapshot would be missing.)
+
 A data row never starts a line with these texts (the dump escapes newlines inside
 values), but a routine's body is printed as written and could: the first binlog
 position (the header precedes every database) and the last MariaDB GTID line (the
@@ -50,13 +56,15 @@ class Snapshot:
     """Where a base's snapshot sits in the source's history."""
 
     position: Position   # binlog file:offset
-    gtid: str            # GTID position (MariaDB) or executed set (MySQL); '' when empty
+    gtid: str            # GTID position (MariaDB) or executed set (MySQL); '' when empty;
+    # None: the source keeps no GTIDs (MySQL with gtid_mode other than ON)
 
 
-def dump_argv(tool, options_path, spec, flavor, users=True, skip_tables=()):
+def dump_argv(tool, options_path, spec, flavor, users=True, skip_tables=(), gtids=True):
     """The dump client's arguments (the password is in ``options_path``); ``users``
     False: MariaDB's accounts are not dumped by the tool (``base.users`` writes them, as
-    it always writes MySQL's: mysqldump is never given ``--users``).
+    it always writes MySQL's: mysqldump is never given ``--users``); ``gtids`` False: a
+    MySQL source without GTIDs (no GTID_PURGED line asked for).
 
     MySQL's mysqldump has no ``--ignore-database`` (nor ``--gtid``, ``--master-data``,
     ``--system``): it leaves out sys, performance_schema and information_schema by
@@ -72,16 +80,18 @@ def dump_argv(tool, options_path, spec, flavor, users=True, skip_tables=()):
         return argv + ["--master-data=2", "--gtid", "--insert-ignore"] + (
             ["--system=users"] if users else [])
     argv += [f"--ignore-table={SYSTEM_SCHEMAS[0]}.{name}" for name in skip_tables]
-    return argv + ["--source-data=2", "--set-gtid-purged=ON", "--no-tablespaces"]
+    return argv + ["--source-data=2", f"--set-gtid-purged={'ON' if gtids else 'OFF'}",
+                   "--no-tablespaces"]
 
 
 class SnapshotParser:
     """Feed the dump's bytes in order; ``snapshot()`` then says where it was taken.
 
-    Only a bounded tail of the stream is kept between chunks."""
+    Only a bounded tail of the stream is kept between chunks. ``gtids`` False: the
+    source keeps no GTIDs, the position is the whole snapshot."""
 
-    def __init__(self, flavor):
-        self.flavor = flavor
+    def __init__(self, flavor, gtids=True):
+        self.flavor, self.gtids = flavor, gtids
         self._tail = b"\n"
         self._position = None
         self._gtid = None
@@ -92,7 +102,7 @@ class SnapshotParser:
             m = _first(_FILE_POS, data, _POSITION_MARK)
             if m:
                 self._position = Position(m["file"].decode(), int(m["pos"]))
-        if self.flavor == "mariadb" or self._gtid is None:
+        if self.gtids and (self.flavor == "mariadb" or self._gtid is None):
             pattern = _MARIA_GTID if self.flavor == "mariadb" else _MYSQL_GTID
             found = _all(pattern, data, _GTID_MARK[self.flavor])
             if found:  # MariaDB: the last (the trailer); MySQL: the first (the header)
@@ -104,24 +114,27 @@ class SnapshotParser:
         line (from its newline), or from the start of MySQL's GTID_PURGED statement
         (it spans lines); a sentinel instead of a data line longer than KEEP."""
         start = data.rfind(b"\n")
-        if self.flavor == "mysql" and self._gtid is None:
+        if self.flavor == "mysql" and self.gtids and self._gtid is None:
             purged = data.rfind(b"\nSET @@GLOBAL.GTID_PURGED=")
             start = purged if purged >= 0 else start
         if start < 0 or len(data) - start > KEEP:
             return b"\0"  # mid-line: what follows does not start a line
         return data[start:]
 
-    def snapshot(self, where):
-        """The Snapshot, or DumpError naming ``where`` and what the dump lacks."""
+    def snapshot(self, where, said=None):
+        """The Snapshot, or DumpError naming ``where`` and what the dump lacks (``said``:
+        the tool's last stderr line, which names the cause when there is one)."""
+        cause = f": the tool said {said!r}" if said else ""
         if self._position is None:
+            hint = cause or (": is the binary log on, and does the user have BINLOG MONITOR "
+                             "/ REPLICATION CLIENT?")
             raise DumpError(f"{where}: the dump names no binlog position (no 'CHANGE MASTER "
-                            f"TO MASTER_LOG_FILE' line): is the binary log on, and does the "
-                            f"user have BINLOG MONITOR / REPLICATION CLIENT?")
-        if self._gtid is None:
+                            f"TO MASTER_LOG_FILE' line){hint}")
+        if self._gtid is None and self.gtids:
             raise DumpError(f"{where}: the dump names no GTID position (no "
                             f"{'gtid_slave_pos' if self.flavor == 'mariadb' else 'GTID_PURGED'}"
-                            f" line)")
-        return Snapshot(self._position, self._gtid)
+                            f" line){cause}")
+        return Snapshot(self._position, self._gtid if self.gtids else None)
 
 
 def _all(pattern, data, mark):

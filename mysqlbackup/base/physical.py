@@ -36,10 +36,12 @@ class StderrSnapshot:
         if m:
             self._match = m
 
-    def snapshot(self, where):
-        """The Snapshot, or DumpError naming ``where``."""
+    def snapshot(self, where, said=None):
+        """The Snapshot, or DumpError naming ``where`` (``said``: the tool's last stderr
+        line)."""
         if self._match is None:
             raise DumpError(f"{where}: mariadb-backup reported no binlog position (no 'MySQL "
-                            f"binlog position' line): is the binary log on?")
+                            f"binlog position' line): is the binary log on?"
+                            + (f" (the tool said {said!r})" if said else ""))
         m = self._match
         return Snapshot(Position(m["file"], int(m["pos"])), m["gtid"] or "")

@@ -45,7 +45,7 @@ class _Run:
 @contextlib.contextmanager
 def _start_dump(spec, facts):
     tool, version = find_client(dump.CLIENTS[facts.flavor], facts.flavor)
-    parser = dump.SnapshotParser(facts.flavor)
+    parser = dump.SnapshotParser(facts.flavor, facts.gtids)
     accounts = _accounts(spec, facts.flavor)
     skip = _system_tables(spec) if facts.flavor == "mysql" else ()
     # we write the accounts: MySQL's always (users.py says why); MariaDB's when the
@@ -59,7 +59,7 @@ def _start_dump(spec, facts):
 
     with options_file(spec, flavor=facts.flavor) as options:
         argv = dump.dump_argv(tool, options, spec, facts.flavor, users=not ours,
-                              skip_tables=skip)
+                              skip_tables=skip, gtids=facts.gtids)
         process = ToolProcess(argv)
         details = {"tool": tool, "tool_version": version, "arguments": argv[2:]}
         if accounts.ignored:
@@ -158,7 +158,7 @@ def take_base(spec, store, source_name=None, method="dump", report=None, codec=B
             def before_commit():
                 run.process.finish()
                 where = f"{run.process.name} of {source}"
-                finished["snapshot"] = run.parser.snapshot(where)
+                finished["snapshot"] = run.parser.snapshot(where, run.process.said())
                 finished["end"] = _after(spec, facts, finished["snapshot"], where)
 
             uploaded = upload_stream(run.read, store, member, run.observe,
@@ -212,7 +212,7 @@ def _after(spec, facts, snapshot, where):
     try:
         if facts.flavor == "mariadb":
             check_gtid(snapshot, server.binlog_gtid_pos(conn, snapshot.position), where)
-        elif facts.flavor == "mysql":
+        elif facts.flavor == "mysql" and facts.gtids:
             expected, why_not = server.mysql_gtid_at(conn, snapshot.position)
             if why_not:
                 log.warning("base: the GTID set at %s is not checked against the binlog: "
@@ -238,8 +238,9 @@ def check_gtid(snapshot, expected, where, flavor="mariadb"):
 
 def gtid_text(snapshot, flavor):
     """The snapshot's GTID as the manifest holds it: MySQL's set on one line (mysqldump
-    writes one uuid a line), as MySQL prints it; MariaDB's as the dump says it."""
-    if flavor != "mysql":
+    writes one uuid a line), as MySQL prints it; MariaDB's as the dump says it; None for
+    a source without GTIDs."""
+    if flavor != "mysql" or snapshot.gtid is None:
         return snapshot.gtid
     return str(parse_gtid_set(snapshot.gtid, flavor))
 

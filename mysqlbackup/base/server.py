@@ -45,6 +45,7 @@ class SourceFacts:
     flavor: str          # "mariadb" or "mysql"
     server_id: int
     server_uuid: str     # None where the server has none (MariaDB)
+    gtids: bool = True   # every transaction has a GTID (MariaDB; MySQL: gtid_mode ON)
 
     @property
     def identity(self):
@@ -91,7 +92,9 @@ def read_facts(conn):
                 from None
         server_uuid = None  # MariaDB has no server_uuid
     flavor = "mariadb" if ev.is_mariadb_version(version) else "mysql"
-    return SourceFacts(version, flavor, server_id, server_uuid)
+    gtids = flavor == "mariadb" or \
+        query(conn, "SELECT @@GLOBAL.gtid_mode")[0][0].upper() == "ON"
+    return SourceFacts(version, flavor, server_id, server_uuid, gtids)
 
 
 def source_now(conn):

@@ -224,6 +224,12 @@ def holds(state, gtid):
     return value.contains(*gtid)
 
 
+def shown(state, none="(none)"):
+    """A GTID state or set as a line shows it: ``none`` for an empty or missing one (an
+    archive of a source that keeps no GTIDs has none)."""
+    return state if state else none
+
+
 def gtid_text(gtid):
     """'0-1-5' / 'uuid:5' of a tracker's (flavor, ...) GTID tuple, or None."""
     if gtid is None:

@@ -11,7 +11,7 @@ import click
 
 from mysqlbackup import config, logs
 from mysqlbackup.archive.names import check_source_name
-from mysqlbackup.binlog.gtid import guess_flavor, parse_gtid_set
+from mysqlbackup.binlog.gtid import guess_flavor, parse_gtid_set, shown
 from mysqlbackup.cli.groups import ArchiveGroup, CommandGroup, CommandWithSubcommands, read_config
 from mysqlbackup.cli.options import (archive_options, codec_options,  # noqa: F401 (plugins')
                                      dir_option, example, handle_errors, identity_option,
@@ -286,7 +286,8 @@ def archive_ls(archive_url, archive_option, source_name, as_json):
     for r in rows:
         file = r["file"] if r["epoch"] == 1 else f"{r['file']} (epoch {r['epoch']})"
         click.echo(f"{r['source']}  {file}  {r['kind']}  {r['size']} bytes  "
-                   f"{r['transactions']} trx  gtid {r['first_gtid']} .. {r['last_gtid']}  "
+                   f"{r['transactions']} trx  gtid {shown(r['first_gtid'], '-')} .. "
+                   f"{shown(r['last_gtid'], '-')}  "
                    f"{r['first_commit']} .. {r['last_commit']}")
     for line in [format_base(b) for b in summary["bases"]] + format_recovery(
             dict(summary, bases=[])):
@@ -380,7 +381,8 @@ def base(ctx, source, password_file, tls, archive_url, archive_option, source_na
                    err=True)
     m = take_base(spec, store, source_name and check_source_name(source_name), method, report,
                   codec, clone_dir=clone_dir)
-    click.echo(f"base {m['id']} of {m['source']}: {m['method']}, gtid {m['gtid'] or '(empty)'}, "
+    gtid = "(none: the source keeps no GTIDs)" if m["gtid"] is None else m["gtid"] or "(empty)"
+    click.echo(f"base {m['id']} of {m['source']}: {m['method']}, gtid {gtid}, "
                f"binlog {m['binlog_file']}:{m['binlog_pos']}, {m['raw_size']} bytes raw, "
                f"{m['stored_size']} stored, {m['details']['elapsed']:.1f} s")
 

@@ -22,6 +22,7 @@ from typing import Optional
 
 from mysqlbackup.archive.window import build_runs, locate, recovery_windows
 from mysqlbackup.utc import epoch, iso
+from mysqlbackup.binlog.gtid import shown
 from mysqlbackup.binlog.names import binlog_sort_key
 
 
@@ -244,7 +245,7 @@ def _after(facts, deletions):
 def format_window(window):
     """One line of a window.Window, as ``archive ls`` words it."""
     return (f"restorable from {window.start} to {window.end} (base {window.base_id}, up to "
-            f"GTID {window.end_gtid}, {window.first_file} .. {window.last_file})")
+            f"GTID {shown(window.end_gtid)}, {window.first_file} .. {window.last_file})")
 
 
 def describe_plan(plan, keep_base=0):

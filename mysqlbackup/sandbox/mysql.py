@@ -4,7 +4,8 @@ This Debian release ships no MySQL server; ``scripts/mysql_tree.sh`` installs De
 sid's ``mysql-server-core`` and ``mysql-client`` into a folder of the project once
 (``.mysql/tree``), and each sandbox runs ``chroot TREE /usr/sbin/mysqld`` with a
 datadir of its own inside the tree, on a free loopback port: binlog ROW + CRC32, GTID
-mode on, the semi-sync plugins loaded and the source side on, users as installed
+mode as MySQL installs it (OFF) unless asked for (``gtid_mode="ON"``: what the tests
+of GTID features run), the semi-sync plugins loaded and the source side on, users as installed
 (``caching_sha2_password``, the default), ``skip_name_resolve``. The same interface as
 ``sandbox.MariaDBSandbox`` (start, stop, execute, status, binlog_files, binlog_path,
 replicate_from, url), so tests and helpers take either.
@@ -80,11 +81,14 @@ class MySQLSandbox(TreeServer):
     daemon, ready_timeout = "mysqld", 60
 
     def __init__(self, server_id=1, log_bin=True, semi_sync=True, semi_sync_timeout_ms=2000,
-                 extra_args=(), log_bin_name="binlog", tree=None, files=None):
+                 extra_args=(), log_bin_name="binlog", tree=None, files=None,
+                 gtid_mode="OFF"):
         """``files``: {name: host path} copied into the server's folder (mode 0600) before
         it starts, e.g. its TLS certificate and key, which ``extra_args`` then name by
-        ``inside(name)`` (mysqld sees only the tree)."""
+        ``inside(name)`` (mysqld sees only the tree). ``gtid_mode``: OFF (MySQL's
+        default) or ON (with enforce_gtid_consistency)."""
         self.files = dict(files or {})
+        self.gtid_mode = gtid_mode.upper()
         super().__init__(tree or mysql_tree(), server_id, log_bin, log_bin_name, semi_sync,
                          semi_sync_timeout_ms, extra_args)
 
@@ -141,7 +145,8 @@ class MySQLSandbox(TreeServer):
                  f"tmpdir={inner}/tmp", f"secure-file-priv={inner}",
                  f"server-id={self.server_id}", "skip-name-resolve", "mysqlx=OFF",
                  "innodb-buffer-pool-size=64M", "innodb-redo-log-capacity=64M",
-                 "performance-schema=OFF", "gtid-mode=ON", "enforce-gtid-consistency=ON",
+                 "performance-schema=OFF", f"gtid-mode={self.gtid_mode}",
+                 f"enforce-gtid-consistency={'ON' if self.gtid_mode == 'ON' else 'OFF'}",
                  "plugin-load-add=semisync_source.so;semisync_replica.so"]
         if self.log_bin:
             lines += [f"log-bin={self.log_bin_name}", "binlog-format=ROW",

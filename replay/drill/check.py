@@ -1,6 +1,13 @@
 """What a restore drill checks (pure): the GTIDs the restored server logged against
 what the archive's indexes list between the base and the stop point.
 
+MySQL's GTIDs (``uuid:N``) are checked as sets (``check_mysql_applied``): each logged
+once, none the base holds, and together with the base exactly the indexes' GTID set
+at the end (within the stop's file otherwise). A source that keeps no GTIDs (MySQL's
+gtid_mode OFF) is checked by counts (``check_counted``): the scratch server logged as
+many transactions as the replay applied, and the replay took every transaction of the
+files it read (before the base or applied) as the indexes count them.
+
 A restore into an empty server loads the base unlogged and applies each binlog
 transaction under its own GTID, so the scratch server's binlog holds exactly the
 transactions the replay applied. MariaDB numbers a domain's transactions one
@@ -15,7 +22,7 @@ from dataclasses import dataclass
 
 from mysqlbackup.archive.window import Stop
 from mysqlbackup.utc import epoch
-from mysqlbackup.binlog.gtid import MariaGtidPos
+from mysqlbackup.binlog.gtid import MariaGtidPos, MysqlGtidSet
 from replay.job.planning.selection import BOOKKEEPING_SCHEMA
 
 SHOWN = 5  # GTIDs named in a problem, at most
@@ -41,12 +48,9 @@ def _pos(text):
 
 def expected_of(plan):
     """The Expected GTIDs of a restore.plan.RestorePlan, from its indexes."""
-    spans, stop = plan.choice.spans, plan.stop
-    start, last = _pos(plan.manifest.get("gtid")), spans[-1]
+    start, last = _pos(plan.manifest.get("gtid")), plan.choice.spans[-1]
     high = _pos(last.gtid_after)
-    reaches_end = stop == Stop() or (stop.datetime is not None and all(
-        s.last_commit and epoch(s.last_commit) < stop.datetime for s in spans))
-    if reaches_end:
+    if _reaches_end(plan):
         return Expected(start, high, high)
     low = _pos(last.gtid_before)
     for d, (s, n) in start.domains.items():  # the base may be inside the stop's file
@@ -133,3 +137,96 @@ def _bounds(d, last, expected):
 def _list(numbers):
     shown = ", ".join(map(str, numbers[:SHOWN]))
     return shown + (f" and {len(numbers) - SHOWN} more" if len(numbers) > SHOWN else "")
+
+
+@dataclass(frozen=True)
+class MysqlExpected:
+    """What a MySQL target must hold: the base's set ``start``, and with what it logged
+    at least ``low`` and at most ``high`` (equal when the stop is the archive's end)."""
+
+    start: MysqlGtidSet
+    low: MysqlGtidSet
+    high: MysqlGtidSet
+
+    @property
+    def exact(self):
+        return self.low == self.high
+
+
+def _reaches_end(plan):
+    spans, stop = plan.choice.spans, plan.stop
+    return stop == Stop() or (stop.datetime is not None and all(
+        s.last_commit and epoch(s.last_commit) < stop.datetime for s in spans))
+
+
+def mysql_expected_of(plan):
+    """The MysqlExpected of a restore.plan.RestorePlan of a MySQL source with GTIDs."""
+    start = MysqlGtidSet.parse(plan.manifest.get("gtid") or "")
+    last = plan.choice.spans[-1]
+    high = _union(start, MysqlGtidSet.parse(last.gtid_after or ""))
+    if _reaches_end(plan):
+        return MysqlExpected(start, high, high)
+    return MysqlExpected(start, _union(start, MysqlGtidSet.parse(last.gtid_before or "")),
+                         high)
+
+
+def _union(*sets):
+    out = MysqlGtidSet()
+    for one in sets:
+        for sid, intervals in one.sids.items():
+            for lo, hi in intervals:
+                out.add_interval(sid, lo, hi)
+    return out
+
+
+def check_mysql_applied(expected, logged, skipped=frozenset()):
+    """(problems, count, the set held at the end) of the MySQL GTIDs the target logged
+    (``logged``: (sid, gno) in order) against ``expected`` (a MysqlExpected);
+    ``skipped``: the (sid, gno) the replay leaves out on purpose."""
+    seen, twice, held = MysqlGtidSet(), [], []
+    for sid, gno in logged:
+        (twice if seen.contains(sid, gno) else
+         held if expected.start.contains(sid, gno) else []).append(f"{sid}:{gno}")
+        seen.add(sid, gno)
+    end = _union(expected.start, seen)
+    for sid, gno in skipped:
+        end.add(sid, gno)
+    problems = ([f"applied more than once: {_list(twice)}"] if twice else []) + (
+        [f"applied though the base holds them: {_list(held)}"] if held else [])
+    missing, beyond = expected.low.subtract(end), end.subtract(expected.high)
+    if not missing.is_empty():
+        problems.append(f"missing: {missing} (the indexes list them "
+                        f"{'through the end' if expected.exact else 'before the stop file'})")
+    if not beyond.is_empty():
+        problems.append(f"applied past where the indexes put the stop point: {beyond}")
+    return problems, len(logged), end
+
+
+def counted_bounds(plan):
+    """(low, high): how many transactions of the files a restore of a source without
+    GTIDs reads the replay must take (skip before the base, or apply), from the
+    indexes: all of them when it reaches the archive's end, else at least those of the
+    files before the stop's file."""
+    spans = plan.choice.spans
+    total = sum(s.transactions or 0 for s in spans)
+    if _reaches_end(plan):
+        return total, total
+    return total - (spans[-1].transactions or 0), total
+
+
+def check_counted(bounds, logged, applied, skipped):
+    """Problems of a restore of a source without GTIDs: the target logged ``logged``
+    transactions, the replay applied ``applied`` and skipped ``skipped`` (the base held
+    them); ``bounds``: ``counted_bounds``."""
+    problems = []
+    if logged != applied:
+        problems.append(f"the scratch server logged {logged} transactions, the replay "
+                        f"applied {applied}: {'some twice' if logged > applied else 'some lost'}")
+    low, high = bounds
+    taken = applied + skipped
+    if not low <= taken <= high:
+        where = "exactly" if low == high else f"between {low} and"
+        problems.append(f"the replay took {taken} transactions ({applied} applied, {skipped} "
+                        f"held by the base), the indexes list {where} {high} in the files "
+                        "it read")
+    return problems

@@ -30,11 +30,13 @@ from mysqlbackup.errors import ExitCode
 def drill(archive_url, archive_option, source_name, stop_datetime, workdir, keep, master,
           identity, as_json):
     """Restore drill: restore the archive into a scratch server started for it (the
-    first mariadbd and mariadb-install-db on PATH, a throwaway datadir on a free loopback
-    port; one of an older MariaDB series than the base's source is refused before any
-    restore: exit 2, naming both versions), then check that every transaction the
-    indexes list up to the stop point was applied exactly once and that every table
-    answers CHECKSUM TABLE. Prints the RTO (the restore's wall time). Exits 0 when all
+    first mariadbd and mariadb-install-db on PATH for a MariaDB source, MySQL's own
+    mysqld and mysql client for a MySQL one, its GTID mode as the source's; a throwaway
+    datadir on a free loopback port; one of an older series than the base's source is
+    refused before any restore: exit 2, naming both versions), then check that every
+    transaction the indexes list up to the stop point was applied exactly once (by GTID;
+    by count for a source that keeps no GTIDs) and that every table answers CHECKSUM
+    TABLE. Prints the RTO (the restore's wall time). Exits 0 when all
     holds, 1 naming what failed (e.g. the base whose stored dump is not its manifest's):
     fit for a monthly timer. An archive that cannot be read (no archive there, no such
     source, the store failing) or bad input exits with its own code, as every
@@ -43,6 +45,7 @@ def drill(archive_url, archive_option, source_name, stop_datetime, workdir, keep
     from mysqlbackup.archive.store import parse_options
     from replay.drill.run import DrillOptions, run_drill
     from replay.job.planning.options import build_selection
+    from replay.job.progress import reporter
     from replay.restore.run import RestoreOptions
     if not archive_url:
         raise click.UsageError("--archive is required")
@@ -53,8 +56,11 @@ def drill(archive_url, archive_option, source_name, stop_datetime, workdir, keep
                              stop_text=f"--stop-datetime {stop_datetime}" if stop_datetime
                              else "", keyring=keyring_from(identity),
                              apply="statements")  # its check reads what the scratch logged
-    report = run_drill(DrillOptions(restore, workdir, keep),
-                       progress=lambda line: click.echo(line, err=True))
+    progress = reporter(lambda line: click.echo(line, err=True))  # a bar on a terminal
+    try:
+        report = run_drill(DrillOptions(restore, workdir, keep), progress=progress)
+    finally:
+        progress.close()
     code = ExitCode.FAILED if report.problems else ExitCode.OK
     if as_json:
         click.echo(json.dumps({"passed": not report.problems, "base": report.base_id,

@@ -65,8 +65,8 @@ class RestorePlan:
         return self.manifest["stored_size"] + self.binlog_bytes
 
     def replay_selection(self, selection):
-        """``selection`` starting where the base is: its GTID position, else its binlog
-        file:position."""
+        """``selection`` starting where the base is: its GTID position, else (a source
+        without GTIDs: the base has none) its binlog file:position."""
         m = self.manifest
         if m.get("gtid_flavor") in ("mariadb", "mysql") and m.get("gtid") is not None:
             return replace(selection, start_gtids=parse_gtid_set(m["gtid"], m["gtid_flavor"]),
@@ -103,11 +103,22 @@ def describe(plan):
         f"base: {m['id']} ({m['method']}), taken {m['start_time']} to {m['end_time']}, "
         f"at {at}{where}",
         f"binlog files: {files}",
-        f"GTIDs: after {m.get('gtid') or '(none)'}, {_gtid_end(plan)}",
+        _gtid_line(plan),
         f"bytes to read: {plan.bytes_to_read} (base {m['stored_size']} stored, binlogs "
         f"{plan.binlog_bytes})",
         f"target at: {_target_at(plan)}",
     ]
+
+
+def _gtid_line(plan):
+    """The GTIDs the replay applies; for a source that keeps no GTIDs (its base has
+    none), the stop points such an archive offers instead."""
+    m = plan.manifest
+    if m.get("gtid") is None:
+        return ("GTIDs: none (the source keeps no GTIDs: a restore starts at the base's "
+                "binlog position and stops with --stop-datetime or --stop-position; "
+                "--apply native needs GTIDs)")
+    return f"GTIDs: after {m.get('gtid') or '(none)'}, {_gtid_end(plan)}"
 
 
 def _last_with_transactions(plan):
@@ -139,9 +150,10 @@ def _gtid_end(plan):
 def _target_at(plan):
     stop, last = plan.stop, _last_with_transactions(plan)
     if _reaches_end(plan):
-        return (f"{last.last_commit or plan.manifest['end_time']}, GTID "
-                f"{last.last_gtid or plan.manifest.get('gtid') or '(none)'} (the last "
-                f"commit archived in {last.label})")
+        gtid = last.last_gtid or plan.manifest.get("gtid")
+        return (f"{last.last_commit or plan.manifest['end_time']}"
+                + (f", GTID {gtid or '(none)'}" if gtid is not None else "")
+                + f" (the last commit archived in {last.label})")
     if stop.datetime is not None:
         return f"just before {iso(stop.datetime)} (the stop datetime)"
     if stop.before_gtid is not None:

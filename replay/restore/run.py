@@ -23,6 +23,7 @@ from mysqlbackup.archive.codec import check_keys
 from mysqlbackup.archive.lease import Lease
 from mysqlbackup.archive.listing import ArchiveListing
 from mysqlbackup.archive.store import ArchiveStore
+from mysqlbackup.binlog.gtid import shown
 from mysqlbackup.utc import iso
 from mysqlbackup.errors import CorruptBinlog, MysqlBackupError, NativeRefused, UsageError
 from replay.job.planning.selection import Selection
@@ -452,10 +453,10 @@ def report_lines(report):
     m = plan.manifest
     when = iso(summary["last_commit"]) if summary.get("last_commit") else None
     last = (f"last applied: GTID {summary['last_gtid'] or '(none)'} committed {when}"
-            if when else f"last applied: none after the base (GTID {m.get('gtid')})")
+            if when else f"last applied: none after the base (GTID {shown(m.get('gtid'))})")
     server = report.get("server")
     return [
-        f"restore of {plan.source}: base {m['id']} ({m['method']}, GTID {m.get('gtid')}) "
+        f"restore of {plan.source}: base {m['id']} ({m['method']}, GTID {shown(m.get('gtid'))}) "
         + ("loaded" if report["base_loaded"] else "already loaded (resumed)"),
         *([f"server: {server.name} pid {server.pid} on {server.datadir} at "
            f"{server.spec.address} (it keeps running)"] if server else []),

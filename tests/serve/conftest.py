@@ -83,7 +83,7 @@ def world(tmp_path_factory):
     problem = why_no_mysql()
     if problem:
         pytest.skip(problem)
-    source = MySQLSandbox(server_id=1, semi_sync=False).start()
+    source = MySQLSandbox(server_id=1, semi_sync=False, gtid_mode="ON").start()
     try:
         source.execute("CREATE DATABASE d", "CREATE TABLE d.t (id INT PRIMARY KEY, v INT)",
                        *[f"INSERT INTO d.t VALUES ({i}, {i})" for i in range(5)],
