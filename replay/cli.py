@@ -109,7 +109,7 @@ def replay(archive_url, archive_option, source_name, target, target_password_fil
                                    target_tls)
         if apply_mode == "native":
             return _replay_native(opts, spec, workers)
-        sink = TargetApplier(spec, workers, merge)
+        sink = TargetApplier(spec, workers, merge, start=selection.start_gtids)
     elif sql_path:
         sink = SqlFileSink(sql_path).check()  # a bad path fails before Spark starts
     else:

@@ -175,12 +175,18 @@ def _triggers(cur, fp):
 
 def _gtid_state(cur, flavor):
     names = (("gtid_executed",) if flavor == "mysql" else
-             ("gtid_binlog_pos", "gtid_slave_pos"))
+             ("gtid_binlog_pos", "gtid_slave_pos", "gtid_current_pos"))
     state = {}
     for name in names:
         cur.execute(f"SELECT @@GLOBAL.{name}")
         state[name] = (cur.fetchone()[0] or "").replace("\n", "")
     return state
+
+
+def gtid_now(fp, flavor):
+    """A Fingerprint's GTID state as a replica of it would start from: MySQL's
+    gtid_executed, MariaDB's gtid_current_pos."""
+    return fp.gtid["gtid_executed" if flavor == "mysql" else "gtid_current_pos"]
 
 
 def masked_columns(flavor):

@@ -112,10 +112,11 @@ class Source:
         return [where(f"data/{n}") if where else self.server.binlog_path(n)
                 for n in names[names.index(first):names.index(last) + 1]]
 
-    def load_base(self, target):
+    def load_base(self, target, *client_args):
         """The base's dump loaded with the engine's own client (the pipe's start)."""
         path = self.root / f"base-{target.port}.sql"
-        self.tools.load(target, base_dump(self.store, SOURCE, self.manifest, path))
+        self.tools.load(target, base_dump(self.store, SOURCE, self.manifest, path),
+                        *client_args)
         os.unlink(path)
 
     def pipe_to(self, target, previous, checkpoint):
@@ -163,13 +164,18 @@ class Source:
 
 # -- what every fidelity module asserts ----------------------------------------------------
 
-# each way of the tool: the target server's settings and the restore's arguments
+# each way of the tool: the target server's settings and the restore's arguments; a
+# target with a binlog (a restored primary: the source's GTIDs logged there, MariaDB's
+# gtid_strict_mode on) for every way, and one without (the merged commits of the
+# statements way). replay --target is check_replay_target's.
 WAYS = {
     "native": dict(server=dict(), args=()),
     "statements-local-binlog": dict(server=dict(), args=("--apply", "statements",
                                                          "--engine", "local")),
-    "statements-spark-nobinlog": dict(server=dict(log_bin=False),
-                                      args=("--apply", "statements", "--engine", "spark")),
+    "statements-spark-binlog": dict(server=dict(), args=("--apply", "statements",
+                                                         "--engine", "spark")),
+    "statements-local-nobinlog": dict(server=dict(log_bin=False),
+                                      args=("--apply", "statements", "--engine", "local")),
 }
 
 
@@ -196,12 +202,34 @@ def check_pipe_gives_the_source(source, pipe):
 
 
 def check_way(source, pipe, server, way):
-    """A restore by ``way`` into ``server`` gives the pipe's data at every checkpoint."""
+    """A restore by ``way`` into ``server`` gives the pipe's data at every checkpoint,
+    and the source's GTID state then (MariaDB's gtid_current_pos, MySQL's
+    gtid_executed): what a replica of the restored server starts from."""
+    from tests.fidelity import gtid_now
     for checkpoint, want in zip(source.checkpoints, pipe):
         done = source.restore(server, checkpoint, *WAYS[way]["args"])
         assert done.returncode == 0, done.stdout + done.stderr
         got = fingerprint(server, source.flavor)
         assert got.differences(want) == [], (checkpoint.name, done.stdout + done.stderr)
+        assert gtid_now(got, source.flavor) == checkpoint.gtids, (checkpoint.name, got.gtid)
+
+
+def check_replay_target(source, pipe, server):
+    """``replay --target`` (Spark) into ``server`` (a binlog, MariaDB's strict mode),
+    after the base loaded unlogged with the engine's client: the pipe's data and the
+    source's GTID state at every checkpoint."""
+    from tests.fidelity import gtid_now
+    source.load_base(server, "--init-command=SET SESSION sql_log_bin=0")
+    user, password = server.admin
+    for checkpoint, want in zip(source.checkpoints, pipe):
+        done = run_cli("replay", "--archive", source.url, "--source-name", SOURCE,
+                       "--start-gtid", source.manifest["gtid"], *source.stop_args(checkpoint),
+                       "--target", f"mysql://{user}@127.0.0.1:{server.port}",
+                       password=password, timeout=300)
+        assert done.returncode == 0, done.stdout + done.stderr
+        got = fingerprint(server, source.flavor)
+        assert got.differences(want) == [], (checkpoint.name, done.stdout + done.stderr)
+        assert gtid_now(got, source.flavor) == checkpoint.gtids, (checkpoint.name, got.gtid)
 
 
 def check_replay_sql(source, pipe, server):

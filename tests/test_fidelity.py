@@ -7,7 +7,7 @@ import pytest
 
 from tests.fidelity_parquet import check_change_table
 from tests.fidelity_run import (WAYS, Source, check_pipe_gives_the_source, check_replay_sql,
-                                 check_way, pipe_prints)
+                                 check_replay_target, check_way, pipe_prints)
 from tests.helpers import module_primary
 
 FLAVOR = "mariadb"
@@ -45,6 +45,10 @@ def test_the_pipe_gives_the_source_at_every_checkpoint(source, pipe):
 @pytest.mark.parametrize("way", WAYS)
 def test_each_way_restores_every_checkpoint_as_the_pipe(way, source, pipe, make_server):
     check_way(source, pipe, make_server(server_id=2, semi_sync=False, **WAYS[way]["server"]), way)
+
+
+def test_replay_target_into_a_binlog_target_as_the_pipe(source, pipe, make_server):
+    check_replay_target(source, pipe, make_server(server_id=2, semi_sync=False))
 
 
 def test_replay_sql_loads_with_the_client_as_the_pipe(source, pipe, make_server):

@@ -10,7 +10,7 @@ import pytest
 from tests.fidelity import Tools
 from tests.fidelity_parquet import check_change_table
 from tests.fidelity_run import (WAYS, Source, check_pipe_gives_the_source, check_replay_sql,
-                                 check_way, pipe_prints)
+                                 check_replay_target, check_way, pipe_prints)
 
 pytestmark = pytest.mark.mysql
 
@@ -71,6 +71,10 @@ def target():
 @pytest.mark.parametrize("way", WAYS)
 def test_each_way_restores_every_checkpoint_as_the_pipe(way, source, pipe, target):
     check_way(source, pipe, target(**WAYS[way]["server"]), way)
+
+
+def test_replay_target_into_a_binlog_target_as_the_pipe(source, pipe, target):
+    check_replay_target(source, pipe, target())
 
 
 def test_replay_sql_loads_with_the_client_as_the_pipe(source, pipe, target):

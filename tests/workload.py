@@ -153,6 +153,18 @@ def rows_section(flavor):
             ("s1", "COMMIT"),
             ("s1", "SELECT NEXT VALUE FOR f.seq"),
             ("s1", "INSERT INTO f.sbr (v, ref) VALUES ('seq', NEXT VALUE FOR f.seq)"),
+            # a small cache: the sequence's row is logged in the transaction of the
+            # InnoDB row that took a new cache (autocommit, and inside BEGIN .. COMMIT)
+            ("s1", "CREATE SEQUENCE f.seq5 START WITH 1 INCREMENT BY 1 CACHE 5"),
+            *[("s1", f"INSERT INTO f.sbr (v, ref) VALUES ('seq5 {i}', NEXT VALUE FOR f.seq5)")
+              for i in range(7)],
+            ("s1", "BEGIN"),
+            *[("s1", f"INSERT INTO f.sbr (v, ref) VALUES ('seq5 trx {i}', "
+                     "NEXT VALUE FOR f.seq5)") for i in range(6)],
+            ("s1", "COMMIT"),
+            ("s1", "SELECT SETVAL(f.seq5, 100)"),
+            ("s1", "INSERT INTO f.sbr (v, ref) VALUES ('seq5 after setval', "
+                   "NEXT VALUE FOR f.seq5)"),
             ("s1", "CREATE TABLE f.dom (id INT PRIMARY KEY, v VARCHAR(20))"),
             ("s2", "SET SESSION gtid_domain_id = 1"),
             ("s2", "INSERT INTO f.dom VALUES (1, 'domain 1'), (2, 'domain 1')"),

@@ -346,6 +346,12 @@ def _rows_flags_at(event, fde):
     return HEADER_LEN + (4 if phl == 6 else 6)
 
 
+def rows_table_id(event, fde):
+    """The table id a rows event applies to (its TABLE_MAP's)."""
+    at = HEADER_LEN
+    return int.from_bytes(event[at:_rows_flags_at(event, fde)], "little")
+
+
 def rows_statement_end(event, fde):
     """True when a rows event carries STMT_END_F (the last rows event of its statement)."""
     return bool(struct.unpack_from("<H", event, _rows_flags_at(event, fde))[0] & STMT_END_F)

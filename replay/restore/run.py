@@ -442,7 +442,8 @@ def _replay(opts, replay_opts, progress, spark, fresh, choice):
     # a --table restore goes into a live server: new GTIDs of its own, its GTID state
     # no measure of what this restore applied (the checkpoint rows are)
     sink = TargetApplier(opts.target, opts.workers, opts.merge,
-                         keep_gtids=not opts.selection.tables)
+                         keep_gtids=not opts.selection.tables,
+                         start=replay_opts.selection.start_gtids)
     return run_replay(replace(replay_opts, engine=choice.engine), sink, spark=spark,
                       progress=progress)
 

@@ -27,12 +27,13 @@ part under the GTID).
 
 import base64
 import re
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from mysqlbackup.binlog import context as cx
 from mysqlbackup.binlog.collations import collation_of
 from mysqlbackup.binlog import events as ev
 from mysqlbackup.binlog.query_vars import RESET_SESSION, raw_query, session_statements
+from mysqlbackup.binlog.tablemap import parse_table_map
 from mysqlbackup.binlog.transactions import classify_sql
 from mysqlbackup.errors import MysqlBackupError
 
@@ -161,6 +162,26 @@ def errors_if_already_applied(sql):
 def row_events(trx):
     """The events of ``trx`` that go into BINLOG statements."""
     return [e for e in trx.events if e[4] in ROW_EVENTS]
+
+
+def take_tables(trx, tables, checksum, fde):
+    """(the row events of ``trx`` on ``tables`` ('db.table' names): their TABLE_MAPs and
+    rows events, in order; ``trx`` without them). A MariaDB SEQUENCE's row, which a
+    client session cannot log inside a transaction (``sinks.target`` says why), is
+    taken out this way."""
+    ids, taken, kept = set(), [], []
+    for event in trx.events:
+        if event[4] == ev.TABLE_MAP:
+            tm = parse_table_map(event, checksum, fde)
+            if f"{tm.schema}.{tm.table}" in tables:
+                ids.add(tm.table_id)
+                taken.append(event)
+                continue
+        elif event[4] in ev.ROWS_EVENTS and ev.rows_table_id(event, fde) in ids:
+            taken.append(event)
+            continue
+        kept.append(event)
+    return taken, replace(trx, events=kept)
 
 
 MYSQL_GTID_AUTOMATIC = "SET SESSION gtid_next='AUTOMATIC'"

@@ -11,6 +11,25 @@ error its kind gives when it runs twice (``errors_if_already_applied``) records
 it as applied (MariaDB DDL is atomic). Setup writes are never binlogged, so
 they never invent a GTID in the source's domain.
 
+A MariaDB SEQUENCE's row (``NEXT VALUE FOR`` taking a new cache, ``SETVAL``) is
+non-transactional: a client session that applies it inside a transaction makes the
+target log it at once as a group of its own, under the GTID the session set for the
+whole transaction, so the transaction's commit would log that GTID a second time
+(refused under ``gtid_strict_mode``, a duplicate otherwise). On a target that logs the
+source's GTIDs, a transaction's sequence rows are therefore applied just before it,
+unlogged (``_sequence_rows``: the row is the sequence's whole state, so applying it
+again after a crash changes nothing); the transaction's other rows and its checkpoint
+row commit under its GTID. The target's binlog then lacks the sequence's row (its
+replica applier, ``--apply native``, logs it with the rest).
+
+A MariaDB target's ``gtid_current_pos`` reads a domain from its binlog only where
+the last GTID there is of its own server_id; the source's GTIDs it logs are not, and
+a target without a binlog logs none. So once a replay ends well, the target's
+``gtid_slave_pos`` is set to the source's GTID state it reached (``start``, the base's
+position, and every GTID applied), as a replica made from a backup is set up: its
+``gtid_current_pos`` is then the source's at the stop point (MySQL's
+``gtid_executed`` is that already).
+
 The target user needs SUPER (MariaDB 10.5+: BINLOG REPLAY for BINLOG
 statements, plus REPLICATION SLAVE ADMIN or SUPER to set gtid_seq_no and
 server_id), and CREATE/INSERT/UPDATE/DELETE on ``mysqlbackup_replay``.
@@ -29,8 +48,9 @@ from replay.job.sinks.base import Sink
 from replay.job.sinks.parallel import run_batch
 from replay.job.sinks.script import add_gtid, checkpoint_sql, script_transaction
 from replay.job.sinks.session import LOCK_WAIT_TIMEOUT, connect
-from replay.job.sinks.statements import (BINLOG_CAP, MYSQL_GTID_AUTOMATIC, binlog_chunks, errors_if_already_applied,
-                                     mergeable, row_events)
+from replay.job.sinks.statements import (BINLOG_CAP, MYSQL_GTID_AUTOMATIC, binlog_chunks,
+                                         errors_if_already_applied, mergeable, row_events,
+                                         take_tables)
 
 log = logging.getLogger(__name__)
 
@@ -45,8 +65,11 @@ class TargetApplier(Sink):
     """Applies transactions in commit order; a batch of one commit group runs on up to
     ``workers`` connections side by side, and still commits in the original order."""
 
-    def __init__(self, spec, workers=1, merge=1, keep_gtids=True):
+    def __init__(self, spec, workers=1, merge=1, keep_gtids=True, start=None):
         self.spec, self.source = spec, None
+        # the source's GTID state the target holds before the first transaction (a
+        # restore's base, a replay's --start-gtid): with what it applies, its state
+        self.start = start
         # False: the target is a live server of its own (a --table restore into it): its
         # binlog GTIDs say nothing of what was applied, and the transactions take new
         # GTIDs of the target's; the checkpoint rows alone keep the apply exactly-once
@@ -63,6 +86,10 @@ class TargetApplier(Sink):
         self.binlog = False
         self.parallel_applied = 0  # transactions that ran beside another one
         self.most_workers = 1      # the most connections one batch used
+        self.kinds = {}            # 'db.table' -> True for a SEQUENCE (what the target says)
+        self.reached = MariaGtidPos()  # the source's GTIDs applied, by this run or before
+        self.stopped_by_error = False
+        self.unlogged_sequence_rows = 0  # transactions whose sequence rows went unlogged
 
     def open(self, source):
         """Connect, create the checkpoint table (unlogged) and read what is applied."""
@@ -100,6 +127,7 @@ class TargetApplier(Sink):
                 self.position = Position(file, int(pos))
             if gtid:
                 _union(self.applied, parse_gtid_set(gtid, guess_flavor(gtid)))
+                _union(self.reached, parse_gtid_set(gtid, guess_flavor(gtid)))
 
     def is_applied(self, trx):
         """True when the target already has this transaction."""
@@ -123,7 +151,7 @@ class TargetApplier(Sink):
                     self._apply_serially(unit, fde_event, fde, checksum)
             return
         for batch in batches(transactions):
-            if len(batch) > 1:
+            if len(batch) > 1 and not any(self._sequences_of(trx) for trx in batch):
                 self.apply_group(batch, fde_event, checksum, fde)
             else:
                 self._apply_serially(batch, fde_event, fde, checksum)
@@ -205,11 +233,14 @@ class TargetApplier(Sink):
 
     def _apply_serially(self, transactions, fde_event, fde, checksum):
         session = self.sessions[0]
-        for trx in transactions:
+        for whole in transactions:
+            sequence_rows, trx = self._sequence_rows(whole, checksum, fde)
             script, sent = self._script(trx, fde, checksum, self.applied, 0), [0]
             self._check_cut_off(trx, script)
             try:
                 session.use_fde(fde_event)
+                if sequence_rows:
+                    self._apply_unlogged(session, sequence_rows, fde)
                 self._send_body(session, trx, script, sent)
                 session.run(script.commit)
                 self.commits += 1
@@ -221,6 +252,42 @@ class TargetApplier(Sink):
                     raise ApplyError(f"the target refused transaction {trx.gtid or ''} "
                                      f"at {trx.file}:{trx.start}: {e.args[-1]}") from None
             self._mark(script.trx)
+            if trx.statements:
+                self.kinds = {}  # a DDL may have made, renamed or dropped a sequence
+
+    def _sequences_of(self, trx):
+        """The SEQUENCE tables ``trx`` writes, on a MariaDB target that logs the source's
+        GTIDs (elsewhere none: their rows need no care); the target is asked once per
+        table until a statement may have changed what it is."""
+        if not (self.mariadb and self.binlog and self.keep_gtids and trx.rows_events):
+            return frozenset()
+        unknown = [t for t in trx.tables if t not in self.kinds]
+        for name in unknown:
+            schema, _, table = name.partition(".")
+            rows = self.sessions[0].run(
+                "SELECT table_type FROM information_schema.tables WHERE table_schema = "
+                f"{self._quote(schema)} AND table_name = {self._quote(table)}")
+            self.kinds[name] = bool(rows) and rows[0][0] == "SEQUENCE"
+        return frozenset(t for t in trx.tables if self.kinds[t])
+
+    def _sequence_rows(self, trx, checksum, fde):
+        """(the row events of ``trx`` on SEQUENCE tables, ``trx`` without them); (None,
+        ``trx``) when it writes none (the module's docstring says why)."""
+        sequences = self._sequences_of(trx)
+        if not sequences:
+            return None, trx
+        taken, rest = take_tables(trx, sequences, checksum, fde)
+        return taken, rest
+
+    def _apply_unlogged(self, session, events, fde):
+        """Apply ``events`` (whole row statements) in a commit of their own, unlogged."""
+        session.run("SET SESSION sql_log_bin=0")
+        try:
+            for chunk in binlog_chunks(events, fde, self.cap):
+                session.binlog(chunk, "", self.mariadb)
+        finally:
+            session.run("SET SESSION sql_log_bin=1")
+        self.unlogged_sequence_rows += 1
 
     def _send_body(self, session, trx, script, sent):
         """Send ``script``'s body; ``sent[0]``: how many packets went. The DDL of a
@@ -287,16 +354,46 @@ class TargetApplier(Sink):
 
     def _mark(self, trx):
         add_gtid(self.applied, trx)
+        add_gtid(self.reached, trx)
         self.position = trx.end_position
 
     def _quote(self, value):
         return self.sessions[0].conn.escape(value)
 
+    def failed(self):
+        """The replay stopped on an error: the target's GTID state is left as it is."""
+        self.stopped_by_error = True
+
     def close(self):
-        """Close every connection."""
-        for session in self.sessions:
-            session.close()
-        self.sessions = []
+        """Record the GTID state reached (``record_slave_pos``) unless the replay stopped
+        on an error, then close every connection."""
+        try:
+            if self.sessions and not self.stopped_by_error:
+                self.record_slave_pos()
+        finally:
+            for session in self.sessions:
+                session.close()
+            self.sessions = []
+
+    def record_slave_pos(self):
+        """MariaDB, the source's GTIDs kept: set the target's ``gtid_slave_pos`` to the
+        source's GTID state reached (the module's docstring says why); a target whose
+        replica threads run keeps its own, a warning says what to run."""
+        if not (self.mariadb and self.keep_gtids):
+            return
+        run = self.sessions[0].run
+        state = MariaGtidPos.parse(run("SELECT @@GLOBAL.gtid_slave_pos")[0][0] or "")
+        before = state.copy()
+        for more in (self.start, self.reached):
+            _union(state, more or MariaGtidPos())
+        if state == before:
+            return
+        try:
+            run(f"SET GLOBAL gtid_slave_pos = '{state}'")
+        except pymysql.err.MySQLError as e:
+            log.warning("the target's gtid_slave_pos stays %s (%s): its gtid_current_pos is "
+                        "not the source's; run SET GLOBAL gtid_slave_pos = '%s' on it",
+                        before or "empty", e.args[-1], state)
 
 
 def _again(packet):
