@@ -272,12 +272,13 @@ class TargetApplier(Sink):
 
     def _sequence_rows(self, trx, checksum, fde):
         """(the row events of ``trx`` on SEQUENCE tables, ``trx`` without them); (None,
-        ``trx``) when it writes none (the module's docstring says why)."""
+        ``trx``) when it writes none, or nothing else (a group of sequence rows alone is
+        logged whole under its GTID, as the source logged it: the module's docstring
+        says why the others are not)."""
         sequences = self._sequences_of(trx)
-        if not sequences:
+        if not sequences or sequences.issuperset(trx.tables):
             return None, trx
-        taken, rest = take_tables(trx, sequences, checksum, fde)
-        return taken, rest
+        return take_tables(trx, sequences, checksum, fde)
 
     def _apply_unlogged(self, session, events, fde):
         """Apply ``events`` (whole row statements) in a commit of their own, unlogged."""
