@@ -189,6 +189,52 @@ def gtid_now(fp, flavor):
     return fp.gtid["gtid_executed" if flavor == "mysql" else "gtid_current_pos"]
 
 
+# A transaction whose statements are all on temporary tables (the workload's f.tmp, in
+# STATEMENT sessions) leaves no GTID in the binlog of a MariaDB target that logs rows: a
+# ROW binlog never logs a temporary table (the engine's own applier's neither); MySQL
+# logs its GTID as an empty transaction
+TEMPORARY_ONLY = re.compile(r"^(CREATE\s+TEMPORARY|DROP\s+(/\*!40005\s+)?TEMPORARY|"
+                            r"INSERT\s+INTO\s+f\.tmp\b)", re.I)
+_CONTROL = {"BEGIN", "COMMIT"}
+
+
+def _no_change():
+    from mysqlbackup.binlog import events as ev
+    return {ev.TABLE_MAP, ev.XID, ev.MARIA_ANNOTATE_ROWS, ev.ROWS_QUERY, ev.INTVAR,
+            ev.RAND, ev.USER_VAR, ev.ROTATE, ev.FORMAT_DESCRIPTION, ev.MARIA_GTID_LIST,
+            ev.PREVIOUS_GTIDS, ev.MARIA_BINLOG_CHECKPOINT, ev.STOP}
+
+
+def logged_gtids(server, groups=False):
+    """Every GTID a server's binlog files hold, in order (MariaDB ``D-S-N``, MySQL
+    ``UUID[:TAG]:N``): what a replica replaying its binlog would get. ``groups``:
+    (GTID, whether its transaction is on temporary tables only) instead."""
+    from mysqlbackup.binlog import events as ev
+    from mysqlbackup.binlog.scan import iter_events
+    found, no_change = [], _no_change()
+    for name in server.binlog_files():
+        with open(server.binlog_path(name), "rb") as f:
+            data = f.read()
+        for _, event in iter_events(data, 4, None, check_log_pos=False):
+            kind = event[4]
+            if kind == ev.MARIA_GTID:
+                g = ev.parse_maria_gtid(event, True)
+                found.append([f"{g.domain}-{g.server_id}-{g.seq}", set()])
+            elif kind in (ev.GTID, ev.GTID_TAGGED):
+                sid, gno = (ev.parse_mysql_gtid if kind == ev.GTID
+                            else ev.parse_mysql_gtid_tagged)(event, True)
+                found.append([f"{sid}:{gno}", set()])
+            elif found and kind == ev.QUERY:
+                sql = ev.parse_query(event, True).sql.strip()
+                if sql not in _CONTROL:
+                    found[-1][1].add("temporary" if TEMPORARY_ONLY.search(sql) else "other")
+            elif found and kind not in no_change:
+                found[-1][1].add("other")  # rows, compressed events, LOAD DATA, XA ...
+    if not groups:
+        return [g for g, _ in found]
+    return [(g, kinds == {"temporary"}) for g, kinds in found]
+
+
 def masked_columns(flavor):
     """{"db.t": {column index}} the PIPE_LIMITS leave out of the comparison with the
     source, for ``flavor``."""

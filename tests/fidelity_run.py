@@ -9,7 +9,7 @@ from dataclasses import dataclass
 
 from mysqlbackup.archive.listing import ArchiveListing
 from mysqlbackup.archive.store import ArchiveStore
-from mysqlbackup.binlog.gtid import parse_gtid_set
+from mysqlbackup.binlog.gtid import parse_gtid_set, parse_one
 from tests.fidelity import base_dump, fingerprint
 from tests.helpers import (Daemon, caught_up, current_binlog, run_cli, wait_archived_to_the_end,
                            wait_for)
@@ -129,6 +129,27 @@ class Source:
         self.tools.pipe(target, self.files_between(first, checkpoint.file), start,
                         checkpoint.pos)
 
+    def gtids_to(self, checkpoint):
+        """The GTIDs the source logged after its base through ``checkpoint``, in order:
+        what a target's binlog holds once restored by statements to there (but, on
+        MariaDB, those of transactions on temporary tables only:
+        ``fidelity.TEMPORARY_ONLY``)."""
+        from tests.fidelity import logged_gtids
+        flavor = self.flavor
+        base, end = (parse_gtid_set(t, flavor) for t in (self.manifest["gtid"],
+                                                          checkpoint.gtids))
+        out = []
+        for text, temporary in logged_gtids(self.server, groups=True):
+            if temporary and flavor == "mariadb":
+                continue
+            key = parse_one(text)
+            key = key if flavor == "mysql" else (key[0], key[2])
+            holds = (lambda s: s.contains(*key)) if flavor == "mysql" else \
+                (lambda s: s.contains(key[0], 0, key[1]))
+            if holds(end) and not holds(base):
+                out.append(text)
+        return out
+
     def stop_args(self, point):
         """The replay's stop option for a Checkpoint or Mark (none at the end)."""
         return ["--stop-before-gtid", point.stop_gtid] if point.stop_gtid else []
@@ -204,21 +225,27 @@ def check_pipe_gives_the_source(source, pipe):
 def check_way(source, pipe, server, way):
     """A restore by ``way`` into ``server`` gives the pipe's data at every checkpoint,
     and the source's GTID state then (MariaDB's gtid_current_pos, MySQL's
-    gtid_executed): what a replica of the restored server starts from."""
-    from tests.fidelity import gtid_now
+    gtid_executed): what a replica of the restored server starts from; a target with a
+    binlog restored by statements logs each of the source's GTIDs since the base once,
+    in order (what a replica replaying it gets)."""
+    from tests.fidelity import gtid_now, logged_gtids
     for checkpoint, want in zip(source.checkpoints, pipe):
         done = source.restore(server, checkpoint, *WAYS[way]["args"])
         assert done.returncode == 0, done.stdout + done.stderr
         got = fingerprint(server, source.flavor)
         assert got.differences(want) == [], (checkpoint.name, done.stdout + done.stderr)
         assert gtid_now(got, source.flavor) == checkpoint.gtids, (checkpoint.name, got.gtid)
+        if server.log_bin and way != "native":  # (the applier's logs only with
+            # log_slave_updates): each source GTID once, in order, none of its own
+            _same_gtids(logged_gtids(server), source.gtids_to(checkpoint), checkpoint.name)
 
 
 def check_replay_target(source, pipe, server):
     """``replay --target`` (Spark) into ``server`` (a binlog, MariaDB's strict mode),
     after the base loaded unlogged with the engine's client: the pipe's data and the
-    source's GTID state at every checkpoint."""
-    from tests.fidelity import gtid_now
+    source's GTID state at every checkpoint, each source GTID since the base in its
+    binlog once."""
+    from tests.fidelity import gtid_now, logged_gtids
     source.load_base(server, "--init-command=SET SESSION sql_log_bin=0")
     user, password = server.admin
     for checkpoint, want in zip(source.checkpoints, pipe):
@@ -230,6 +257,19 @@ def check_replay_target(source, pipe, server):
         got = fingerprint(server, source.flavor)
         assert got.differences(want) == [], (checkpoint.name, done.stdout + done.stderr)
         assert gtid_now(got, source.flavor) == checkpoint.gtids, (checkpoint.name, got.gtid)
+        _same_gtids(logged_gtids(server), source.gtids_to(checkpoint), checkpoint.name)
+
+
+def _same_gtids(logged, wanted, name):
+    """The target logged exactly ``wanted``, in order (a readable difference)."""
+    missing = [g for g in wanted if g not in logged]
+    extra = [g for g in logged if g not in wanted]
+    twice = sorted({g for g in logged if logged.count(g) > 1})
+    first = next((i for i, (a, b) in enumerate(zip(logged, wanted)) if a != b), None)
+    assert logged == wanted, (name, first, logged[first - 2:first + 3] if first else None,
+                              wanted[first - 2:first + 3] if first else None,
+                              f"missing {missing[:10]}", f"not the source's or "
+                              f"after the checkpoint {extra[:10]}", f"twice {twice[:10]}")
 
 
 def check_replay_sql(source, pipe, server):

@@ -235,6 +235,7 @@ def _note(facts, event, etype, tracker, whole):
 
 def _collect(current, event, tracker, keep_events=True, off=None):
     etype = event[4]
+    current["xid"] = etype == ev.XID  # the last one: committed by an XID (transactional)
     if etype == ev.TABLE_MAP:
         current["tables"].add(table_of(event))
     elif etype in CONTEXT_EVENTS:
@@ -261,8 +262,10 @@ def _finish(current, end, last_event, tracker, keep_events=True):
         event_starts=current["starts"] if keep_events else None,
         event_lengths=None if keep_events else current["lengths"],
         db=current.get("db"),
-        group=None if current["statements"] else commit_group(current["first"],
-                                                               tracker.checksum),
+        # beside others only what commits as one transaction: a write to non-transactional
+        # tables (committed by COMMIT) happens, and is logged, at once, out of order
+        group=None if current["statements"] or not current.get("xid") else commit_group(
+            current["first"], tracker.checksum),
         rows_events=current["rows"], statements=current["statements"])
 
 

@@ -8,6 +8,10 @@
   (logical clock, per binlog file); a transaction may run once every
   transaction up to its ``last_committed`` has committed.
 
+Either way a transaction not committed by an XID (a write to non-transactional tables,
+ended by COMMIT) runs alone (``assemble`` gives it no group): its writes happen, and
+are logged, as each statement ends, so beside others it would land out of order.
+
 ``batches`` cuts an ordered list of transactions into runs that may be applied
 concurrently; whoever applies a batch still commits in the original order, so
 the target's GTID order and the resume point stay exact.
