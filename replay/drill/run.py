@@ -167,11 +167,28 @@ def _check_transactions(plan, replay_opts, server, report):
     problems, count, end = check_applied(expected, gtids, skipped)
     report.problems += [f"transactions: {p}" for p in problems]
     if not problems:
-        report.lines.append(
-            f"transactions: {count} applied, each once, after base {plan.manifest['id']} "
-            f"(GTID {plan.manifest.get('gtid') or '(none)'}) through "
-            + ", ".join(f"{d}-*-{n}" for d, (_, n) in sorted(end.domains.items()))
-            + (" as the indexes list" if expected.exact else
+        through = ", ".join(f"{d}-*-{n}" for d, (_, n) in sorted(end.domains.items()))
+        report.lines.append(_applied_line(plan, count, through, expected.exact, skipped))
+
+
+def _check_counted(plan, summary, logged, report):
+    """A source that keeps no GTIDs: the transactions the scratch server logged counted
+    against the replay's and the indexes' counts."""
+    problems = check_counted(counted_bounds(plan), logged, summary["applied"],
+                             summary["skipped"])
+    report.problems += [f"transactions: {p}" for p in problems]
+    if not problems:
+        m = plan.manifest
+        report.lines.append(f"transactions: {logged} applied, each once, after base {m['id']} "
+                            f"({m['binlog_file']}:{m['binlog_pos']}; the source keeps no "
+                            "GTIDs: counted against the indexes)")
+
+
+def _applied_line(plan, count, through, exact, skipped):
+    """The drill's line of the transactions it found applied, each once."""
+    return (f"transactions: {count} applied, each once, after base {plan.manifest['id']} "
+            f"(GTID {plan.manifest.get('gtid') or '(none)'}) through {through}"
+            + (" as the indexes list" if exact else
                " (within the file the stop point falls in, as the indexes place it)")
             + (f"; {len(skipped)} left out on purpose (the replay's bookkeeping schema)"
                if skipped else ""))
@@ -180,18 +197,10 @@ def _check_transactions(plan, replay_opts, server, report):
 def _check_mysql(result, replay_opts, server, report):
     """The MySQL scratch server's binlog against the indexes: by GTID set, or by count
     for a source that keeps no GTIDs."""
-    plan, summary = result["plan"], result["summary"]
+    plan = result["plan"]
     gtids, anonymous = mysql_logged(server)
     if plan.manifest.get("gtid") is None:
-        problems = check_counted(counted_bounds(plan), anonymous, summary["applied"],
-                                 summary["skipped"])
-        report.problems += [f"transactions: {p}" for p in problems]
-        if not problems:
-            report.lines.append(f"transactions: {anonymous} applied, each once, after base "
-                                f"{plan.manifest['id']} ({plan.manifest['binlog_file']}:"
-                                f"{plan.manifest['binlog_pos']}; the source keeps no GTIDs: "
-                                "counted against the indexes)")
-        return
+        return _check_counted(plan, result["summary"], anonymous, report)
     expected = mysql_expected_of(plan)
     problems, count, end = check_mysql_applied(expected, gtids)
     skipped = frozenset()
@@ -204,13 +213,7 @@ def _check_mysql(result, replay_opts, server, report):
         problems, count, end = check_mysql_applied(expected, gtids, skipped)
     report.problems += [f"transactions: {p}" for p in problems]
     if not problems:
-        report.lines.append(
-            f"transactions: {count} applied, each once, after base {plan.manifest['id']} "
-            f"(GTID {plan.manifest.get('gtid') or '(none)'}) through {end}"
-            + (" as the indexes list" if expected.exact else
-               " (within the file the stop point falls in, as the indexes place it)")
-            + (f"; {len(skipped)} left out on purpose (the replay's bookkeeping schema)"
-               if skipped else ""))
+        report.lines.append(_applied_line(plan, count, end, expected.exact, skipped))
 
 
 def _members(gtid_set, limit=MISSING_LOOKED_AT):
@@ -226,9 +229,10 @@ def _members(gtid_set, limit=MISSING_LOOKED_AT):
 
 def skipped_on_purpose(plan, replay_opts, missing):
     """The (domain, seq_no) (MySQL: (uuid, gno)) among ``missing`` that the replay leaves
-    out of the target's binlog on purpose: filtered out by its selection, or statements on its bookkeeping
-    schema only (an earlier restore into the live source logged them there). Found by
-    decoding only the files that hold them, as a replay task does (``job.tasks.decode_unit``)."""
+    out of the target's binlog on purpose: filtered out by its selection, or statements
+    on its bookkeeping schema only (an earlier restore into the live source logged them
+    there). Found by decoding only the files that hold them, as a replay task does
+    (``job.tasks.decode_unit``)."""
     if not missing:
         return frozenset()
     from replay.job.run import attach_unit
