@@ -368,6 +368,10 @@ class TargetApplier(Sink):
     def close(self):
         """Record the GTID state reached (``record_slave_pos``) unless the replay stopped
         on an error, then close every connection."""
+        if self.unlogged_sequence_rows:
+            log.info("the SEQUENCE rows of %d transactions were applied unlogged, just before "
+                     "each (the target's binlog holds the rest of each under its GTID)",
+                     self.unlogged_sequence_rows)
         try:
             if self.sessions and not self.stopped_by_error:
                 self.record_slave_pos()
