@@ -349,7 +349,7 @@ class ScratchMySQL(ScratchServer):
         try:
             done = subprocess.run([self.binary, "--no-defaults", "--initialize-insecure",
                                    f"--datadir={datadir}", f"--log-error={log_path}",
-                                   *_as_root()], stdin=subprocess.DEVNULL,
+                                   *as_root()], stdin=subprocess.DEVNULL,
                                   stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
                                   timeout=INITIALIZE_TIMEOUT)
             failed = f"exit {done.returncode}" if done.returncode else None
@@ -373,7 +373,7 @@ class ScratchMySQL(ScratchServer):
                 "--secure-file-priv=NULL", "--innodb-buffer-pool-size=64M",
                 f"--log-bin={self.datadir}/binlog", "--binlog-checksum=CRC32",
                 f"--gtid-mode={gtid}",
-                f"--enforce-gtid-consistency={gtid}", f"--init-file={init}", *_as_root()]
+                f"--enforce-gtid-consistency={gtid}", f"--init-file={init}", *as_root()]
 
     def root(self, database=None, autocommit=True, charset="utf8mb4"):
         """A new root connection over TCP (root@127.0.0.1, no password, no TLS)."""
@@ -392,6 +392,7 @@ def _tail(path, size=2000):
         return ""
 
 
-def _as_root():
-    """``--user=root`` when this process is root (mysqld refuses root without it)."""
+def as_root():
+    """``--user=root`` when this process is root (mysqld and mariadbd refuse to run as
+    root without it), else nothing."""
     return ["--user=root"] if os.geteuid() == 0 else []

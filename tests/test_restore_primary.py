@@ -9,8 +9,8 @@ the target's own), and ``gtid_current_pos`` is the source's."""
 import pytest
 
 from mysqlbackup.archive.store import ArchiveStore
-from mysqlbackup.binlog import events as ev
-from tests.helpers import (Daemon, caught_up, file_events, module_primary, run_cli,
+from tests.fidelity import logged_gtids
+from tests.helpers import (Daemon, caught_up, module_primary, run_cli,
                            wait_archived_to_the_end, wait_for)
 
 pytestmark = pytest.mark.server
@@ -51,17 +51,6 @@ def archived(tmp_path_factory):
     source.stop(remove=True)
 
 
-def logged(server):
-    """(domain, server_id, seq_no) of each GTID event of the server's binlog files."""
-    found = []
-    for name in server.binlog_files():
-        for event in file_events(server.binlog_path(name)):
-            if event[4] == ev.MARIA_GTID:
-                g = ev.parse_maria_gtid(event, True)
-                found.append((g.domain, g.server_id, g.seq))
-    return found
-
-
 @pytest.mark.parametrize("apply", ["statements", "native"])
 def test_a_restored_primary_holds_the_sources_rows_sequence_and_gtids(archived, make_server,
                                                                       apply):
@@ -82,5 +71,5 @@ def test_a_restored_primary_holds_the_sources_rows_sequence_and_gtids(archived, 
         assert ("the SEQUENCE rows of 6 transactions were applied unlogged, just before "
                 "each") in done.stderr
         last = int(want.split("-")[2])
-        assert logged(target) == [(0, 1, n) for n in range(4, last + 1)]
+        assert logged_gtids(target) == [f"0-1-{n}" for n in range(4, last + 1)]
         assert target.execute("SELECT @@gtid_binlog_pos")[0][0] == want

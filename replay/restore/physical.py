@@ -28,7 +28,7 @@ from mysqlbackup.archive.codec import Digest
 from mysqlbackup.base.client import ToolError, find_tool
 from mysqlbackup.durable import write_bytes
 from mysqlbackup.errors import UsageError
-from mysqlbackup.scratch import find_binary, private_tmpdir
+from mysqlbackup.scratch import as_root, find_binary, private_tmpdir
 from replay.restore.load import check_digests, stream_object
 
 MARKER = "mysqlbackup-restore.json"
@@ -149,7 +149,7 @@ def server_args(binary, datadir, host, port, flavor="mariadb"):
                  "--gtid-mode=ON", "--enforce-gtid-consistency=ON"]
     else:
         args += ["--skip-slave-start"]
-    return args + (["--user=root"] if os.geteuid() == 0 else [])
+    return args + as_root()
 
 
 def _socket_path(port):

@@ -36,6 +36,7 @@ from mysqlbackup.binlog.query_vars import RESET_SESSION, raw_query, session_stat
 from mysqlbackup.binlog.tablemap import parse_table_map
 from mysqlbackup.binlog.transactions import classify_sql
 from mysqlbackup.errors import MysqlBackupError
+from replay.job.decoding.assemble import table_of
 
 LOG_EVENT_SUPPRESS_USE_F = 0x0008  # header flag: run without USE (CREATE/DROP DATABASE)
 LOG_EVENT_IGNORABLE_F = 0x0080     # header flag: an applier that does not know it skips it
@@ -172,9 +173,8 @@ def take_tables(trx, tables, checksum, fde):
     ids, taken, kept = set(), [], []
     for event in trx.events:
         if event[4] == ev.TABLE_MAP:
-            tm = parse_table_map(event, checksum, fde)
-            if f"{tm.schema}.{tm.table}" in tables:
-                ids.add(tm.table_id)
+            if table_of(event) in tables:  # the name ``trx.tables`` holds
+                ids.add(parse_table_map(event, checksum, fde).table_id)
                 taken.append(event)
                 continue
         elif event[4] in ev.ROWS_EVENTS and ev.rows_table_id(event, fde) in ids:
