@@ -35,7 +35,9 @@ def extensions():
     except ImportError:
         return []
     ext = Extension("mysqlbackup._speedups", ["mysqlbackup/_speedups.pyx"], libraries=["z"])
-    rows = Extension("replay.job.decoding._rowloop", ["replay/job/decoding/_rowloop.pyx"])
+    rows = Extension("replay.job.decoding._rowloop", ["replay/job/decoding/_rowloop.pyx"],
+                     depends=[f"replay/job/decoding/_row{part}.pxi"  # its included parts
+                              for part in ("text", "json", "walk")])
     return cythonize([ext, rows], quiet=True)
 
 
