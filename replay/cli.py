@@ -9,7 +9,8 @@ import click
 
 from mysqlbackup.archive.names import check_source_name
 from mysqlbackup.cli.options import (archive_options, example, handle_errors, identity_option,
-                                     source_name_option, spark_options, target_options)
+                                     source_name_option, spark_options, stop_options,
+                                     target_options)
 from mysqlbackup.config import TARGET_PASSWORD_ENV
 from mysqlbackup.errors import mask_url
 from mysqlbackup.source.spec import source_from_options
@@ -55,11 +56,7 @@ from replay.restore.run import APPLY_WAYS
 @click.option("--start-gtid", metavar="SET", help="GTID position the restored full backup "
               "already contains (mariadb-dump --gtid); transactions inside it are skipped.")
 @click.option("--start-position", metavar="FILE:POS", help="Skip transactions before it.")
-@click.option("--stop-datetime", metavar="ISO8601", help="Stop before the first transaction "
-              "committed at or after it; UTC unless it names a zone (never local time).")
-@click.option("--stop-before-gtid", metavar="GTID", help="Stop before this transaction.")
-@click.option("--stop-position", metavar="FILE:POS", help="Stop before a transaction ending "
-              "past it.")
+@stop_options()
 @click.option("--exclude-gtids", metavar="GTID[,GTID...]", help="Skip these transactions "
               "(the bad DROP) and go on.")
 @click.option("--database", "databases", multiple=True, help="Only this schema (repeatable).")
@@ -75,8 +72,7 @@ from replay.restore.run import APPLY_WAYS
 def replay(archive_url, archive_option, source_name, target, target_password_file,
            target_tls, apply_mode, workers,
            merge, sql_path,
-           parquet_url, typed_tables, start_gtid, start_position, stop_datetime, stop_before_gtid,
-           stop_position, exclude_gtids, databases, tables, rewrites, allow_gaps, master,
+           parquet_url, typed_tables, start_gtid, start_position, stop, exclude_gtids, databases, tables, rewrites, allow_gaps, master,
            spark_conf, driver_host, executor_python, identity):
     """Point-in-time replay of the archive with PySpark (one task per file; small files
     share one), applying only complete transactions in commit order, exactly once."""
@@ -99,8 +95,8 @@ def replay(archive_url, archive_option, source_name, target, target_password_fil
     from replay.job.spark import SparkSetup
     spark_setup = SparkSetup.of(spark_conf, driver_host, executor_python)  # a
     # malformed --conf pair fails before anything is read
-    selection = build_selection(start_gtid, start_position, stop_datetime, stop_before_gtid,
-                                stop_position, exclude_gtids, databases, tables, rewrites)
+    selection = build_selection(start_gtid, start_position, stop, exclude_gtids, databases,
+                                tables, rewrites)
     opts = ReplayOptions(archive_url or _missing("--archive"), parse_options(archive_option),
                          source_name, selection, allow_gaps, master,
                          keyring=keyring_from(identity), spark=spark_setup)

@@ -298,3 +298,13 @@ def change_table_rows(out):
     import pyarrow.parquet as pq
     parts = json.loads((out / "_SUCCESS").read_text())["parts"]
     return [r for part in parts for r in pq.read_table(out / part).to_pylist()]
+
+
+def selection_of(**options):
+    """``build_selection`` of option values as the command line gives them, the stop
+    options (stop_datetime, stop_before_gtid, stop_position) among them."""
+    from mysqlbackup.archive.stop import parse_stop
+    from replay.job.planning.options import build_selection
+    stops = {name: options.pop(name) for name in ("stop_datetime", "stop_before_gtid",
+                                                  "stop_position") if name in options}
+    return build_selection(stop=parse_stop(**stops), **options)

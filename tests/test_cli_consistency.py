@@ -331,6 +331,35 @@ def test_restore_dry_run_json(bases):
     assert outcome(result) == (2, "", error("--json prints the plan: give --dry-run too"))
 
 
+# -- the stop point: one option group, at most one stop -------------------------------------
+
+STOPS = [("--stop-datetime", "2022-04-20T22:19:00Z"), ("--stop-before-gtid", "0-1-2"),
+         ("--stop-position", "mariadb-bin.000001:900")]
+
+
+@pytest.mark.parametrize("command", ["replay", "restore", "serve", "drill"])
+@pytest.mark.parametrize("first,second", [(0, 1), (0, 2), (1, 2)])
+def test_two_stop_points_are_refused_in_one_line(tmp_path, command, first, second):
+    """Every command with stop options refuses two at once in one line, exit 2, before it
+    reads anything (the archive named here does not exist); replay ran such a pair."""
+    result = invoke(command, "--archive", f"file://{tmp_path}/none", "--sql",
+                    str(tmp_path / "out.sql"), *STOPS[first], *STOPS[second]) \
+        if command == "replay" else invoke(command, "--archive", f"file://{tmp_path}/none",
+                                           *STOPS[first], *STOPS[second])
+    assert outcome(result) == (2, "", error(
+        "give at most one of --stop-datetime, --stop-before-gtid and --stop-position "
+        f"(got {STOPS[first][0]} and {STOPS[second][0]})"))
+
+
+@pytest.mark.parametrize("option,value,text", [
+    ("--stop-datetime", "2022-04-21 00:19:00+02:00", "--stop-datetime 2022-04-20T22:19:00Z"),
+    ("--stop-position", "mariadb-bin.000001:900", "--stop-position mariadb-bin.000001:900")])
+def test_the_plan_names_the_stop_as_its_option_says_it(bases, option, value, text):
+    result = invoke("restore", "--archive", bases, "--dry-run", "--json", option, value)
+    assert result.exit_code == 0, result.output
+    assert json.loads(result.stdout)["stop"] == text
+
+
 # -- retain: the plan, and deletions only with --yes ---------------------------------------
 
 def plan_lines(verb):

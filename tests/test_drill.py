@@ -165,15 +165,24 @@ def test_a_source_without_gtids_is_counted_against_the_indexes():
         "the indexes list between 10 and 22 in the files it read")
 
 
+def stop_of(given):
+    """The Stop of a test's {"datetime": epoch} or {"position": "FILE:POS"} (END: {})."""
+    from mysqlbackup.archive.stop import END, StopDatetime, StopPosition, parse_file_position
+    if "datetime" in given:
+        return StopDatetime(given["datetime"])
+    if "position" in given:
+        return StopPosition(parse_file_position(given["position"], "--stop-position"))
+    return END
+
+
 @pytest.mark.parametrize("stop,bounds", [
     ({}, (30, 30)),                           # the end: every transaction of the files read
     ({"datetime": 1_800_000_250}, (10, 20)),  # inside the second of them
-    ({"position": ("bin.000003", 200)}, (20, 30))])
+    ({"position": "bin.000003:200"}, (20, 30))])
 def test_counted_bounds_of_a_source_without_gtids(stop, bounds):
     """No GTIDs anywhere (MySQL's gtid_mode OFF): the base sits by its position, and the
     transactions the replay must take are counted from the indexes."""
-    from mysqlbackup.archive.window import Stop, build_runs
-    from mysqlbackup.binlog.position import Position
+    from mysqlbackup.archive.window import build_runs
     from replay.drill.check import counted_bounds
     from replay.restore.plan import make_plan
     from tests.test_retention import base, index
@@ -181,9 +190,7 @@ def test_counted_bounds_of_a_source_without_gtids(stop, bounds):
                  transactions=10) for i in (1, 2, 3)]
     runs, holes = build_runs("db1", bare)
     manifest = dict(base(1, ended=50), gtid=None, member="dump.sql.zst")
-    if "position" in stop:
-        stop = {"position": Position(*stop["position"])}
-    assert counted_bounds(make_plan("db1", runs, holes, [manifest], Stop(**stop))) == bounds
+    assert counted_bounds(make_plan("db1", runs, holes, [manifest], stop_of(stop))) == bounds
 
 
 @pytest.mark.parametrize("db,sql,bookkeeping", [
@@ -200,13 +207,13 @@ def test_on_bookkeeping(db, sql, bookkeeping):
     ({"datetime": 1_800_001_000}, "0-1-40", "0-1-40"),  # after every commit: exactly
     ({"datetime": 1_800_000_160}, "0-1-15", "0-1-20")])  # inside the base's own file
 def test_expected_of_a_restore_plan_from_the_indexes(stop, low, high):
-    from mysqlbackup.archive.window import Stop, build_runs
+    from mysqlbackup.archive.window import build_runs
     from replay.drill.check import expected_of
     from replay.restore.plan import make_plan
     from tests.test_retention import base, index
     runs, holes = build_runs("db1", [index(i) for i in (1, 2, 3)])
     manifest = dict(base(1, seq_in_file=5, ended=50), member="dump.sql.zst")
-    exp = expected_of(make_plan("db1", runs, holes, [manifest], Stop(**stop)))
+    exp = expected_of(make_plan("db1", runs, holes, [manifest], stop_of(stop)))
     assert (str(exp.start), str(exp.low), str(exp.high)) == ("0-1-15", low, high)
 
 

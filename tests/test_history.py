@@ -9,8 +9,9 @@ import pytest
 
 from mysqlbackup.archive.names import (epoch_source, format_key, history_key, parse_key,
                                        segment_key, split_epoch)
-from mysqlbackup.archive.window import (EpochHistory, Stop, build_runs, choose_base,
-                                        parse_history, switch_problem)
+from mysqlbackup.archive.stop import StopGtid, StopPosition
+from mysqlbackup.archive.window import (EpochHistory, build_runs, choose_base, parse_history,
+                                        switch_problem)
 from mysqlbackup.errors import CorruptBinlog, ResyncRequired, UsageError
 from mysqlbackup.retention.policy import EpochFacts, Facts, plan_retention
 from replay.job.planning.units import plan_epochs
@@ -90,10 +91,10 @@ def test_one_run_across_a_sound_switch_and_the_base_chosen_across_it():
                                         "binlog.000001 (epoch 2)", "binlog.000002 (epoch 2)"]
     assert spans[2].skip == "0-1-20" and spans[3].skip is None
     base = manifest("20261120T030500.000Z", "0-1-5", 5)
-    before_drop = choose_base("db1", runs, holes, [base], Stop(before_gtid=(0, 2, 27)))
+    before_drop = choose_base("db1", runs, holes, [base], StopGtid((0, 2, 27)))
     assert before_drop.keys == [(1, "binlog.000001"), (1, "binlog.000002"),
                                 (2, "binlog.000001"), (2, "binlog.000002")]
-    on_a = choose_base("db1", runs, holes, [base], Stop(before_gtid=(0, 1, 15)))
+    on_a = choose_base("db1", runs, holes, [base], StopGtid((0, 1, 15)))
     assert on_a.keys == [(1, "binlog.000001"), (1, "binlog.000002")]
 
 
@@ -109,7 +110,7 @@ def test_a_file_position_that_two_epochs_hold_is_refused():
     from mysqlbackup.binlog.position import Position
     with pytest.raises(UsageError, match="binlog.000001 is in epochs 1 and 2"):
         choose_base("db1", runs, holes, [manifest("20261120T030500.000Z", "0-1-5", 5)],
-                    Stop(position=Position("binlog.000001", 500)))
+                    StopPosition(Position("binlog.000001", 500)))
 
 
 def test_retention_deletes_across_epochs_only_what_no_promised_moment_needs():

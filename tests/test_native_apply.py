@@ -23,12 +23,11 @@ from mysqlbackup.binlog.gtid import MariaGtidPos
 from mysqlbackup.errors import UsageError
 from mysqlbackup.sandbox import REPL_PASSWORD, REPL_USER
 from mysqlbackup.source.spec import SourceSpec
-from replay.job.planning.options import build_selection
 from replay.restore.native import CONNECTION, NativeApply, NativeApplyError, apply_native
 from replay.restore.nativeend import End, expected_end
 from replay.restore.run import RestoreOptions, run_restore
 from replay.serve.feed import EndInfo
-from tests.helpers import (REPO, Daemon, caught_up, cli_env, module_primary, run_cli,
+from tests.helpers import (Daemon, REPO, caught_up, cli_env, module_primary, run_cli, selection_of,
                            wait_archived_to_the_end, wait_for)
 
 TABLES = "n.items, n.log"
@@ -194,7 +193,7 @@ def test_expected_end_of_each_kind_of_stop_point(primary):
             ({"stop_position": primary.stop_position}, "stop position reached", before_stop),
             ({"stop_datetime": primary.stop_datetime}, "stop datetime reached", before_stop),
             ({}, "end of the archive", primary.end)]:
-        selection = replace(build_selection(**stop), start_gtids=MariaGtidPos.parse(
+        selection = replace(selection_of(**stop), start_gtids=MariaGtidPos.parse(
             primary.middle))
         _, units, _ = units_to_read(ReplayOptions(primary.url_archive, selection=selection))
         end = expected_end(units, selection, selection.start_gtids, primary.url_archive, {})
@@ -220,8 +219,8 @@ def test_idle_is_the_same_idle_state_for_idle_for_seconds():
 
 def restore(primary, target, **stop):
     lines = []
-    opts = RestoreOptions(primary.url_archive, spec_of(target), selection=build_selection(**stop),
-                          stop_text=repr(stop), apply="native")  # from serve
+    opts = RestoreOptions(primary.url_archive, spec_of(target), selection=selection_of(**stop),
+                          apply="native")  # from serve
     report = run_restore(opts, echo=lines.append, progress=lines.append)
     return report, [line for line in lines if isinstance(line, str)]
 

@@ -16,9 +16,8 @@ from mysqlbackup.archive.store import ArchiveStore
 from mysqlbackup.binlog.gtid import MysqlGtidSet
 from mysqlbackup.source.spec import SourceSpec
 from replay.job.plan import ReplayOptions
-from replay.job.planning.options import build_selection
 from replay.restore.native import CONNECTION, run_native
-from tests.helpers import REPO, Daemon, run_cli, wait_archived_to_the_end
+from tests.helpers import Daemon, REPO, run_cli, selection_of, wait_archived_to_the_end
 
 pytestmark = pytest.mark.mysql
 
@@ -89,7 +88,7 @@ def spec_of(server):
 
 def options(source, **stop):
     return ReplayOptions(source.url_archive, source_name="my1",
-                         selection=build_selection(**stop))
+                         selection=selection_of(**stop))
 
 
 def target_of(make_mysql, server_id=2):

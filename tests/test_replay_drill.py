@@ -13,10 +13,9 @@ from mysqlbackup.errors import UsageError
 from mysqlbackup.source.spec import SourceSpec
 from replay.job.plan import ReplayOptions
 from replay.job.run import run_replay
-from replay.job.planning.options import build_selection
 from replay.job.sinks.sqlfile import SqlFileSink
 from replay.job.sinks.target import TargetApplier
-from tests.helpers import (REPO, Daemon, backup_dir, cli_env, run_cli,
+from tests.helpers import (Daemon, REPO, backup_dir, cli_env, run_cli, selection_of,
                            wait_archived_to_the_end, wait_for)
 
 TABLES = ["shop.customers", "shop.orders", "shop.ledger", "crm.notes"]
@@ -129,7 +128,7 @@ def target_server(make_server, drill, log_bin=True):
 def replay_into_new_target(drill, make_server, spark, **selection):
     """Restore the dump into a new server, replay the archive onto it: (target, summary)."""
     target = target_server(make_server, drill)
-    sel = build_selection(start_gtid=drill["g0"], **selection)
+    sel = selection_of(start_gtid=drill["g0"], **selection)
     spec = SourceSpec("127.0.0.1", target.port, "root", "")
     summary = run_replay(ReplayOptions(drill["url"], drill["options"], selection=sel),
                          TargetApplier(spec), spark=spark)
@@ -163,7 +162,7 @@ def test_replay_excluding_the_drop_and_going_on(drill, make_server, spark):
     expected = dict(drill["final"], **{"shop.ledger": drill["before_drop"]["shop.ledger"]})
     assert checksums(target) == expected
     # the target is past the DROP now: a replay to just before it cannot go back
-    sel = build_selection(start_gtid=drill["g0"], stop_before_gtid=drill["drop_gtid"])
+    sel = selection_of(start_gtid=drill["g0"], stop_before_gtid=drill["drop_gtid"])
     spec = SourceSpec("127.0.0.1", target.port, "root", "")
     with pytest.raises(UsageError, match=re.escape(
             f"the target already has transaction {drill['drop_gtid']} ending at ")) as error:
@@ -214,7 +213,7 @@ def test_sql_sink_of_a_truncated_newest_file_keeps_complete_transactions(drill, 
     store.put_bytes(last, data[:-10])  # the newest file ends inside its last transaction
     try:
         out = tmp_path / "replay.sql"
-        sel = build_selection(start_gtid=drill["g0"])
+        sel = selection_of(start_gtid=drill["g0"])
         summary = run_replay(ReplayOptions(drill["url"], drill["options"], selection=sel,
                                            allow_gaps=True), SqlFileSink(str(out)), spark=spark)
     finally:
@@ -243,7 +242,7 @@ def test_rewrite_db_applies_into_another_schema(make_server, spark, tmp_path):
     Archiver(str(local), ArchiveStore(url)).run_once()
     target = make_server(server_id=4, semi_sync=False)
     target.execute("CREATE DATABASE dst", ddl.format("dst"))
-    sel = build_selection(start_gtid=start, rewrites=["src:dst"])
+    sel = selection_of(start_gtid=start, rewrites=["src:dst"])
     spec = SourceSpec("127.0.0.1", target.port, "root", "")
     summary = run_replay(ReplayOptions(url, {}, selection=sel), TargetApplier(spec),
                          spark=spark)

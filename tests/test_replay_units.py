@@ -10,10 +10,11 @@ from mysqlbackup.binlog.scan import iter_events
 from mysqlbackup.errors import CorruptBinlog, ResyncRequired, UsageError
 from replay.job.decoding.assemble import assemble, attach_events, detach_events
 from replay.job.decoding.transaction import Transaction
-from replay.job.planning.options import build_selection, parse_datetime
+from mysqlbackup.utc import parse_datetime
+from replay.job.planning.options import build_selection
 from replay.job.planning.units import Unit, drop_before_start, pick_source, plan_units
 from replay.job.sinks.statements import step_sql, transaction_steps
-from tests.helpers import read
+from tests.helpers import read, selection_of
 
 MARIA = "rust_mysql_common/mariadb-bin.000001"
 
@@ -27,14 +28,15 @@ def test_datetime_is_utc_unless_a_zone_is_named():
 
 def test_bad_options_are_refused():
     with pytest.raises(UsageError, match="one GTID"):
-        build_selection(stop_before_gtid="0-1-5,1-1-3")
+        selection_of(stop_before_gtid="0-1-5,1-1-3")
     with pytest.raises(UsageError, match="DB.TABLE"):
         build_selection(tables=["nodot"])
     with pytest.raises(UsageError, match="FILE:POS"):
-        build_selection(stop_position="binlog.000001")
-    for option in ("stop_before_gtid", "stop_datetime", "stop_position", "start_gtid"):
+        selection_of(stop_position="binlog.000001")
+    for option in ("stop_before_gtid", "stop_datetime", "stop_position", "start_gtid",
+                   "exclude_gtids"):
         with pytest.raises(UsageError, match=r"^--%s is empty$" % option.replace("_", "-")):
-            build_selection(**{option: " "})  # "$(cat file)" of an empty file: no silent "all"
+            selection_of(**{option: " "})  # "$(cat file)" of an empty file: no silent "all"
 
 
 def trx(seq, ts=100, file="b.000001", start=4, end=50, tables=("d.t",)):
@@ -43,14 +45,14 @@ def trx(seq, ts=100, file="b.000001", start=4, end=50, tables=("d.t",)):
 
 
 def test_decisions():
-    sel = build_selection(start_gtid="0-1-5", stop_before_gtid="0-1-9", exclude_gtids="0-1-7",
-                          databases=["d"])
+    sel = selection_of(start_gtid="0-1-5", stop_before_gtid="0-1-9", exclude_gtids="0-1-7",
+                       databases=["d"])
     assert sel.decide(trx(5)) == ("skip", "in the start GTID set")
     assert sel.decide(trx(6)) == ("apply", None)
     assert sel.decide(trx(7)) == ("skip", "excluded")
     assert sel.decide(trx(8, tables=("other.t",))) == ("skip", "filtered out")
     assert sel.decide(trx(9)) == ("stop", "stop before GTID 0-1-9")
-    by_time = build_selection(stop_datetime="1970-01-01T00:02:00Z")
+    by_time = selection_of(stop_datetime="1970-01-01T00:02:00Z")
     assert by_time.decide(trx(1, ts=119))[0] == "apply"
     assert by_time.decide(trx(2, ts=120)) == ("stop", "stop datetime reached")
 

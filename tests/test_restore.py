@@ -23,10 +23,9 @@ from mysqlbackup.binlog.names import binlog_sort_key
 from mysqlbackup.errors import UsageError
 from mysqlbackup.sandbox import MariaDBSandbox, find_binary
 from mysqlbackup.source.spec import SourceSpec
-from replay.job.planning.options import build_selection
 from replay.restore.run import RestoreOptions, run_restore
 from replay.restore.target import TargetNotEmpty
-from tests.helpers import (REPO, Daemon, caught_up, cli_env, current_binlog, run_cli,
+from tests.helpers import (Daemon, REPO, caught_up, cli_env, current_binlog, run_cli, selection_of,
                            wait_archived_to_the_end, wait_for)
 
 TABLES = ["shop.items", "shop.orders", "shop.writes", "shop.log"]
@@ -177,8 +176,8 @@ def spec_of(server):
 
 def restore_in_process(world, target, spark, into_nonempty=False, **stop):
     lines = []
-    opts = RestoreOptions(world["url"], spec_of(target), selection=build_selection(**stop),
-                          into_nonempty=into_nonempty, stop_text=repr(stop))
+    opts = RestoreOptions(world["url"], spec_of(target), selection=selection_of(**stop),
+                          into_nonempty=into_nonempty)
     report = run_restore(opts, echo=lines.append, spark=spark)
     return report, lines
 
@@ -517,7 +516,7 @@ def test_table_restore_into_another_schema_of_a_live_server(world, make_server, 
     target.execute("CREATE DATABASE shop", "CREATE TABLE shop.items (id INT PRIMARY KEY)",
                    "INSERT INTO shop.items VALUES (7)")
     lines = []
-    opts = RestoreOptions(world["url"], spec_of(target), selection=build_selection(
+    opts = RestoreOptions(world["url"], spec_of(target), selection=selection_of(
         stop_before_gtid=world["stop_gtid"], tables=["shop.items"], rewrites=["shop:restored"]))
     report = run_restore(opts, echo=lines.append, spark=spark)
     assert report["summary"]["stop_reason"] == f"stop before GTID {world['stop_gtid']}"

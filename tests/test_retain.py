@@ -19,9 +19,8 @@ from mysqlbackup.archive.listing import ArchiveListing
 from mysqlbackup.archive.store import ArchiveStore
 from mysqlbackup.retention.prune import retain, retainer
 from mysqlbackup.source.spec import SourceSpec
-from replay.job.planning.options import build_selection
 from replay.restore.run import RestoreOptions, run_restore
-from tests.helpers import current_binlog, module_primary, run_cli, wait_for
+from tests.helpers import current_binlog, module_primary, run_cli, selection_of, wait_for
 
 pytestmark = pytest.mark.server
 
@@ -230,7 +229,7 @@ def test_real_run_then_restore_to_the_oldest_promised_moment_beside_a_greedy_ret
 
     def restore():
         opts = RestoreOptions(url, SourceSpec("127.0.0.1", target.port, "root", ""),
-                              selection=build_selection(stop_datetime=iso_z(w["T"])))
+                              selection=selection_of(stop_datetime=iso_z(w["T"])))
         result["report"] = run_restore(opts, echo=lambda line: None)
     # the restore waits on the target's global read lock until retain has run (a restore
     # of a few seconds would otherwise end, its lease gone, before retain starts)
@@ -293,7 +292,7 @@ def test_a_restore_plans_again_under_its_lease_and_stops_if_its_base_went(world)
     url, w = copy_archive(world, "replan"), world
     store = ArchiveStore(url)
     opts = RestoreOptions(url, SourceSpec("127.0.0.1", 1, "root", ""),
-                          selection=build_selection(stop_datetime=iso_z(w["T"])))
+                          selection=selection_of(stop_datetime=iso_z(w["T"])))
     plan, _ = plan_restore(store, opts)
     assert plan.manifest["id"] == w["B"]
     assert replan(store, opts, plan)[0].manifest["id"] == w["B"]

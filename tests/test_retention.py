@@ -169,13 +169,14 @@ def test_base_ended_exactly_at_the_promised_moment_cannot_anchor():
 def test_restore_after_retention_refuses_a_moment_before_the_window():
     """Files before the anchor's are gone: a stop before the base ended cannot be proved
     (the deleted file may hold commits after it), one after it can."""
-    from mysqlbackup.archive.window import NoBaseError, Stop, build_runs, choose_base
+    from mysqlbackup.archive.stop import StopDatetime
+    from mysqlbackup.archive.window import NoBaseError, build_runs, choose_base
     at_start = base(3, seq_in_file=0, ended=2)  # B: at bin.000003's start, ended T0+302
     runs, holes = build_runs("db1", [index(i) for i in range(3, 7)])
     with pytest.raises(NoBaseError, match=f"base {at_start['id']}: it ended at "):
-        choose_base("db1", runs, holes, [at_start], Stop(T0 + 301))
-    assert choose_base("db1", runs, holes, [at_start], Stop(T0 + 303)).manifest == at_start
-    assert choose_base("db1", runs, holes, [at_start], Stop(T0 + 400)).first == 0
+        choose_base("db1", runs, holes, [at_start], StopDatetime(T0 + 301))
+    assert choose_base("db1", runs, holes, [at_start], StopDatetime(T0 + 303)).manifest == at_start
+    assert choose_base("db1", runs, holes, [at_start], StopDatetime(T0 + 400)).first == 0
 
 
 def test_describe_plan_lines():

@@ -111,6 +111,7 @@ def test_the_tasks_hand_back_the_bytes_of_the_applied_transactions_only(tmp_path
     from mysqlbackup.archive.store import ArchiveStore
     from mysqlbackup.stream.archiver import Archiver
     from replay.job.plan import ReplayOptions, units_to_read
+    from mysqlbackup.archive.stop import StopGtid
     from replay.job.planning.options import build_selection
     from replay.job.tasks import decode_unit, keep_spec
     from tests.helpers import backup_dir
@@ -118,7 +119,7 @@ def test_the_tasks_hand_back_the_bytes_of_the_applied_transactions_only(tmp_path
     local = backup_dir([path], tmp_path / "local", "demo")
     url = f"file://{tmp_path / 'archive'}"
     Archiver(str(local), ArchiveStore(url)).run_once()
-    selection = build_selection(None, None, None, "0-1-2", None, None, (), (), ())
+    selection = build_selection(stop=StopGtid((0, 1, 2)))
     _, (unit,), _ = units_to_read(ReplayOptions(url, {}, selection=selection))
     result = decode_unit(unit, url, {}, None, keep_spec(selection, unit))
     assert result.error is None and result.attached is True
@@ -126,8 +127,7 @@ def test_the_tasks_hand_back_the_bytes_of_the_applied_transactions_only(tmp_path
     data = open(path, "rb").read()
     assert b"".join(first.events) == data[first.start:first.end]  # the applied one
     assert second.events is None and second.event_lengths  # past the stop: no bytes
-    whole = decode_unit(unit, url, {}, None, keep_spec(build_selection(
-        None, None, None, None, None, None, (), (), ()), unit))
+    whole = decode_unit(unit, url, {}, None, keep_spec(build_selection(), unit))
     assert [b"".join(t.events) for t in whole.transactions] == [
         data[t.start:t.end] for t in whole.transactions]
     big = decode_unit(unit, url, {}, None, dict(keep_spec(selection, unit), max_bytes=10))
@@ -142,6 +142,7 @@ def test_a_parquet_task_writes_its_parts_and_hands_back_no_bytes(tmp_path, share
     from mysqlbackup.archive.store import ArchiveStore
     from mysqlbackup.stream.archiver import Archiver
     from replay.job.plan import ReplayOptions, units_to_read
+    from mysqlbackup.archive.stop import StopGtid
     from replay.job.planning.options import build_selection
     from replay.job.sinks.parquet import ParquetSink, part_name
     from replay.job.tasks import decode_unit, keep_spec
@@ -152,8 +153,8 @@ def test_a_parquet_task_writes_its_parts_and_hands_back_no_bytes(tmp_path, share
     for path, source in zip(paths, ("demo", "minimal")):
         local = backup_dir([path], tmp_path / source, source)
         Archiver(str(local), ArchiveStore(url)).run_once()
-    selection = build_selection(None, None, None, "0-1-2", None, None, (), (),
-                                ("toddy_test:renamed",))
+    selection = build_selection(stop=StopGtid((0, 1, 2)),
+                                rewrites=("toddy_test:renamed",))
     _, (unit,), _ = units_to_read(ReplayOptions(url, {}, "demo", selection=selection))
     sink = ParquetSink(f"file://{tmp_path / 'changes'}").open(None)
     result = decode_unit(unit, url, {}, None, keep_spec(selection, unit, sink.task_spec(), 3))
@@ -166,8 +167,7 @@ def test_a_parquet_task_writes_its_parts_and_hands_back_no_bytes(tmp_path, share
     sink.finish()
     (row,) = change_table_rows(tmp_path / "changes")
     assert (row["db"], row["gtid"], row["op"]) == ("renamed", "0-1-1", "insert")
-    _, (unit,), _ = units_to_read(ReplayOptions(url, {}, "minimal", selection=build_selection(
-        None, None, None, None, None, None, (), (), ())))
+    _, (unit,), _ = units_to_read(ReplayOptions(url, {}, "minimal", selection=build_selection()))
     failed = decode_unit(unit, url, {}, None, keep_spec(selection, unit, dict(
         sink.task_spec(), url=f"file://{tmp_path / 'other'}"), 0))
     assert failed.error.kind == "sink" and failed.error.message.startswith(

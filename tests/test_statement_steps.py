@@ -12,10 +12,9 @@ from mysqlbackup.binlog import context as cx
 from mysqlbackup.binlog import events as ev
 from mysqlbackup.binlog.query_vars import RawQuery, session_statements
 from replay.job.decoding.transaction import Transaction
-from replay.job.planning.options import build_selection
 from replay.job.sinks.sqlfile import INCOMPLETE, SqlFileSink
 from replay.job.sinks.statements import UnappliableEvent, transaction_steps, user_var_sql
-from tests.helpers import make_event
+from tests.helpers import make_event, selection_of
 
 
 def user_var(name, kind=None, charset=0, value=b"", flags=None):
@@ -108,10 +107,10 @@ def test_an_event_with_no_sql_form_is_refused_naming_the_transaction():
 def test_an_incident_is_a_gap_where_the_replay_reaches_it_and_nothing_past_the_stop():
     incident = Transaction(file="b.000002", start=900, end=930, commit_ts=100,
                            incident="INCIDENT event (LOST_EVENTS)")
-    assert build_selection().decide(incident) == (
+    assert selection_of().decide(incident) == (
         "gap", "INCIDENT event (LOST_EVENTS): the source lost events here; resync required")
     # a stop datetime at or before it: the replay stops before, and never judges it
-    assert build_selection(stop_datetime="1970-01-01T00:01:40Z").decide(incident)[0] == "stop"
+    assert selection_of(stop_datetime="1970-01-01T00:01:40Z").decide(incident)[0] == "stop"
 
 
 def test_the_sql_file_takes_its_name_only_when_the_replay_ends_well(tmp_path):

@@ -2,8 +2,10 @@
 
 import pytest
 
-from mysqlbackup.archive.window import (NoBaseError, Stop, build_runs, choose_base, contains,
-                                        epoch, recovery_windows)
+from mysqlbackup.archive.stop import END, StopDatetime, StopGtid, StopPosition
+from mysqlbackup.archive.window import NoBaseError, build_runs, choose_base, recovery_windows
+from mysqlbackup.binlog.gtid import contains
+from mysqlbackup.utc import epoch
 from mysqlbackup.binlog.position import Position
 from mysqlbackup.errors import ResyncRequired
 
@@ -52,31 +54,31 @@ def test_one_run_without_holes_and_the_newest_base_for_no_stop():
 
 def test_stop_before_gtid_picks_the_newest_base_without_it():
     runs, holes = build_runs("s", FILES, ACTIVE)
-    choice = choose_base("s", runs, holes, BASES, Stop(before_gtid=(0, 1, 25)))
+    choice = choose_base("s", runs, holes, BASES, StopGtid((0, 1, 25)))
     assert choice.manifest["id"] == "20261120T031500.000Z"
     assert choice.files == ["binlog.000002", "binlog.000003"]
-    choice = choose_base("s", runs, holes, BASES, Stop(before_gtid=(0, 1, 26)))
+    choice = choose_base("s", runs, holes, BASES, StopGtid((0, 1, 26)))
     assert choice.manifest["id"] == "20261120T032500.000Z"  # 25 itself is in: fine
 
 
 def test_stop_datetime_by_the_files_commit_times_and_the_base_end():
     runs, holes = build_runs("s", FILES, ACTIVE)
     # 03:22: in file 3 (commits 20-29); base 25 holds part of file 3 and ended at 03:25
-    choice = choose_base("s", runs, holes, BASES, Stop(datetime=epoch(at(22))))
+    choice = choose_base("s", runs, holes, BASES, StopDatetime(epoch(at(22))))
     assert choice.manifest["id"] == "20261120T031500.000Z"
     assert choice.files == ["binlog.000002", "binlog.000003"]
-    choice = choose_base("s", runs, holes, BASES, Stop(datetime=epoch(at(26))))
+    choice = choose_base("s", runs, holes, BASES, StopDatetime(epoch(at(26))))
     assert choice.manifest["id"] == "20261120T032500.000Z"
     # past the archive's end: every base qualifies, the newest wins
-    choice = choose_base("s", runs, holes, BASES, Stop(datetime=epoch("2026-11-21T00:00:00Z")))
+    choice = choose_base("s", runs, holes, BASES, StopDatetime(epoch("2026-11-21T00:00:00Z")))
     assert choice.manifest["id"] == "20261120T032500.000Z"
 
 
 def test_stop_position_compares_with_the_base_position():
     runs, holes = build_runs("s", FILES, ACTIVE)
-    choice = choose_base("s", runs, holes, BASES, Stop(position=Position("binlog.000002", 900)))
+    choice = choose_base("s", runs, holes, BASES, StopPosition(Position("binlog.000002", 900)))
     assert choice.manifest["id"] == "20261120T031500.000Z"
-    choice = choose_base("s", runs, holes, BASES, Stop(position=Position("binlog.000002", 3)))
+    choice = choose_base("s", runs, holes, BASES, StopPosition(Position("binlog.000002", 3)))
     assert choice.manifest["id"] == "20261120T030500.000Z"
 
 
@@ -100,12 +102,12 @@ def test_a_gtid_hole_is_named():
 def test_no_base_before_the_stop():
     runs, holes = build_runs("s", FILES, ACTIVE)
     with pytest.raises(NoBaseError) as e:
-        choose_base("s", runs, holes, BASES, Stop(before_gtid=(0, 1, 3)))
+        choose_base("s", runs, holes, BASES, StopGtid((0, 1, 3)))
     assert "no base backup can start a restore before GTID 0-1-3" in str(e.value)
     with pytest.raises(NoBaseError):
-        choose_base("s", runs, holes, [], Stop())
+        choose_base("s", runs, holes, [], END)
     with pytest.raises(NoBaseError) as e:
-        choose_base("s", runs, holes, BASES, Stop(before_gtid=(0, 1, 99)))
+        choose_base("s", runs, holes, BASES, StopGtid((0, 1, 99)))
     assert "is not in the archived binlogs" in str(e.value)
 
 
@@ -114,7 +116,7 @@ def test_base_id_given_must_qualify():
     choice = choose_base("s", runs, holes, BASES, base_id="20261120T030500.000Z")
     assert choice.files[0] == "binlog.000001"
     with pytest.raises(NoBaseError):
-        choose_base("s", runs, holes, BASES, Stop(before_gtid=(0, 1, 12)),
+        choose_base("s", runs, holes, BASES, StopGtid((0, 1, 12)),
                     base_id="20261120T031500.000Z")
 
 

@@ -43,72 +43,17 @@ from dataclasses import asdict, dataclass, replace
 from typing import Optional
 
 from mysqlbackup.archive.names import epoch_source
-from mysqlbackup.binlog.gtid import (covers, guess_flavor, holds, one_text, parse_gtid_set,
-                                     shown)
+from mysqlbackup.archive.stop import END, Stop
+from mysqlbackup.binlog.gtid import contains, shown
 from mysqlbackup.binlog.names import next_binlog_name
-from mysqlbackup.binlog.position import Position
 from mysqlbackup.errors import (CorruptBinlog, ExitCode, MysqlBackupError, ResyncRequired,
                                 UsageError)
-from mysqlbackup.utc import epoch, iso
 
 
 class NoBaseError(MysqlBackupError):
     """No base backup in the archive can start a restore to the stop point asked for."""
 
     exit_code = ExitCode.RESYNC
-
-
-@dataclass(frozen=True)
-class Stop:
-    """Where a replay or restore stops: at most one of a datetime (epoch seconds, UTC:
-    stop before the first transaction committed at or after it), a GTID (stop before
-    it) or a Position (stop before a transaction ending past it); none: the end.
-
-    The one owner of the stop rule: for one transaction (``reached``, which the replay's
-    ``Selection.decide`` asks first, before anything else of the transaction is judged)
-    and for a file from its index (``may_hold``: the file the stop falls in;
-    ``after_start_of``: a file wholly at or after it)."""
-
-    datetime: Optional[float] = None
-    before_gtid: Optional[tuple] = None  # gtid.parse_one: (d, s, n) or (uuid[:tag], gno)
-    position: Optional[Position] = None
-
-    def reached(self, gtid_key, commit_ts, end):
-        """Why a transaction (its GTID as a tuple or None, its commit time, the Position
-        just past its last byte) is at or past the stop point, or None."""
-        if self.datetime is not None and commit_ts >= self.datetime:
-            return "stop datetime reached"
-        if self.before_gtid is not None and gtid_key == self.before_gtid:
-            return f"stop before GTID {one_text(gtid_key)}"
-        if self.position and not Position(end.file, end.offset - 1) < self.position:
-            return "stop position reached"
-        return None
-
-    def may_hold(self, span):
-        """True when the file ``span`` (a Span) may hold the transaction the stop falls
-        on (a datetime: the file's last commit is at or after it)."""
-        if self.before_gtid is not None:
-            return holds(span.gtid_after, self.before_gtid)
-        if self.position is not None:
-            return span.name == self.position.file
-        if self.datetime is not None:
-            return bool(span.last_commit) and epoch(span.last_commit) >= self.datetime
-        return False
-
-    def after_start_of(self, span):
-        """True when every transaction of ``span`` is at or after the stop: its first
-        commit is at or after the stop datetime (False for other stops)."""
-        return (self.datetime is not None and bool(span.first_commit)
-                and epoch(span.first_commit) >= self.datetime)
-
-    def describe(self):
-        if self.datetime is not None:
-            return f"before {iso(self.datetime)}"
-        if self.before_gtid is not None:
-            return "before GTID " + one_text(self.before_gtid)
-        if self.position is not None:
-            return f"at {self.position}"
-        return "at the end of the archive"
 
 
 @dataclass(frozen=True)
@@ -230,20 +175,6 @@ def parse_duration(text):
     return int(m[1]) * _UNIT_SECONDS[m[2]]
 
 
-def contains(outer, inner):
-    """True when GTID text ``inner`` is within GTID text ``outer`` (both of one flavor;
-    an empty or missing ``inner`` is within anything known)."""
-    if not inner:
-        return outer is not None
-    if outer is None:
-        return False
-    return covers(_parse(outer), _parse(inner))
-
-
-def _parse(text):
-    return parse_gtid_set(text, guess_flavor(text))
-
-
 def build_runs(source, sealed, partial=None, later=()):
     """(runs, holes) of a source's archived files: ``sealed`` the sealed files' indexes,
     oldest first; ``partial`` the newest active file's index (its segments merged);
@@ -306,59 +237,7 @@ def locate(run, manifest):
     return names.index(manifest["binlog_file"]) if manifest.get("binlog_file") in names else None
 
 
-def _stop_span(run, stop):
-    """Index in ``run.spans`` of the file the stop point falls in; None when the run
-    ends before it (len(spans) - 1 for no stop or a datetime past the run)."""
-    last = len(run.spans) - 1
-    if stop.position is not None:
-        return position_span(run.spans, stop.position.file)
-    found = next((i for i, sp in enumerate(run.spans) if stop.may_hold(sp)), None)
-    return found if found is not None or stop.before_gtid is not None else last
-
-
-def position_span(spans, name):
-    """Index in ``spans`` of the file ``name`` (None when absent); a name that two epochs
-    of the history hold (a failover to a server reusing the names) is ambiguous: a
-    UsageError says to stop by GTID or datetime instead."""
-    at = [i for i, span in enumerate(spans) if span.name == name]
-    if len(at) > 1:
-        raise UsageError(f"{name} is in epochs "
-                         f"{' and '.join(str(spans[i].epoch) for i in at)} of the archive's "
-                         "history (a failover to a server that reuses the file names): a "
-                         "file position is ambiguous there; stop by GTID or datetime")
-    return at[0] if at else None
-
-
-def _before_stop(manifest, run, first, stop_at, stop):
-    """Why the base holds transactions at or after the stop point (None: it does not)."""
-    gtid = manifest.get("gtid")
-    if stop.before_gtid is not None:
-        if gtid and holds(gtid, stop.before_gtid):
-            return f"it already holds GTID {one_text(stop.before_gtid)}"
-    elif stop.position is not None:
-        at = manifest.get("binlog_file")
-        if at and stop.position < Position(at, manifest.get("binlog_pos") or 0):
-            return f"its position {at}:{manifest.get('binlog_pos')} is past {stop.position}"
-    elif stop.datetime is not None:
-        at = run.spans[stop_at]
-        if not at.last_commit or epoch(at.last_commit) < stop.datetime:
-            return None  # every archived commit of the run is before the stop
-        holds_none = first == stop_at and contains(at.gtid_before, gtid)
-        if first < stop_at or holds_none and (stop_at > 0 or _first_before(at, stop.datetime)):
-            return None  # the base holds nothing of the file the stop falls in, and what
-            # it holds was committed before the stop (the run's first file: a file before
-            # it, deleted by retention or across a hole, may hold commits after the stop)
-        if epoch(manifest["end_time"]) >= stop.datetime:  # holds some of it: by its end
-            return f"it ended at {manifest['end_time']}, not before {iso(stop.datetime)}"
-    return None
-
-
-def _first_before(span, moment):
-    """True when ``span``'s first commit is before ``moment`` (epoch)."""
-    return bool(span.first_commit) and epoch(span.first_commit) < moment
-
-
-def choose_base(source, runs, holes, manifests, stop=Stop(), base_id=None):
+def choose_base(source, runs, holes, manifests, stop=END, base_id=None):
     """The Choice of the newest base (or ``base_id``) that a restore to ``stop`` can
     start from, proved contiguous to the stop point by the indexes.
 
@@ -381,7 +260,7 @@ def choose_base(source, runs, holes, manifests, stop=Stop(), base_id=None):
         if r < stop_run:
             raise ResyncRequired(_holes_between(source, holes, runs, r, stop_run, manifest))
         why = None if r == stop_run else "it is newer than the stop point"
-        why = why or _before_stop(manifest, runs[r], first, stop_at, stop)
+        why = why or stop.base_past(manifest, runs[r], first, stop_at)
         if why is None and first <= stop_at:
             return Choice(manifest, runs[r], first, stop_at, stop)
         reasons.append(f"base {manifest['id']}: {why or 'it is newer than the stop point'}")
@@ -393,13 +272,13 @@ def _find_stop(source, runs, stop):
     """(run index, span index) of the stop point; NoBaseError when it is not archived."""
     if not runs:
         raise NoBaseError(f"{source}: the archive holds no binlog files")
-    if stop.datetime is not None or stop == Stop():
-        return len(runs) - 1, _stop_span(runs[-1], stop)
+    if stop.last_run_only:
+        return len(runs) - 1, stop.falls_in(runs[-1])
     for r, run in enumerate(runs):
-        at = _stop_span(run, stop)
+        at = stop.falls_in(run)
         if at is not None:
             return r, at
-    if stop.before_gtid is not None and not any(s.last_gtid for r in runs for s in r.spans):
+    if stop.needs_gtids and not any(s.last_gtid for r in runs for s in r.spans):
         raise UsageError(f"{source}: the archived binlogs hold no GTIDs (a source that keeps "
                          f"none: MySQL's gtid_mode OFF): stop with --stop-datetime or "
                          f"--stop-position instead of {stop.describe()}")

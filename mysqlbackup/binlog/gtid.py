@@ -213,6 +213,17 @@ def covers(outer, inner):
     return type(outer) is type(inner) and outer.covers(inner)
 
 
+def contains(outer, inner):
+    """True when GTID text ``inner`` is within GTID text ``outer`` (both of one flavor;
+    an empty or missing ``inner`` is within anything known)."""
+    if not inner:
+        return outer is not None
+    if outer is None:
+        return False
+    return covers(parse_gtid_set(outer, guess_flavor(outer)),
+                  parse_gtid_set(inner, guess_flavor(inner)))
+
+
 def holds(state, gtid):
     """True when the GTID state text ``state`` (either flavor) holds transaction ``gtid``
     (a ``parse_one`` tuple); False for a state of the other flavor or none."""

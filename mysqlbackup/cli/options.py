@@ -11,6 +11,7 @@ import click
 
 from mysqlbackup import logs
 from mysqlbackup.archive.codec import DEFAULT_LEVEL
+from mysqlbackup.archive.stop import STOP_OPTIONS, parse_stop
 from mysqlbackup.config import TARGET_PASSWORD_ENV
 from mysqlbackup.errors import MysqlBackupError, UsageError, mask_url
 from mysqlbackup.source.spec import PASSWORD_ENV
@@ -209,6 +210,43 @@ def ssl_options(prefix=""):
                              "offers it; required: TLS, no certificate check; verify-ca: and "
                              "the chain checked; verify-identity: and the host name.")):
             wrapper = option(wrapper)
+        return wrapper
+    return decorate
+
+
+# what each stop option does, as replay and restore say it; serve and drill say it
+# their own way (stop_options' ``helps``)
+STOP_HELP = {
+    "--stop-datetime": "Stop before the first transaction committed at or after it; UTC "
+                       "unless it names a zone (never local time).",
+    "--stop-before-gtid": "Stop before this transaction.",
+    "--stop-position": "Stop before a transaction ending past it.",
+}
+STOP_METAVARS = {"--stop-datetime": "ISO8601", "--stop-before-gtid": "GTID",
+                 "--stop-position": "FILE:POS"}
+_STOP_PARAMS = [option[2:].replace("-", "_") for option in STOP_OPTIONS]  # parse_stop's
+
+
+def stop_options(helps=None):
+    """--stop-datetime, --stop-before-gtid and --stop-position, handed to the command as
+    one ``stop`` parameter (a ``mysqlbackup.archive.stop.Stop``; END when none is
+    given). Two at once, an empty or a malformed value: one line, exit 2, before the
+    command runs. ``helps``: the command's own words for an option (else STOP_HELP)."""
+    words = dict(STOP_HELP, **(helps or {}))
+
+    def decorate(func):
+        @functools.wraps(func)
+        def wrapper(*args, **kwargs):
+            values = {name: kwargs.pop(name) for name in _STOP_PARAMS}
+            try:
+                kwargs["stop"] = parse_stop(**values)
+            except UsageError as e:
+                fail(e)
+            return func(*args, **kwargs)
+        last = " At most one stop option; none: the archive's end."
+        for option in reversed(STOP_OPTIONS):
+            text = words[option] + (last if option == STOP_OPTIONS[-1] else "")
+            wrapper = click.option(option, metavar=STOP_METAVARS[option], help=text)(wrapper)
         return wrapper
     return decorate
 

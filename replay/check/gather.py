@@ -10,7 +10,8 @@ from mysqlbackup.archive.codec import IdentityError
 from mysqlbackup.archive.listing import ArchiveListing
 from mysqlbackup.archive.names import split_epoch
 from mysqlbackup.archive.store import ArchiveStore, StoreError
-from mysqlbackup.archive.window import NoBaseError, Stop
+from mysqlbackup.archive.stop import END
+from mysqlbackup.archive.window import NoBaseError
 from mysqlbackup.errors import (MysqlBackupError, ResyncRequired, SourceNotFound, UsageError,
                                 mask_url)
 from mysqlbackup.localdir.state import ARCHIVE_STATE_FILE
@@ -91,7 +92,7 @@ def _plan_from_indexes(listing, source):
     """The RestorePlan to the end from the indexes and manifests alone (no object's key
     checked): what ``plan_restore`` proves before it checks the keys."""
     runs, holes = listing.chain(source)
-    return make_plan(source, runs, holes, listing.sound_manifests(source), Stop())
+    return make_plan(source, runs, holes, listing.sound_manifests(source), END)
 
 
 def _attempt(plan, source):

@@ -20,8 +20,6 @@ falls in otherwise: an index does not list each transaction).
 
 from dataclasses import dataclass
 
-from mysqlbackup.archive.window import Stop
-from mysqlbackup.utc import epoch
 from mysqlbackup.binlog.gtid import MariaGtidPos, MysqlGtidSet
 from replay.job.planning.selection import BOOKKEEPING_SCHEMA
 
@@ -154,9 +152,7 @@ class MysqlExpected:
 
 
 def _reaches_end(plan):
-    spans, stop = plan.choice.spans, plan.stop
-    return stop == Stop() or (stop.datetime is not None and all(
-        s.last_commit and epoch(s.last_commit) < stop.datetime for s in spans))
+    return all(plan.stop.passes(span) for span in plan.choice.spans)
 
 
 def mysql_expected_of(plan):

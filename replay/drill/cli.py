@@ -8,7 +8,7 @@ import click
 
 from mysqlbackup.archive.names import check_source_name
 from mysqlbackup.cli.options import (archive_options, example, handle_errors, identity_option,
-                                     json_option, source_name_option)
+                                     json_option, source_name_option, stop_options)
 from mysqlbackup.errors import ExitCode
 
 
@@ -16,8 +16,10 @@ from mysqlbackup.errors import ExitCode
     "mysqlbackup drill --archive s3://backups/mysql --source-name db1 --workdir /var/tmp"))
 @archive_options
 @source_name_option("one")
-@click.option("--stop-datetime", metavar="ISO8601", help="Restore to just before this moment "
-              "(UTC unless it names a zone); default: everything archived.")
+@stop_options(helps={
+    "--stop-datetime": "Restore to just before this moment (UTC unless it names a zone).",
+    "--stop-before-gtid": "Restore to just before this transaction.",
+    "--stop-position": "Restore to just before a transaction ending past it."})
 @click.option("--workdir", type=click.Path(file_okay=False, exists=True), help="Where the "
               "scratch server's throwaway directory goes (default: $TMPDIR); it needs room "
               "for the restored data.")
@@ -27,7 +29,7 @@ from mysqlbackup.errors import ExitCode
 @identity_option
 @json_option("passed, base, rto_seconds, lines, problems")
 @handle_errors
-def drill(archive_url, archive_option, source_name, stop_datetime, workdir, keep, master,
+def drill(archive_url, archive_option, source_name, stop, workdir, keep, master,
           identity, as_json):
     """Restore drill: restore the archive into a scratch server started for it (the
     first mariadbd and mariadb-install-db on PATH for a MariaDB source, MySQL's own
@@ -52,9 +54,8 @@ def drill(archive_url, archive_option, source_name, stop_datetime, workdir, keep
     if source_name:
         check_source_name(source_name)  # before the store is asked
     restore = RestoreOptions(archive_url, None, parse_options(archive_option), source_name,
-                             build_selection(stop_datetime=stop_datetime), master=master,
-                             stop_text=f"--stop-datetime {stop_datetime}" if stop_datetime
-                             else "", keyring=keyring_from(identity),
+                             build_selection(stop=stop), master=master,
+                             keyring=keyring_from(identity),
                              apply="statements")  # its check reads what the scratch logged
     progress = reporter(lambda line: click.echo(line, err=True))  # a bar on a terminal
     try:

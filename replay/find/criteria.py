@@ -16,7 +16,7 @@ from datetime import datetime, timezone
 from fnmatch import fnmatchcase
 
 from mysqlbackup.errors import UsageError
-from replay.job.planning.options import parse_datetime
+from mysqlbackup.utc import parse_datetime
 
 KINDS = ("insert", "update", "delete", "ddl")
 _INDEX_TIME = "%Y-%m-%dT%H:%M:%SZ"
@@ -98,11 +98,7 @@ def _moment(text, option):
         return None
     if not text.strip():
         raise UsageError(f"{option} is empty")
-    try:
-        return parse_datetime(text)
-    except UsageError:
-        raise UsageError(f"bad {option} {text!r}: use ISO 8601, e.g. 2026-11-21T09:30:00Z "
-                         f"or 2026-11-21 10:30:00+01:00 (UTC unless a zone is named)") from None
+    return parse_datetime(text, option)
 
 
 def _index_time(text):

@@ -94,7 +94,7 @@ def _mark_positions(units, selection, names):
                              "the file names): a file position is ambiguous there; use a "
                              "GTID or a datetime")
         return holding[0] if holding else None
-    start, stop = epoch_of(selection.start_position), epoch_of(selection.stop_position)
+    start, stop = epoch_of(selection.start_position), epoch_of(selection.stop.position)
     return [replace(unit, position=(_against(unit.epoch, start), _against(unit.epoch, stop)))
             for unit in units]
 

@@ -19,6 +19,7 @@ import logging
 import time
 from concurrent.futures import ThreadPoolExecutor
 
+from mysqlbackup.archive.stop import END
 from mysqlbackup.binlog import events as ev
 from mysqlbackup.errors import MysqlBackupError, UsageError, mask_url
 from replay.job.decoding.rewrite import rewrite_transaction
@@ -79,7 +80,7 @@ def run_replay(opts, sink, spark=None, progress=None):
                "dropped_incomplete": [], "tasks": 0, "spark_tasks": 0,
                "engine": opts.engine,
                "last_gtid": None, "last_commit": None,  # the last one the target holds
-               "stop_reason": "stop datetime reached" if cut else "end of the archive"}
+               "stop_reason": opts.selection.stop.reason if cut else END.reason}
     if not units:
         sink.finish(summary)
         return summary

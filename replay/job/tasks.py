@@ -17,6 +17,7 @@ import os
 import tempfile
 from dataclasses import dataclass, field, replace
 
+from mysqlbackup.archive.stop import END
 from mysqlbackup.errors import CorruptBinlog
 
 SPOOL_CHUNK = 1 << 20  # the spool read back a MiB at a time
@@ -195,7 +196,7 @@ def unit_selection(selection, unit):
         return None
     changes = {}
     if stop < 0:
-        changes["stop_position"] = None
+        changes["stop"] = END  # its stop position is in a later epoch
     if start > 0:
         changes["start_position"] = None
     return replace(selection, **changes) if changes else selection

@@ -9,7 +9,7 @@ import click
 from mysqlbackup.archive.names import check_source_name
 from mysqlbackup.cli.options import (archive_options, example, handle_errors, identity_option,
                                      json_option, source_name_option, spark_options,
-                                     target_options)
+                                     stop_options, target_options)
 from mysqlbackup.config import TARGET_PASSWORD_ENV
 from mysqlbackup.errors import UsageError
 from mysqlbackup.source.spec import source_from_options
@@ -24,11 +24,7 @@ from replay.restore.run import APPLY_MODES, USERS_MODES
 @archive_options
 @source_name_option("one")
 @target_options("The server to restore into. Not needed with --dry-run.")
-@click.option("--stop-datetime", metavar="ISO8601", help="Stop before the first transaction "
-              "committed at or after it; UTC unless it names a zone (never local time).")
-@click.option("--stop-before-gtid", metavar="GTID", help="Stop before this transaction.")
-@click.option("--stop-position", metavar="FILE:POS", help="Stop before a transaction ending "
-              "past it.")
+@stop_options()
 @click.option("--base", "base_id", metavar=f"ID|{LATEST}", help="Start from this base "
               f"backup (base list shows them). Default, or {LATEST} (any case) to say so: "
               "the newest base that can reach the stop point (its GTID position within "
@@ -76,7 +72,7 @@ from replay.restore.run import APPLY_MODES, USERS_MODES
 @identity_option
 @handle_errors
 def restore(archive_url, archive_option, source_name, target, target_password_file, target_tls,
-            stop_datetime, stop_before_gtid, stop_position, base_id, dry_run, as_json,
+            stop, base_id, dry_run, as_json,
             into_nonempty, datadir, tables, rewrites, apply_mode, engine, users, workers, merge,
             master, spark_conf, driver_host, executor_python, identity):
     """Restore a source to a point in time: its base backup (chosen by GTID), then its
@@ -96,11 +92,6 @@ def restore(archive_url, archive_option, source_name, target, target_password_fi
         raise click.UsageError("--target is required (or --dry-run)")
     if source_name:
         check_source_name(source_name)  # before the store is asked
-    stops = [(o, v) for o, v in (("--stop-datetime", stop_datetime), ("--stop-before-gtid",
-             stop_before_gtid), ("--stop-position", stop_position)) if v]
-    if len(stops) > 1:
-        raise click.UsageError("give at most one of --stop-datetime, --stop-before-gtid and "
-                               "--stop-position")
     if as_json and not dry_run:
         raise UsageError("--json prints the plan: give --dry-run too")
     base_id = base_wanted(base_id)
@@ -109,8 +100,7 @@ def restore(archive_url, archive_option, source_name, target, target_password_fi
     if rewrites and not tables:
         raise click.UsageError("--rewrite-db needs --table (restore is of the whole source "
                                "otherwise)")
-    selection = build_selection(stop_datetime=stop_datetime, stop_before_gtid=stop_before_gtid,
-                                stop_position=stop_position, tables=tables, rewrites=rewrites)
+    selection = build_selection(stop=stop, tables=tables, rewrites=rewrites)
     if apply_mode == "native" and tables:
         raise click.UsageError("--apply native applies whole binlogs: --table needs --apply "
                                "statements")
@@ -121,8 +111,7 @@ def restore(archive_url, archive_option, source_name, target, target_password_fi
                                target_tls) if target else None
     opts = RestoreOptions(archive_url, spec, parse_options(archive_option), source_name,
                           selection, base_id, dry_run, into_nonempty, workers, merge, master,
-                          " ".join(f"{o} {v}" for o, v in stops), datadir,
-                          keyring_from(identity), apply=apply_mode, users=users,
+                          datadir=datadir, keyring=keyring_from(identity), apply=apply_mode, users=users,
                           engine=engine, spark=spark_setup)
     progress = reporter(lambda line: click.echo(line, err=True))  # a bar on a terminal
     lines = []
@@ -133,7 +122,7 @@ def restore(archive_url, archive_option, source_name, target, target_password_fi
         progress.close()
     if as_json:
         choice = report["apply"]
-        click.echo(json.dumps(dict(plan_json(report["plan"]), stop=opts.stop_text or None,
+        click.echo(json.dumps(dict(plan_json(report["plan"]), stop=stop.option_text or None,
                                    apply={"mode": choice.mode, "why": choice.why,
                                           "engine": choice.engine},
                                    lines=lines), indent=1))

@@ -34,6 +34,7 @@ import time
 
 import pymysql
 
+from mysqlbackup.archive.stop import END
 from mysqlbackup.binlog import events as ev
 from mysqlbackup.binlog.gtid import MariaGtidPos, MysqlGtidSet, covers
 from mysqlbackup.errors import MysqlBackupError, NativeRefused, UsageError
@@ -479,8 +480,8 @@ def run_native(replay_opts, spec, threads=4, fresh=False, progress=None, timeout
         summary = apply_native(spec, (handle.host, handle.port), SERVE_USER, password, start,
                                end, fresh, threads, progress, timeout, lambda: handle.wait_end(0),
                                units[-1].index.get("server_id") if units else None)
-    if cut and summary["stop_reason"] == "end of the archive":  # later files left out
-        summary["stop_reason"] = "stop datetime reached"
+    if cut and summary["stop_reason"] == END.reason:  # later files left out
+        summary["stop_reason"] = selection.stop.reason
     return dict(summary, source=source, files=len(units))
 
 

@@ -12,9 +12,8 @@ file of the stop point, and skips what the base holds: by its GTID position
 from dataclasses import dataclass, replace
 
 from mysqlbackup.archive.names import BASE_MEMBERS, base_key, format_key
-from mysqlbackup.archive.window import Stop, choose_base
-from mysqlbackup.utc import epoch, iso
-from mysqlbackup.binlog.gtid import one_text, parse_gtid_set
+from mysqlbackup.archive.window import choose_base
+from mysqlbackup.binlog.gtid import parse_gtid_set
 from mysqlbackup.binlog.position import Position
 from mysqlbackup.errors import CorruptBinlog
 
@@ -130,32 +129,20 @@ def _last_with_transactions(plan):
 
 def _reaches_end(plan):
     """True when the replay goes through the last file's last transaction."""
-    stop, last = plan.stop, _last_with_transactions(plan)
-    if stop.datetime is None:
-        return stop == Stop()
-    return bool(last.last_commit) and epoch(last.last_commit) < stop.datetime
+    return plan.stop.passes(_last_with_transactions(plan))
 
 
 def _gtid_end(plan):
-    stop, last = plan.stop, _last_with_transactions(plan)
     if _reaches_end(plan):
-        return f"through {last.last_gtid or '(none)'}"
-    if stop.datetime is not None:
-        return f"through the last committed before {iso(stop.datetime)}"
-    if stop.before_gtid is not None:
-        return "up to GTID " + one_text(stop.before_gtid) + " (not included)"
-    return f"through the last transaction ending at or before {stop.position}"
+        return f"through {_last_with_transactions(plan).last_gtid or '(none)'}"
+    return plan.stop.through()
 
 
 def _target_at(plan):
-    stop, last = plan.stop, _last_with_transactions(plan)
+    last = _last_with_transactions(plan)
     if _reaches_end(plan):
         gtid = last.last_gtid or plan.manifest.get("gtid")
         return (f"{last.last_commit or plan.manifest['end_time']}"
                 + (f", GTID {gtid or '(none)'}" if gtid is not None else "")
                 + f" (the last commit archived in {last.label})")
-    if stop.datetime is not None:
-        return f"just before {iso(stop.datetime)} (the stop datetime)"
-    if stop.before_gtid is not None:
-        return "just before GTID " + one_text(stop.before_gtid)
-    return f"{stop.position} (the stop position)"
+    return plan.stop.target_at()

@@ -54,7 +54,6 @@ class RestoreOptions:
     workers: int = 4
     merge: int = 100
     master: str = None
-    stop_text: str = ""                     # the stop as given, kept in lease and marker
     datadir: str = None                     # physical bases: the new datadir
     keyring: object = None                  # archive.codec.Keyring: opens encrypted objects
     apply: str = "auto"                     # APPLY_MODES: the replay job, or the target's
@@ -64,6 +63,11 @@ class RestoreOptions:
     spark: SparkSetup = field(default_factory=SparkSetup)  # --conf, --driver-host, --python
     users: str = "apply"                    # USERS_MODES: a dump base's accounts loaded
                                             # (the target user checked first) or left out
+
+    @property
+    def stop_text(self):
+        """The stop as its option says it (kept in the lease and the target's marker)."""
+        return self.selection.stop.option_text
 
 
 class Phases:

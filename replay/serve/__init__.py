@@ -5,12 +5,13 @@ fast, in clear over TLS or through the RSA key exchange, or mysql_native_passwor
 
 Programmatic API (what ``restore --apply native`` calls)::
 
+    from mysqlbackup.archive.stop import StopGtid
     from replay.job.planning.options import build_selection
     from replay.serve.server import ServeOptions, start_server
 
     options = ServeOptions(archive_url, source_name="db1", listen=("127.0.0.1", 0),
                            user="mysqlbackup_serve", password=secret,
-                           selection=build_selection(stop_before_gtid="0-1-42"),
+                           selection=build_selection(stop=StopGtid((0, 1, 42))),
                            identity=None, storage_options={})
     with start_server(options) as handle:        # ServeHandle
         replica: CHANGE MASTER TO MASTER_HOST=handle.host, MASTER_PORT=handle.port,
@@ -23,8 +24,8 @@ Programmatic API (what ``restore --apply native`` calls)::
 * ``start_server`` checks the archive first (its source, its files, the keys that
   open them, a MariaDB source or a MySQL one with GTIDs) and raises ``UsageError`` /
   ``MysqlBackupError`` with one clear line; ``options.selection`` is a replay
-  ``Selection``: its stop point (``stop_datetime``, ``stop_before_gtid``,
-  ``stop_position``) and ``exclude`` apply (its start fields are ignored: the replica
+  ``Selection``: its stop point (``stop``, one ``mysqlbackup.archive.stop.Stop``)
+  and ``exclude`` apply (its start fields are ignored: the replica
   asks by GTID or file:position; its database/table filters and rewrites are refused:
   serve sends whole transactions).
 * Once a dump has sent the last transaction before the stop point (or the

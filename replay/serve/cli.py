@@ -8,7 +8,7 @@ import click
 
 from mysqlbackup.archive.names import check_source_name
 from mysqlbackup.cli.options import (archive_options, deprecated_alias, example, handle_errors,
-                                     identity_option, source_name_option)
+                                     identity_option, source_name_option, stop_options)
 from mysqlbackup.config import SERVE_PASSWORD_ENV as PASSWORD_ENV
 from mysqlbackup.errors import UsageError, mask_url
 from replay.serve.limits import HANDSHAKE_TIMEOUT, MAX_CONNECTIONS, MAX_HANDSHAKES
@@ -40,13 +40,11 @@ def parse_listen(text):
 @click.option("--replica-password-file", type=A_FILE, metavar="FILE",
               help="File whose first line is the password of --user, the replicas' login "
                    f"(else ${PASSWORD_ENV}).")
-@click.option("--stop-datetime", metavar="ISO8601", help="Serve no transaction committed at "
-              "or after it (UTC unless it names a zone); after the last one before it, "
-              "only heartbeats.")
-@click.option("--stop-before-gtid", metavar="GTID", help="Serve up to the transaction "
-              "before this one.")
-@click.option("--stop-position", metavar="FILE:POS", help="Serve no transaction ending "
-              "past it.")
+@stop_options(helps={
+    "--stop-datetime": "Serve no transaction committed at or after it (UTC unless it names "
+                       "a zone); after the last one before it, only heartbeats.",
+    "--stop-before-gtid": "Serve up to the transaction before this one.",
+    "--stop-position": "Serve no transaction ending past it."})
 @click.option("--exclude-gtids", metavar="GTID[,GTID...]", help="Send these transactions "
               "empty (their GTID and commit only: the replica's GTID position stays "
               "gap-free, nothing of them is applied).")
@@ -83,7 +81,7 @@ def parse_listen(text):
 @deprecated_alias("--require-tls", "--require-secure-transport", is_flag=True)
 @handle_errors
 def serve(archive_url, archive_option, source_name, listen, user, replica_password_file,
-          stop_datetime, stop_before_gtid, stop_position, exclude_gtids, poll_interval,
+          stop, exclude_gtids, poll_interval,
           ssl_cert, ssl_key, require_secure_transport, max_connections, metrics_address,
           rsa_key, identity):
     """Serve the archive's binlogs to replicas as their primary would.
@@ -130,21 +128,20 @@ def serve(archive_url, archive_option, source_name, listen, user, replica_passwo
     if not password:
         raise UsageError(f"no password for {user}: set ${PASSWORD_ENV} or "
                          "--replica-password-file")
-    selection = build_selection(stop_datetime=stop_datetime, stop_before_gtid=stop_before_gtid,
-                                stop_position=stop_position, exclude_gtids=exclude_gtids)
+    selection = build_selection(stop=stop, exclude_gtids=exclude_gtids)
     options = ServeOptions(archive_url, source_name, parse_listen(listen), user, password,
                            selection, identity, storage_options=parse_options(archive_option),
                            poll_interval=poll_interval or None, tls_cert=ssl_cert,
                            tls_key=ssl_key, require_tls=require_secure_transport,
                            max_connections=max_connections, metrics_address=metrics_address,
                            rsa_key=rsa_key)
-    stop = threading.Event()
+    signalled = threading.Event()
     for sig in (signal.SIGTERM, signal.SIGINT):
-        signal.signal(sig, lambda *_: stop.set())
+        signal.signal(sig, lambda *_: signalled.set())
     with start_server(options) as handle:
         tls = ", TLS required" if require_secure_transport else ", TLS" if ssl_cert else ""
         click.echo(f"serving {handle.source} from {mask_url(archive_url)} on "
                    f"{handle.host}:{handle.port} (user {user}{tls})", err=True)
-        while not stop.wait(1.0):
+        while not signalled.wait(1.0):
             pass
     click.echo("serve: stopped", err=True)

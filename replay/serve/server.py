@@ -281,7 +281,8 @@ class _Server:
             domain_id=next(iter(MariaGtidPos.parse(gtid).domains), 0),
             gtid_binlog_pos=last.index.get("gtid_after") or "",
             # the archive's end now, unless a stop point fixes what is served
-            gtid_binlog_pos_now=None if self._has_stop() else self.archive_end_gtid,
+            gtid_binlog_pos_now=(self.archive_end_gtid if self.options.selection.stop.is_end
+                                 else None),
             gtid_pos_at=lambda file, pos: gtid_state_at(units, file, pos))
 
     def _mysql_facts(self, units, fde):
@@ -298,13 +299,10 @@ class _Server:
             server_id=last.get("server_id") or 1, version=fde.server_version,
             checksum="CRC32" if fde.checksum_alg == ev.CHECKSUM_CRC32 else "NONE",
             gtid_binlog_pos=last.get("gtid_after") or "",
-            gtid_binlog_pos_now=None if self._has_stop() else self.archive_end_gtid,
+            gtid_binlog_pos_now=(self.archive_end_gtid if self.options.selection.stop.is_end
+                                 else None),
             flavor="mysql", server_uuid=gtid.split(":")[0],
             gtid_purged=units[0].index.get("gtid_before") or "")
-
-    def _has_stop(self):
-        s = self.options.selection
-        return (s.stop_datetime, s.stop_before_gtid, s.stop_position) != (None, None, None)
 
     def _read_fde(self, unit):
         chunks = self.chunks(unit)

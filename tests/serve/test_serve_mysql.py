@@ -21,9 +21,8 @@ from mysqlbackup.errors import MysqlBackupError
 from mysqlbackup.sandbox import REPL_PASSWORD, REPL_USER
 from mysqlbackup.source import protocol
 from mysqlbackup.source.spec import SourceSpec
-from replay.job.planning.options import build_selection
 from replay.serve.server import ServeOptions, start_server
-from tests.helpers import wait_for
+from tests.helpers import selection_of, wait_for
 from tests.serve import rawclient
 from tests.serve.world import PatientClient, gtid_executed
 
@@ -38,7 +37,7 @@ def checksums(server):
 
 
 def serve(url, **options):
-    selection = build_selection(**options.pop("selection", {}))
+    selection = selection_of(**options.pop("selection", {}))
     return start_server(ServeOptions(url, "my1", ("127.0.0.1", 0), USER, PASSWORD, selection,
                                      **options))
 

@@ -11,9 +11,8 @@ from mysqlbackup.archive.store import ArchiveStore
 from mysqlbackup.binlog import events as ev
 from mysqlbackup.binlog.scan import iter_events
 from mysqlbackup.source.client import ReplicaClient
-from replay.job.planning.options import build_selection
 from replay.serve.server import ServeOptions, start_server
-from tests.helpers import wait_for
+from tests.helpers import selection_of, wait_for
 
 PASSWORD = "serve-secret"
 T0 = 1700000000      # commit times of the three files' transactions: T0, T0+100, T0+200
@@ -28,7 +27,7 @@ class PatientClient(ReplicaClient):
 
 def serve(url, listen=("127.0.0.1", 0), storage_options=None, tls=None, **selection):
     return start_server(ServeOptions(url, "db1", listen, "mysqlbackup_serve", PASSWORD,
-                                     build_selection(**selection),
+                                     selection_of(**selection),
                                      storage_options=storage_options or {}, **(tls or {})))
 
 

@@ -3,13 +3,15 @@
 Each point is judged here at two levels: a whole file from its index
 (``wholly_applied``, ``wholly_after``: the planner leaves such files out) and
 one transaction (``decide``: apply, skip, stop or gap). The stop rule itself is
-``mysqlbackup.archive.window.Stop``'s (``stop``), at both levels.
+``mysqlbackup.archive.stop``'s (``stop``), at both levels.
 """
 
 from dataclasses import dataclass, field, replace
 
 from mysqlbackup.binlog import events as ev
-from mysqlbackup.archive.window import Span, Stop, contains
+from mysqlbackup.archive.stop import END, Stop
+from mysqlbackup.archive.window import Span
+from mysqlbackup.binlog.gtid import contains
 from mysqlbackup.binlog.position import Position
 from mysqlbackup.errors import CorruptBinlog
 from replay.job.decoding.assemble import table_of
@@ -26,9 +28,7 @@ class Selection:
 
     start_gtids: object = None         # MariaGtidPos or MysqlGtidSet
     start_position: Position = None    # transactions starting before it skip
-    stop_datetime: float = None        # epoch seconds (UTC): stop before the first at/after
-    stop_before_gtid: tuple = None     # (domain, server_id, seq) or (uuid[:tag], gno)
-    stop_position: Position = None     # stop before a transaction ending past it
+    stop: Stop = END                   # the one stop point (mysqlbackup.archive.stop)
     exclude: set = field(default_factory=set)   # {(domain, server_id, seq)}
     databases: set = field(default_factory=set)
     tables: set = field(default_factory=set)    # {"db.table"}
@@ -43,11 +43,6 @@ class Selection:
         if not after:
             return False
         return contains(str(self.start_gtids), after)
-
-    @property
-    def stop(self):
-        """The stop point as a ``window.Stop``, the owner of the stop rule."""
-        return Stop(self.stop_datetime, self.stop_before_gtid, self.stop_position)
 
     def wholly_after(self, index):
         """True when the file ``index`` describes commits its first transaction at or
