@@ -40,9 +40,9 @@ if [ ! -x .venv/bin/python ]; then
     "$PY" -m venv .venv
 fi
 .venv/bin/python -m pip install -q --disable-pip-version-check -e ".[test,docs]"
-# the Spark driver's class-data archive (replay/job/classcache.py: about 2 s off each
+# the Spark driver's class-data archive (replay/spark/jvm.py: about 2 s off each
 # local Spark start), built once per Java and PySpark; without it Spark starts as ever
-.venv/bin/python -m replay.job.classcache || echo "setup: Spark starts without its class cache" >&2
+.venv/bin/python -m replay.spark.jvm || echo "setup: Spark starts without its class cache" >&2
 
 # the live MySQL server of the tests (Debian sid's, in .mysql/tree, built once); where it
 # cannot be built, the reason is printed and the MySQL tests skip saying so
@@ -50,17 +50,22 @@ scripts/mysql_tree.sh || echo "setup: no live MySQL server: its tests will skip"
 # the live MariaDB 11.8 LTS server (Debian trixie's, in .mariadb/tree, built once): the
 # server new installs run, beside the host's 10.11; where it cannot be built, its tests skip
 scripts/mariadb_tree.sh || echo "setup: no live MariaDB 11.8 server: its tests will skip" >&2
-# zongji (a Node binlog client) for serve's client tests, pinned (they run its queries):
+# zongji (a Node binlog client) for serve's client tests, pinned with its MySQL driver
+# (they run its queries; zongji asks for mysql2 ^3.22.5, and a new mysql2 changed the
+# login: 3.26 fetches caching_sha2_password's RSA key over clear text only when asked):
 # Debian's nodejs and npm when missing; where npm cannot install it, those tests skip
 ZONGJI=0.9.0
+MYSQL2=3.26.1
 if ! command -v npm >/dev/null; then
     SUDO=""; [ "$(id -u)" -ne 0 ] && SUDO="sudo"
     $SUDO apt-get update -qq
     DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq nodejs npm >/dev/null \
         || echo "setup: no npm: the zongji tests will skip" >&2
 fi
-if command -v npm >/dev/null && ! grep -qs "\"version\": \"$ZONGJI\"" \
-        .node/node_modules/@vlasky/zongji/package.json; then
-    npm install --prefix .node --no-audit --no-fund --silent "@vlasky/zongji@$ZONGJI" \
+if command -v npm >/dev/null && ! { grep -qs "\"version\": \"$ZONGJI\"" \
+        .node/node_modules/@vlasky/zongji/package.json && grep -qs "\"version\": \"$MYSQL2\"" \
+        .node/node_modules/mysql2/package.json; }; then
+    npm install --prefix .node --no-audit --no-fund --silent --save-exact \
+        "@vlasky/zongji@$ZONGJI" "mysql2@$MYSQL2" \
         || echo "setup: @vlasky/zongji not installed: the zongji tests will skip" >&2
 fi

@@ -116,7 +116,9 @@ def pmr_rows(at, mariadb, blocking=False, limit=None, **where):
 ZONGJI_SCRIPT = r"""
 import ZongJi from '@vlasky/zongji';
 const [host, port, user, password, limit] = process.argv.slice(2);
-const z = new ZongJi({host, port: Number(port), user, password});
+// mysql2 3.26 asks for this to fetch the RSA key of caching_sha2_password's exchange
+// over clear text, against serve as against mysqld (a user opts in the same way)
+const z = new ZongJi({host, port: Number(port), user, password, allowPublicKeyRetrieval: true});
 let seen = 0;
 const out = [];
 z.on('binlog', ev => {
