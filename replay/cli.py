@@ -2,7 +2,7 @@
 
 It registers under the ``mysqlbackup.commands`` entry-point group (setup.cfg), which
 ``mysqlbackup.cli`` loads: ``mysqlbackup`` never imports ``replay``. spark-submit
-(no installed entry points) adds it in ``replay/job/spark_main.py``.
+(no installed entry points) adds it in ``replay/spark_main.py``.
 """
 
 import click
@@ -86,13 +86,13 @@ def replay(archive_url, archive_option, source_name, target, target_password_fil
         check_source_name(source_name)  # before the store is asked
     from mysqlbackup.archive.codec import keyring_from
     from mysqlbackup.archive.store import parse_options
-    from replay.job.plan import ReplayOptions
+    from replay.planning.plan import ReplayOptions
     from replay.job.run import run_replay
-    from replay.job.planning.options import build_selection
+    from replay.planning.options import build_selection
     from replay.job.progress import reporter
     from replay.job.sinks.sqlfile import SqlFileSink
     from replay.job.sinks.target import TargetApplier
-    from replay.job.spark import SparkSetup
+    from replay.spark.context import SparkSetup
     spark_setup = SparkSetup.of(spark_conf, driver_host, executor_python)  # a
     # malformed --conf pair fails before anything is read
     selection = build_selection(start_gtid, start_position, stop, exclude_gtids, databases,

@@ -4,7 +4,7 @@
     spark-submit --master spark://HOST:7077 \\
         --archives dist/replay-env.tar.gz#environment \\
         --conf spark.pyspark.python=./environment/bin/python \\
-        --py-files dist/replay.zip replay/job/spark_main.py \\
+        --py-files dist/replay.zip replay/spark_main.py \\
         replay --archive s3://bucket/prefix --sql /tmp/replay.sql --stop-datetime ...
 
 ``scripts/pack_replay_env.py`` writes ``dist/replay.zip`` (``mysqlbackup/`` and

@@ -111,7 +111,7 @@ def make_archive(workdir, binlogs, encoded):
 def measure(workdir, url, identity, code_root, write=None):
     """Run decode_unit on the biggest unit in a fresh process; its report (a dict)."""
     from mysqlbackup.archive.codec import keyring_from
-    from replay.job.plan import ReplayOptions, units_to_read
+    from replay.planning.plan import ReplayOptions, units_to_read
     _, units, _ = units_to_read(ReplayOptions(archive_url=url, keyring=keyring_from(identity)))
     unit = max(units, key=lambda u: sum(o.index["size"] for o in u.objects))
     job = os.path.join(workdir, "unit.pickle")
@@ -159,7 +159,7 @@ def child(job, out=None):
 
 def writer_keep(unit, write, workdir):
     """What the replay's driver hands a task that writes (``tasks.keep_spec``)."""
-    from replay.job.planning.options import build_selection
+    from replay.planning.options import build_selection
     from replay.job.tasks import keep_spec
     out = os.path.join(workdir, f"out-{write}-{os.getpid()}")
     if write == "sql":

@@ -87,7 +87,7 @@ def compiled_modules(env, root=REPO):
 
 def pack(output_dir, extras, python_prefix=None, base_python=None):
     """Build the environment and the zip into ``output_dir``; returns their paths."""
-    from replay.job.shipping import write_zip
+    from replay.spark.shipping import write_zip
     os.makedirs(output_dir, exist_ok=True)
     base_python = base_python or getattr(sys, "_base_executable", sys.executable)
     env_out = os.path.abspath(os.path.join(output_dir, "replay-env.tar.gz"))

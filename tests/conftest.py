@@ -234,7 +234,7 @@ _SPARK = {"session": None}  # the ``spark`` fixture's context, while it runs
 @pytest.fixture(scope="session")
 def spark(_spark_gateway):
     """One local Spark context (2 cores) for the whole run: a JVM starts once."""
-    from replay.job.spark import spark_context
+    from replay.spark.context import spark_context
     _stop_spark_context()  # a module's own (getOrCreate would hand it back): local[2]
     context = _SPARK["session"] = spark_context("local[2]")
     yield context

@@ -304,7 +304,7 @@ def selection_of(**options):
     """``build_selection`` of option values as the command line gives them, the stop
     options (stop_datetime, stop_before_gtid, stop_position) among them."""
     from mysqlbackup.archive.stop import parse_stop
-    from replay.job.planning.options import build_selection
+    from replay.planning.options import build_selection
     stops = {name: options.pop(name) for name in ("stop_datetime", "stop_before_gtid",
                                                   "stop_position") if name in options}
     return build_selection(stop=parse_stop(**stops), **options)

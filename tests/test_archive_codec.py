@@ -451,7 +451,7 @@ def test_allow_gaps_refuses_a_cut_encoded_last_segment_by_name(world, keys, tmp_
 
 @pytest.mark.parametrize("codec", ["none", "zstd"])
 def test_allow_gaps_and_a_cut_last_segment_by_codec(codec):
-    from replay.job.planning.units import Unit, UnitObject, check_listed_sizes
+    from replay.planning.units import Unit, UnitObject, check_listed_sizes
     index = {"codec": codec, "size": 500, "sha256": "a" * 64, "stored_size": 200,
              "stored_sha256": "b" * 64}
     want = 500 if codec == "none" else 200

@@ -7,7 +7,7 @@ import pymysql
 import pytest
 
 from mysqlbackup.archive.store import ArchiveStore
-from replay.job.planning.options import build_selection
+from replay.planning.options import build_selection
 from replay.serve.server import ServeOptions, start_server
 from tests.helpers import Daemon, module_primary, wait_archived_to_the_end
 from tests.serve.clients import Endpoint

@@ -14,7 +14,7 @@ from mysqlbackup.archive.window import (EpochHistory, build_runs, choose_base, p
                                         switch_problem)
 from mysqlbackup.errors import CorruptBinlog, ResyncRequired, UsageError
 from mysqlbackup.retention.policy import EpochFacts, Facts, plan_retention
-from replay.job.planning.units import plan_epochs
+from replay.planning.units import plan_epochs
 
 
 def at(minute):

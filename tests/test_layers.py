@@ -12,6 +12,14 @@ tests, the demo and benchmarks: no other module imports them (``scratch`` gives
 production its servers). Lazy imports (inside a function) count as imports, and ``from
 P import X`` imports the module P.X when X is one.
 
+Inside ``replay/`` the rooms are layered too (``REPLAY_LEVEL``, lowest first): Spark's
+driver (``spark/``) below the planning every command uses (``planning/``), below the
+job's tasks, engines, decoding and sinks (``job/``), below ``serve/`` and ``find/``
+(neither imports the other), below ``restore/``, below the commands built on a restore
+and the command lines. No module imports itself through others (no circle, lazy imports
+counted), and no module of either package runs over MAX_LINES lines (``.pyx`` and its
+included ``.pxi`` files too).
+
 KNOWN holds the imports that break the contract today, each to be removed: a new break
 fails the test, and so does an entry of KNOWN that no longer happens (the list only
 shrinks). Issue 29's layering work emptied it.
@@ -19,6 +27,7 @@ shrinks). Issue 29's layering work emptied it.
 
 import ast
 import functools
+import glob
 import os
 
 from tests.helpers import REPO
@@ -38,6 +47,10 @@ REPLAY_NEVER = {"stream", "retention"}
 # the test servers: tests, the demo and benchmarks import them, production code never
 # (its servers of its own come from ``scratch``)
 TEST_ONLY = {"sandbox"}
+
+REPLAY_LEVEL = {"spark": 1, "planning": 2, "job": 3, "serve": 4, "find": 4, "restore": 5,
+                "drill": 6, "check": 6, "cli": 6, "spark_main": 7, "replay": 7}
+MAX_LINES = 600
 
 KNOWN = set()
 
@@ -88,8 +101,27 @@ def part(module):
     return PART_OF.get(name, name)
 
 
+def room(module):
+    """The room of a replay module ('spark', 'job', ...; 'replay' for the package)."""
+    pieces = module.split(".")
+    return pieces[1] if len(pieces) > 1 else "replay"
+
+
+def replay_breaks(source, target):
+    """Why replay module ``source`` may not import replay module ``target`` (or None)."""
+    mine, theirs = room(source), room(target)
+    if mine == theirs:
+        return None
+    if REPLAY_LEVEL[theirs] >= REPLAY_LEVEL[mine]:
+        return (f"replay/{mine} (level {REPLAY_LEVEL[mine]}) imports replay/{theirs} "
+                f"(level {REPLAY_LEVEL[theirs]})")
+    return None
+
+
 def breaks(source, target):
     """Why ``source`` may not import ``target`` (None when it may)."""
+    if source.startswith("replay") and target.startswith("replay"):
+        return replay_breaks(source, target)
     mine, theirs = part(source), part(target)
     if theirs in TEST_ONLY and part(source) not in TEST_ONLY:
         return f"production code imports the test servers ({theirs})"
@@ -109,6 +141,79 @@ def breaks(source, target):
 def test_every_module_is_placed():
     unknown = {part(m) for pair in imports() for m in pair if part(m) is not None} - set(LEVEL)
     assert not unknown, f"place these in LEVEL: {sorted(unknown)}"
+    rooms = {room(m) for pair in imports() for m in pair if m.startswith("replay")}
+    unplaced = rooms - set(REPLAY_LEVEL)
+    assert not unplaced, f"place these in REPLAY_LEVEL: {sorted(unplaced)}"
+
+
+def circles(pairs):
+    """The circles (strongly connected sets of two or more modules) of the import graph
+    ``pairs`` ({(module, imported module)}), each as a sorted list."""
+    graph = {}
+    for source, target in pairs:
+        graph.setdefault(source, set()).add(target)
+    index, low, stack, on_stack, found, counter = {}, {}, [], set(), [], [0]
+
+    def visit(node):  # Tarjan's, iterative over the neighbours of one node at a time
+        work = [(node, iter(sorted(graph.get(node, ()))))]
+        index[node] = low[node] = counter[0]
+        counter[0] += 1
+        stack.append(node)
+        on_stack.add(node)
+        while work:
+            current, children = work[-1]
+            child = next(children, None)
+            if child is not None:
+                if child not in index:
+                    index[child] = low[child] = counter[0]
+                    counter[0] += 1
+                    stack.append(child)
+                    on_stack.add(child)
+                    work.append((child, iter(sorted(graph.get(child, ())))))
+                elif child in on_stack:
+                    low[current] = min(low[current], index[child])
+                continue
+            work.pop()
+            if work:
+                low[work[-1][0]] = min(low[work[-1][0]], low[current])
+            if low[current] == index[current]:
+                group = []
+                while True:
+                    member = stack.pop()
+                    on_stack.discard(member)
+                    group.append(member)
+                    if member == current:
+                        break
+                if len(group) > 1:
+                    found.append(sorted(group))
+
+    for node in sorted(graph):
+        if node not in index:
+            visit(node)
+    return found
+
+
+def test_no_module_imports_itself_through_others():
+    assert circles({(s, t) for s, t in imports() if s != t}) == []
+
+
+def test_what_a_circle_is():
+    assert circles({("a", "b"), ("b", "c"), ("c", "a"), ("c", "d"), ("d", "e")}) == [
+        ["a", "b", "c"]]
+    assert circles({("a", "b"), ("b", "c")}) == []
+
+
+def test_no_module_runs_over_the_limit():
+    long = []
+    for package in ("mysqlbackup", "replay"):
+        for ext in ("py", "pyx", "pxi"):
+            for path in glob.glob(os.path.join(REPO, package, "**", f"*.{ext}"),
+                                  recursive=True):
+                with open(path, encoding="utf-8") as f:
+                    lines = sum(1 for _ in f)
+                if lines > MAX_LINES:
+                    long.append(f"{os.path.relpath(path, REPO)}: {lines}")
+    assert not long, f"modules over {MAX_LINES} lines: {long}"
 
 
 def test_the_layers_hold_but_for_the_known_breaks():
@@ -143,6 +248,13 @@ def test_what_breaks_the_layers():
     assert breaks("replay.drill.run", "mysqlbackup.scratch") is None
     assert breaks("mysqlbackup.source.client", "mysqlbackup.speedups") is None
     assert breaks("mysqlbackup.speedups", "mysqlbackup.stream.syncer")
+    assert breaks("replay.serve.catalog", "replay.restore.load")  # serve below restore
+    assert breaks("replay.planning.selection", "replay.job.decoding.assemble")
+    assert breaks("replay.spark.jvm", "replay.planning.plan")
+    assert breaks("replay.find.scan", "replay.serve.feed")  # one level: neither
+    assert breaks("replay.restore.native", "replay.serve.server") is None
+    assert breaks("replay.job.run", "replay.planning.plan") is None
+    assert breaks("replay.spark.context", "replay.spark.jvm") is None
 
 
 def test_from_the_package_import_is_an_import_of_the_module():

@@ -185,7 +185,7 @@ def test_refuses_a_target_that_replicates_or_has_the_sources_server_id(primary, 
 
 
 def test_expected_end_of_each_kind_of_stop_point(primary):
-    from replay.job.plan import ReplayOptions, units_to_read
+    from replay.planning.plan import ReplayOptions, units_to_read
     before_stop = f"0-1-{seq(primary.stop_gtid) - 1}"
     for stop, reason, pos in [
             ({"stop_before_gtid": primary.stop_gtid}, f"stop before GTID {primary.stop_gtid}",
@@ -284,7 +284,7 @@ def test_replay_native_of_the_whole_archive_starts_where_its_first_file_does(pri
     from click.testing import CliRunner
 
     from replay.cli import replay
-    from replay.job.plan import ReplayOptions, units_to_read
+    from replay.planning.plan import ReplayOptions, units_to_read
     first = units_to_read(ReplayOptions(primary.url_archive))[1][0].index["gtid_before"]
     target = make_server(server_id=3, log_bin=False, semi_sync=False)
     result = CliRunner().invoke(replay, [

@@ -15,7 +15,7 @@ import pytest
 from mysqlbackup.archive.store import ArchiveStore
 from mysqlbackup.binlog.gtid import MysqlGtidSet
 from mysqlbackup.source.spec import SourceSpec
-from replay.job.plan import ReplayOptions
+from replay.planning.plan import ReplayOptions
 from replay.restore.native import CONNECTION, run_native
 from tests.helpers import Daemon, REPO, run_cli, selection_of, wait_archived_to_the_end
 
@@ -123,7 +123,7 @@ def test_to_a_gtid_then_on_to_the_end_each_transaction_once(source, make_mysql):
 
 KILLED = """
 import sys
-from replay.job.plan import ReplayOptions
+from replay.planning.plan import ReplayOptions
 from replay.restore.native import run_native
 from mysqlbackup.source.spec import SourceSpec
 run_native(ReplayOptions(sys.argv[1], source_name="my1"),

@@ -23,7 +23,7 @@ ALLOWED = {
     ("mysqlbackup/archive/codec.py", "_decrypt_error"),
     # a failed Spark job reaches the driver as a Py4JJavaError holding the executor's
     # traceback as text: its lines are read to say what failed, in one line
-    ("replay/job/shipping.py", "explain_failure"),
+    ("replay/spark/shipping.py", "explain_failure"),
 }
 
 

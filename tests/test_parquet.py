@@ -330,9 +330,9 @@ def test_parts_rotate_and_hold_the_same_rows(source, replayed, archive):
 def test_a_stop_point_keeps_no_part_of_a_later_file(source, tmp_path):
     # the stop (before g2) is in the first file; the second file's task has written
     # its part (one window of two files): the driver removes it, _SUCCESS lists one part
-    from replay.job.plan import ReplayOptions
+    from replay.planning.plan import ReplayOptions
     from mysqlbackup.archive.stop import parse_stop
-    from replay.job.planning.options import build_selection
+    from replay.planning.options import build_selection
     from replay.job.run import run_replay
     g2 = source.expected[4][5]
     selection = build_selection(stop=parse_stop(stop_before_gtid=g2))

@@ -19,9 +19,9 @@ from mysqlbackup.binlog.names import next_binlog_name
 from mysqlbackup.binlog.transactions import TrxTracker
 from mysqlbackup.errors import CorruptBinlog, MysqlBackupError, ResyncRequired
 from replay.job.decoding.assemble import assemble
-from replay.job.plan import ReplayOptions, units_to_read
+from replay.planning.plan import ReplayOptions, units_to_read
 from replay.job.tasks import TaskResult, decode_unit
-from replay.job.planning.units import (Unit, UnitObject, check_decoded, check_link,
+from replay.planning.units import (Unit, UnitObject, check_decoded, check_link,
                                        check_listed_sizes, plan_units)
 from replay.job.sinks.statements import suppresses_use, transaction_steps
 from tests.conftest import SHARED_BINLOGS

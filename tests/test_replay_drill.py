@@ -11,7 +11,7 @@ import pytest
 from mysqlbackup.archive.store import ArchiveStore, parse_options
 from mysqlbackup.errors import UsageError
 from mysqlbackup.source.spec import SourceSpec
-from replay.job.plan import ReplayOptions
+from replay.planning.plan import ReplayOptions
 from replay.job.run import run_replay
 from replay.job.sinks.sqlfile import SqlFileSink
 from replay.job.sinks.target import TargetApplier

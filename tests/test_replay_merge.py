@@ -7,9 +7,9 @@ from mysqlbackup.stream.archiver import Archiver
 from mysqlbackup.archive.store import ArchiveStore
 from mysqlbackup.sandbox import MariaDBSandbox
 from mysqlbackup.source.spec import SourceSpec
-from replay.job.plan import ReplayOptions
+from replay.planning.plan import ReplayOptions
 from replay.job.run import run_replay
-from replay.job.planning.options import build_selection
+from replay.planning.options import build_selection
 from replay.job.sinks.target import ApplyError, TargetApplier
 from tests.helpers import backup_dir
 

@@ -9,9 +9,9 @@ from mysqlbackup.source.spec import SourceSpec
 from replay.job.decoding.assemble import assemble
 from replay.job.decoding.groups import batches
 from replay.job.decoding.transaction import Transaction
-from replay.job.plan import ReplayOptions
+from replay.planning.plan import ReplayOptions
 from replay.job.run import run_replay
-from replay.job.planning.options import build_selection
+from replay.planning.options import build_selection
 from replay.job.sinks.target import TargetApplier
 from tests.helpers import backup_dir, read
 

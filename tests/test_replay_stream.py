@@ -26,7 +26,7 @@ from mysqlbackup.errors import CorruptBinlog
 from mysqlbackup.sandbox import find_binary
 from replay.job.decoding.assemble import (StreamAssembly, StreamAttach, assemble, attach_events,
                                       detach_events)
-from replay.job.plan import ReplayOptions, units_to_read
+from replay.planning.plan import ReplayOptions, units_to_read
 from tests.conftest import SHARED_BINLOGS
 from tests.helpers import REPO, read
 

@@ -11,8 +11,8 @@ from mysqlbackup.errors import CorruptBinlog, ResyncRequired, UsageError
 from replay.job.decoding.assemble import assemble, attach_events, detach_events
 from replay.job.decoding.transaction import Transaction
 from mysqlbackup.utc import parse_datetime
-from replay.job.planning.options import build_selection
-from replay.job.planning.units import Unit, drop_before_start, pick_source, plan_units
+from replay.planning.options import build_selection
+from replay.planning.units import Unit, drop_before_start, pick_source, plan_units
 from replay.job.sinks.statements import step_sql, transaction_steps
 from tests.helpers import read, selection_of
 
@@ -171,8 +171,9 @@ def test_pick_source():
 
 
 def test_rewrite_db_rebuilds_table_maps(shared_binlog):
-    from replay.job.decoding.assemble import table_of
-    from replay.job.decoding.rewrite import parse_rewrites, rewrite_transaction
+    from mysqlbackup.binlog.tablemap import table_of
+    from replay.job.decoding.rewrite import rewrite_transaction
+    from replay.planning.options import parse_rewrites
     data = read(shared_binlog(MARIA))
     transactions, _, _ = assemble(data, "mariadb-bin.000001")
     trx = rewrite_transaction(transactions[0], parse_rewrites(["toddy_test:restored_copy"]),

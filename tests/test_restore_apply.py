@@ -8,8 +8,8 @@ from types import SimpleNamespace
 
 from mysqlbackup.source.spec import SourceSpec
 from replay.job.engines import BATCH_BYTES, BATCH_FILES, LOCAL_MAX_BYTES, batches, choose_engine
-from replay.job.planning.options import build_selection
-from replay.job.spark import SparkSetup
+from replay.planning.options import build_selection
+from replay.spark.context import SparkSetup
 from replay.restore.run import ApplyChoice, RestoreOptions, choose_apply
 
 MB = 1000 * 1000

@@ -1,7 +1,7 @@
 """The restore plan's --dry-run lines (pure: index and manifest dicts)."""
 
 from mysqlbackup.archive.window import build_runs
-from replay.job.planning.options import build_selection
+from replay.planning.options import build_selection
 from replay.restore.plan import describe, make_plan
 
 BASE = {"id": "20261120T030500.000Z", "method": "dump", "member": "dump.sql.zst",

@@ -11,7 +11,7 @@ from mysqlbackup.binlog import events as ev
 from mysqlbackup.binlog.gtid import MariaGtidPos
 from mysqlbackup.errors import UsageError
 from replay.job.decoding.transaction import Transaction
-from replay.job.planning.units import Unit
+from replay.planning.units import Unit
 from replay.serve import packets as pk
 from replay.serve.cli import parse_listen
 from replay.serve.feed import (NOT_IN_INDEX, STATE_TOO_OLD, DumpRefused, DumpStart,
@@ -224,7 +224,7 @@ def test_parse_listen():
 
 
 def test_start_server_refuses_filters():
-    from replay.job.planning.selection import Selection
+    from replay.planning.selection import Selection
     from replay.serve.server import ServeOptions, start_server
     for selection in (Selection(databases={"d"}), Selection(tables={"d.t"}),
                       Selection(rewrite={"a": "b"})):

@@ -53,7 +53,7 @@ def _free_port(address):
 # start no process).
 
 def test_the_driver_s_credentials_ride_in_the_s3_options_only():
-    from replay.job.shipping import executor_options
+    from replay.spark.shipping import executor_options
     env = {"AWS_ACCESS_KEY_ID": "id", "AWS_SECRET_ACCESS_KEY": "sk", "AWS_SESSION_TOKEN": "t",
            "AWS_ENDPOINT_URL": "http://e:1", "AWS_DEFAULT_REGION": "eu-west-1"}
     assert executor_options("s3://b/p", {"max_concurrency": 2}, env) == {
@@ -70,7 +70,7 @@ def test_the_driver_s_credentials_ride_in_the_s3_options_only():
 
 def test_spark_settings_and_masters_are_read_strictly():
     from mysqlbackup.errors import UsageError
-    from replay.job.spark import _wait_seconds, master_endpoint, parse_conf
+    from replay.spark.context import _wait_seconds, master_endpoint, parse_conf
     assert parse_conf(["spark.executor.memory=1g", "spark.archives=a.tgz#env=x"]) == {
         "spark.executor.memory": "1g", "spark.archives": "a.tgz#env=x"}
     with pytest.raises(UsageError, match=r"^bad --conf 'spark.x': expected KEY=VALUE"):
@@ -85,7 +85,7 @@ def test_spark_settings_and_masters_are_read_strictly():
 
 
 def test_a_failed_spark_job_becomes_its_cause():
-    from replay.job.shipping import explain_failure
+    from replay.spark.shipping import explain_failure
     trace = ("An error occurred while calling o1.collect.\n: org.apache.spark.SparkException:"
              " Job aborted due to stage failure: Task 0 in stage 0.0 failed 4 times\n"
              "Traceback (most recent call last):\n  File \"worker.py\"\n"
@@ -110,9 +110,9 @@ def test_the_tasks_hand_back_the_bytes_of_the_applied_transactions_only(tmp_path
     transactions the driver applies from its own read, and the driver reads nothing."""
     from mysqlbackup.archive.store import ArchiveStore
     from mysqlbackup.stream.archiver import Archiver
-    from replay.job.plan import ReplayOptions, units_to_read
+    from replay.planning.plan import ReplayOptions, units_to_read
     from mysqlbackup.archive.stop import StopGtid
-    from replay.job.planning.options import build_selection
+    from replay.planning.options import build_selection
     from replay.job.tasks import decode_unit, keep_spec
     from tests.helpers import backup_dir
     path = shared_binlog("rust_mysql_common/mariadb-bin.000001")  # GTIDs 0-1-1, 0-1-2
@@ -141,9 +141,9 @@ def test_a_parquet_task_writes_its_parts_and_hands_back_no_bytes(tmp_path, share
     of their bytes; a row change the table cannot hold comes back as a named error."""
     from mysqlbackup.archive.store import ArchiveStore
     from mysqlbackup.stream.archiver import Archiver
-    from replay.job.plan import ReplayOptions, units_to_read
+    from replay.planning.plan import ReplayOptions, units_to_read
     from mysqlbackup.archive.stop import StopGtid
-    from replay.job.planning.options import build_selection
+    from replay.planning.options import build_selection
     from replay.job.sinks.parquet import ParquetSink, part_name
     from replay.job.tasks import decode_unit, keep_spec
     from tests.helpers import backup_dir, change_table_rows
@@ -349,7 +349,7 @@ def replay(cluster, archive, *args, timeout=240):
 def local_replay(archive, sink):
     """The one-machine reference: the same replay with its tasks run in this process
     (the local engine: the same task functions and driver, no Spark start-up)."""
-    from replay.job.plan import ReplayOptions
+    from replay.planning.plan import ReplayOptions
     from replay.job.run import run_replay
     return run_replay(ReplayOptions(archive.url, archive.options, engine="local"), sink)
 

@@ -1,4 +1,4 @@
-"""The driver JVM's class-data archive (``replay.job.classcache``): used only when it
+"""The driver JVM's class-data archive (``replay.spark.jvm``): used only when it
 matches its record, never at the cost of a replay (a JVM that cannot start with it is
 started without), and the user's own JVM options win."""
 
@@ -11,15 +11,15 @@ import sys
 
 import pytest
 
-from replay.job import classcache
+from replay.spark import jvm
 from tests.helpers import cli_env
 
 
 @pytest.fixture
 def cache(tmp_path, monkeypatch):
     """An empty cache folder of this test's, tuning on."""
-    monkeypatch.setenv(classcache.CACHE_ENV, str(tmp_path / "cache"))
-    monkeypatch.delenv(classcache.TUNING_ENV, raising=False)
+    monkeypatch.setenv(jvm.CACHE_ENV, str(tmp_path / "cache"))
+    monkeypatch.delenv(jvm.TUNING_ENV, raising=False)
     return tmp_path / "cache"
 
 
@@ -33,51 +33,51 @@ def _place(path, data):
 
 
 def _log(cache):
-    return f"-Dlog4j2.configurationFile={cache}/{classcache.LOG_FILE}"
+    return f"-Dlog4j2.configurationFile={cache}/{jvm.LOG_FILE}"
 
 
 def test_without_an_archive_c1_and_the_quiet_log_are_asked(cache):
-    assert classcache.usable_archive() is None
-    assert classcache.driver_java_options() == f"{classcache.C1_ONLY} {_log(cache)}"
-    assert (cache / classcache.LOG_FILE).read_text() == classcache.LOG_CONFIG
-    (cache / classcache.LOG_FILE).write_text("rootLogger.level = info\n")  # not ours
-    classcache.driver_java_options()
-    assert (cache / classcache.LOG_FILE).read_text() == classcache.LOG_CONFIG
+    assert jvm.usable_archive() is None
+    assert jvm.driver_java_options() == f"{jvm.C1_ONLY} {_log(cache)}"
+    assert (cache / jvm.LOG_FILE).read_text() == jvm.LOG_CONFIG
+    (cache / jvm.LOG_FILE).write_text("rootLogger.level = info\n")  # not ours
+    jvm.driver_java_options()
+    assert (cache / jvm.LOG_FILE).read_text() == jvm.LOG_CONFIG
 
 
 def test_a_log4j_configuration_of_the_users_wins(cache, tmp_path, monkeypatch):
     given = "-Dlog4j2.configurationFile=/etc/mine.properties"
-    assert classcache.driver_java_options(given) == classcache.C1_ONLY
+    assert jvm.driver_java_options(given) == jvm.C1_ONLY
     conf = tmp_path / "conf"
     conf.mkdir()
     monkeypatch.setenv("SPARK_CONF_DIR", str(conf))
-    assert classcache.driver_java_options() == f"{classcache.C1_ONLY} {_log(cache)}"
+    assert jvm.driver_java_options() == f"{jvm.C1_ONLY} {_log(cache)}"
     (conf / "log4j2.properties").write_text("rootLogger.level = info\n")
-    assert classcache.driver_java_options() == classcache.C1_ONLY
+    assert jvm.driver_java_options() == jvm.C1_ONLY
 
 
 def test_a_cache_path_with_a_blank_gives_no_path_option(tmp_path, monkeypatch):
-    monkeypatch.setenv(classcache.CACHE_ENV, str(tmp_path / "a cache"))
-    monkeypatch.delenv(classcache.TUNING_ENV, raising=False)
-    _place(classcache.archive_path(), b"x" * 10)
-    assert classcache.usable_archive() is not None
-    assert classcache.driver_java_options() == classcache.C1_ONLY
+    monkeypatch.setenv(jvm.CACHE_ENV, str(tmp_path / "a cache"))
+    monkeypatch.delenv(jvm.TUNING_ENV, raising=False)
+    _place(jvm.archive_path(), b"x" * 10)
+    assert jvm.usable_archive() is not None
+    assert jvm.driver_java_options() == jvm.C1_ONLY
 
 
 def test_an_archive_matching_its_record_is_used(cache):
-    path = classcache.archive_path()
+    path = jvm.archive_path()
     assert path.startswith(str(cache)) and path.endswith(".jsa")
     _place(path, b"x" * 1000)
-    assert classcache.usable_archive() == path
-    options = classcache.driver_java_options()
-    assert options == (f"-XX:SharedArchiveFile={path} {classcache.QUIET} "
-                       f"-XX:ErrorFile={cache}/hs_err_pid%p.log {classcache.C1_ONLY} "
+    assert jvm.usable_archive() == path
+    options = jvm.driver_java_options()
+    assert options == (f"-XX:SharedArchiveFile={path} {jvm.QUIET} "
+                       f"-XX:ErrorFile={cache}/hs_err_pid%p.log {jvm.C1_ONLY} "
                        f"{_log(cache)}")
 
 
 @pytest.mark.parametrize("damage", ["truncated", "flipped", "no record", "bad record"])
 def test_an_archive_unlike_its_record_is_never_used(cache, damage):
-    path = classcache.archive_path()
+    path = jvm.archive_path()
     _place(path, b"x" * 1000)
     if damage == "truncated":
         with open(path, "r+b") as f:
@@ -90,33 +90,33 @@ def test_an_archive_unlike_its_record_is_never_used(cache, damage):
     else:
         with open(path + ".json", "w") as f:
             f.write("{not json")
-    assert classcache.usable_archive() is None
-    assert classcache.driver_java_options() == f"{classcache.C1_ONLY} {_log(cache)}"
+    assert jvm.usable_archive() is None
+    assert jvm.driver_java_options() == f"{jvm.C1_ONLY} {_log(cache)}"
 
 
 def test_the_users_knobs_and_the_switch_win(cache, monkeypatch):
-    _place(classcache.archive_path(), b"x" * 10)
-    assert classcache.driver_java_options("-XX:TieredStopAtLevel=4").startswith(
+    _place(jvm.archive_path(), b"x" * 10)
+    assert jvm.driver_java_options("-XX:TieredStopAtLevel=4").startswith(
         "-XX:SharedArchiveFile=")
-    assert classcache.driver_java_options("-XX:TieredStopAtLevel=4").count("Tiered") == 0
-    assert (classcache.driver_java_options("-Xshare:off")
-            == f"{classcache.C1_ONLY} {_log(cache)}")
-    monkeypatch.setenv(classcache.TUNING_ENV, "off")
-    assert classcache.driver_java_options() == ""
+    assert jvm.driver_java_options("-XX:TieredStopAtLevel=4").count("Tiered") == 0
+    assert (jvm.driver_java_options("-Xshare:off")
+            == f"{jvm.C1_ONLY} {_log(cache)}")
+    monkeypatch.setenv(jvm.TUNING_ENV, "off")
+    assert jvm.driver_java_options() == ""
 
 
 def test_each_java_has_its_own_archive(cache, tmp_path, monkeypatch):
-    java = classcache.java_binary()
+    java = jvm.java_binary()
     if java is None:
         pytest.skip("no java on this machine")
     other = tmp_path / "jdk" / "bin" / "java"
     other.parent.mkdir(parents=True)
     shutil.copy(java, other)
     monkeypatch.setenv("JAVA_HOME", str(tmp_path / "jdk"))
-    assert classcache.java_binary() == str(other)
-    assert classcache.archive_path() != classcache.archive_path(java)
+    assert jvm.java_binary() == str(other)
+    assert jvm.archive_path() != jvm.archive_path(java)
     monkeypatch.setenv("JAVA_HOME", str(tmp_path / "nowhere"))
-    assert classcache.java_binary() is None and classcache.archive_path() is None
+    assert jvm.java_binary() is None and jvm.archive_path() is None
 
 
 @pytest.mark.server
@@ -125,11 +125,11 @@ def test_a_driver_that_cannot_start_with_the_archive_starts_without(source_files
     replay says so in one line, starts the JVM again without it and gives the same SQL
     as a replay without tuning; the crash report stays out of the working folder."""
     folder = tmp_path / "cache"
-    env = dict(cli_env(), **{classcache.CACHE_ENV: str(folder)})
-    path = classcache.archive_path()
-    made = classcache.usable_archive(path)
+    env = dict(cli_env(), **{jvm.CACHE_ENV: str(folder)})
+    path = jvm.archive_path()
+    made = jvm.usable_archive(path)
     if made is None:  # setup.sh builds the one in the default cache: else, here
-        made = classcache.build(str(tmp_path / "built" / os.path.basename(path)))
+        made = jvm.build(str(tmp_path / "built" / os.path.basename(path)))
     with open(made, "rb") as f:
         _place(str(folder / os.path.basename(path)), f.read(1 << 20))  # a torn copy
     url = f"file://{tmp_path / 'archive'}"
@@ -140,7 +140,7 @@ def test_a_driver_that_cannot_start_with_the_archive_starts_without(source_files
     assert torn.returncode == 0, torn.stderr
     assert "the Spark driver did not start with -XX:SharedArchiveFile=" in torn.stderr
     assert not list(tmp_path.glob("hs_err_pid*")) and list(folder.glob("hs_err_pid*"))
-    plain = _cli(dict(env, **{classcache.TUNING_ENV: "off"}), tmp_path, "replay",
+    plain = _cli(dict(env, **{jvm.TUNING_ENV: "off"}), tmp_path, "replay",
                  "--archive", url, "--sql", str(tmp_path / "b.sql"))
     assert plain.returncode == 0, plain.stderr
     assert "did not start" not in plain.stderr

@@ -9,13 +9,13 @@ import sys
 
 import pytest
 
-from replay.job.spark import is_local_master
+from replay.spark.context import is_local_master
 
 PROBE = """
 import json
 from replay.job.decoding import rowdecode
 import replay
-from replay.job.spark import spark_context
+from replay.spark.context import spark_context
 
 def where(_):
     from replay.job.decoding import rowdecode
@@ -72,7 +72,7 @@ def test_a_zip_of_the_sources_finds_the_compiled_modules_on_its_path(tmp_path):
 
     from mysqlbackup import speedups
     from replay.job.decoding import rowdecode
-    from replay.job.shipping import source_root, write_zip
+    from replay.spark.shipping import source_root, write_zip
     if rowdecode.compiled is None or speedups.compiled is None:
         pytest.skip(f"the compiled modules are not built here: {rowdecode.describe()}, "
                     f"{speedups.describe()}")

@@ -30,7 +30,7 @@ def test_spark_submit_with_py_files_zip(tmp_path, shared_binlog):
     env.pop("PYTHONPATH", None)  # the code must come from the zip
     result = subprocess.run(
         [submit, "--master", "local[2]", "--py-files", package,
-         os.path.join(REPO, "replay", "job", "spark_main.py"), "replay", "--archive",
+         os.path.join(REPO, "replay", "spark_main.py"), "replay", "--archive",
          f"file://{tmp_path / 'archive'}", "--sql", str(tmp_path / "out.sql")],
         capture_output=True, text=True, timeout=300, cwd=str(tmp_path), env=env)
     assert result.returncode == 0, result.stderr[-3000:]

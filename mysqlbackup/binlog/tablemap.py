@@ -47,6 +47,20 @@ class TableMap:
         return tuple(DATA_TYPES.get(t, "unknown") for t in self.types)
 
 
+def table_of(event):
+    """'db.table' named by a TABLE_MAP event (post-header: table_id 6, flags 2);
+    CorruptBinlog when its lengths run past its end."""
+    body = memoryview(event)[ev.HEADER_LEN + 8:]
+    try:
+        db_len = body[0]
+        db = bytes(body[1:1 + db_len]).decode("utf-8", "replace")
+        t_len = body[2 + db_len]
+    except IndexError:
+        raise CorruptBinlog("TABLE_MAP event shorter than its lengths say") from None
+    table = bytes(body[3 + db_len:3 + db_len + t_len]).decode("utf-8", "replace")
+    return f"{db}.{table}"
+
+
 def parse_table_map(event, checksum, fde=None):
     """The TableMap of a TABLE_MAP event; CorruptBinlog when its body runs short."""
     body = bytes(ev.event_body(event, checksum))

@@ -119,7 +119,7 @@ def archive_options(func):
 
 def spark_options(func):
     """The Spark job's --master, --conf (repeatable), --driver-host and --python (replay,
-    restore): the values ``replay.job.spark.SparkSetup.of`` takes."""
+    restore): the values ``replay.spark.context.SparkSetup.of`` takes."""
     for decorator in reversed((
         click.option("--master", help="Spark master (default local[*]); spark-submit "
                      "works too."),

@@ -21,7 +21,7 @@ falls in otherwise: an index does not list each transaction).
 from dataclasses import dataclass
 
 from mysqlbackup.binlog.gtid import MariaGtidPos, MysqlGtidSet
-from replay.job.planning.selection import BOOKKEEPING_SCHEMA
+from replay.planning.selection import BOOKKEEPING_SCHEMA
 
 SHOWN = 5  # GTIDs named in a problem, at most
 

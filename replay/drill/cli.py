@@ -46,7 +46,7 @@ def drill(archive_url, archive_option, source_name, stop, workdir, keep, master,
     from mysqlbackup.archive.codec import keyring_from
     from mysqlbackup.archive.store import parse_options
     from replay.drill.run import DrillOptions, run_drill
-    from replay.job.planning.options import build_selection
+    from replay.planning.options import build_selection
     from replay.job.progress import reporter
     from replay.restore.run import RestoreOptions
     if not archive_url:

@@ -233,7 +233,7 @@ def skipped_on_purpose(plan, replay_opts, missing):
         return frozenset()
     from replay.job.run import attach_unit
     from replay.job.tasks import decode_unit
-    from replay.job.plan import units_to_read
+    from replay.planning.plan import units_to_read
     keys = {s.key for s in plan.choice.spans if _holds_any(s, missing)}
     _, units, _ = units_to_read(replay_opts)
     found, args = set(), (replay_opts.archive_url, replay_opts.archive_options,

@@ -3,7 +3,7 @@ a ``FileScan``, the matches handed out as they are found (archive I/O here; the 
 pure).
 
 The files are those a replay of the source would read, in the same order, planned from
-the indexes alone (``replay.job.plan.units_to_read``: every epoch of the source's history, the
+the indexes alone (``replay.planning.plan.units_to_read``: every epoch of the source's history, the
 newest file's segments, a later epoch's copies of the one before left out); holes in
 the chain do not stop a search (``verify`` is for those). A file whose index shows that
 it committed nothing in the time range is not read. Each object is read in ranged reads
@@ -17,9 +17,9 @@ from dataclasses import dataclass
 from mysqlbackup.binlog.gtid import guess_flavor, parse_gtid_set
 from mysqlbackup.errors import CorruptBinlog, MysqlBackupError, mask_url
 from replay.find.scan import FileScan
-from replay.job.plan import ReplayOptions, units_to_read
+from replay.planning.plan import ReplayOptions, units_to_read
 from replay.job.tasks import stream_unit
-from replay.job.planning.units import object_at
+from replay.planning.units import object_at
 
 
 @dataclass

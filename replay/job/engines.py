@@ -16,7 +16,7 @@ an archive small enough that the start-up costs more than the parallel decode sa
 import os
 import time
 
-from replay.job.shipping import check_executors, executor_options, explain_failure
+from replay.spark.shipping import check_executors, executor_options, explain_failure
 from replay.job.tasks import decode_unit, digest_unit, keep_spec
 
 ENGINES = ("auto", "spark", "local")

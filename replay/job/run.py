@@ -1,6 +1,6 @@
 """The driver of the PySpark replay job: decode one file per Spark task, check, apply.
 
-The driver lists the units (files) from the archive's indexes (``replay.job.plan.units_to_read``),
+The driver lists the units (files) from the archive's indexes (``replay.planning.plan.units_to_read``),
 Spark decodes them in parallel (``replay.job.tasks``: each task opens its file through
 fsspec on the executor, checks magic and every CRC, hashes each object and assembles
 complete transactions, handed back without their bytes), the driver checks each unit
@@ -23,9 +23,9 @@ from mysqlbackup.archive.stop import END
 from mysqlbackup.binlog import events as ev
 from mysqlbackup.errors import MysqlBackupError, UsageError, mask_url
 from replay.job.decoding.rewrite import rewrite_transaction
-from replay.job.plan import units_to_read
-from replay.job.planning.selection import gap_error
-from replay.job.planning.units import check_decoded, check_digests, check_link
+from replay.planning.plan import units_to_read
+from replay.planning.selection import gap_error
+from replay.planning.units import check_decoded, check_digests, check_link
 from replay.job.progress import Progress
 from replay.job.engines import LocalTasks, SparkTasks, unit_bytes
 from replay.job.tasks import gtid_state, stream_unit, unit_selection

@@ -4,8 +4,7 @@
 from mysqlbackup.archive.stop import END, parse_file_position, parse_one_gtid
 from mysqlbackup.binlog.gtid import guess_flavor, parse_gtid_set
 from mysqlbackup.errors import UsageError
-from replay.job.decoding.rewrite import parse_rewrites
-from replay.job.planning.selection import Selection
+from replay.planning.selection import Selection
 
 
 def parse_gtid_list(text, option):
@@ -14,6 +13,17 @@ def parse_gtid_list(text, option):
     for item in filter(None, (p.strip() for p in (text or "").split(","))):
         out.add(parse_one_gtid(item, option))
     return out
+
+
+def parse_rewrites(pairs):
+    """{'from': 'to'} from FROM:TO strings."""
+    mapping = {}
+    for pair in pairs or ():
+        old, sep, new = pair.partition(":")
+        if not sep or not old or not new or ":" in new:
+            raise UsageError(f"bad --rewrite-db {pair!r}: expected FROM:TO")
+        mapping[old] = new
+    return mapping
 
 
 def build_selection(start_gtid=None, start_position=None, stop=END, exclude_gtids=None,

@@ -4,16 +4,16 @@
 file, or the newest one's segments: a *unit*, one Spark task each), keeps those the
 options bound (``first_file``/``last_file``, the stop datetime, the start position) and
 refuses, before anything is read, what the indexes already show missing, cut or
-unopenable (``replay.job.planning.units``).
+unopenable (``replay.planning.units``).
 """
 
 from dataclasses import dataclass, field, replace
 
 from mysqlbackup.binlog.names import binlog_sort_key
 from mysqlbackup.errors import MysqlBackupError, UsageError, mask_url
-from replay.job.planning.selection import Selection
-from replay.job.spark import SparkSetup
-from replay.job.planning.units import (check_listed_sizes, check_unit_keys, drop_before_start,
+from replay.planning.selection import Selection
+from replay.spark.context import SparkSetup
+from replay.planning.units import (check_listed_sizes, check_unit_keys, drop_before_start,
                                        pick_source, plan_epochs)
 
 

@@ -13,8 +13,8 @@ from mysqlbackup.archive.stop import END, Stop
 from mysqlbackup.archive.window import Span
 from mysqlbackup.binlog.gtid import contains
 from mysqlbackup.binlog.position import Position
+from mysqlbackup.binlog.tablemap import table_of
 from mysqlbackup.errors import CorruptBinlog
-from replay.job.decoding.assemble import table_of
 
 
 # the schema where a replay keeps its checkpoint on the target (replay.job.sinks.session);

@@ -1,6 +1,6 @@
 """The ``mysqlbackup restore`` command (click), registered under the
 ``mysqlbackup.commands`` entry-point group like ``replay`` (setup.cfg);
-spark-submit adds it in ``replay/job/spark_main.py``."""
+spark-submit adds it in ``replay/spark_main.py``."""
 
 import json
 
@@ -81,9 +81,9 @@ def restore(archive_url, archive_option, source_name, target, target_password_fi
     from mysqlbackup.archive.codec import keyring_from
     from mysqlbackup.archive.names import parse_base_id
     from mysqlbackup.archive.store import parse_options
-    from replay.job.planning.options import build_selection
+    from replay.planning.options import build_selection
     from replay.job.progress import reporter
-    from replay.job.spark import SparkSetup
+    from replay.spark.context import SparkSetup
     from replay.restore.run import RestoreOptions, run_restore
     spark_setup = SparkSetup.of(spark_conf, driver_host, executor_python)  # before the store
     if not archive_url:

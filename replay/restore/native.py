@@ -460,7 +460,7 @@ def run_native(replay_opts, spec, threads=4, fresh=False, progress=None, timeout
     """Apply what the replay ``replay_opts`` selects (from its start GTIDs to its stop
     point) to the target ``spec`` through its replication applier, fed by
     ``replay.serve`` started on loopback for the run; returns the summary dict."""
-    from replay.job.plan import units_to_read
+    from replay.planning.plan import units_to_read
     selection = replay_opts.selection
     check_selection(selection)
     check_local(spec)

@@ -10,7 +10,7 @@ from mysqlbackup.archive.window import Span
 from mysqlbackup.utc import epoch
 from mysqlbackup.binlog.gtid import MariaGtidPos, MysqlGtidSet
 from mysqlbackup.errors import MysqlBackupError
-from replay.job.planning.selection import gap_error
+from replay.planning.selection import gap_error
 
 
 @dataclass(frozen=True)
@@ -25,7 +25,7 @@ class End:
 
 
 def expected_end(units, selection, start, url, options, keyring=None):
-    """The End of a replay of the planned ``units`` (replay.job.plan.units_to_read) under
+    """The End of a replay of the planned ``units`` (replay.planning.plan.units_to_read) under
     ``selection`` from the GTID position ``start``: from the indexes, and from the
     transactions of the one file a stop point falls in (decoded here, no Spark)."""
     end, last = start.copy(), (None, None)

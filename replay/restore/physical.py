@@ -2,7 +2,7 @@
 a new datadir and start a server on it, for the restore to replay into (I/O).
 
 The object is streamed from the archive in ranged reads, zstd-decompressed as it
-streams (``load.stream_object``, the same path a dump takes) into ``mbstream -x``; then
+streams (``mysqlbackup.base.stream.stream_object``, the same path a dump takes) into ``mbstream -x``; then
 ``mariadb-backup --prepare`` makes the copy consistent, and ``mariadbd`` is started
 on it (``--no-defaults``, bound to the target's host and port). The server keeps
 running after the restore: it is the restored database.
@@ -29,7 +29,7 @@ from mysqlbackup.base.client import ToolError, find_tool
 from mysqlbackup.durable import write_bytes
 from mysqlbackup.errors import UsageError
 from mysqlbackup.scratch import as_root, find_binary, private_tmpdir
-from replay.restore.load import check_digests, stream_object
+from mysqlbackup.base.stream import check_digests, stream_object
 
 MARKER = "mysqlbackup-restore.json"
 START_TIMEOUT = 600.0       # seconds a started server may take to accept logins
@@ -57,12 +57,8 @@ def restore_physical(store, key, manifest, datadir, target, progress=None,
     an earlier run (then only the server is started). Raises UsageError (a datadir in
     use, a busy port, a user the restored server refuses), ToolError (mbstream,
     mariadb-backup or mariadbd failed: its last line), CorruptBinlog (the object is
-    not its manifest's). A clone base (MySQL) goes to ``clonedir.restore_clone``."""
+    not its manifest's). A clone base (MySQL) is ``clonedir.restore_clone``'s."""
     progress = progress or (lambda line: None)
-    if manifest.get("method") == "clone":
-        from replay.restore.clonedir import restore_clone
-        return restore_clone(store, key, manifest, datadir, target, progress, timeout,
-                             keyring)
     datadir = os.path.abspath(datadir)
     if not holds_prepared(datadir, manifest):
         _extract(store, key, manifest, datadir, progress, keyring)

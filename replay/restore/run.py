@@ -26,9 +26,9 @@ from mysqlbackup.archive.store import ArchiveStore
 from mysqlbackup.binlog.gtid import shown
 from mysqlbackup.utc import iso
 from mysqlbackup.errors import CorruptBinlog, MysqlBackupError, NativeRefused, UsageError
-from replay.job.planning.selection import Selection
-from replay.job.planning.units import pick_source
-from replay.job.spark import SparkSetup
+from replay.planning.selection import Selection
+from replay.planning.units import pick_source
+from replay.spark.context import SparkSetup
 from replay.restore.nativeend import serial_reason
 from replay.restore.plan import describe, make_plan
 
@@ -244,7 +244,7 @@ def base_needs(opts, plan, grants, progress):
         return needs
     if m.get("gtid_flavor") == "mysql":
         return []
-    from replay.restore.load import scan_dump
+    from mysqlbackup.base.stream import scan_dump
     from mysqlbackup.base.userscan import UsersScan
     progress(f"restore: users: the target user {grants.account} does not hold every "
              f"privilege an account may need; reading base {m['id']} once ahead for what "
@@ -293,7 +293,7 @@ def plan_restore(store, opts):
     """(RestorePlan, ReplayOptions) from the archive's listing, indexes and manifests;
     the replay's own plan is made too, so that every check it makes (a file without
     its object, sizes as listed) fails now, before the target is touched."""
-    from replay.job.plan import ReplayOptions, units_to_read
+    from replay.planning.plan import ReplayOptions, units_to_read
     listing = ArchiveListing(store)
     source = pick_source(listing.sources(), opts.source_name)
     runs, holes = listing.chain(source)
@@ -397,9 +397,11 @@ def _resumed_choice(opts, plan, conn, choice, progress):
 def _restore_physical(opts, plan, replay_opts, phases, progress, spark, choice):
     """A physical base: extracted and prepared into ``--datadir`` (once: a re-run finds
     it prepared), a server started on it at the target's address, then the replay."""
+    from replay.restore.clonedir import restore_clone
     from replay.restore.physical import START_TIMEOUT, restore_physical
     store = ArchiveStore(opts.archive_url, opts.archive_options)
-    server = phases.run("load", restore_physical, store, plan.base_object, plan.manifest,
+    load = restore_clone if plan.manifest.get("method") == "clone" else restore_physical
+    server = phases.run("load", load, store, plan.base_object, plan.manifest,
                         opts.datadir, opts.target, progress, START_TIMEOUT, opts.keyring)
     # fresh=False: a re-run finds the server it started, ahead of the base
     summary = phases.run("replay", _replay, opts, replay_opts, progress, spark, False, choice)

@@ -6,7 +6,7 @@ fast, in clear over TLS or through the RSA key exchange, or mysql_native_passwor
 Programmatic API (what ``restore --apply native`` calls)::
 
     from mysqlbackup.archive.stop import StopGtid
-    from replay.job.planning.options import build_selection
+    from replay.planning.options import build_selection
     from replay.serve.server import ServeOptions, start_server
 
     options = ServeOptions(archive_url, source_name="db1", listen=("127.0.0.1", 0),

@@ -22,7 +22,7 @@ from mysqlbackup.base.schemascan import SchemaScan
 from mysqlbackup.binlog import events as ev
 from mysqlbackup.binlog.tablemap import parse_table_map, row_metadata
 from mysqlbackup.errors import CorruptBinlog, MysqlBackupError, mask_url
-from replay.restore.load import scan_dump
+from mysqlbackup.base.stream import scan_dump
 from replay.serve.feed import walk_events
 
 log = logging.getLogger(__name__)

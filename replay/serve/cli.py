@@ -116,7 +116,7 @@ def serve(archive_url, archive_option, source_name, listen, user, replica_passwo
     """
     from mysqlbackup.archive.store import parse_options
     from mysqlbackup.source.spec import read_password
-    from replay.job.planning.options import build_selection
+    from replay.planning.options import build_selection
     from replay.serve.server import ServeOptions, start_server
     if not archive_url:
         raise UsageError("--archive is required")

@@ -1,6 +1,6 @@
 """Archive objects -> the events of one binlog dump, as a primary would send them.
 
-``dump_events`` walks the planned units (``replay.job.plan.units_to_read``: sealed files and the
+``dump_events`` walks the planned units (``replay.planning.plan.units_to_read``: sealed files and the
 newest file's segments, through the archive's codec) from where the replica asks:
 
 * by file:position (``COM_BINLOG_DUMP`` FILE, POS): the fake ROTATE to FILE:POS, the
@@ -34,7 +34,7 @@ from mysqlbackup.binlog.gtid import MariaGtidPos, gtid_text
 from mysqlbackup.binlog.scan import EventStream
 from mysqlbackup.binlog.transactions import OUTSIDE, TrxTracker, classify_sql
 from mysqlbackup.errors import CorruptBinlog, MysqlBackupError, TornEvent
-from replay.job.decoding.assemble import table_of
+from mysqlbackup.binlog.tablemap import table_of
 from replay.job.decoding.transaction import Transaction
 from replay.serve import packets as pk
 
@@ -369,7 +369,7 @@ class DumpContext:
     are and the replica's settings."""
 
     chunks: object            # callable unit -> iterator of raw chunks
-    selection: object         # replay.job.planning.selection.Selection
+    selection: object         # replay.planning.selection.Selection
     server_id: int
     checksum: bool            # the server's binlog_checksum (the fake events' CRC32)
     cut_reason: str = None    # why the plan left the archive's later files out

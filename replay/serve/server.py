@@ -40,7 +40,7 @@ from mysqlbackup.binlog import events as ev
 from mysqlbackup.binlog.gtid import MariaGtidPos
 from mysqlbackup.binlog.names import binlog_sort_key
 from mysqlbackup.errors import UsageError, mask_url
-from replay.job.planning.selection import Selection
+from replay.planning.selection import Selection
 from replay.serve import certs
 from replay.serve import packets as pk
 from replay.serve.catalog import Catalog, base_tables, newest_table_maps
@@ -62,7 +62,7 @@ GTID_POS_TTL = 1.0        # @@gtid_binlog_pos: the archive's end, looked up at m
 @dataclass
 class ServeOptions:
     """What to serve, where, to whom. ``selection`` is a replay Selection
-    (``replay.job.planning.options.build_selection``): its stop point and exclusions
+    (``replay.planning.options.build_selection``): its stop point and exclusions
     apply; ``listen`` port 0 picks a free port (``ServeHandle.port``)."""
 
     archive_url: str
@@ -206,7 +206,7 @@ class _Server:
     def units(self):
         """(source, units, True when a stop datetime left later files out), as the
         archive holds them now (replay's own planning)."""
-        from replay.job.plan import ReplayOptions, units_to_read
+        from replay.planning.plan import ReplayOptions, units_to_read
         opts = ReplayOptions(self.options.archive_url, dict(self.options.storage_options),
                              self.options.source_name, self.options.selection,
                              keyring=self.keyring)

@@ -9,7 +9,7 @@ the application and the first executor registering are each awaited for at most
 ``spark.mysqlbackup.registrationTimeout`` seconds (``--conf``; 30 by default; the
 master's answer, 60 more for the context's own set-up): a driver
 they cannot reach fails with one line, never a silent wait while the master starts
-executor after executor. The package's code is shipped by ``replay.job.shipping``.
+executor after executor. The package's code is shipped by ``replay.spark.shipping``.
 """
 
 import collections
@@ -24,8 +24,8 @@ import time
 from dataclasses import dataclass, field
 
 from mysqlbackup.errors import MysqlBackupError, UsageError
-from replay.job.classcache import driver_java_options
-from replay.job.shipping import package_zip, source_root
+from replay.spark.jvm import driver_java_options
+from replay.spark.shipping import package_zip, source_root
 
 WAIT_KEY = "spark.mysqlbackup.registrationTimeout"
 DEFAULT_WAIT = 30.0
@@ -238,7 +238,7 @@ def _wait_seconds(text):
 
 def _start_local(context_class, spark_conf, ours, given):
     """``context_class.getOrCreate``; when a JVM launched with our options (``ours``:
-    ``classcache.driver_java_options``) did not start, once more without them (a
+    ``jvm.driver_java_options``) did not start, once more without them (a
     cache must never cost a replay), the user's own (``given``) kept."""
     try:
         launch_driver(context_class, spark_conf)

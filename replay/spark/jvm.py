@@ -21,8 +21,8 @@ beside a record of its size and sha256 written only after a JVM started with it.
 A file that does not match its record is never handed to a JVM (a truncated archive
 crashes one); no archive, or ``MYSQLBACKUP_JVM_TUNING=off``: Spark starts as it always
 did. A JVM that fails to start with these options is started again without them
-(``replay.job.spark``). ``scripts/setup.sh`` builds it: ``python -m
-replay.job.classcache``.
+(``replay.spark.context``). ``scripts/setup.sh`` builds it: ``python -m
+replay.spark.jvm``.
 """
 
 import hashlib
@@ -40,7 +40,7 @@ QUIET = "-Xlog:cds=off -Xlog:cds+dynamic=off"  # a stale archive is a warning on
 C1_ONLY = "-XX:TieredStopAtLevel=1"
 LOG_FILE = "log4j2-driver.properties"
 LOG_CONFIG = """\
-# written by mysqlbackup (replay/job/classcache.py): the Spark driver it starts logs
+# written by mysqlbackup (replay/spark/jvm.py): the Spark driver it starts logs
 # warnings and errors only, without Spark's start-up banner
 rootLogger.level = warn
 rootLogger.appenderRef.stderr.ref = console
@@ -167,11 +167,8 @@ def _plain(path):
 def _train(target):
     """The training run (a child process): a local context whose JVM dumps the classes
     it loaded into ``target`` as it exits; returns once it has."""
-    os.environ[TUNING_ENV] = "off"
-    from replay.job.spark import spark_context
     from pyspark import SparkContext
-    context = spark_context(conf={"spark.driver.extraJavaOptions":
-                                  f"-XX:ArchiveClassesAtExit={target} {QUIET}"})
+    context = _context(f"-XX:ArchiveClassesAtExit={target} {QUIET}")
     rdd = context.parallelize([[b"x" * 100] * 10, [b"y"]], 2).map(lambda part: len(part))
     rdd.collect()
     context.runJob(rdd, lambda it: list(it), [0])
@@ -183,12 +180,21 @@ def _train(target):
 
 def _check(path):
     """A child process: a local context started with the archive at ``path``."""
-    os.environ[TUNING_ENV] = "off"
-    from replay.job.spark import spark_context
-    context = spark_context(conf={"spark.driver.extraJavaOptions":
-                                  f"-XX:SharedArchiveFile={path} {QUIET}"})
+    context = _context(f"-XX:SharedArchiveFile={path} {QUIET}")
     assert context.parallelize([1, 2], 2).map(lambda x: x + 1).collect() == [2, 3]
     context.stop()
+
+
+def _context(java_options):
+    """The local context of a training or check run, started as replay starts its own
+    (no UI, on loopback) with ``java_options`` alone for its JVM."""
+    os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
+    os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
+    from pyspark import SparkConf, SparkContext
+    conf = SparkConf().setMaster("local[*]").setAppName("mysqlbackup-replay").setAll([
+        ("spark.ui.enabled", "false"), ("spark.ui.showConsoleProgress", "false"),
+        ("spark.driver.extraJavaOptions", java_options)])
+    return SparkContext(conf=conf)
 
 
 def build(path=None, timeout=600):
@@ -203,7 +209,7 @@ def build(path=None, timeout=600):
     try:
         for step in ("_train", "_check"):
             run = subprocess.run(
-                [sys.executable, "-c", f"from replay.job.classcache import {step}; "
+                [sys.executable, "-c", f"from replay.spark.jvm import {step}; "
                  f"{step}({temp!r})"], capture_output=True, text=True, timeout=timeout)
             if run.returncode != 0 or not os.path.exists(temp):
                 last = (run.stderr.strip().splitlines() or ["no output"])[-1]
@@ -220,7 +226,7 @@ def build(path=None, timeout=600):
 
 
 def main():
-    """``python -m replay.job.classcache``: build the archive unless a usable one is
+    """``python -m replay.spark.jvm``: build the archive unless a usable one is
     there; one line saying which. Exit 1 (one line) when it cannot."""
     path = archive_path()
     if path and usable_archive(path):

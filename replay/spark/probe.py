@@ -1,7 +1,7 @@
 """The one function a replay sends to its executors before any task of its own: can
 their Python import the job?
 
-``replay.job.shipping`` registers this module to be pickled by value, so that the
+``replay.spark.shipping`` registers this module to be pickled by value, so that the
 probe reaches an executor whose Python has neither this package nor its requirements,
 and says which module is missing instead of failing to unpickle. It imports nothing
 of the project at the top.

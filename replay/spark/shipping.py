@@ -13,7 +13,7 @@
   carries, so that an executor started without them reads the archive. The closure
   travels inside the task, never on a command line, in the environment of a process,
   in the Spark UI or in its event log (``spark.executorEnv.*`` would be all of those);
-* the check: ``check_executors`` runs ``replay.job.probe.probe`` (pickled by value)
+* the check: ``check_executors`` runs ``replay.spark.probe.probe`` (pickled by value)
   on the executors before the first task, and ``explain_failure`` turns a failed Spark
   job into one line (a missing module, a Python of another version or none at all).
 """
@@ -31,7 +31,7 @@ from mysqlbackup.errors import MysqlBackupError
 # what the tasks import (the units they get are planning.units.Unit, unpickled there);
 # the probe tries each on the executors
 TASK_MODULES = ("mysqlbackup", "replay.job.tasks", "replay.job.decoding.assemble",
-                "replay.job.planning.units", "mysqlbackup.archive.objects",
+                "replay.planning.units", "mysqlbackup.archive.objects",
                 "mysqlbackup.archive.codec")
 SOURCE_PACKAGES = ("mysqlbackup", "replay")
 # compiled or generated files that never go into the zip: an executor's Python may not
@@ -106,7 +106,7 @@ def check_executors(context, url, extra_modules=()):
     writer for ``--parquet``)."""
     from pyspark import cloudpickle
 
-    from replay.job import probe as probe_module
+    from replay.spark import probe as probe_module
     cloudpickle.register_pickle_by_value(probe_module)
     protocol = url.split("://", 1)[0] if "://" in url else "file"
     executors = max(1, len(context._jsc.sc().statusTracker().getExecutorInfos()) - 1)

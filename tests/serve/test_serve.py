@@ -309,8 +309,8 @@ def test_an_incomplete_tail_is_never_sent(primary, binlog_dir, monkeypatch):
     ends with the last whole transaction; the heartbeats name where it ends."""
     from mysqlbackup.binlog import events as ev
     from mysqlbackup.binlog.scan import iter_events
-    from replay.job.planning.selection import Selection
-    from replay.job.planning.units import Unit
+    from replay.planning.selection import Selection
+    from replay.planning.units import Unit
     from replay.serve.feed import DumpContext, DumpStart, dump_events
     data = (binlog_dir / "binlog.000003").read_bytes()
     events = list(iter_events(data, 4, None))

@@ -10,7 +10,7 @@ import pytest
 
 from mysqlbackup.binlog.gtid import MysqlGtidSet
 from mysqlbackup.source.protocol import binlog_dump_gtid_payload
-from replay.job.planning.units import Unit
+from replay.planning.units import Unit
 from replay.serve import mysql as my
 from replay.serve import packets as pk
 from replay.serve.feed import DumpRefused, DumpStart

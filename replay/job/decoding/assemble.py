@@ -24,6 +24,7 @@ from mysqlbackup.binlog.gtid import gtid_text
 from mysqlbackup.binlog.scan import EventStream, check_magic, iter_events, read_fde
 from mysqlbackup.binlog.transactions import OUTSIDE, TrxTracker, is_control
 from mysqlbackup.errors import CorruptBinlog, TornEvent
+from mysqlbackup.binlog.tablemap import table_of
 from replay.job.decoding.groups import commit_group
 from replay.job.decoding.transaction import Transaction
 
@@ -402,17 +403,3 @@ def _split(data, lengths):
         events.append(bytes(view[pos:pos + n]))
         pos += n
     return events
-
-
-def table_of(event):
-    """'db.table' named by a TABLE_MAP event (post-header: table_id 6, flags 2);
-    CorruptBinlog when its lengths run past its end."""
-    body = memoryview(event)[ev.HEADER_LEN + 8:]
-    try:
-        db_len = body[0]
-        db = bytes(body[1:1 + db_len]).decode("utf-8", "replace")
-        t_len = body[2 + db_len]
-    except IndexError:
-        raise CorruptBinlog("TABLE_MAP event shorter than its lengths say") from None
-    table = bytes(body[3 + db_len:3 + db_len + t_len]).decode("utf-8", "replace")
-    return f"{db}.{table}"

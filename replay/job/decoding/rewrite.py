@@ -13,17 +13,6 @@ from mysqlbackup.binlog import events as ev
 from mysqlbackup.errors import UsageError
 
 
-def parse_rewrites(pairs):
-    """{'from': 'to'} from FROM:TO strings."""
-    mapping = {}
-    for pair in pairs or ():
-        old, sep, new = pair.partition(":")
-        if not sep or not old or not new or ":" in new:
-            raise UsageError(f"bad --rewrite-db {pair!r}: expected FROM:TO")
-        mapping[old] = new
-    return mapping
-
-
 def rewrite_table_map(event, mapping, checksum):
     """The TABLE_MAP event with its schema renamed per ``mapping`` (or unchanged)."""
     body_start = ev.HEADER_LEN + 8  # table_id (6) + flags (2)

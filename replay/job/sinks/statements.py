@@ -36,7 +36,7 @@ from mysqlbackup.binlog.query_vars import RESET_SESSION, raw_query, session_stat
 from mysqlbackup.binlog.tablemap import parse_table_map
 from mysqlbackup.binlog.transactions import classify_sql
 from mysqlbackup.errors import MysqlBackupError
-from replay.job.decoding.assemble import table_of
+from mysqlbackup.binlog.tablemap import table_of
 
 LOG_EVENT_SUPPRESS_USE_F = 0x0008  # header flag: run without USE (CREATE/DROP DATABASE)
 LOG_EVENT_IGNORABLE_F = 0x0080     # header flag: an applier that does not know it skips it
