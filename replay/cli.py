@@ -131,14 +131,14 @@ def replay(archive_url, archive_option, source_name, target, target_password_fil
                        f"statements are not in the table (no row events; the first: "
                        f"{first['statement']} of {first['gtid'] or '-'} at {first['file']}:"
                        f"{first['position']}); _SUCCESS names them", err=True)
-    click.echo(f"replay of {summary['source']}: {summary['applied']} applied, "
-               f"{summary['skipped']} skipped, {len(summary['dropped_incomplete'])} incomplete "
-               f"dropped, {summary['files']} files in {summary['tasks']} Spark tasks; stopped: "
-               f"{summary['stop_reason']}")
+    click.echo(f"replay of {summary.source}: {summary.applied} applied, "
+               f"{summary.skipped} skipped, {len(summary.dropped_incomplete)} incomplete "
+               f"dropped, {summary.files} files in {summary.tasks} Spark tasks; stopped: "
+               f"{summary.stop_reason}")
     if target:
-        click.echo(f"target: {summary['applied']} transactions in "
-                   f"{summary['target_commits']} commits; workers: {summary['workers']} "
-                   f"connection(s) used, {summary['parallel_applied']} transactions in "
+        click.echo(f"target: {summary.applied} transactions in "
+                   f"{summary.target_commits} commits; workers: {summary.workers} "
+                   f"connection(s) used, {summary.parallel_applied} transactions in "
                    f"parallel batches")
 
 
@@ -151,10 +151,10 @@ def _replay_native(opts, spec, workers):
         summary = run_native(opts, spec, workers, progress=progress)
     finally:
         progress.close()
-    click.echo(f"replay of {summary['source']}: {summary['applied']} applied by the target's "
-               f"replication applier (native), {summary['files']} files; stopped: "
-               f"{summary['stop_reason']}")
-    click.echo(f"target: at GTID {summary['gtid_pos']}")
+    click.echo(f"replay of {summary.source}: {summary.applied} applied by the target's "
+               f"replication applier (native), {summary.files} files; stopped: "
+               f"{summary.stop_reason}")
+    click.echo(f"target: at GTID {summary.gtid_pos}")
 
 
 def _missing(option):

@@ -168,7 +168,7 @@ def writer_keep(unit, write, workdir):
     else:
         from replay.job.sinks.parquet import ParquetSink
         spec = ParquetSink(f"file://{out}", typed_tables=write == "typed").task_spec()
-    selection = build_selection(None, None, None, None, None, None, (), (), ())
+    selection = build_selection()
     return keep_spec(selection, unit, spec)
 
 

@@ -115,8 +115,8 @@ def test_applies_to_the_end_and_puts_the_parallel_settings_back(primary, make_se
     target.execute("SET GLOBAL slave_parallel_mode = 'minimal'")
     summary, lines = native(target, primary, primary.end)
     assert dict(target.execute(f"CHECKSUM TABLE {TABLES}")) == primary.sums
-    assert summary["applied"] == seq(primary.end)
-    assert summary["gtid_pos"] == primary.end
+    assert summary.applied == seq(primary.end)
+    assert summary.gtid_pos == primary.end
     assert target.execute("SELECT @@gtid_slave_pos")[0][0] == primary.end
     assert target.execute("SELECT @@slave_parallel_threads, @@slave_parallel_mode") == \
         ((0, "minimal"),)
@@ -134,11 +134,11 @@ def test_a_run_stopped_midway_then_run_again_applies_each_transaction_once(prima
     second, lines = native(target, primary, primary.end, fresh=False)
     assert dict(target.execute(f"CHECKSUM TABLE {TABLES}")) == primary.sums
     assert target.execute("SELECT COUNT(*) FROM n.log") == ((300,),)
-    assert first["applied"] + second["applied"] == seq(primary.end)
+    assert first.applied + second.applied == seq(primary.end)
     assert lines[0] == (f"native: the target is at GTID {primary.middle}, past the base's (none): "
                         "resuming from there")
     again, lines = native(target, primary, primary.end, fresh=False)
-    assert again["applied"] == 0
+    assert again.applied == 0
     assert lines[-1] == f"native: the target is already at GTID {primary.end}: nothing to apply"
     with pytest.raises(UsageError, match=rf"^the target is at GTID {primary.end}, past the "
                        rf"stop point \(the end is {primary.middle}\): a restore cannot go back"):
@@ -342,7 +342,7 @@ def test_restore_to_a_datetime_and_to_a_position(primary, make_server):
         report, lines = restore(primary, target, **stop)
         assert sums(target) == primary.stop_sums, stop
         assert target.execute("SELECT @@gtid_slave_pos") == ((before_stop,),)
-        assert report["summary"]["stop_reason"] == reason
+        assert report["summary"].stop_reason == reason
 
 
 def test_restore_killed_while_the_target_replicates_then_run_again(primary, make_server):

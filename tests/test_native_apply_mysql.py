@@ -106,8 +106,8 @@ def test_to_a_gtid_then_on_to_the_end_each_transaction_once(source, make_mysql):
     summary = run_native(options(source, stop_before_gtid=source.stop_gtid),
                          spec_of(target), threads=4, progress=lines.append, timeout=120)
     assert (sums(target), gtid_executed(target)) == (source.stop_sums, source.stop_gtids)
-    assert summary["stop_reason"] == f"stop before GTID {source.stop_gtid}"
-    assert summary["applied"] == sum(hi - lo for ivs in MysqlGtidSet.parse(
+    assert summary.stop_reason == f"stop before GTID {source.stop_gtid}"
+    assert summary.applied == sum(hi - lo for ivs in MysqlGtidSet.parse(
         source.stop_gtids).sids.values() for lo, hi in ivs)
     assert any(line.startswith("native: the target replicates from 127.0.0.1:") and
                "(4 parallel threads)" in line for line in lines), lines
@@ -115,10 +115,10 @@ def test_to_a_gtid_then_on_to_the_end_each_transaction_once(source, make_mysql):
     assert target.execute("SHOW REPLICA STATUS") == ()
     again = run_native(options(source), spec_of(target), threads=2, timeout=120)
     assert (sums(target), gtid_executed(target)) == (source.end_sums, source.end_gtids)
-    assert again["applied"] == 180
+    assert again.applied == 180
     assert target.execute("SELECT COUNT(*) FROM n.log") == ((210,),)
     assert target.execute("SELECT @@replica_parallel_workers") == ((1,),)
-    assert run_native(options(source), spec_of(target))["applied"] == 0  # nothing more
+    assert run_native(options(source), spec_of(target)).applied == 0  # nothing more
 
 
 KILLED = """
@@ -159,7 +159,7 @@ def test_killed_while_the_target_replicates_then_run_again(source, make_mysql):
         in lines
     assert (sums(target), gtid_executed(target)) == (source.end_sums, source.end_gtids)
     assert target.execute("SELECT COUNT(*) FROM n.log") == ((210,),)
-    assert rerun["stop_reason"] == "end of the archive"
+    assert rerun.stop_reason == "end of the archive"
     assert target.execute("SELECT @@replica_parallel_workers") == ((1,),)
     assert target.execute("SHOW REPLICA STATUS") == ()
 

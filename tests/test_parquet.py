@@ -16,6 +16,7 @@ from mysqlbackup.binlog.scan import iter_events
 from mysqlbackup.errors import UsageError
 from replay.job.decoding.assemble import assemble
 from replay.job.decoding.changes import ChangeDecodeError, encode_value, iter_changes
+from replay.job.run import RunSummary
 from replay.job.sinks.parquet import (NOT_IN_TABLE, SCHEMA, ParquetSink, PartWriter,
                                       options_for, part_name)
 from tests.helpers import backup_dir, change_table_rows, read, run_cli
@@ -98,7 +99,7 @@ def test_storage_options_follow_the_archive_protocol_only():
 def test_an_empty_selection_still_gives_a_readable_table(tmp_path):
     sink = ParquetSink(f"file://{tmp_path / 'changes'}").open(None)
     sink.close()
-    sink.finish({"stop_reason": "end of the archive"})
+    sink.finish(RunSummary())
     assert sorted(p.name for p in (tmp_path / "changes").iterdir()) == [
         "_SUCCESS", "part-000000-0000.parquet"]
     table = pq.read_table(tmp_path / "changes" / "part-000000-0000.parquet")
@@ -114,9 +115,9 @@ def test_the_driver_keeps_only_the_parts_it_adopted(tmp_path):
     # a task that wrote other transactions than the driver applies is refused
     out = tmp_path / "changes"
     sink = ParquetSink(f"file://{out}").open(None)
-    spec = dict(sink.task_spec(), seq=0)
+    spec = sink.task_spec()
     for seq in (0, 1):
-        PartWriter(dict(spec, seq=seq)).dest.write_table(part_name(seq, 0), [])
+        PartWriter(spec.at(seq)).dest.write_table(part_name(seq, 0), [])
     sink.adopt({"parts": [(part_name(0, 0), 0)], "rows": 0, "transactions": 0}, [])
     with pytest.raises(RuntimeError, match="a task wrote 1 transactions of a file, the "
                                            "replay applies 0"):
@@ -305,7 +306,7 @@ def test_parts_rotate_and_hold_the_same_rows(source, replayed, archive):
     from mysqlbackup.archive.store import parse_options
     url, option_list = archive
     sink = ParquetSink(url + "/changes", parse_options(option_list), rows_per_part=2).open("x")
-    writer = PartWriter(dict(sink.task_spec(), seq=7))
+    writer = PartWriter(sink.task_spec().at(7))
     for name in source.server.binlog_files():
         transactions, _, fde_event = assemble(read(source.server.binlog_path(name)), name,
                                               newest=True)
@@ -341,9 +342,9 @@ def test_a_stop_point_keeps_no_part_of_a_later_file(source, tmp_path):
     seen = []
     summary = run_replay(ReplayOptions(source.url, {}, "src1", selection, window=2,
                                        engine="local"), sink, progress=seen.append)
-    assert summary["stop_reason"] == f"stop before GTID {g2}"
-    assert summary["applied"] == 4  # three DDL statements and g1
-    assert summary["tasks"] == 2  # one window: the second file was decoded (and written)
+    assert summary.stop_reason == f"stop before GTID {g2}"
+    assert summary.applied == 4  # three DDL statements and g1
+    assert summary.tasks == 2  # one window: the second file was decoded (and written)
     assert sorted(p.name for p in out.iterdir()) == ["_SUCCESS", "_tables", part_name(0, 0)]
     assert [decoded(r) for r in change_table_rows(out)] == source.expected[:4]
     # the typed tables too: the second file's parts (shop.items after its ALTER) removed

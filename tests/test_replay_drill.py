@@ -138,10 +138,10 @@ def replay_into_new_target(drill, make_server, spark, **selection):
 def test_replay_to_just_before_the_drop(drill, make_server, spark):
     target, summary = replay_into_new_target(drill, make_server, spark,
                                              stop_before_gtid=drill["drop_gtid"])
-    assert summary["stop_reason"] == f"stop before GTID {drill['drop_gtid']}"
+    assert summary.stop_reason == f"stop before GTID {drill['drop_gtid']}"
     # one task per decoded file; at most one window (one file a core) past the stop
-    assert summary["spark_tasks"] == summary["tasks"] <= summary["files"]
-    assert summary["applied"] > 60  # files wholly inside G0 are not even read
+    assert summary.spark_tasks == summary.tasks <= summary.files
+    assert summary.applied > 60  # files wholly inside G0 are not even read
     assert checksums(target) == drill["before_drop"]
 
 
@@ -150,15 +150,15 @@ def test_replay_by_datetime_in_another_zone(drill, make_server, spark):
     stop = datetime.fromtimestamp(drill["drop_time"], timezone(timedelta(hours=2)))
     target, summary = replay_into_new_target(drill, make_server, spark,
                                              stop_datetime=stop.isoformat())
-    assert summary["stop_reason"] == "stop datetime reached"
+    assert summary.stop_reason == "stop datetime reached"
     assert checksums(target) == drill["before_drop"]
 
 
 def test_replay_excluding_the_drop_and_going_on(drill, make_server, spark):
     target, summary = replay_into_new_target(drill, make_server, spark,
                                              exclude_gtids=drill["drop_gtid"])
-    assert summary["stop_reason"] == "end of the archive"
-    assert summary["spark_tasks"] == summary["tasks"] == summary["files"]  # one task a file
+    assert summary.stop_reason == "end of the archive"
+    assert summary.spark_tasks == summary.tasks == summary.files  # one task a file
     expected = dict(drill["final"], **{"shop.ledger": drill["before_drop"]["shop.ledger"]})
     assert checksums(target) == expected
     # the target is past the DROP now: a replay to just before it cannot go back
@@ -218,8 +218,8 @@ def test_sql_sink_of_a_truncated_newest_file_keeps_complete_transactions(drill, 
                                            allow_gaps=True), SqlFileSink(str(out)), spark=spark)
     finally:
         store.put_bytes(last, data)
-    assert len(summary["dropped_incomplete"]) == 1
-    assert summary["stop_reason"] == "end of the archive"
+    assert len(summary.dropped_incomplete) == 1
+    assert summary.stop_reason == "end of the archive"
     text = out.read_text()
     assert text.count("BEGIN\n/*!*/;") == text.count("COMMIT\n/*!*/;") > 0
     newest = last.split("/")[2]
@@ -246,7 +246,7 @@ def test_rewrite_db_applies_into_another_schema(make_server, spark, tmp_path):
     spec = SourceSpec("127.0.0.1", target.port, "root", "")
     summary = run_replay(ReplayOptions(url, {}, selection=sel), TargetApplier(spec),
                          spark=spark)
-    assert summary["applied"] == 52
+    assert summary.applied == 52
     assert target.execute("CHECKSUM TABLE dst.t")[0][1] == \
         source.execute("CHECKSUM TABLE src.t")[0][1]
     assert not target.execute("SHOW DATABASES LIKE 'src'")

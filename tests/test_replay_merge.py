@@ -82,15 +82,15 @@ def test_row_transactions_share_commits_and_apply_exactly_once(merged_source, ma
     applier = TargetApplier(spec, merge=8)
     applier.cap = 1500  # several BINLOG statements in one merged commit
     summary = run_replay(opts, applier, spark=spark)
-    assert summary["applied"] == 30 + 2 + 1 + 30 + 1
+    assert summary.applied == 30 + 2 + 1 + 30 + 1
     # 60 single-row inserts, the UPDATE/DELETE and the big one in merged commits of 8 at
     # most; the DDL and the MyISAM write (committed by a COMMIT, not an XID) alone
-    assert 2 + 62 / 8 <= summary["target_commits"] <= 2 + 62 / 8 + 3
+    assert 2 + 62 / 8 <= summary.target_commits <= 2 + 62 / 8 + 3
     assert {t: target.execute(f"CHECKSUM TABLE {t}")[0][1] for t in TABLES} == \
         merged_source["checksums"]
     assert target.execute("SHOW CREATE TABLE m.t") == merged_source["create"]
     again = run_replay(opts, TargetApplier(spec, merge=8), spark=spark)
-    assert again["applied"] == 0 and again["target_commits"] == 0
+    assert again.applied == 0 and again.target_commits == 0
 
 
 def test_a_refused_merged_commit_is_redone_one_by_one_naming_the_transaction(
@@ -130,7 +130,7 @@ def test_a_connection_lost_in_a_merged_commit_stops_and_the_rerun_resumes(
     monkeypatch.setattr(TargetSession, "run", real_run)
     assert target.execute("SELECT COUNT(*) FROM m.t")[0][0] == 8  # the first commit only
     summary = run_replay(opts, TargetApplier(spec, merge=8), spark=spark)
-    assert summary["applied"] == 64 - 8
+    assert summary.applied == 64 - 8
     assert {t: target.execute(f"CHECKSUM TABLE {t}")[0][1] for t in TABLES} == \
         merged_source["checksums"]
 
@@ -143,7 +143,7 @@ def test_binlog_statements_stay_under_a_small_max_allowed_packet(merged_source, 
     opts = ReplayOptions(merged_source["url"], {},
                          selection=build_selection(start_gtid=merged_source["start"]))
     summary = run_replay(opts, TargetApplier(spec, merge=merge), spark=spark)
-    assert summary["applied"] == 64
+    assert summary.applied == 64
     assert {t: target.execute(f"CHECKSUM TABLE {t}")[0][1] for t in TABLES} == \
         merged_source["checksums"]
 
@@ -181,7 +181,7 @@ def test_a_ddl_cut_off_before_its_checkpoint_counts_as_applied_on_the_rerun(
     target.execute("INSERT INTO mysqlbackup_replay.pending_ddl (source, file, start, gtid) "
                    "VALUES ('%s', '%s', %d, '%s')" % pending[0])
     summary = run_replay(opts, TargetApplier(spec, merge=8), spark=spark)
-    assert summary["applied"] == 1 + 1 + 1 + 30 + 1  # the ALTER recorded, then the rest
+    assert summary.applied == 1 + 1 + 1 + 30 + 1  # the ALTER recorded, then the rest
     assert {t: target.execute(f"CHECKSUM TABLE {t}")[0][1] for t in TABLES} == \
         merged_source["checksums"]
     assert target.execute("SELECT COUNT(*) FROM mysqlbackup_replay.pending_ddl")[0][0] == 0
@@ -213,7 +213,7 @@ def test_a_table_filter_keeps_each_row_statement_whole(make_server, spark, tmp_p
         spec = SourceSpec("127.0.0.1", target.port, "root", "")
         summary = run_replay(ReplayOptions(url, {}, selection=selection),
                              TargetApplier(spec, merge=merge), spark=spark)
-        assert summary["applied"] == 5
+        assert summary.applied == 5
         assert target.execute("SELECT id FROM m2.orders ORDER BY id") == ((1,), (2,), (5,))
         assert target.execute("SELECT id FROM m2.t ORDER BY id") == ((1,), (2,), (3,)), merge
         assert target.execute("SELECT COUNT(*) FROM m2.audit")[0][0] == 0

@@ -83,15 +83,15 @@ def test_group_commits_apply_in_parallel_and_in_order(make_server, spark, tmp_pa
     spec = SourceSpec("127.0.0.1", target.port, "root", "")
     opts = ReplayOptions(url, {}, selection=build_selection(start_gtid=start))
     summary = run_replay(opts, TargetApplier(spec, workers=4), spark=spark)
-    assert summary["applied"] == 4 * 40 + 4 * 10 * 2
-    assert summary["workers"] > 1 and summary["parallel_applied"] > 20
+    assert summary.applied == 4 * 40 + 4 * 10 * 2
+    assert summary.workers > 1 and summary.parallel_applied > 20
     assert checksums(target) == checksums(source)
     # strict mode took every GTID in order, and the target logged the source's own GTIDs
     assert target.execute("SELECT @@gtid_binlog_pos")[0][0] == \
         source.execute("SELECT @@gtid_binlog_pos")[0][0]
     again = run_replay(opts, TargetApplier(spec, workers=4), spark=spark)
-    assert again["applied"] == 0
-    assert again["skipped"] == summary["skipped"] + summary["applied"]
+    assert again.applied == 0
+    assert again.skipped == summary.skipped + summary.applied
 
 
 def test_statements_run_in_the_source_session(make_server, spark, tmp_path):
@@ -121,7 +121,7 @@ def test_statements_run_in_the_source_session(make_server, spark, tmp_path):
     time.sleep(1.2)
     summary = run_replay(ReplayOptions(url, {}, selection=build_selection(start_gtid=start)),
                          TargetApplier(spec), spark=spark)
-    assert summary["applied"] == 3
+    assert summary.applied == 3
     show = "SHOW CREATE TABLE s.quoted"
     assert target.execute(show) == source.execute(show)
     assert "'caf\u00e9'" in source.execute(show)[0][1]

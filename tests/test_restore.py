@@ -203,10 +203,10 @@ def test_no_stop_restores_everything_and_the_base_boundary_is_exact(world, make_
     m = world["manifest"]
     assert lines[0] == f"restore of db1: base {m['id']} (dump, GTID {m['gtid']}) loaded"
     summary = report["summary"]
-    assert lines[1] == (f"applied: {summary['applied']} transactions, {summary['skipped']} "
+    assert lines[1] == (f"applied: {summary.applied} transactions, {summary.skipped} "
                         "skipped, 0 incomplete dropped; stopped: end of the archive")
     [(gtid_pos,)] = world["primary"].execute("SELECT @@gtid_binlog_pos")
-    assert summary["last_gtid"] == gtid_pos
+    assert summary.last_gtid == gtid_pos
     assert re.fullmatch(rf"last applied: GTID {gtid_pos} committed \d{{4}}-\d\d-\d\dT"
                         r"\d\d:\d\d:\d\dZ", lines[2]), lines
     assert re.fullmatch(r"elapsed: plan \d+\.\ds, check \d+\.\ds, load \d+\.\ds, replay "
@@ -226,7 +226,7 @@ def test_stop_datetime_into_nonempty_target(world, make_server, spark):
     assert not target.execute("SHOW DATABASES LIKE 'mysqlbackup_replay'")
     report, _ = restore_in_process(world, target, spark, into_nonempty=True,
                                    stop_datetime=stop)
-    assert report["summary"]["stop_reason"] == "stop datetime reached"
+    assert report["summary"].stop_reason == "stop datetime reached"
     assert checksums(target) == world["at_datetime"]
     assert target.execute("SHOW TABLES FROM other") == (("keep",),)
 
@@ -234,14 +234,14 @@ def test_stop_datetime_into_nonempty_target(world, make_server, spark):
 def test_stop_before_gtid(world, make_server, spark):
     target = new_target(make_server)
     report, _ = restore_in_process(world, target, spark, stop_before_gtid=world["stop_gtid"])
-    assert report["summary"]["stop_reason"] == f"stop before GTID {world['stop_gtid']}"
+    assert report["summary"].stop_reason == f"stop before GTID {world['stop_gtid']}"
     assert checksums(target) == world["at_gtid"]
 
 
 def test_stop_position(world, make_server, spark):
     target = new_target(make_server)
     report, _ = restore_in_process(world, target, spark, stop_position=world["stop_position"])
-    assert report["summary"]["stop_reason"] == "stop position reached"
+    assert report["summary"].stop_reason == "stop position reached"
     assert checksums(target) == world["at_position"]
 
 
@@ -519,7 +519,7 @@ def test_table_restore_into_another_schema_of_a_live_server(world, make_server, 
     opts = RestoreOptions(world["url"], spec_of(target), selection=selection_of(
         stop_before_gtid=world["stop_gtid"], tables=["shop.items"], rewrites=["shop:restored"]))
     report = run_restore(opts, echo=lines.append, spark=spark)
-    assert report["summary"]["stop_reason"] == f"stop before GTID {world['stop_gtid']}"
+    assert report["summary"].stop_reason == f"stop before GTID {world['stop_gtid']}"
     assert target.execute("SHOW TABLES FROM restored") == (("items",),)
     assert target.execute("CHECKSUM TABLE restored.items")[0][1] == world["at_gtid"]["shop.items"]
     assert target.execute("SELECT * FROM shop.items") == ((7,),)  # the live table untouched

@@ -3,6 +3,7 @@
 import inspect
 import os
 import pickle
+from dataclasses import replace
 
 import pytest
 
@@ -65,10 +66,10 @@ def test_sql_text_made_in_a_task_is_the_drivers(name, shared, tmp_path):
     driver = SqlFileSink(str(tmp_path / "driver.sql")).open("s")
     driver.apply_many(transactions, fde_event, checksum, fde)
     tasks = SqlFileSink(str(tmp_path / "tasks.sql"))
-    spec = dict(tasks.task_spec(), seq=4)
+    spec = tasks.task_spec().at(4)
     tasks.open("s")
     if not shared:  # an executor on another host: no token file where it looks
-        spec["dir"] = str(tmp_path / "elsewhere")
+        spec = replace(spec, dir=str(tmp_path / "elsewhere"))
     chunk = SqlChunk(spec, fde_event)
     for trx in transactions:
         chunk.apply(trx, fde, checksum)
@@ -93,7 +94,7 @@ def test_a_task_hands_back_at_most_task_bytes_of_text(tmp_path):
         transactions, _, fde_event = assemble(f.read(), name, newest=True)
     fde = ev.parse_format_description(fde_event)
     sink = SqlFileSink(str(tmp_path / "x.sql"), task_bytes=100)
-    spec = dict(sink.task_spec(), dir=str(tmp_path / "elsewhere"))
+    spec = replace(sink.task_spec(), dir=str(tmp_path / "elsewhere"))
     assert SqlChunk.takes(spec, 33) and not SqlChunk.takes(spec, 34)
     assert SqlChunk.takes(sink.task_spec(), 10 ** 12)  # into a file: any size
     small = SqlChunk(spec, fde_event)

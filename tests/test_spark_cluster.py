@@ -15,6 +15,7 @@ import socket
 import subprocess
 import sys
 import time
+from dataclasses import replace
 from types import SimpleNamespace
 
 import pyspark
@@ -130,7 +131,7 @@ def test_the_tasks_hand_back_the_bytes_of_the_applied_transactions_only(tmp_path
     whole = decode_unit(unit, url, {}, None, keep_spec(build_selection(), unit))
     assert [b"".join(t.events) for t in whole.transactions] == [
         data[t.start:t.end] for t in whole.transactions]
-    big = decode_unit(unit, url, {}, None, dict(keep_spec(selection, unit), max_bytes=10))
+    big = decode_unit(unit, url, {}, None, replace(keep_spec(selection, unit), max_bytes=10))
     assert big.attached is False and big.transactions[0].events is None
     assert decode_unit(unit, url, {}).attached is False  # no keep: as before
 
@@ -168,7 +169,7 @@ def test_a_parquet_task_writes_its_parts_and_hands_back_no_bytes(tmp_path, share
     (row,) = change_table_rows(tmp_path / "changes")
     assert (row["db"], row["gtid"], row["op"]) == ("renamed", "0-1-1", "insert")
     _, (unit,), _ = units_to_read(ReplayOptions(url, {}, "minimal", selection=build_selection()))
-    failed = decode_unit(unit, url, {}, None, keep_spec(selection, unit, dict(
+    failed = decode_unit(unit, url, {}, None, keep_spec(selection, unit, replace(
         sink.task_spec(), url=f"file://{tmp_path / 'other'}"), 0))
     assert failed.error.kind == "sink" and failed.error.message.startswith(
         "minimal_row_metadata.000001:312: TABLE_MAP of noria.t1 carries no column names")

@@ -29,7 +29,7 @@ def write_tables(path, out, rows_per_part=100_000):
     transactions, fde, checksum = found
     sink = ParquetSink(f"file://{out}", typed_tables=True, rows_per_part=rows_per_part)
     sink.open(None)
-    writer = PartWriter(dict(sink.task_spec(), seq=3))
+    writer = PartWriter(sink.task_spec().at(3))
     for trx in transactions:
         try:
             writer.apply(trx, fde, checksum)

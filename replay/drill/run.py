@@ -174,8 +174,8 @@ def _check_transactions(plan, replay_opts, server, report):
 def _check_counted(plan, summary, logged, report):
     """A source that keeps no GTIDs: the transactions the scratch server logged counted
     against the replay's and the indexes' counts."""
-    problems = check_counted(counted_bounds(plan), logged, summary["applied"],
-                             summary["skipped"])
+    problems = check_counted(counted_bounds(plan), logged, summary.applied,
+                             summary.skipped)
     report.problems += [f"transactions: {p}" for p in problems]
     if not problems:
         m = plan.manifest

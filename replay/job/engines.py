@@ -119,11 +119,11 @@ class SparkTasks:
     def __init__(self, context, units, opts, write=None):
         url, keyring = opts.archive_url, opts.keyring
         options = executor_options(url, opts.archive_options)
-        if write is not None and "url" in write:  # a destination's credentials travel
-            write = dict(write, options=executor_options(write["url"], write["options"]))
+        if write is not None:  # a destination's credentials travel
+            write = write.shipped(executor_options)
         self.sc = context
         protocol = url.split("://", 1)[0] if "://" in url else "file"
-        extra = () if write is None else (write["module"],)  # what its tasks import
+        extra = () if write is None else (write.module,)  # what its tasks import
         probed = getattr(self.sc, "_mysqlbackup_probed", set())
         if not self.sc.master.startswith("local") and (protocol, extra) not in probed:
             self._run(check_executors, self.sc, url, extra)  # local[*]: this very Python

@@ -18,6 +18,7 @@ driver, serves a result without them).
 import logging
 import time
 from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
 
 from mysqlbackup.archive.stop import END
 from mysqlbackup.binlog import events as ev
@@ -67,20 +68,40 @@ class ChainCheck:
         self.previous = (unit, result.facts)
 
 
+@dataclass
+class RunSummary:
+    """What a replay (or a native apply) did: the files read, the transactions applied
+    and skipped, the newest the target holds, and why it stopped."""
+
+    source: str = None
+    files: int = 0
+    applied: int = 0
+    skipped: int = 0
+    rows_events: int = 0
+    workers: int = 1                   # the most target connections used at once
+    parallel_applied: int = 0          # transactions applied beside others
+    dropped_incomplete: list = field(default_factory=list)  # the newest file's torn tail
+    tasks: int = 0                     # files decoded (batched small files count each)
+    spark_tasks: int = 0
+    engine: str = None
+    last_gtid: str = None              # the last transaction the target holds
+    last_commit: float = None          # and its commit time (epoch seconds)
+    stop_reason: str = END.reason      # the stop's ``reason``, or the end of the archive
+    target_commits: int = 0
+    gtid_pos: str = None               # a native apply: the target's GTID position after
+    apply: str = "statements"          # or "native": the target's replication applier
+
+
 def run_replay(opts, sink, spark=None, progress=None):
-    """Replay into ``sink``; returns the summary dict (applied, skipped, dropped, stop).
+    """Replay into ``sink``; returns its RunSummary (applied, skipped, dropped, stop).
     ``progress`` (if given) is called with a ``replay.job.progress.Progress`` when the
     objects are checked and after each file is applied. The tasks run on Spark
     (``spark``: a SparkContext, else one of ``opts.master``) or, with ``opts.engine``
     "local", in this process (``replay.job.engines``). ``opts.spark`` says how a context
     is made."""
     source, units, cut = units_to_read(opts)
-    summary = {"source": source, "files": len(units), "applied": 0, "skipped": 0,
-               "rows_events": 0, "workers": 1, "parallel_applied": 0,
-               "dropped_incomplete": [], "tasks": 0, "spark_tasks": 0,
-               "engine": opts.engine,
-               "last_gtid": None, "last_commit": None,  # the last one the target holds
-               "stop_reason": opts.selection.stop.reason if cut else END.reason}
+    summary = RunSummary(source, len(units), engine=opts.engine,
+                         stop_reason=opts.selection.stop.reason if cut else END.reason)
     if not units:
         sink.finish(summary)
         return summary
@@ -101,7 +122,7 @@ def run_replay(opts, sink, spark=None, progress=None):
 
     def decode(chosen):
         parts = [p for b in chosen for p in tasks.batches[b]]
-        summary["tasks"] += len(parts)  # decoded, even when a stop point comes first
+        summary.tasks += len(parts)  # decoded, even when a stop point comes first
         results = tasks.decode(chosen)
         for result, p in zip(results, parts):  # before anything of this window is applied
             chain.check(units[p], result)
@@ -129,19 +150,20 @@ def run_replay(opts, sink, spark=None, progress=None):
     finally:
         prefetch.shutdown(wait=True, cancel_futures=True)
         sink.close()
-    summary["spark_tasks"] = tasks.spark_tasks(summary["tasks"])
-    summary["workers"] = sink.most_workers
-    summary["parallel_applied"] = sink.parallel_applied
-    summary["target_commits"] = sink.commits
+    summary.spark_tasks = tasks.spark_tasks(summary.tasks)
+    summary.workers = sink.most_workers
+    summary.parallel_applied = sink.parallel_applied
+    summary.target_commits = sink.commits
     sink.finish(summary)
     return summary
 
 
 def _apply_file(result, unit, selection, sink, summary):
     """Apply one file's transactions; True when a stop point was reached."""
+    stop = selection.stop
     selection, transactions = _in_epoch(selection, unit, result.transactions, summary)
-    if selection is None:
-        summary["stop_reason"] = "stop position reached"
+    if selection is None:  # a stop position in an earlier epoch
+        summary.stop_reason = stop.reason
         return True
     if result.error:  # its task could not write what this replay applies of it
         raise MysqlBackupError(result.error.message)  # (check_decoded let it by)
@@ -153,12 +175,12 @@ def _apply_file(result, unit, selection, sink, summary):
         sink.adopt(result.written, chosen)
     else:
         sink.apply_many(chosen, result.fde, checksum, fde)
-    summary["applied"] += len(chosen)
-    summary["rows_events"] += sum(t.rows_events for t in chosen)
+    summary.applied += len(chosen)
+    summary.rows_events += sum(t.rows_events for t in chosen)
     if stopped:
         return True
     if result.incomplete:  # only the newest file's (plan.check_decoded refused others)
-        summary["dropped_incomplete"].append(result.incomplete)
+        summary.dropped_incomplete.append(result.incomplete)
     return False
 
 
@@ -173,7 +195,7 @@ def _in_epoch(selection, unit, transactions, summary):
     skip = gtid_state(unit.skip)
     if skip is not None:
         kept = [t for t in transactions if not (t.gtid_key and skip.contains(*t.gtid_key))]
-        summary["skipped"] += len(transactions) - len(kept)
+        summary.skipped += len(transactions) - len(kept)
         transactions = kept
     return selection, transactions
 
@@ -191,14 +213,14 @@ def _choose(transactions, selection, sink, summary, checksum, fde, written=False
                 raise UsageError(
                     f"the target already has {_named(trx)}, past the stop point ({reason}): "
                     "a replay cannot go back; restore into a new server")
-            summary["stop_reason"] = reason
+            summary.stop_reason = reason
             return chosen, True
         if decision == "skip" or sink.is_applied(trx):
-            summary["skipped"] += 1
+            summary.skipped += 1
             if decision != "skip":  # applied by an earlier run
-                summary["last_gtid"], summary["last_commit"] = trx.gtid, trx.commit_ts
+                summary.last_gtid, summary.last_commit = trx.gtid, trx.commit_ts
             continue
-        summary["last_gtid"], summary["last_commit"] = trx.gtid, trx.commit_ts
+        summary.last_gtid, summary.last_commit = trx.gtid, trx.commit_ts
         if written:
             chosen.append(trx)
             continue
@@ -219,8 +241,8 @@ def _report(progress, summary, units, done, started, final=False):
     ``final`` when a stop point ends it before the last unit."""
     if progress is None:
         return
-    progress(Progress(done, len(units), _size(units[:done]), _size(units), summary["applied"],
-                      summary["skipped"], summary["rows_events"], time.monotonic() - started,
+    progress(Progress(done, len(units), _size(units[:done]), _size(units), summary.applied,
+                      summary.skipped, summary.rows_events, time.monotonic() - started,
                       final))
 
 

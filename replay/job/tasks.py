@@ -40,6 +40,20 @@ class TaskError:
     object: str = None
 
 
+@dataclass(frozen=True)
+class KeepSpec:
+    """What ``decode_unit`` keeps of a unit for the driver (``keep_spec``): the bytes of
+    the transactions ``selection`` applies (the unit's, ``unit_selection``; None: a stop
+    before it) less those of the GTID state ``skip`` (a later epoch's duplicates), up to
+    ``max_bytes``; or, with ``write`` (a sink's ``TaskWriter`` at the unit's place), those
+    transactions written by the task itself."""
+
+    selection: object = None
+    skip: str = None
+    write: object = None
+    max_bytes: int = ATTACH_MAX
+
+
 @dataclass
 class TaskResult:
     """What a task hands back for one unit (``decode_unit``; ``digest_unit`` fills
@@ -80,7 +94,7 @@ def decode_unit(unit, url, options, keyring=None, keep=None):
 
     ``keep`` (``keep_spec``): the transactions ``wanted`` names come back with their
     events (``attached`` True), cut from a spool of the bytes on local disk; the
-    driver then reads nothing of the object. Above ``keep["max_bytes"]`` (ATTACH_MAX)
+    driver then reads nothing of the object. Above ``keep.max_bytes`` (ATTACH_MAX)
     of events they come back without (``attached`` False), as without ``keep``."""
     from replay.job.decoding.assemble import StreamAssembly
     out = TaskResult(unit.name, unit.partial)
@@ -118,7 +132,7 @@ def _decode(unit, url, options, keyring, keep, out, facts, walk, spool):
     except Exception:  # noqa: BLE001 - the driver tells a damaged object from a bug
         return replace(out, error=TaskError("failed", traceback.format_exc()))
     attached = False
-    if spool is not None and keep.get("write"):
+    if spool is not None and keep.write is not None:
         chosen = wanted(transactions, keep)
         written, error = _write(keep, chosen, spool, unit.where, fingerprint, fde)
         if error:
@@ -129,7 +143,7 @@ def _decode(unit, url, options, keyring, keep, out, facts, walk, spool):
         # the writer declined (--sql: a LOAD DATA, or too much text): bytes as usual
     if spool is not None:
         chosen = wanted(transactions, keep)
-        if sum(sum(t.event_lengths) for t in chosen) <= keep.get("max_bytes", ATTACH_MAX):
+        if sum(sum(t.event_lengths) for t in chosen) <= keep.max_bytes:
             try:
                 spool.attach(chosen, unit.where, fingerprint)
             except Exception:  # noqa: BLE001 - the spool is the task's own: a bug or a disk
@@ -140,50 +154,53 @@ def _decode(unit, url, options, keyring, keep, out, facts, walk, spool):
 
 
 def _write(keep, chosen, spool, where, fingerprint, fde_event):
-    """The task writes ``chosen`` itself (``keep["write"]``: the Parquet parts, or
+    """The task writes ``chosen`` itself (``keep.write``: the Parquet parts, or
     --sql's text, as the driver's sink would have: filtered and rewritten), one
     transaction's events held at a time; (what was written, None), (None, a TaskError),
     or (None, None) when the writer declined (``sqlfile.Declined``)."""
     import traceback
 
     from mysqlbackup.binlog import events as ev
-    from mysqlbackup.errors import MysqlBackupError, mask_url
+    from mysqlbackup.errors import MysqlBackupError
     from replay.job.decoding.rewrite import rewrite_transaction
-    spec, selection = keep["write"], keep["selection"]
+    spec, selection = keep.write, keep.selection
     fde = ev.parse_format_description(fde_event)
     checksum = fde.checksum_alg == ev.CHECKSUM_CRC32
-    sql = spec["writer"] == "sql"
     try:
-        if sql:
-            from replay.job.sinks.sqlfile import Declined, SqlChunk
-        else:
-            from replay.job.sinks.parquet import PartWriter
+        writes = writer_of(spec)
     except ImportError as e:  # the probe names it first on a cluster
         return None, TaskError("sink", f"the task's Python has no module {e.name!r}, which "
-                                       f"--{'sql' if sql else 'parquet'} needs")
-    if sql and not SqlChunk.takes(spec, sum(sum(t.event_lengths) for t in chosen)):
+                                       f"{spec.option} needs")
+    if not writes.takes(spec, sum(sum(t.event_lengths) for t in chosen)):
         return None, None  # more text than a task hands back: the driver writes it
-    declined = Declined if sql else ()  # (an empty tuple catches nothing)
     try:
-        writer = SqlChunk(spec, fde_event) if sql else PartWriter(spec)
+        writer = writes(spec, fde_event)
         for trx in spool.each(chosen, where, fingerprint):
             kept = selection.filter_events(trx, fde, checksum)
             writer.apply(rewrite_transaction(kept, selection.rewrite, checksum), fde,
                          checksum)
         return writer.close(), None
-    except declined:  # the driver writes this file's text
+    except writes.declined:  # the driver writes this file's text (an empty tuple: never)
         return None, None
     except CorruptBinlog as e:  # the spool does not read back as decoded
         return None, TaskError("corrupt", e.detail, e.offset)
     except MysqlBackupError as e:  # a row change the table cannot hold, named
         return None, TaskError("sink", str(e))
     except OSError as e:
-        if sql:
-            return None, TaskError("sink", f"--sql: the text of {where}: {e}")
-        return None, TaskError("sink", f"cannot write --parquet {mask_url(spec['url'])} "
-                                       f"(the parts of {where}): {e}")
+        return None, TaskError("sink", spec.failure(where, e))
     except Exception:  # noqa: BLE001 - the driver tells a store's failure from a bug
         return None, TaskError("failed", traceback.format_exc())
+
+
+def writer_of(spec):
+    """The class that writes a ``TaskWriter`` ``spec`` in a task, its module imported now
+    (ImportError where the task's Python lacks what it needs: pyarrow)."""
+    from replay.job.sinks.writers import SqlTaskWriter
+    if isinstance(spec, SqlTaskWriter):
+        from replay.job.sinks.sqlfile import SqlChunk
+        return SqlChunk
+    from replay.job.sinks.parquet import PartWriter
+    return PartWriter
 
 
 def unit_selection(selection, unit):
@@ -211,22 +228,20 @@ def gtid_state(text):
 
 
 def keep_spec(selection, unit, write=None, seq=0):
-    """What ``decode_unit`` keeps the bytes of, for ``unit`` under ``selection``: the
-    unit's selection (``unit_selection``) and the GTIDs a later epoch repeats. ``write``
-    (a sink's ``task_spec``, or None): the task writes those transactions itself, as
-    the replay's file number ``seq``, instead of handing their bytes back."""
-    keep = {"selection": unit_selection(selection, unit), "skip": unit.skip}
-    if write is not None:
-        keep["write"] = dict(write, seq=seq)
-    return keep
+    """The KeepSpec of ``unit`` under ``selection``: the unit's selection
+    (``unit_selection``) and the GTIDs a later epoch repeats. ``write`` (a sink's
+    ``task_spec``, or None): the task writes those transactions itself, as the replay's
+    file number ``seq``, instead of handing their bytes back."""
+    return KeepSpec(unit_selection(selection, unit), unit.skip,
+                    None if write is None else write.at(seq))
 
 
 def wanted(transactions, keep):
     """The transactions the driver may apply (``Selection.decide`` says apply), before
-    the first one where it says stop, less those of ``keep["skip"]``: the same choice
+    the first one where it says stop, less those of ``keep.skip``: the same choice
     as the driver's (``run._in_epoch``, ``run._choose``), which checks it got their
     bytes."""
-    selection, skip = keep["selection"], gtid_state(keep.get("skip"))
+    selection, skip = keep.selection, gtid_state(keep.skip)
     if selection is None:
         return []
     chosen = []

@@ -38,6 +38,7 @@ from mysqlbackup.archive.stop import END
 from mysqlbackup.binlog import events as ev
 from mysqlbackup.binlog.gtid import MariaGtidPos, MysqlGtidSet, covers
 from mysqlbackup.errors import MysqlBackupError, NativeRefused, UsageError
+from replay.job.run import RunSummary
 from replay.job.sinks.session import connect_target
 from replay.restore.nativeend import (applied_count, expected_end, past, serial_reason,
                                       state)
@@ -392,7 +393,7 @@ def apply_native(spec, address, user, password, start, end, fresh=True, threads=
                  progress=None, timeout=None, ended=None, source_server_id=None):
     """Make the target ``spec`` apply, through its replication applier fed from
     ``address`` (host, port; ``user``/``password`` its login), everything from the
-    GTID position ``start`` (the base's) to the End ``end``; returns the summary dict
+    GTID position ``start`` (the base's) to the End ``end``; returns its RunSummary
     ``run.report_lines`` reads. ``fresh``: the base was loaded by this run (else a
     target ahead of ``start`` resumes from where it is); ``ended``: see
     ``NativeApply.wait``; ``source_server_id``: the source's (a MySQL target must differ)."""
@@ -425,9 +426,9 @@ def apply_native(spec, address, user, password, start, end, fresh=True, threads=
 
 
 def _summary(end, before, after):
-    return {"applied": applied_count(before, after), "skipped": 0, "dropped_incomplete": [],
-            "stop_reason": end.stop_reason, "last_gtid": end.last_gtid,
-            "last_commit": end.last_commit, "gtid_pos": str(after), "apply": "native"}
+    return RunSummary(applied=applied_count(before, after), stop_reason=end.stop_reason,
+                      last_gtid=end.last_gtid, last_commit=end.last_commit,
+                      gtid_pos=str(after), apply="native")
 
 
 def check_local(spec):
@@ -459,7 +460,7 @@ def check_selection(selection):
 def run_native(replay_opts, spec, threads=4, fresh=False, progress=None, timeout=None):
     """Apply what the replay ``replay_opts`` selects (from its start GTIDs to its stop
     point) to the target ``spec`` through its replication applier, fed by
-    ``replay.serve`` started on loopback for the run; returns the summary dict."""
+    ``replay.serve`` started on loopback for the run; returns its RunSummary."""
     from replay.planning.plan import units_to_read
     selection = replay_opts.selection
     check_selection(selection)
@@ -480,9 +481,10 @@ def run_native(replay_opts, spec, threads=4, fresh=False, progress=None, timeout
         summary = apply_native(spec, (handle.host, handle.port), SERVE_USER, password, start,
                                end, fresh, threads, progress, timeout, lambda: handle.wait_end(0),
                                units[-1].index.get("server_id") if units else None)
-    if cut and summary["stop_reason"] == END.reason:  # later files left out
-        summary["stop_reason"] = selection.stop.reason
-    return dict(summary, source=source, files=len(units))
+    if cut and summary.stop_reason == END.reason:  # later files left out
+        summary.stop_reason = selection.stop.reason
+    summary.source, summary.files = source, len(units)
+    return summary
 
 
 def start_of(selection, units):

@@ -458,8 +458,8 @@ def report_lines(report):
     """The restore's last lines (stable: tests and runbooks read them)."""
     plan, summary, elapsed = report["plan"], report["summary"], report["elapsed"]
     m = plan.manifest
-    when = iso(summary["last_commit"]) if summary.get("last_commit") else None
-    last = (f"last applied: GTID {summary['last_gtid'] or '(none)'} committed {when}"
+    when = iso(summary.last_commit) if summary.last_commit else None
+    last = (f"last applied: GTID {summary.last_gtid or '(none)'} committed {when}"
             if when else f"last applied: none after the base (GTID {shown(m.get('gtid'))})")
     server = report.get("server")
     return [
@@ -469,9 +469,9 @@ def report_lines(report):
            f"{server.spec.address} (it keeps running)"] if server else []),
         *([f"users: {report['users_left_out']} of the base left out (--users skip)"]
           if report.get("users_left_out") else []),
-        f"applied: {summary['applied']} transactions, {summary['skipped']} skipped, "
-        f"{len(summary['dropped_incomplete'])} incomplete dropped; stopped: "
-        f"{summary['stop_reason']}",
+        f"applied: {summary.applied} transactions, {summary.skipped} skipped, "
+        f"{len(summary.dropped_incomplete)} incomplete dropped; stopped: "
+        f"{summary.stop_reason}",
         last,
         "elapsed: " + ", ".join(f"{name} {elapsed.get(name, 0.0):.1f}s"
                                 for name in ("plan", "check", "load", "replay", "total")),

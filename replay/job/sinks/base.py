@@ -8,9 +8,40 @@ stops on an error (``failed``), closes it, also after an error, and, once the re
 ended well, tells it so with the summary (``finish``).
 Afterwards it reads the summary attributes below. A sink that takes one
 transaction at a time implements ``apply`` and inherits ``apply_many``.
+
+A sink whose tasks write describes that writing as a ``TaskWriter`` (``task_spec``): a
+small picklable value that travels into each task with the file's place in the replay
+(``at``); the task imports the class that writes it (``replay.job.tasks.writer_of``).
 """
 
 from abc import ABC, abstractmethod
+from dataclasses import dataclass, replace
+from typing import ClassVar
+
+
+@dataclass(frozen=True)
+class TaskWriter:
+    """What a sink's tasks need to write a file's chosen transactions themselves; ``seq``:
+    the file's place in the replay. Its writer class (``tasks.writer_of``) is made with
+    the spec and the file's FORMAT_DESCRIPTION bytes, ``apply``s each transaction and
+    ``close``s with what it wrote (the sink's ``adopt`` takes that)."""
+
+    seq: int = 0
+    module: ClassVar[str] = ""     # the module the writer lives in (what tasks import)
+    option: ClassVar[str] = ""     # the command-line option that asked for it
+
+    def at(self, seq):
+        """This spec for the file at place ``seq``."""
+        return replace(self, seq=seq)
+
+    def shipped(self, credentials):
+        """This spec as it travels to executors (``credentials(url, options)``: the
+        storage options with the driver's credentials added, for a destination)."""
+        return self
+
+    def failure(self, where, error):
+        """The one line of an OSError while writing the file ``where``."""
+        return f"{self.option}: {where}: {error}"
 
 
 class Sink(ABC):
@@ -21,8 +52,8 @@ class Sink(ABC):
     commits = None          # target commits made (None: the sink has no target)
 
     def task_spec(self):
-        """What a task needs to write a file's transactions itself (picklable), or None:
-        the transactions come to the driver and ``apply_many`` takes them."""
+        """The TaskWriter of a sink whose tasks write a file's transactions themselves,
+        or None: the transactions come to the driver and ``apply_many`` takes them."""
         return None
 
     def adopt(self, written, transactions):
@@ -54,7 +85,7 @@ class Sink(ABC):
         """The replay stopped on an error (called before ``close``)."""
 
     def finish(self, summary):
-        """The replay ended well (called after ``close``, with its summary dict)."""
+        """The replay ended well (called after ``close``, with its ``run.RunSummary``)."""
 
     @abstractmethod
     def close(self):

@@ -44,6 +44,7 @@ from mysqlbackup.errors import MysqlBackupError, UsageError, mask_url
 from replay.job.decoding.changes import iter_changes
 from replay.job.sinks import typed
 from replay.job.sinks.base import Sink
+from replay.job.sinks.writers import ParquetTaskWriter
 
 log = logging.getLogger(__name__)
 
@@ -144,22 +145,29 @@ class _Destination:
 class PartWriter:
     """Task side: the row changes of one file's transactions as its parts.
 
-    ``spec`` (``ParquetSink.task_spec`` with ``seq``, the file's place in the replay):
-    url, storage options, rows_per_part, bytes_per_part. ``close`` writes what is still
+    ``spec`` (a ``writers.ParquetTaskWriter``: ``ParquetSink.task_spec`` at ``seq``, the
+    file's place in the replay). ``close`` writes what is still
     buffered and returns what was written: {"parts": [(name, rows)], "rows",
     "transactions", "left_out"} (``left_out``: the statement-based DML statements, which
     are no row changes: ``changes.iter_changes``)."""
 
-    def __init__(self, spec):
-        self.dest = _Destination(spec["url"], spec["options"])
-        self.seq = spec["seq"]
-        self.rows_per_part = spec.get("rows_per_part", ROWS_PER_PART)
-        self.bytes_per_part = spec.get("bytes_per_part", BYTES_PER_PART)
+    declined = ()  # it writes every file it is given (``SqlChunk`` may decline one)
+
+    @classmethod
+    def takes(cls, spec, raw_bytes):
+        """Whether a file of ``raw_bytes`` of events may be written by this task: any."""
+        return True
+
+    def __init__(self, spec, fde_event=None):
+        self.dest = _Destination(spec.url, spec.options)
+        self.seq = spec.seq
+        self.rows_per_part = spec.rows_per_part or ROWS_PER_PART
+        self.bytes_per_part = spec.bytes_per_part or BYTES_PER_PART
         self.buffer, self.buffered_bytes = [], 0
         self.parts, self.rows, self.transactions, self.left_out = [], 0, 0, []
         self.tables = {}  # the file's TABLE_MAPs, decoded once (one PartWriter a file)
         self.typed = (_TypedParts(self.dest, self.seq, self.rows_per_part,
-                                  self.bytes_per_part) if spec.get("typed") else None)
+                                  self.bytes_per_part) if spec.typed else None)
 
     def apply(self, trx, fde, checksum):
         """Decode the transaction's row changes into the buffer; write full parts."""
@@ -280,12 +288,11 @@ class ParquetSink(Sink):
         return self
 
     def task_spec(self):
-        """What a task needs to write a file's parts (``PartWriter``; ``seq`` added per
+        """What a task needs to write a file's parts (``PartWriter``; ``seq`` set per
         file). The storage options are the destination's own (credentials included)."""
-        return {"writer": "parquet", "module": __name__, "url": self.url,
-                "options": self.options,
-                "rows_per_part": self.rows_per_part, "bytes_per_part": self.bytes_per_part,
-                "typed": self.typed_tables}
+        return ParquetTaskWriter(url=self.url, options=self.options,
+                                 rows_per_part=self.rows_per_part,
+                                 bytes_per_part=self.bytes_per_part, typed=self.typed_tables)
 
     def adopt(self, written, transactions):
         """Keep what a file's task wrote (``PartWriter.close``), which must be the row
@@ -349,7 +356,7 @@ class ParquetSink(Sink):
             self.dest.write(f"{typed.TABLES_DIR}/{typed.MANIFEST}", lambda f: f.write(
                 json.dumps(content, indent=1).encode("utf-8")))
         marker = {"rows": self.rows, "parts": self.parts, "transactions": self.transactions,
-                  "stop_reason": (summary or {}).get("stop_reason"),
+                  "stop_reason": summary.stop_reason if summary else None,
                   "not_in_table": {
                       "statements": len(self.left_out),
                       "first_statements": self.left_out[:LEFT_OUT_LISTED],

@@ -40,6 +40,7 @@ from mysqlbackup.errors import UsageError
 from replay.job.decoding.rowtext import ROW_CAP, VALUE_CAP, RowText
 from replay.job.decoding.summary import ChangeCollector, format_changes
 from replay.job.sinks.base import Sink
+from replay.job.sinks.writers import SqlTaskWriter
 from replay.job.sinks.statements import (MYSQL_GTID_AUTOMATIC, binlog_statement, gtid_session,
                                          mysql_gtid, transaction_steps)
 
@@ -113,33 +114,33 @@ class SqlText:
 class SqlChunk:
     """Task side of --sql: one file's chosen transactions as the file's text, which the
     driver writes in commit order (``SqlFileSink.adopt``), so the rows are turned into
-    text on every core. Where the task sees the driver's disk (``spec["dir"]`` holds
-    ``spec["token"]``: local[*], or an executor on the driver's host) the text goes to a
+    text on every core. Where the task sees the driver's disk (``spec.dir`` holds
+    ``spec.token``: local[*], or an executor on the driver's host) the text goes to a
     file there, a chunk at a time, whatever its size; elsewhere it is handed back, up to
-    ``spec["max_bytes"]``. ``Declined`` (the driver writes that file itself) past that
-    or at a LOAD DATA."""
+    ``spec.max_bytes``. ``Declined`` (the driver writes that file itself) past that
+    or at a LOAD DATA. ``spec``: a ``writers.SqlTaskWriter``."""
+
+    declined = Declined
 
     def __init__(self, spec, fde_event):
-        self.most, self.fde_event = spec["max_bytes"], fde_event
+        self.most, self.fde_event = spec.max_bytes, fde_event
         self.text, self.parts, self.size, self.transactions = SqlText(), [], 0, 0
         self.path = self.file = None
         if self.shared(spec):
-            self.path = os.path.join(spec["dir"],
-                                     f"{spec.get('seq', 0):06d}-{uuid.uuid4().hex}.sql")
+            self.path = os.path.join(spec.dir, f"{spec.seq:06d}-{uuid.uuid4().hex}.sql")
             self.file = open(self.path, "wb", buffering=CHUNK)
 
     @staticmethod
     def shared(spec):
         """Whether this task sees the driver's ``FILE.parts`` (its token file there)."""
-        folder = spec.get("dir")
-        return bool(folder) and os.path.exists(os.path.join(folder, spec["token"]))
+        return bool(spec.dir) and os.path.exists(os.path.join(spec.dir, spec.token))
 
     @classmethod
     def takes(cls, spec, raw_bytes):
         """Whether a file of ``raw_bytes`` of events may be made text by this task: any
         size into ``FILE.parts``, else what it may hand back (about 3 bytes of text a
         byte: base64 and the ``###`` lines)."""
-        return cls.shared(spec) or 3 * raw_bytes <= spec["max_bytes"]
+        return cls.shared(spec) or 3 * raw_bytes <= spec.max_bytes
 
     def apply(self, trx, fde, checksum):
         """Add one transaction's text."""
@@ -208,8 +209,7 @@ class SqlFileSink(Sink):
             self.token = f".token-{uuid.uuid4().hex}"
             os.makedirs(self.spool, exist_ok=True)  # (FILE's own folder exists)
             open(os.path.join(self.spool, self.token), "wb").close()
-        return {"writer": "sql", "module": __name__, "max_bytes": self.task_bytes,
-                "dir": self.spool, "token": self.token}
+        return SqlTaskWriter(max_bytes=self.task_bytes, dir=self.spool, token=self.token)
 
     def open(self, source):
         """Create the file and write its header (UsageError: ``check``)."""
