@@ -14,6 +14,7 @@ from mysqlbackup.cli.options import (archive_options, example, handle_errors, id
 from mysqlbackup.config import TARGET_PASSWORD_ENV
 from mysqlbackup.errors import mask_url
 from mysqlbackup.source.spec import source_from_options
+from replay.job.engines import ENGINES, LOCAL_MAX_BYTES
 from replay.restore.run import APPLY_WAYS
 
 
@@ -66,14 +67,19 @@ from replay.restore.run import APPLY_WAYS
               help="Apply schema FROM into schema TO (repeatable); names qualified inside "
                    "SQL text are not rewritten.")
 @click.option("--allow-gaps", is_flag=True, help="Replay across holes in the archive chain.")
+@click.option("--engine", type=click.Choice(ENGINES), default="auto", show_default=True,
+              help="Who decodes the binlogs: spark (one Spark task per file, in parallel), "
+              "local (this process, one file after another: no Spark start-up) or auto "
+              f"(local under {LOCAL_MAX_BYTES // 1000000} MB to read without --database, "
+              "--table, --rewrite-db, --master, --conf, --driver-host, --python or "
+              "spark-submit, else spark). The output is the same either way.")
 @spark_options
 @identity_option
 @handle_errors
 def replay(archive_url, archive_option, source_name, target, target_password_file,
-           target_tls, apply_mode, workers,
-           merge, sql_path,
-           parquet_url, typed_tables, start_gtid, start_position, stop, exclude_gtids, databases, tables, rewrites, allow_gaps, master,
-           spark_conf, driver_host, executor_python, identity):
+           target_tls, apply_mode, workers, merge, sql_path, parquet_url, typed_tables,
+           start_gtid, start_position, stop, exclude_gtids, databases, tables, rewrites,
+           allow_gaps, engine, master, spark_conf, driver_host, executor_python, identity):
     """Point-in-time replay of the archive with PySpark (one task per file; small files
     share one), applying only complete transactions in commit order, exactly once."""
     if [bool(target), bool(sql_path), bool(parquet_url)].count(True) != 1:
@@ -99,7 +105,7 @@ def replay(archive_url, archive_option, source_name, target, target_password_fil
                                 tables, rewrites)
     opts = ReplayOptions(archive_url or _missing("--archive"), parse_options(archive_option),
                          source_name, selection, allow_gaps, master,
-                         keyring=keyring_from(identity), spark=spark_setup)
+                         keyring=keyring_from(identity), engine=engine, spark=spark_setup)
     if target:
         spec = source_from_options(target, target_password_file, TARGET_PASSWORD_ENV,
                                    target_tls)
@@ -131,10 +137,11 @@ def replay(archive_url, archive_option, source_name, target, target_password_fil
                        f"statements are not in the table (no row events; the first: "
                        f"{first['statement']} of {first['gtid'] or '-'} at {first['file']}:"
                        f"{first['position']}); _SUCCESS names them", err=True)
+    where = (f"in {summary.tasks} Spark tasks" if summary.engine == "spark"
+             else "decoded here, no Spark")
     click.echo(f"replay of {summary.source}: {summary.applied} applied, "
                f"{summary.skipped} skipped, {len(summary.dropped_incomplete)} incomplete "
-               f"dropped, {summary.files} files in {summary.tasks} Spark tasks; stopped: "
-               f"{summary.stop_reason}")
+               f"dropped, {summary.files} files {where}; stopped: {summary.stop_reason}")
     if target:
         click.echo(f"target: {summary.applied} transactions in "
                    f"{summary.target_commits} commits; workers: {summary.workers} "

@@ -8,8 +8,10 @@ times:
 
 1. ``mariadb-binlog -v --base64-output=decode-rows FILES > /dev/null`` (the anchor, one
    core),
-2. ``mysqlbackup replay --sql OUT`` (Spark local[*]: every core),
-3. ``mysqlbackup replay --parquet DIR`` (the same), and with ``--typed``,
+2. ``mysqlbackup replay --sql OUT`` with the default engine (``auto``: this process under
+   256 MB to read, else Spark), then ``--engine spark`` (Spark local[*]: every core) and
+   ``--engine local`` (this process: one core, no JVM),
+3. ``mysqlbackup replay --parquet DIR``, and with ``--typed``, on each engine,
 4. ``mysqlbackup archive find --table b.t0 --type ddl`` and ``inspect FILES`` (reading
    every event, no row decoding).
 
@@ -131,19 +133,29 @@ def anchor_command(engine, files):
     return f"{reader} -v --base64-output=decode-rows {' '.join(files)} > /dev/null"
 
 
+def replay_way(url, out, how, *engine):
+    """One ``replay`` run of ``how`` (sql, parquet, typed) with ``engine``'s option."""
+    argv = [PYTHON, "-m", "mysqlbackup", "replay", "--archive", url, "--source-name", "db1",
+            *engine]
+    if how == "sql":
+        return lambda: timed([*argv, "--sql", os.path.join(out, "out.sql")])
+    folder = os.path.join(out, how)
+    extra = ["--typed"] if how == "typed" else []
+    return lambda: (shutil.rmtree(folder, True),
+                    timed([*argv, "--parquet", f"file://{folder}", *extra]))[1]
+
+
 def ways(files, url, out, engine="mariadb"):
     mb = PYTHON, "-m", "mysqlbackup"
+    replays = {"replay --sql (default engine)": replay_way(url, out, "sql")}
+    for how, name in (("sql", "--sql"), ("parquet", "--parquet"),
+                      ("typed", "--parquet --typed")):
+        for where in ("spark", "local"):
+            replays[f"replay {name} --engine {where}"] = replay_way(
+                url, out, how, "--engine", where)
     return {
         ANCHOR: lambda: timed(["sh", "-c", anchor_command(engine, files)]),
-        "replay --sql": lambda: timed([*mb, "replay", "--archive", url, "--source-name",
-                                       "db1", "--sql", os.path.join(out, "out.sql")]),
-        "replay --parquet": lambda: (shutil.rmtree(os.path.join(out, "pq"), True), timed(
-            [*mb, "replay", "--archive", url, "--source-name", "db1", "--parquet",
-             f"file://{out}/pq"]))[1],
-        "replay --parquet --typed": lambda: (shutil.rmtree(os.path.join(out, "pt"), True),
-                                             timed([*mb, "replay", "--archive", url,
-                                                    "--source-name", "db1", "--parquet",
-                                                    f"file://{out}/pt", "--typed"]))[1],
+        **replays,
         "archive find --type ddl": lambda: timed(
             [*mb, "archive", "find", "--archive", url, "--source-name", "db1", "--table",
              "b.t0", "--type", "ddl"]),

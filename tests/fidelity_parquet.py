@@ -21,7 +21,8 @@ def change_table(source, stop, url, start=None):
     (a Checkpoint or Mark): (rows as dicts, _SUCCESS, the run)."""
     done = run_cli("replay", "--archive", source.url, "--source-name", SOURCE,
                    "--start-gtid", start.gtids if start else source.manifest["gtid"],
-                   *source.stop_args(stop), "--parquet", url, password="", timeout=300)
+                   *source.stop_args(stop), "--parquet", url, "--engine", "spark",
+                   password="", timeout=300)
     assert done.returncode == 0, done.stdout + done.stderr
     path = url[len("file://"):]
     rows = pads.dataset(path, format="parquet").to_table().to_pylist()

@@ -172,7 +172,7 @@ class Source:
         path = os.path.join(target.basedir, name)
         done = run_cli("replay", "--archive", self.url, "--source-name", SOURCE,
                        "--start-gtid", start, *self.stop_args(checkpoint), "--sql", path,
-                       password="", timeout=300)
+                       "--engine", "spark", password="", timeout=300)
         assert done.returncode == 0, done.stdout + done.stderr
         tree = getattr(target, "tree", None)
         if tree:
@@ -252,7 +252,7 @@ def check_replay_target(source, pipe, server):
         done = run_cli("replay", "--archive", source.url, "--source-name", SOURCE,
                        "--start-gtid", source.manifest["gtid"], *source.stop_args(checkpoint),
                        "--target", f"mysql://{user}@127.0.0.1:{server.port}",
-                       password=password, timeout=300)
+                       "--engine", "spark", password=password, timeout=300)
         assert done.returncode == 0, done.stdout + done.stderr
         got = fingerprint(server, source.flavor)
         assert got.differences(want) == [], (checkpoint.name, done.stdout + done.stderr)

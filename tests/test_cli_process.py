@@ -52,13 +52,13 @@ def test_replay_writes_sql_in_its_own_jvm(archive):
     debug`` shows, as debug records of ``pyspark.jvm``."""
     url, root, files = archive
     out = root / "all.sql"
-    done = cli("replay", "--archive", url, "--sql", str(out))
+    done = cli("replay", "--archive", url, "--sql", str(out), "--engine", "spark")
     assert done.returncode == 0, done.stderr
     assert out.read_text().count("\n### INSERT INTO `a`.`t`") == 160
     lines = done.stderr.splitlines()
     assert lines and all(line.startswith("replay: files ") for line in lines), done.stderr
     debug = cli("--log-level", "debug", "replay", "--archive", url, "--sql",
-                str(root / "again.sql"))
+                str(root / "again.sql"), "--engine", "spark")
     assert debug.returncode == 0, debug.stderr
     assert " DEBUG pyspark.jvm: WARNING: Using incubator modules" in debug.stderr
 

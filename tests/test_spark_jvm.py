@@ -136,12 +136,13 @@ def test_a_driver_that_cannot_start_with_the_archive_starts_without(source_files
     imported = _cli(env, tmp_path, "archive", "import", str(source_files[0].parent),
                     "--archive", url, "--source-name", "db1")
     assert imported.returncode == 0, imported.stderr
-    torn = _cli(env, tmp_path, "replay", "--archive", url, "--sql", str(tmp_path / "a.sql"))
+    torn = _cli(env, tmp_path, "replay", "--archive", url, "--sql", str(tmp_path / "a.sql"),
+                "--engine", "spark")
     assert torn.returncode == 0, torn.stderr
     assert "the Spark driver did not start with -XX:SharedArchiveFile=" in torn.stderr
     assert not list(tmp_path.glob("hs_err_pid*")) and list(folder.glob("hs_err_pid*"))
     plain = _cli(dict(env, **{jvm.TUNING_ENV: "off"}), tmp_path, "replay",
-                 "--archive", url, "--sql", str(tmp_path / "b.sql"))
+                 "--archive", url, "--sql", str(tmp_path / "b.sql"), "--engine", "spark")
     assert plain.returncode == 0, plain.stderr
     assert "did not start" not in plain.stderr
     assert (tmp_path / "a.sql").read_bytes() == (tmp_path / "b.sql").read_bytes()

@@ -52,13 +52,16 @@ def batches(units, parallelism, batch_bytes=BATCH_BYTES, most=BATCH_FILES):
 
 def choose_engine(asked, bytes_to_read, filtered, master=None, spark_settings=()):
     """(engine, why): ``asked`` ("spark" or "local") as given; "auto": local for an
-    archive under LOCAL_MAX_BYTES to read without filters, without --master and without
+    archive under LOCAL_MAX_BYTES to read without filters, without --master, without
     Spark settings (``spark_settings``: the names of the Spark options given, such as
-    "--conf": a user who gives them means Spark), else spark."""
+    "--conf": a user who gives them means Spark) and not under spark-submit, else
+    spark."""
     if asked != "auto":
         return asked, "asked for"
     if master:
         return "spark", f"--master {master}"
+    if "PYSPARK_GATEWAY_PORT" in os.environ:
+        return "spark", "under spark-submit"
     if spark_settings:
         return "spark", f"{', '.join(spark_settings)} given: Spark settings"
     if filtered:

@@ -18,7 +18,7 @@ driver, serves a result without them).
 import logging
 import time
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 from mysqlbackup.archive.stop import END
 from mysqlbackup.binlog import events as ev
@@ -28,7 +28,7 @@ from replay.planning.plan import units_to_read
 from replay.planning.selection import gap_error
 from replay.planning.units import check_decoded, check_digests, check_link
 from replay.job.progress import Progress
-from replay.job.engines import LocalTasks, SparkTasks, unit_bytes
+from replay.job.engines import LocalTasks, SparkTasks, choose_engine, unit_bytes
 from replay.job.tasks import gtid_state, stream_unit, unit_selection
 
 log = logging.getLogger(__name__)
@@ -83,7 +83,8 @@ class RunSummary:
     dropped_incomplete: list = field(default_factory=list)  # the newest file's torn tail
     tasks: int = 0                     # files decoded (batched small files count each)
     spark_tasks: int = 0
-    engine: str = None
+    engine: str = None                 # who decoded: "spark" or "local" (this process)
+    engine_why: str = None             # why that one (``engine_of``)
     last_gtid: str = None              # the last transaction the target holds
     last_commit: float = None          # and its commit time (epoch seconds)
     stop_reason: str = END.reason      # the stop's ``reason``, or the end of the archive
@@ -98,9 +99,11 @@ def run_replay(opts, sink, spark=None, progress=None):
     objects are checked and after each file is applied. The tasks run on Spark
     (``spark``: a SparkContext, else one of ``opts.master``) or, with ``opts.engine``
     "local", in this process (``replay.job.engines``). ``opts.spark`` says how a context
-    is made."""
+    is made; "auto" chooses between them by the bytes to read (``engine_of``)."""
     source, units, cut = units_to_read(opts)
-    summary = RunSummary(source, len(units), engine=opts.engine,
+    engine, why = engine_of(opts, units, spark)
+    opts = replace(opts, engine=engine)
+    summary = RunSummary(source, len(units), engine=engine, engine_why=why,
                          stop_reason=opts.selection.stop.reason if cut else END.reason)
     if not units:
         sink.finish(summary)
@@ -156,6 +159,18 @@ def run_replay(opts, sink, spark=None, progress=None):
     summary.target_commits = sink.commits
     sink.finish(summary)
     return summary
+
+
+def engine_of(opts, units, spark=None):
+    """(engine, why) of a replay: ``opts.engine`` as asked; "auto": Spark with a context
+    given, else ``engines.choose_engine`` over the bytes of ``units`` (local under
+    LOCAL_MAX_BYTES without filters, --master, Spark settings or spark-submit)."""
+    if opts.engine == "auto" and spark is not None:
+        return "spark", "a Spark context given"
+    selection = opts.selection
+    filtered = bool(selection.databases or selection.tables or selection.rewrite)
+    return choose_engine(opts.engine, sum(unit_bytes(unit) for unit in units), filtered,
+                         opts.master, opts.spark.given())
 
 
 def _apply_file(result, unit, selection, sink, summary):

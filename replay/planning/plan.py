@@ -31,7 +31,8 @@ class ReplayOptions:
     first_file: str = None      # read no file before it (a restore: the base's first file)
     last_file: str = None       # read no file after it (a restore: the stop point's file)
     keyring: object = None      # archive.codec.Keyring: opens encrypted objects
-    engine: str = "spark"       # who runs the tasks: "spark", or "local" (this process)
+    engine: str = "spark"       # who runs the tasks: "spark", "local" (this process) or
+    # "auto" (``replay.job.run.engine_of``: local for a small archive)
     spark: SparkSetup = field(default_factory=SparkSetup)  # --conf, --driver-host, --python
 
 
