@@ -194,7 +194,7 @@ def _apply_file(result, unit, selection, sink, summary):
     summary.rows_events += sum(t.rows_events for t in chosen)
     if stopped:
         return True
-    if result.incomplete:  # only the newest file's (plan.check_decoded refused others)
+    if result.incomplete:  # only the newest file's (units.check_decoded refused others)
         summary.dropped_incomplete.append(result.incomplete)
     return False
 

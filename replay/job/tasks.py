@@ -83,7 +83,7 @@ def decode_unit(unit, url, options, keyring=None, keep=None):
     lengths instead), the object's size and CRC32 (``fingerprint``), the size and
     sha256 of each object read (``digests``, to compare with their indexes) and what
     the bytes say of their place in the chain (``facts``): the driver checks those
-    (``plan.check_decoded``), then (without ``keep``) reads the object itself and
+    (``planning.units.check_decoded``), then (without ``keep``) reads the object itself and
     attaches the bytes (``run.attach_unit``). A failure comes
     back as ``error`` (kind, message, offset) instead of an exception, which Spark
     would wrap into its own: the driver raises it with the object named.
@@ -312,7 +312,7 @@ def digest_unit(unit, url, options):
     whole in memory), or an error record as ``decode_unit`` returns it. An object that
     is not its index's and is a sealed file is scanned, so that a damaged event comes back
     with its offset (not the newest file: the newest file's tail may be short, see
-    ``plan.check_digests``)."""
+    ``planning.units.check_digests``)."""
     from mysqlbackup.archive.objects import Promise
     from mysqlbackup.archive.store import ArchiveStore
     try:

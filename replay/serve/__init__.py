@@ -52,10 +52,15 @@ Programmatic API (what ``restore --apply native`` calls)::
 Modules: ``packets`` (pure: handshake, OK/ERR/EOF, result sets, artificial
 events), ``mysql`` (pure: MySQL's handshake, caching_sha2_password, RSA,
 COM_BINLOG_DUMP_GTID's GTID set, HEARTBEAT_V2, ER 1236's texts), ``queries`` (pure:
-the replica's set-up queries and their answers, either flavor), ``feed`` (archive ->
-events of one dump: start, skip, stop, exclusions), ``mysqlfeed`` (MySQL's walk:
-where a GTID dump starts, the heartbeat after skipped transactions),
-``limits`` (pure: throttle, log limiter, LIKE, the bounds), ``connection`` (one
-client: handshake, commands, dump), ``server`` (the listener, caps, bookkeeping),
-``metrics`` (Prometheus), ``cli`` (the click command).
+the replica's set-up queries and their answers, either flavor), ``catalog`` (the
+source's tables, for the clients that ask), ``feed`` (archive -> events of one dump:
+start, skip, stop, exclusions), ``mysqlfeed`` (MySQL's walk: where a GTID dump
+starts, the heartbeat after skipped transactions), ``limits`` (pure: throttle, log
+limiter, LIKE, the bounds), ``archive`` (the served archive: units, chunks, the
+primary's facts, its end now), ``registry`` (the connections' bookkeeping: dumps,
+counts, throttle, log limiter, caching_sha2's cache), ``listener`` (the accept loop,
+the caps of handshakes and connections), ``auth`` (the login's settings: TLS context,
+RSA key), ``connection`` (one client: handshake, commands, dump), ``server``
+(``start_server``, ``ServeHandle``: the parts composed), ``metrics`` (Prometheus),
+``cli`` (the click command).
 """

@@ -1,12 +1,13 @@
 """Prometheus metrics of ``mysqlbackup serve`` (``--metrics-address HOST:PORT``).
 
-A registry of its own whose one collector reads the server's counts at each scrape
-(nothing is updated on the connections' paths): connections open, logging in and
-dumping, dumps started and refused, and what the bounds refused or ended
-(``ServeHandle.stats``: refused logins, refused connections, bad handshakes, packets
-too large, timeouts, handshakes ended for newer ones, accept failures). Served by the
-daemon's bounded HTTP server (``mysqlbackup.httpd``, through ``httpd.serve_registry``),
-under its own prefix for the HTTP server's counts.
+A Prometheus registry of its own whose one collector reads serve's counts at each
+scrape (``registry.Registry.snapshot``: nothing is updated on the connections'
+paths): connections open, logging in and dumping, dumps started and refused, and
+what the bounds refused or ended (``ServeHandle.stats``: refused logins, refused
+connections, bad handshakes, packets too large, timeouts, handshakes ended for newer
+ones, accept failures). Served by the daemon's bounded HTTP server
+(``mysqlbackup.httpd``, through ``httpd.serve_registry``), under its own prefix for
+the HTTP server's counts.
 """
 
 STATS = {  # ServeHandle.stats key -> (metric name, help)
@@ -29,22 +30,21 @@ STATS = {  # ServeHandle.stats key -> (metric name, help)
 
 
 class ServeCollector:
-    """Samples of one ``_Server``, computed when scraped."""
+    """Samples of one serve ``Registry``, computed when scraped."""
 
-    def __init__(self, server):
-        self.server = server
+    def __init__(self, registry):
+        self.registry = registry
 
     def describe(self):
+        """No fixed metrics: they are computed at every scrape."""
         return []  # computed at every scrape
 
     def collect(self):
+        """The samples of the registry's snapshot now."""
         from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
-        server = self.server
-        with server.lock:
-            stats = dict(server.stats)
-            open_, handshaking = len(server.connections), len(server.handshaking)
-            dumping, started = len(server.dumps), server.dumps_started
-            refused = len(server.errors)
+        now = self.registry.snapshot()
+        stats, started, refused = now.stats, now.dumps_started, len(now.errors)
+        open_, handshaking, dumping = now.connections, now.handshaking, now.dumping
         for key, (name, text) in STATS.items():
             yield CounterMetricFamily(name, text, value=stats.get(key, 0))
         yield CounterMetricFamily("mysqlbackup_serve_dumps", "Dumps replicas started",
@@ -59,12 +59,12 @@ class ServeCollector:
                                 value=dumping)
 
 
-def serve_metrics(server, address):
-    """The started HTTP server of ``server``'s metrics at ``address`` (HOST:PORT);
-    UsageError when it cannot listen there."""
+def serve_metrics(registry, address):
+    """The started HTTP server of the metrics of ``registry`` (a serve ``Registry``) at
+    ``address`` (HOST:PORT); UsageError when it cannot listen there."""
     from prometheus_client import CollectorRegistry
 
     from mysqlbackup.httpd import serve_registry
-    registry = CollectorRegistry(auto_describe=True)
-    registry.register(ServeCollector(server))
-    return serve_registry(registry, address, counters="mysqlbackup_serve_metrics_http")
+    metrics = CollectorRegistry(auto_describe=True)
+    metrics.register(ServeCollector(registry))
+    return serve_registry(metrics, address, counters="mysqlbackup_serve_metrics_http")
