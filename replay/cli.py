@@ -14,7 +14,7 @@ from mysqlbackup.cli.options import (archive_options, example, handle_errors, id
 from mysqlbackup.config import TARGET_PASSWORD_ENV
 from mysqlbackup.errors import mask_url
 from mysqlbackup.source.spec import source_from_options
-from replay.job.engines import ENGINES, LOCAL_MAX_BYTES
+from replay.job.engines import ENGINES, LOCAL_MAX_BYTES, check_engine
 from replay.restore.run import APPLY_WAYS
 
 
@@ -101,6 +101,7 @@ def replay(archive_url, archive_option, source_name, target, target_password_fil
     from replay.spark.context import SparkSetup
     spark_setup = SparkSetup.of(spark_conf, driver_host, executor_python)  # a
     # malformed --conf pair fails before anything is read
+    check_engine(engine, master, spark_setup.given())
     selection = build_selection(start_gtid, start_position, stop, exclude_gtids, databases,
                                 tables, rewrites)
     opts = ReplayOptions(archive_url or _missing("--archive"), parse_options(archive_option),

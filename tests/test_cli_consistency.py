@@ -360,6 +360,22 @@ def test_the_plan_names_the_stop_as_its_option_says_it(bases, option, value, tex
     assert json.loads(result.stdout)["stop"] == text
 
 
+@pytest.mark.parametrize("command", ["replay", "restore"])
+@pytest.mark.parametrize("spark,named", [
+    (("--master", "local[2]"), "--master local[2]"),
+    (("--conf", "spark.executor.memory=1g", "--python", "/usr/bin/python3"),
+     "--conf, --python")])
+def test_the_local_engine_refuses_spark_options(tmp_path, command, spark, named):
+    """--engine local with a Spark option: refused in one line, never ignored."""
+    result = invoke(command, "--archive", f"file://{tmp_path}/none", "--sql",
+                    str(tmp_path / "out.sql"), "--engine", "local", *spark) \
+        if command == "replay" else invoke(command, "--archive", f"file://{tmp_path}/none",
+                                           "--dry-run", "--engine", "local", *spark)
+    assert outcome(result) == (2, "", error(
+        f"--engine local decodes in this process, without Spark: {named} would be ignored "
+        "(give --engine spark or auto)"))
+
+
 # -- retain: the plan, and deletions only with --yes ---------------------------------------
 
 def plan_lines(verb):

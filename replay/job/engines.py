@@ -16,6 +16,7 @@ an archive small enough that the start-up costs more than the parallel decode sa
 import os
 import time
 
+from mysqlbackup.errors import UsageError
 from replay.spark.shipping import check_executors, executor_options, explain_failure
 from replay.job.tasks import decode_unit, digest_unit, keep_spec
 
@@ -48,6 +49,15 @@ def batches(units, parallelism, batch_bytes=BATCH_BYTES, most=BATCH_FILES):
     if current:
         found.append(current)
     return found
+
+
+def check_engine(asked, master=None, spark_settings=()):
+    """UsageError when ``asked`` is "local" and a Spark option is given too (``--master``
+    or ``spark_settings``: their names): they would be ignored without a word."""
+    given = ([f"--master {master}"] if master else []) + list(spark_settings)
+    if asked == "local" and given:
+        raise UsageError(f"--engine local decodes in this process, without Spark: "
+                         f"{', '.join(given)} would be ignored (give --engine spark or auto)")
 
 
 def choose_engine(asked, bytes_to_read, filtered, master=None, spark_settings=()):

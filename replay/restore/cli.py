@@ -14,7 +14,7 @@ from mysqlbackup.config import TARGET_PASSWORD_ENV
 from mysqlbackup.errors import UsageError
 from mysqlbackup.source.spec import source_from_options
 from replay.restore.plan import LATEST, base_wanted
-from replay.job.engines import ENGINES
+from replay.job.engines import ENGINES, check_engine
 from replay.restore.run import APPLY_MODES, USERS_MODES
 
 
@@ -86,6 +86,7 @@ def restore(archive_url, archive_option, source_name, target, target_password_fi
     from replay.spark.context import SparkSetup
     from replay.restore.run import RestoreOptions, run_restore
     spark_setup = SparkSetup.of(spark_conf, driver_host, executor_python)  # before the store
+    check_engine(engine, master, spark_setup.given())
     if not archive_url:
         raise click.UsageError("--archive is required")
     if not target and not dry_run:
