@@ -170,12 +170,16 @@ def wait_archived_to_the_end(primary, store, source="db1", timeout=120):
     """Wait until the archive holds a segment ending where the primary's newest file ends
     (its last transaction archived). Two minutes: on a loaded machine the moto server
     behind an s3:// archive has stalled a request past its timeouts and retries (seen:
-    58 s), which the archiver rides out by trying again."""
-    last = current_binlog(primary)
-    size = os.path.getsize(primary.binlog_path(last))
-    wait_for(lambda: any(k.endswith(f"-{size:012d}.json")
-                         for k in store.list(f"{source}/partial/{last}")), timeout=timeout,
-             what="the archive to hold the last transaction")
+    58 s), which the archiver rides out by trying again. The newest file's end is read
+    again at each look: after a rotation the server appends its BINLOG_CHECKPOINT event
+    to the new file a moment later (a size taken before it is one no segment may end at,
+    when the archiver's first pass of the file came after the event)."""
+    def archived():
+        last = current_binlog(primary)
+        size = os.path.getsize(primary.binlog_path(last))
+        return any(k.endswith(f"-{size:012d}.json")
+                   for k in store.list(f"{source}/partial/{last}"))
+    wait_for(archived, timeout=timeout, what="the archive to hold the last transaction")
 
 
 def caught_up(server, directory, settle=0.3):
