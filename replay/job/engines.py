@@ -17,6 +17,7 @@ import os
 import time
 
 from mysqlbackup.errors import UsageError
+from replay.spark.context import under_spark_submit
 from replay.spark.shipping import check_executors, executor_options, explain_failure
 from replay.job.tasks import decode_unit, digest_unit, keep_spec
 
@@ -70,7 +71,7 @@ def choose_engine(asked, bytes_to_read, filtered, master=None, spark_settings=()
         return asked, "asked for"
     if master:
         return "spark", f"--master {master}"
-    if "PYSPARK_GATEWAY_PORT" in os.environ:
+    if under_spark_submit():
         return "spark", "under spark-submit"
     if spark_settings:
         return "spark", f"{', '.join(spark_settings)} given: Spark settings"

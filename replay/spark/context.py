@@ -24,7 +24,7 @@ import time
 from dataclasses import dataclass, field
 
 from mysqlbackup.errors import MysqlBackupError, UsageError
-from replay.spark.jvm import driver_java_options
+from replay.spark.jvm import NO_UI, driver_java_options
 from replay.spark.shipping import package_zip, source_root
 
 WAIT_KEY = "spark.mysqlbackup.registrationTimeout"
@@ -148,12 +148,12 @@ def spark_context(master=None, conf=None, driver_host=None, python=None):
     ``python``: the executors' interpreter (``PYSPARK_PYTHON``; a path on the workers,
     such as ``./environment/bin/python`` inside a packed ``spark.archives``)."""
     conf = dict(conf or {})
-    submitted = "PYSPARK_GATEWAY_PORT" in os.environ  # under spark-submit: its master rules
+    submitted = under_spark_submit()  # its master rules
     cluster = master_endpoint(master) is not None and not submitted
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
     if python:
         os.environ["PYSPARK_PYTHON"] = python
-    settings = {"spark.ui.enabled": "false", "spark.ui.showConsoleProgress": "false",
+    settings = {**NO_UI,
                 # tasks hand back the applied transactions' events (tasks.ATTACH_MAX each)
                 "spark.driver.memory": os.environ.get("MYSQLBACKUP_SPARK_DRIVER_MEMORY", "2g"),
                 "spark.driver.maxResultSize": "0"}
@@ -199,6 +199,11 @@ def spark_context(master=None, conf=None, driver_host=None, python=None):
             context.addPyFile(package)
         context._mysqlbackup_shipped = True
     return context
+
+
+def under_spark_submit():
+    """True in a process spark-submit started (its JVM runs already, its master rules)."""
+    return "PYSPARK_GATEWAY_PORT" in os.environ
 
 
 def is_local_master(master):
@@ -287,7 +292,7 @@ def launch_driver(context_class, spark_conf):
     spark-submit, whose JVM runs already) with its stderr taken by a JvmOutput: Spark's
     own lines are not the command's output. A JVM that does not start is warned about
     with its last lines, and pyspark's error raised."""
-    if context_class._gateway is not None or "PYSPARK_GATEWAY_PORT" in os.environ:
+    if context_class._gateway is not None or under_spark_submit():
         return
     from pyspark.java_gateway import launch_gateway
     output = JvmOutput()

@@ -38,6 +38,9 @@ TUNING_ENV = "MYSQLBACKUP_JVM_TUNING"   # "off": no options of ours
 CACHE_ENV = "MYSQLBACKUP_CACHE_DIR"
 QUIET = "-Xlog:cds=off -Xlog:cds+dynamic=off"  # a stale archive is a warning on stdout
 C1_ONLY = "-XX:TieredStopAtLevel=1"
+# the Spark settings of every context replay starts (no UI, no progress bars on the
+# console): the training run's context is started with them too, to load what it loads
+NO_UI = {"spark.ui.enabled": "false", "spark.ui.showConsoleProgress": "false"}
 LOG_FILE = "log4j2-driver.properties"
 LOG_CONFIG = """\
 # written by mysqlbackup (replay/spark/jvm.py): the Spark driver it starts logs
@@ -191,9 +194,8 @@ def _context(java_options):
     os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
     from pyspark import SparkConf, SparkContext
-    conf = SparkConf().setMaster("local[*]").setAppName("mysqlbackup-replay").setAll([
-        ("spark.ui.enabled", "false"), ("spark.ui.showConsoleProgress", "false"),
-        ("spark.driver.extraJavaOptions", java_options)])
+    conf = SparkConf().setMaster("local[*]").setAppName("mysqlbackup-replay").setAll(
+        list(dict(NO_UI, **{"spark.driver.extraJavaOptions": java_options}).items()))
     return SparkContext(conf=conf)
 
 
