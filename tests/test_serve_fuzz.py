@@ -12,10 +12,10 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from mysqlbackup.errors import mask_url
-from replay.serve import packets as pk
-from replay.serve.limits import (FIRST_DELAY, FORGET_AFTER, FREE_FAILURES, MAX_ADDRESSES,
+from replay.serve.protocol import packets as pk
+from replay.serve.protocol.limits import (FIRST_DELAY, FORGET_AFTER, FREE_FAILURES, MAX_ADDRESSES,
                                  MAX_DELAY, LoginThrottle, LogLimiter, like_match)
-from replay.serve.queries import ServerFacts, Session, answer
+from replay.serve.protocol.queries import ServerFacts, Session, answer
 
 FUZZ = settings(max_examples=400, deadline=None,
                 suppress_health_check=[HealthCheck.too_slow])

@@ -12,11 +12,11 @@ from mysqlbackup.binlog.gtid import MariaGtidPos
 from mysqlbackup.errors import UsageError
 from replay.job.decoding.transaction import Transaction
 from replay.planning.units import Unit
-from replay.serve import packets as pk
+from replay.serve.protocol import packets as pk
 from replay.serve.cli import parse_listen
 from replay.serve.feed import (NOT_IN_INDEX, STATE_TOO_OLD, DumpRefused, DumpStart,
                                emptied, first_unit, gtid_state_at)
-from replay.serve.queries import ServerFacts, Session, answer
+from replay.serve.protocol.queries import ServerFacts, Session, answer
 from tests.helpers import make_event
 
 SCRAMBLE = b"6Y>j{NP)w@vT~AhgN0DG"

@@ -11,7 +11,7 @@ from mysqlbackup.binlog import events as ev
 from mysqlbackup.binlog.tablemap import parse_table_map, row_metadata
 from mysqlbackup.errors import CorruptBinlog, StoreError
 from replay.serve.catalog import READ_TRIES, Catalog
-from replay.serve.queries import ServerFacts, Session, answer
+from replay.serve.protocol.queries import ServerFacts, Session, answer
 from tests.helpers import make_event
 
 LOGS = [("binlog.000001", 3958), ("binlog.000002", 697729)]

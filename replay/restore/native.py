@@ -217,7 +217,7 @@ class NativeApply:
     def start(self, host, port, user, password, end):
         """CHANGE MASTER (our connection, TLS, its parallel mode) and START SLAVE UNTIL
         ``end``. Over TLS always; a MariaDB 11.4+ target verifies serve's certificate
-        (made at its start) by the password (``replay.serve.certs``), an older one
+        (made at its start) by the password (``replay.serve.protocol.certs``), an older one
         cannot without a CA file of its own (loopback, both ends this run's)."""
         verify = int(ev.parse_version(self._value("SELECT VERSION()")) >= (11, 4, 0))
         with self.conn.cursor() as cur:

@@ -24,7 +24,7 @@ from mysqlbackup.binlog.names import binlog_sort_key
 from mysqlbackup.errors import UsageError, mask_url
 from replay.serve.catalog import Catalog, base_tables, newest_table_maps
 from replay.serve.feed import file_end, gtid_state_at, walk_events
-from replay.serve.queries import ServerFacts
+from replay.serve.protocol.queries import ServerFacts
 
 log = logging.getLogger("replay.serve.server")  # serve's lines, under the name they had
 

@@ -17,8 +17,8 @@ from dataclasses import dataclass
 
 from mysqlbackup.errors import UsageError
 from replay.planning.selection import Selection
-from replay.serve import certs
-from replay.serve import packets as pk
+from replay.serve.protocol import certs
+from replay.serve.protocol import packets as pk
 
 
 @dataclass(frozen=True)
@@ -51,7 +51,7 @@ def settings_of(options, tls, flavor):
 def rsa_key(path):
     """The RSA private key of caching_sha2_password's exchange: read from ``path`` (PEM),
     or generated now (as mysqld does when it has none); UsageError when unusable."""
-    from replay.serve import mysql as my
+    from replay.serve.protocol import mysql as my
     if not path:
         return my.new_rsa_key()
     try:

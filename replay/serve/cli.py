@@ -11,7 +11,7 @@ from mysqlbackup.cli.options import (archive_options, deprecated_alias, example,
                                      identity_option, source_name_option, stop_options)
 from mysqlbackup.config import SERVE_PASSWORD_ENV as PASSWORD_ENV
 from mysqlbackup.errors import UsageError, mask_url
-from replay.serve.limits import HANDSHAKE_TIMEOUT, MAX_CONNECTIONS, MAX_HANDSHAKES
+from replay.serve.protocol.limits import HANDSHAKE_TIMEOUT, MAX_CONNECTIONS, MAX_HANDSHAKES
 
 A_FILE = click.Path(dir_okay=False)
 

@@ -27,14 +27,14 @@ from typing import NamedTuple
 
 from mysqlbackup.errors import MysqlBackupError, mask_url
 from mysqlbackup.source.protocol import BINLOG_DUMP_NON_BLOCK, BINLOG_SEND_ANNOTATE_ROWS_EVENT
-from replay.serve import certs
-from replay.serve import mysql as my
-from replay.serve import packets as pk
+from replay.serve.protocol import certs
+from replay.serve.protocol import mysql as my
+from replay.serve.protocol import packets as pk
 from replay.serve.feed import (NO_CHECKSUM, NOT_IN_INDEX, DumpContext, DumpRefused, DumpStart,
                                dump_events)
-from replay.serve.limits import COMMAND_TIMEOUT, HANDSHAKE_TIMEOUT
+from replay.serve.protocol.limits import COMMAND_TIMEOUT, HANDSHAKE_TIMEOUT
 from replay.serve.mysqlfeed import MysqlWalk
-from replay.serve.queries import Reply, Session, answer
+from replay.serve.protocol.queries import Reply, Session, answer
 
 log = logging.getLogger("replay.serve.server")
 

@@ -36,7 +36,7 @@ from mysqlbackup.binlog.transactions import OUTSIDE, TrxTracker, classify_sql
 from mysqlbackup.errors import CorruptBinlog, MysqlBackupError, TornEvent
 from mysqlbackup.binlog.tablemap import table_of
 from replay.job.decoding.transaction import Transaction
-from replay.serve import packets as pk
+from replay.serve.protocol import packets as pk
 
 NOT_IN_INDEX = "Could not find first log file name in binary log index file"
 STATE_TOO_OLD = ("Could not find GTID state requested by slave in any binlog files. Probably "

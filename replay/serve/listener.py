@@ -17,8 +17,8 @@ import threading
 from collections import Counter
 
 from mysqlbackup.errors import UsageError
-from replay.serve import packets as pk
-from replay.serve.limits import MAX_HANDSHAKES, MAX_HANDSHAKES_PER_ADDRESS
+from replay.serve.protocol import packets as pk
+from replay.serve.protocol.limits import MAX_HANDSHAKES, MAX_HANDSHAKES_PER_ADDRESS
 
 # accept() failures that a full process or system causes: wait, then accept again
 RESOURCE_ERRNOS = (errno.EMFILE, errno.ENFILE, errno.ENOBUFS, errno.ENOMEM)

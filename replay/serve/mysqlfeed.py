@@ -15,8 +15,8 @@
 
 from mysqlbackup.binlog import events as ev
 from mysqlbackup.binlog.gtid import MysqlGtidSet, parse_one
-from replay.serve import mysql as my
-from replay.serve import packets as pk
+from replay.serve.protocol import mysql as my
+from replay.serve.protocol import packets as pk
 from replay.serve.feed import DumpRefused, EndInfo, _file_start, _Walk, with_sql
 
 

@@ -17,7 +17,7 @@ import time
 from collections import Counter, OrderedDict, deque
 from dataclasses import dataclass
 
-from replay.serve.limits import LoginThrottle, LogLimiter, throttle_key
+from replay.serve.protocol.limits import LoginThrottle, LogLimiter, throttle_key
 
 log = logging.getLogger("replay.serve.server")  # serve's lines, under the name they had
 

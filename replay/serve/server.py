@@ -2,10 +2,10 @@
 
 Each connection (``replay.serve.connection``) gets the handshake of the primary the
 archive's source was: MariaDB's, or for a MySQL source mysqld 8.4/9.x's
-(``replay.serve.mysql``); is authenticated against the one user the server was
+(``replay.serve.protocol.mysql``); is authenticated against the one user the server was
 started with (mysql_native_password; for MySQL caching_sha2_password too, its RSA
 key pair generated at start or read from ``ServeOptions.rsa_key``), answers the
-replica's set-up queries (``replay.serve.queries``), and on COM_BINLOG_DUMP (or
+replica's set-up queries (``replay.serve.protocol.queries``), and on COM_BINLOG_DUMP (or
 MySQL's COM_BINLOG_DUMP_GTID) streams what ``replay.serve.feed`` (for MySQL with
 ``replay.serve.mysqlfeed``'s walk) reads from the archive, then heartbeats until the
 replica goes. A replica that disconnects is logged and the
@@ -28,7 +28,7 @@ from replay.planning.selection import Selection
 from replay.serve.archive import ServedArchive
 from replay.serve.auth import settings_of, tls_context
 from replay.serve.connection import Connection
-from replay.serve.limits import MAX_CONNECTIONS
+from replay.serve.protocol.limits import MAX_CONNECTIONS
 from replay.serve.listener import Listener
 from replay.serve.registry import Registry
 

@@ -6,7 +6,7 @@ import socket
 import struct
 import time
 
-from replay.serve import packets as pk
+from replay.serve.protocol import packets as pk
 
 CAPS = (pk.CLIENT_PROTOCOL_41 | pk.CLIENT_SECURE_CONNECTION | pk.CLIENT_PLUGIN_AUTH
         | pk.CLIENT_PLUGIN_AUTH_LENENC)

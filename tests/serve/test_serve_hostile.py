@@ -19,9 +19,9 @@ import time
 
 import pytest
 
-from replay.serve import packets as pk
+from replay.serve.protocol import packets as pk
 from replay.serve.feed import BOGUS_DATA, IMPOSSIBLE_POSITION, NOT_IN_INDEX, read_error
-from replay.serve.limits import FIRST_DELAY, FREE_FAILURES, HANDSHAKE_TIMEOUT, MAX_HANDSHAKES
+from replay.serve.protocol.limits import FIRST_DELAY, FREE_FAILURES, HANDSHAKE_TIMEOUT, MAX_HANDSHAKES
 from tests.helpers import wait_for
 from tests.serve import rawclient as rc
 from tests.serve.world import PASSWORD

@@ -267,7 +267,7 @@ def test_hostile_logins_and_dumps_get_mysqld_errors(world, tmp_path, caplog):
     from cryptography.hazmat.primitives import hashes, serialization
     from cryptography.hazmat.primitives.asymmetric import padding
 
-    from replay.serve import mysql as my
+    from replay.serve.protocol import mysql as my
     key = my.new_rsa_key()
     pem = tmp_path / "serve-rsa.pem"
     pem.write_bytes(key.private_bytes(serialization.Encoding.PEM,

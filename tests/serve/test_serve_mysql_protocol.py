@@ -11,11 +11,11 @@ import pytest
 from mysqlbackup.binlog.gtid import MysqlGtidSet
 from mysqlbackup.source.protocol import binlog_dump_gtid_payload
 from replay.planning.units import Unit
-from replay.serve import mysql as my
-from replay.serve import packets as pk
+from replay.serve.protocol import mysql as my
+from replay.serve.protocol import packets as pk
 from replay.serve.feed import DumpRefused, DumpStart
 from replay.serve.mysqlfeed import first_unit
-from replay.serve.queries import ServerFacts, Session, answer
+from replay.serve.protocol.queries import ServerFacts, Session, answer
 
 UUID = "92a4fe6b-e9af-11f1-ae8f-02fc00000001"
 OTHER = "11111111-2222-3333-4444-555555555555"

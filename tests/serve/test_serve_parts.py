@@ -7,10 +7,10 @@ import struct
 import threading
 import time
 
-from replay.serve import mysql as my
-from replay.serve import packets as pk
+from replay.serve.protocol import mysql as my
+from replay.serve.protocol import packets as pk
 from replay.serve.connection import Connection
-from replay.serve.limits import MAX_HANDSHAKES, MAX_HANDSHAKES_PER_ADDRESS
+from replay.serve.protocol.limits import MAX_HANDSHAKES, MAX_HANDSHAKES_PER_ADDRESS
 from replay.serve.listener import _evict_for
 from replay.serve.registry import Registry
 from tests.serve import rawclient as rc

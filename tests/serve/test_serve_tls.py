@@ -72,7 +72,7 @@ def test_tls_client_hello_in_the_ssl_requests_segment(archive, pki):
     import struct
 
     from mysqlbackup.source.protocol import frame
-    from replay.serve import packets as pk
+    from replay.serve.protocol import packets as pk
     tls = {"tls_cert": str(pki / "serve.pem"), "tls_key": str(pki / "serve.key")}
     context = ssl.create_default_context(cafile=str(pki / "ca.pem"))
     with serve(archive, tls=tls) as handle, socket.create_connection(
@@ -104,7 +104,7 @@ def test_tls_client_hello_in_the_ssl_requests_segment(archive, pki):
                 reply += client.read(4096)
             except ssl.SSLWantReadError:
                 pass
-        from replay.serve.certs import cert_proof, fingerprint
+        from replay.serve.protocol.certs import cert_proof, fingerprint
         proof = cert_proof(pk.password_hash(PASSWORD), scramble,
                            fingerprint((pki / "serve.pem").read_bytes()))
         assert (reply[3], reply[4:]) == (3, pk.ok_packet(proof))
@@ -115,8 +115,8 @@ def test_clients_stalled_in_the_tls_handshake_are_evicted(archive, pki):
     """Connections that ask for TLS and then send no ClientHello hold a handshake slot only
     until newer ones come: evicting them reaches the socket mid-TLS-handshake, so they
     never fill the server and a replica still logs in (was: 1040 for every newcomer)."""
-    from replay.serve import packets as pk
-    from replay.serve.limits import MAX_HANDSHAKES
+    from replay.serve.protocol import packets as pk
+    from replay.serve.protocol.limits import MAX_HANDSHAKES
     from tests.serve import rawclient as rc
     tls = {"tls_cert": str(pki / "serve.pem"), "tls_key": str(pki / "serve.key")}
     stalled = []
@@ -144,6 +144,6 @@ def struct_ssl_request():
     """The 32 bytes of a client's SSL request (capabilities with CLIENT_SSL)."""
     import struct
 
-    from replay.serve import packets as pk
+    from replay.serve.protocol import packets as pk
     from tests.serve import rawclient as rc
     return struct.pack("<IIB23x", rc.CAPS | pk.CLIENT_SSL, 1 << 24, pk.CHARSET_LATIN1)

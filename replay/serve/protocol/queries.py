@@ -33,8 +33,8 @@ from dataclasses import dataclass, field
 from mysqlbackup.binlog import events as ev
 from mysqlbackup.binlog.gtid import MariaGtidPos
 from mysqlbackup.errors import UsageError
-from replay.serve import packets as pk
-from replay.serve.limits import LikePattern
+from replay.serve.protocol import packets as pk
+from replay.serve.protocol.limits import LikePattern
 
 LONG, TEXT = pk.TYPE_LONGLONG, pk.TYPE_VAR_STRING
 # MASTER_HEARTBEAT_PERIOD's range on a replica: 1 ms to 4294967 s (0: none)

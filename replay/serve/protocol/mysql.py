@@ -20,7 +20,7 @@ from collections import namedtuple
 from mysqlbackup.binlog import events as ev
 from mysqlbackup.binlog.gtid import MysqlGtidSet
 from mysqlbackup.source.protocol import lenenc_int
-from replay.serve import packets as pk
+from replay.serve.protocol import packets as pk
 
 CACHING_SHA2 = "caching_sha2_password"
 CHARSET_UTF8MB4 = 255
