@@ -62,6 +62,7 @@ class ExitCode(enum.IntEnum):
     NOT_AN_ARCHIVE = 9
     NO_SUCH_SOURCE = 10
     STORE = 11
+    CONFLICT = 12
 
 
 EXIT_CODES = {
@@ -92,6 +93,9 @@ EXIT_CODES = {
                              "reads one source",
     ExitCode.STORE: "the archive store failed a request: unreachable (connection refused, "
                     "timed out) or refused (permissions, credentials)",
+    ExitCode.CONFLICT: "undo: a row the undo would change is no longer as the named "
+                       "transactions left it (a later write changed it); nothing was "
+                       "changed on the target",
 }
 
 

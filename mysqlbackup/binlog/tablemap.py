@@ -17,6 +17,10 @@ from mysqlbackup.errors import CorruptBinlog
 
 COLUMN_NAME, SIMPLE_PRIMARY_KEY, PRIMARY_KEY_WITH_PREFIX = 4, 8, 9
 
+# the bytes of type metadata a column of each binlog type has in a TABLE_MAP (0: none)
+META_BYTES = {4: 1, 5: 1, 15: 2, 16: 2, 17: 1, 18: 1, 19: 1, 140: 1, 141: 2, 242: 1, 245: 1,
+              246: 2, 247: 2, 248: 2, 249: 1, 250: 1, 251: 1, 252: 1, 253: 2, 254: 2, 255: 1}
+
 # the binlog column types' SQL names (DATA_TYPE of INFORMATION_SCHEMA.COLUMNS), by type
 # code; the binlog gives CHAR and VARCHAR both as 254/15 and every BLOB/TEXT as 252
 DATA_TYPES = {0: "decimal", 1: "tinyint", 2: "smallint", 3: "int", 4: "float", 5: "double",
@@ -30,7 +34,9 @@ DATA_TYPES = {0: "decimal", 1: "tinyint", 2: "smallint", 3: "int", 4: "float", 5
 @dataclass(frozen=True)
 class TableMap:
     """What one TABLE_MAP says of its table: ``names`` None when the event carries no
-    column names (the source's binlog_row_metadata was not FULL)."""
+    column names (the source's binlog_row_metadata was not FULL); ``metas`` each column's
+    type metadata (bytes, ``META_BYTES`` of them; empty when a column type unknown
+    there leaves them unread)."""
 
     table_id: int
     schema: str
@@ -40,6 +46,7 @@ class TableMap:
     names: tuple = None
     primary_key: tuple = ()
     has_optional: bool = False
+    metas: tuple = ()
 
     @property
     def data_types(self):
@@ -80,6 +87,13 @@ def _parse(body, post_header):
     types = body[pos:pos + count]
     pos += count
     meta_len, pos = ev.packed_int(body, pos)
+    metas, at = [], pos
+    for ctype in types:
+        size = META_BYTES.get(ctype, 0)
+        metas.append(bytes(body[at:at + size]))
+        at += size
+    if at != pos + meta_len:  # a type this table does not know: its metadata unknown
+        metas = []
     pos += meta_len
     bitmap = body[pos:pos + (count + 7) // 8]
     if len(types) != count or len(bitmap) != (count + 7) // 8:
@@ -91,7 +105,7 @@ def _parse(body, post_header):
     if names is not None and len(names) != count:
         raise ValueError(f"{len(names)} column names for {count} columns")
     return TableMap(table_id, schema, table, types, nullable, names,
-                    _primary_key(fields), bool(fields))
+                    _primary_key(fields), bool(fields), tuple(metas))
 
 
 def _name(body, pos):

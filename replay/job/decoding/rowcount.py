@@ -26,6 +26,7 @@ images do not end exactly at its end.
 import struct
 
 from mysqlbackup.binlog import events as ev
+from mysqlbackup.binlog.tablemap import META_BYTES
 from replay.job.decoding import rowdecode
 from replay.job.decoding.sqltext import printable
 
@@ -37,8 +38,6 @@ _V2 = frozenset({30, 31, 32, 39})
 _U16 = struct.Struct("<H").unpack_from
 _FIXED = {1: 1, 2: 2, 3: 4, 4: 4, 5: 8, 6: 0, 7: 4, 8: 8, 9: 3, 10: 3, 11: 3, 12: 8, 13: 1,
           14: 3}
-_META_BYTES = {4: 1, 5: 1, 15: 2, 16: 2, 17: 1, 18: 1, 19: 1, 140: 1, 141: 2, 242: 1, 245: 1,
-               246: 2, 247: 2, 248: 2, 249: 1, 250: 1, 251: 1, 252: 1, 253: 2, 254: 2, 255: 1}
 _DIG2BYTES = (0, 1, 1, 2, 2, 3, 3, 4, 4, 4)
 _ENUM, _SET = 247, 248
 
@@ -84,7 +83,7 @@ class TableLayout:
         meta_len, pos = ev.packed_int(view, pos)
         meta, columns, unsupported = pos, [], None
         for ctype in types:
-            size = _META_BYTES.get(ctype, 0)
+            size = META_BYTES.get(ctype, 0)
             column = _column(ctype, bytes(view[meta:meta + size]))
             if column is None and unsupported is None:
                 unsupported = f"column type {ctype}"

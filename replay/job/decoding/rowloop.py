@@ -216,3 +216,9 @@ def _json(data, pos, prefix, _):
 READERS = {K_FLOAT: _float, K_DOUBLE: _double, K_DECIMAL: _decimal, K_DATETIME2: _datetime2,
             K_TIMESTAMP2: _timestamp2, K_DATE: _date, K_TIME2: _time2, K_YEAR: _year,
             K_ENUM: _enum, K_SET: _set, K_BIT: _bit, K_BYTES: _bytes, K_JSON: _json}
+
+
+def read_decimal(data, pos, precision, scale):
+    """(Decimal, position after) of the packed DECIMAL(precision, scale) at ``pos``."""
+    value, after, _ = _decimal(data, pos, precision, scale)
+    return value, after

@@ -1,0 +1,180 @@
+"""The transactions an undo names, found in the archive (archive I/O here).
+
+The files are those a replay of the source would read (``find.run.plan_search``); a file
+is read only when its index says that a wanted GTID committed in it (its GTID state
+before it lacks the GTID, after it holds it), or when its index knows no GTIDs. Each
+object streams in ranged reads, decoded on the way (``job.tasks.stream_unit``), through
+``EventStream`` and ``TrxTracker`` (the project's rules of where a transaction starts and
+ends); a wanted transaction's events go, decompressed (MySQL's TRANSACTION_PAYLOAD,
+MariaDB's compressed events), to a ``Spool``: a temporary file, so that memory holds one
+event whatever the transaction's size, and the undo reads them again newest first.
+"""
+
+import os
+import tempfile
+from dataclasses import dataclass, field
+
+from mysqlbackup.binlog import compressed as cz
+from mysqlbackup.binlog import events as ev
+from mysqlbackup.binlog.gtid import contains, gtid_text
+from mysqlbackup.binlog.scan import EventStream
+from mysqlbackup.binlog.transactions import OUTSIDE, TrxTracker
+from mysqlbackup.errors import TornEvent, UsageError
+from replay.find.run import plan_search
+from replay.job.tasks import stream_unit
+
+_GTID_EVENTS = frozenset({ev.MARIA_GTID, ev.GTID, ev.GTID_TAGGED})
+
+
+class Spool:
+    """Whole events kept in a temporary file, read back by index (``spool[i]``) or in
+    order; ``close`` removes it."""
+
+    def __init__(self):
+        self.file = tempfile.TemporaryFile(prefix="mysqlbackup-undo-")
+        self.spans = []
+
+    def append(self, event):
+        """Keep one more event."""
+        self.spans.append((self.file.seek(0, os.SEEK_END), len(event)))
+        self.file.write(event)
+
+    def __len__(self):
+        return len(self.spans)
+
+    def __getitem__(self, i):
+        at, size = self.spans[i]
+        self.file.seek(at)
+        return self.file.read(size)
+
+    def __iter__(self):
+        for i in range(len(self.spans)):
+            yield self[i]
+
+    def close(self):
+        """Remove the file."""
+        self.file.close()
+
+
+@dataclass
+class Found:
+    """One named transaction: its GTID, where it lies, its file's format description and
+    its events (after its GTID event, decompressed) with the offset of each stored."""
+
+    gtid: str
+    file: str
+    start: int
+    fde_event: bytes
+    fde: object
+    checksum: bool
+    end: int = 0
+    commit_ts: int = 0
+    events: Spool = field(default_factory=Spool)
+    offsets: list = field(default_factory=list)
+
+    @property
+    def mariadb(self):
+        """Whether the source is MariaDB."""
+        return ev.is_mariadb_version(self.fde.server_version)
+
+    @property
+    def version(self):
+        """The source's version as a tuple."""
+        return ev.parse_version(self.fde.server_version)
+
+    def where(self, i):
+        """'FILE:POS' of event ``i`` (of its stored event, for a decompressed one)."""
+        return f"{self.file}:{self.offsets[i]}"
+
+
+def find_transactions(archive_url, archive_options, source_name, gtids, keyring=None):
+    """(source, [Found]) of the GTIDs (tuples, ``gtid.parse_one``; texts given), in
+    commit order; UsageError naming the GTIDs the archive does not hold."""
+    source, units = plan_search(archive_url, archive_options, source_name, keyring)
+    wanted = dict(gtids)
+    found = {}
+    try:
+        for unit in units:
+            if len(found) == len(wanted):
+                break
+            if not _may_hold(unit.index, [t for k, t in wanted.items() if k not in found]):
+                continue
+            collector = _Collector(unit.name, wanted, found)
+            stream_unit(unit, archive_url, archive_options or {}, collector.feed, keyring)
+            collector.finish(unit.partial)
+    except BaseException:
+        for one in found.values():
+            one.events.close()
+        raise
+    missing = [text for key, text in wanted.items() if key not in found]
+    if missing:
+        for one in found.values():
+            one.events.close()
+        raise UsageError(f"the archive of {source} holds no committed transaction "
+                         f"{', '.join(missing)} (archive find shows what it holds)")
+    return source, sorted(found.values(), key=lambda f: (f.commit_ts, f.file, f.start))
+
+
+def _may_hold(index, texts):
+    before, after = index.get("gtid_before"), index.get("gtid_after")
+    if not after:
+        return True
+    return any(contains(after, t) and not (before and contains(before, t)) for t in texts)
+
+
+class _Collector:
+    """The wanted transactions of one file fed a chunk at a time."""
+
+    def __init__(self, name, wanted, found):
+        self.name, self.wanted, self.found = name, wanted, found
+        self.tracker = TrxTracker()
+        self.stream = EventStream(self._event, file=name)
+        self.fde_event, self.current, self.current_key = None, None, None
+
+    def feed(self, data):
+        self.stream.feed(data)
+
+    def finish(self, newest):
+        try:
+            self.stream.close()
+        except TornEvent:
+            if not newest:
+                raise
+        if self.current is not None:  # the newest file ends inside it: not committed
+            self.current.events.close()
+            self.current = None
+
+    def _event(self, off, event):
+        event, etype, tracker = bytes(event), event[4], self.tracker
+        if etype == ev.TRANSACTION_PAYLOAD:
+            for inner in cz.plain_events(event, off, tracker.checksum, tracker.fde, self.name):
+                self._keep(off, inner)
+            tracker.feed(event)
+        else:
+            if etype in cz.MARIA_COMPRESSED:
+                event = cz.maria_plain(event, tracker.checksum, tracker.fde, self.name, off)
+            tracker.feed(event)
+            if etype == ev.FORMAT_DESCRIPTION:
+                self.fde_event = event
+            elif etype in _GTID_EVENTS:
+                self._opened(off)
+            else:
+                self._keep(off, event)
+        if self.current is not None and tracker.state == OUTSIDE:
+            current, self.current = self.current, None
+            current.end = off + len(event)
+            current.commit_ts = int.from_bytes(event[:4], "little")
+            self.found[self.current_key] = current
+
+    def _opened(self, off):
+        gtid = self.tracker.pending_gtid
+        key = tuple(gtid[1:]) if gtid else None
+        if key in self.wanted and key not in self.found:
+            tracker, self.current_key = self.tracker, key
+            self.current = Found(gtid_text(gtid), self.name, off, self.fde_event, tracker.fde,
+                                 tracker.checksum)
+
+    def _keep(self, off, event):
+        if self.current is not None:
+            self.current.events.append(event)
+            self.current.offsets.append(off)

@@ -1,0 +1,244 @@
+"""``mysqlbackup undo``: the named transactions found in the archive, checked, and their
+row changes reversed on a target in one conflict-checked transaction, or written as SQL.
+
+The pipeline: ``locate`` (the archive's files that hold the GTIDs, streamed, each
+transaction's events spooled) -> ``reverse.read_changes`` (what an undo can reverse, and
+the refusals) -> ``expect`` (the state the transactions left, row by row) -> ``target``
+(locked, compared, then the reversed events applied with BINLOG, newest transaction
+first, each one's rows events last first; one COMMIT) or ``script`` (``--sql``).
+"""
+
+from dataclasses import dataclass, field
+
+from mysqlbackup.archive.stop import parse_one_gtid
+from mysqlbackup.errors import UsageError
+from replay.job.sinks.session import TargetSession, connect_target
+from replay.job.sinks.statements import MYSQL_GTID_AUTOMATIC
+from replay.undo.expect import ABSENT, Expected
+from replay.undo.locate import find_transactions
+from replay.undo.reverse import (INSTEAD, NO_FOREIGN_KEY_CHECKS_F, UndoRefused,
+                                 read_changes, reversed_event, row_spans, with_server_id)
+from replay.undo.script import write_script
+from replay.undo.target import SHOWN, UndoConflict, UndoTarget
+from replay.undo.values import Unchecked, normal, read_image
+
+BINLOG_CAP = 4 << 20  # raw bytes of events in one BINLOG statement
+
+
+@dataclass(frozen=True)
+class UndoOptions:
+    """What ``undo`` was asked."""
+
+    archive_url: str
+    archive_options: dict
+    source_name: str
+    gtids: tuple            # texts, as given
+    target: object = None   # a SourceSpec, or None with sql_path
+    sql_path: str = None
+    tables: tuple = ()      # 'db.table', lowercase
+    dry_run: bool = False
+    keyring: object = None
+
+
+@dataclass
+class UndoReport:
+    """What an undo did: the source, the transactions, rows and tables reversed, the
+    target's GTID of the undo (MariaDB says it), whether it was a dry run."""
+
+    source: str = None
+    transactions: list = field(default_factory=list)
+    rows: int = 0
+    tables: list = field(default_factory=list)
+    target_gtid: str = None
+    dry_run: bool = False
+    sql_path: str = None
+
+    def line(self):
+        """One line for the terminal."""
+        what = (f"{len(self.transactions)} transaction(s) ({', '.join(self.transactions)}), "
+                f"{self.rows} row(s) in {', '.join(self.tables)}")
+        if self.sql_path:
+            return f"undo: the reversal of {what} written to {self.sql_path} (no conflict check)"
+        if self.dry_run:
+            return f"undo --dry-run: {what} would be reversed: every row checked; rolled back"
+        gtid = f" as the target's transaction {self.target_gtid}" if self.target_gtid else ""
+        return f"undo: {what} reversed{gtid}"
+
+
+def run_undo(opts):
+    """Undo the named transactions (see the module); an ``UndoReport``. UndoRefused
+    (exit 2) and UndoConflict (exit 12) leave the target unchanged."""
+    wanted = {}
+    for text in opts.gtids:
+        wanted[parse_one_gtid(text, "--gtid")] = text.strip()
+    source, founds = find_transactions(opts.archive_url, opts.archive_options,
+                                       opts.source_name, wanted, opts.keyring)
+    try:
+        plans = [(found, _changes(found, opts.tables)) for found in founds]
+        _same_format(founds)
+        report = UndoReport(source, [f.gtid for f in founds], dry_run=opts.dry_run,
+                            sql_path=opts.sql_path)
+        report.tables = sorted({t for _, c in plans for t in c.tables()})
+        if opts.sql_path:
+            report.rows = write_script(opts.sql_path, plans, source)
+        else:
+            report.rows, report.target_gtid = _apply(opts, plans)
+        return report
+    finally:
+        for found in founds:
+            found.events.close()
+
+
+def _changes(found, tables):
+    changes = read_changes(found.events, found.fde, found.checksum, found.where)
+    if tables:
+        changes.steps = [s for s in changes.steps if _label(changes.maps[s.table_id])
+                         in tables]
+    if not changes.steps:
+        scope = " of the tables given (--table)" if tables else ""
+        raise UndoRefused(f"transaction {found.gtid} ({found.file}:{found.start}) changed "
+                          f"no rows{scope}: nothing to undo")
+    return changes
+
+
+def _label(table_map):
+    return f"{table_map.schema}.{table_map.table}".lower()
+
+
+def _same_format(founds):
+    kinds = {(f.checksum, f.fde.server_version) for f in founds}
+    if len(kinds) > 1:
+        raise UsageError("the named transactions lie in binlogs of different formats "
+                         "(server version or checksum): undo them one at a time")
+
+
+def _apply(opts, plans):
+    session = TargetSession(connect_target(opts.target))
+    try:
+        target = UndoTarget(session)
+        tables, flags = _tables(target, plans)
+        expected = Expected()
+        try:
+            rows = _expect(plans, tables, expected)
+            session.after_fde = None if target.mariadb else MYSQL_GTID_AUTOMATIC
+            session.use_fde(plans[0][0].fde_event)  # before BEGIN (MySQL sets gtid_next)
+            target.begin()
+            _check(target, tables, expected)
+        finally:
+            expected.close()
+        _reverse(session, target, plans, flags)
+        return rows, target.finish(commit=not opts.dry_run)
+    except BaseException:
+        session.rollback()
+        raise
+    finally:
+        session.close()
+
+
+def _tables(target, plans):
+    """({label: Table}, extra rows-event flags): every table checked on the target."""
+    tables, flags = {}, 0
+    for found, changes in plans:
+        changed = {}
+        for step in changes.steps:
+            changed.setdefault(step.table_id, set()).add(step.kind)
+        for tid, kinds in changed.items():
+            table_map = changes.maps[tid]
+            label = _label(table_map)
+            if label not in tables:
+                try:
+                    tables[label] = target.table(table_map, mysql_json=not found.mariadb)
+                    for column in tables[label].columns:
+                        column.form  # noqa: B018 - Unchecked for a type not compared
+                except Unchecked as e:
+                    raise UndoRefused(f"{label}: {e} cannot be compared on the target; "
+                                      f"{INSTEAD}") from None
+            cascades = target.cascades(table_map.schema, table_map.table)
+            if cascades and kinds & {"update", "delete"}:
+                if found.mariadb or found.version < (9,):
+                    raise UndoRefused(
+                        f"{label} has foreign keys that change other rows "
+                        f"({', '.join(cascades)}): the binlog of "
+                        f"{'MariaDB' if found.mariadb else 'MySQL 8'} does not hold the "
+                        f"rows they changed, so undo cannot put them back; {INSTEAD}")
+                flags = NO_FOREIGN_KEY_CHECKS_F  # MySQL 9 logs them: all reversed as logged
+    return tables, flags
+
+
+def _expect(plans, tables, expected):
+    """Play the transactions' row images into ``expected``; the rows they hold."""
+    rows = 0
+    for found, changes in plans:
+        for step in changes.steps:
+            table = tables[_label(changes.maps[step.table_id])]
+            event = found.events[step.index]
+            _, spans = row_spans(event, changes.layouts[step.table_id], found.fde,
+                                 found.checksum)
+            rows += len(spans)
+            for start, middle, end in spans:
+                _expect_row(expected, table, step.kind, event, start, middle)
+    return rows
+
+
+def _expect_row(expected, table, kind, event, start, middle):
+    forms = [c.form for c in table.columns]
+
+    def image(at):
+        values, _ = read_image(event, at, table.columns)
+        return [normal(f, v) for f, v in zip(forms, values)]
+    first = image(start)
+    second = image(middle) if kind == "update" else None
+    label = table.label.lower()
+    if table.key:
+        key = [first[i] for i in table.key]
+        if kind == "insert":
+            expected.put(label, key, first)
+        elif kind == "delete":
+            expected.put(label, key, ABSENT)
+        else:
+            after_key = [second[i] for i in table.key]
+            if after_key != key:
+                expected.put(label, key, ABSENT)
+            expected.put(label, after_key, second)
+    elif kind == "insert":
+        expected.count(label, first, 1)
+    elif kind == "delete":
+        expected.count(label, first, -1)
+    else:
+        expected.count(label, first, -1)
+        expected.count(label, second, 1)
+
+
+def _check(target, tables, expected):
+    conflicts, checked = [], 0
+    for label, table in sorted(tables.items()):
+        checked += target.check(table, expected, label, conflicts)
+    if conflicts:
+        shown = "\n".join("  " + c.line() for c in conflicts[:SHOWN])
+        more = f"\n  ... and {len(conflicts) - SHOWN} more" if len(conflicts) > SHOWN else ""
+        raise UndoConflict(
+            f"{len(conflicts)} difference(s) in the {checked} row(s) checked: rows the undo "
+            f"would change are no longer as the transaction(s) left them (a later write); "
+            f"nothing was changed\n{shown}{more}")
+
+
+def _reverse(session, target, plans, flags):
+    """The reversed events applied with BINLOG, newest first, in statements of up to
+    ``BINLOG_CAP`` bytes."""
+    batch, size = [], 0
+    for found, changes in reversed(plans):
+        for step in reversed(changes.steps):
+            table_map = with_server_id(found.events[step.table_map], found.checksum,
+                                       target.server_id)
+            event = found.events[step.index]
+            start, spans = row_spans(event, changes.layouts[step.table_id], found.fde,
+                                     found.checksum)
+            undone = reversed_event(event, spans, start, found.fde, found.checksum,
+                                    target.server_id, flags)
+            batch += [table_map, undone]
+            size += len(table_map) + len(undone)
+            if size >= BINLOG_CAP:
+                session.binlog(batch, fragments=target.mariadb)
+                batch, size = [], 0
+    if batch:
+        session.binlog(batch, fragments=target.mariadb)
