@@ -72,7 +72,8 @@ EXIT_CODES = {
                      "operation failed (the dump or load tool, an apply to the target)",
     ExitCode.USAGE: "bad usage: a bad option or value, a malformed URL or source name "
                     "(../x), a missing password or key, several sources and no "
-                    "--source-name",
+                    "--source-name; an undo of what undo cannot reverse (DDL, "
+                    "statement-based DML, a table with triggers...)",
     ExitCode.SOURCE: "the source server cannot be used: unreachable at the first start, "
                      "wrong password, no binary log",
     ExitCode.CONNECTION_LOST: "reserved: a replication connection lost after it was "

@@ -135,3 +135,98 @@ def test_undo_puts_the_rows_back_and_keeps_later_writes(shop, tmp_path):
     assert again.returncode == 12, again.stderr
     assert "no longer as the transaction(s) left them" in again.stderr
     assert _checksums(shop) == after
+
+
+def test_a_row_written_since_refuses_the_whole_undo(shop, tmp_path):
+    _setup(shop)
+    gtid = _bad(shop)
+    shop.execute("UPDATE shop.items SET tx = 'touched' WHERE id = 3",
+                 "INSERT INTO shop.items (id) VALUES (12)")
+    url = _archive(shop, tmp_path)
+    before = _checksums(shop)
+    done = undo(shop, url, "--gtid", gtid)
+    assert done.returncode == 12, done.stderr
+    assert "2 difference(s) in the " in done.stderr
+    assert "shop.items (id=3): tx expected NULL, found 746F7563686564" in done.stderr
+    assert "shop.items (id=12): (row) expected absent (the transaction deleted it), " \
+           "found present (written again since)" in done.stderr
+    assert _checksums(shop) == before
+
+
+@pytest.mark.parametrize("statements, said", [
+    (["ALTER TABLE shop.nokey ADD COLUMN z INT"], "holds a DDL statement"),
+    (["SET SESSION binlog_format = 'STATEMENT'", "UPDATE shop.nokey SET v = 'x'"],
+     "holds statement-based DML"),
+    (["SET SESSION binlog_row_image = 'MINIMAL'", "UPDATE shop.items SET tx = 'm' "
+      "WHERE id = 1"], "lack columns (the source's binlog_row_image was MINIMAL"),
+    (["CREATE TRIGGER shop.t1 BEFORE INSERT ON shop.nokey FOR EACH ROW SET NEW.v = 'x'",
+      "INSERT INTO shop.nokey VALUES (7, 'y')"], "has triggers on the target (t1)"),
+    (["CREATE TABLE shop.child (id INT PRIMARY KEY, item INT, FOREIGN KEY (item) "
+      "REFERENCES shop.items (id) ON DELETE CASCADE) ENGINE=InnoDB",
+      "INSERT INTO shop.child VALUES (1, 5)", "DELETE FROM shop.items WHERE id = 5"],
+     "has foreign keys that change other rows (shop.child (ON DELETE CASCADE))"),
+    (["CREATE TABLE shop.my (id INT PRIMARY KEY) ENGINE=MyISAM",
+      "INSERT INTO shop.my VALUES (1)"], "shop.my on the target is not an InnoDB table"),
+])
+def test_what_undo_cannot_reverse_is_refused(shop, tmp_path, statements, said):
+    _setup(shop)
+    shop.execute("DROP TABLE IF EXISTS shop.child, shop.my")
+    shop.execute(*statements)
+    gtid = shop.execute("SELECT @@gtid_binlog_pos")[0][0]
+    url = _archive(shop, tmp_path)
+    before = _checksums(shop)
+    done = undo(shop, url, "--gtid", gtid)
+    assert done.returncode == 2, done.stderr
+    assert said in done.stderr
+    assert "restore --table" in done.stderr
+    assert len(done.stderr.strip().splitlines()) == 1
+    assert _checksums(shop) == before
+    shop.execute("DROP TRIGGER IF EXISTS shop.t1", "DROP TABLE IF EXISTS shop.child, shop.my")
+
+
+def test_a_gtid_the_archive_lacks_is_named(shop, tmp_path):
+    _setup(shop)
+    url = _archive(shop, tmp_path)
+    done = undo(shop, url, "--gtid", "0-1-999999")
+    assert done.returncode == 2
+    assert "holds no committed transaction 0-1-999999" in done.stderr
+
+
+def _client(server, script):
+    client = find_binary("mariadb") or find_binary("mysql")
+    done = subprocess.run([client, "--no-defaults", "-uroot", "-h127.0.0.1",
+                           f"-P{server.port}"], input=script, capture_output=True)
+    assert done.returncode == 0, done.stderr
+
+
+def test_the_sql_script_does_what_flashback_does(shop, tmp_path):
+    """``--sql``'s script and ``mariadb-binlog --flashback`` of the same transaction, each
+    piped into the client from the same state, leave the same tables."""
+    _setup(shop)
+    start = shop.execute("SHOW MASTER STATUS")[0][:2]
+    gtid = _bad(shop)
+    end = shop.execute("SHOW MASTER STATUS")[0][1]
+    url = _archive(shop, tmp_path)
+    script = tmp_path / "undo.sql"
+    done = run_cli("undo", "--archive", url, "--gtid", gtid, "--sql", str(script))
+    assert done.returncode == 0, done.stderr
+    assert "written to" in done.stdout and "(no conflict check)" in done.stdout
+    text = script.read_bytes()
+    assert b"-- NO CONFLICT CHECK" in text and text.count(b"BINLOG '") >= 7
+    shop.execute("CREATE DATABASE IF NOT EXISTS saved",
+                 "DROP TABLE IF EXISTS saved.items, saved.nokey",
+                 "CREATE TABLE saved.items LIKE shop.items",
+                 f"INSERT INTO saved.items ({COLUMNS}) SELECT {COLUMNS} FROM shop.items",
+                 "CREATE TABLE saved.nokey SELECT * FROM shop.nokey")
+    _client(shop, text)
+    ours = _checksums(shop)
+    assert ours["items"] == ours["items_ref"] and ours["nokey"] == ours["nokey_ref"]
+    shop.execute("SET SESSION sql_mode = ''", "DELETE FROM shop.items",
+                 f"INSERT INTO shop.items ({COLUMNS}) SELECT {COLUMNS} FROM saved.items",
+                 "DELETE FROM shop.nokey", "INSERT INTO shop.nokey SELECT * FROM saved.nokey")
+    flashback = subprocess.run(
+        [find_binary("mariadb-binlog"), "--flashback", f"--start-position={start[1]}",
+         f"--stop-position={end}", shop.binlog_path(start[0])], capture_output=True)
+    assert flashback.returncode == 0, flashback.stderr
+    _client(shop, flashback.stdout)
+    assert _checksums(shop) == ours

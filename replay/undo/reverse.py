@@ -27,7 +27,7 @@ from dataclasses import dataclass
 from mysqlbackup.binlog import events as ev
 from mysqlbackup.binlog.tablemap import parse_table_map
 from mysqlbackup.binlog.transactions import is_control
-from mysqlbackup.errors import MysqlBackupError
+from mysqlbackup.errors import ExitCode, MysqlBackupError
 from replay.job.decoding.rowcount import TableLayout, table_id_size
 
 STMT_END_F, NO_FOREIGN_KEY_CHECKS_F = 0x1, 0x2
@@ -47,6 +47,8 @@ INSTEAD = "undo it with restore --table into another schema, then copy the rows 
 class UndoRefused(MysqlBackupError):
     """What the named transactions hold cannot be undone row by row (or the target's
     table is not one an undo can change safely); says why and what to do instead."""
+
+    exit_code = ExitCode.USAGE
 
 
 @dataclass(frozen=True)
