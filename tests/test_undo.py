@@ -11,7 +11,8 @@ import subprocess
 import pytest
 
 from mysqlbackup.sandbox import find_binary
-from tests.helpers import module_primary, run_cli
+from mysqlbackup.binlog.gtid import MysqlGtidSet
+from tests.helpers import current_binlog, module_primary, run_cli
 
 pytestmark = pytest.mark.server
 
@@ -74,10 +75,19 @@ def _setup(server):
         "INSERT INTO shop.nokey_ref SELECT * FROM shop.nokey")
 
 
+def last_gtid(server):
+    """The GTID of the server's last transaction (MariaDB or MySQL)."""
+    if hasattr(server, "current_binlog"):
+        uuid = server.execute("SELECT @@server_uuid")[0][0]
+        executed = server.execute("SELECT @@gtid_executed")[0][0].replace("\n", "")
+        return f"{uuid}:{MysqlGtidSet.parse(executed).sids[uuid][-1][1] - 1}"
+    return server.execute("SELECT @@gtid_binlog_pos")[0][0].split(",")[-1]
+
+
 def _bad(server):
     """Run the bad transaction; its GTID."""
     server.execute("SET SESSION sql_mode = ''", *BAD)
-    return server.execute("SELECT @@gtid_binlog_pos")[0][0].split(",")[-1]
+    return last_gtid(server)
 
 
 def _later(server):
@@ -91,7 +101,8 @@ def _archive(server, tmp_path):
     server.execute("FLUSH BINARY LOGS")
     folder = tmp_path / "binlogs"
     folder.mkdir()
-    for name in server.binlog_files()[:-1]:
+    newest = current_binlog(server)
+    for name in [n for n in server.binlog_files() if n != newest]:
         shutil.copyfile(server.binlog_path(name), folder / name)
     url = f"file://{tmp_path / 'archive'}"
     done = run_cli("archive", "import", str(folder), "--archive", url, "--source-name", "db1")
@@ -106,11 +117,38 @@ def _checksums(server):
 
 
 def undo(server, url, *args):
-    return run_cli("undo", "--archive", url, "--target", f"mysql://root@127.0.0.1:"
-                   f"{server.port}", *args, password="")
+    user, password = getattr(server, "admin", ("root", ""))  # 11.8: root by socket only
+    return run_cli("undo", "--archive", url, "--target", f"mysql://{user}@127.0.0.1:"
+                   f"{server.port}", *args, password=password)
 
 
 def test_undo_puts_the_rows_back_and_keeps_later_writes(shop, tmp_path):
+    _undo_puts_the_rows_back(shop, tmp_path)
+
+
+def test_undo_on_mysql(make_mysql, tmp_path):
+    """The same on MySQL 9.7 (rows events v2, binary JSON, UUID GTIDs)."""
+    server = make_mysql()
+    server.execute("SET GLOBAL sql_mode = ''", "CREATE DATABASE shop")
+    _undo_puts_the_rows_back(server, tmp_path)
+
+
+def test_undo_on_mariadb_11_8(tmp_path):
+    """The same on MariaDB 11.8 with its stock defaults (events inside a transaction
+    carry no end position: binlog_legacy_event_pos OFF)."""
+    from mysqlbackup.sandbox.tree import MariaDBTreeSandbox, why_no_tree
+    problem = why_no_tree()
+    if problem:
+        pytest.skip(problem)
+    server = MariaDBTreeSandbox().start()
+    try:
+        server.execute("SET GLOBAL sql_mode = ''", "CREATE DATABASE shop")
+        _undo_puts_the_rows_back(server, tmp_path)
+    finally:
+        server.stop(remove=True)
+
+
+def _undo_puts_the_rows_back(shop, tmp_path):
     _setup(shop)
     gtid = _bad(shop)
     _later(shop)
@@ -158,7 +196,7 @@ def test_a_row_written_since_refuses_the_whole_undo(shop, tmp_path):
     (["SET SESSION binlog_format = 'STATEMENT'", "UPDATE shop.nokey SET v = 'x'"],
      "holds statement-based DML"),
     (["SET SESSION binlog_row_image = 'MINIMAL'", "UPDATE shop.items SET tx = 'm' "
-      "WHERE id = 1"], "lack columns (the source's binlog_row_image was MINIMAL"),
+      "WHERE id = 1"], "the source's binlog_row_image was MINIMAL or NOBLOB"),
     (["CREATE TRIGGER shop.t1 BEFORE INSERT ON shop.nokey FOR EACH ROW SET NEW.v = 'x'",
       "INSERT INTO shop.nokey VALUES (7, 'y')"], "has triggers on the target (t1)"),
     (["CREATE TABLE shop.child (id INT PRIMARY KEY, item INT, FOREIGN KEY (item) "
@@ -230,3 +268,25 @@ def test_the_sql_script_does_what_flashback_does(shop, tmp_path):
     assert flashback.returncode == 0, flashback.stderr
     _client(shop, flashback.stdout)
     assert _checksums(shop) == ours
+
+
+def test_mysql_9_cascaded_rows_are_undone_too(make_mysql, tmp_path):
+    """MySQL 9 logs the rows a foreign key's ON DELETE CASCADE changed: the undo puts the
+    parent back and its children after it."""
+    server = make_mysql()
+    server.execute(
+        "CREATE DATABASE shop",
+        "CREATE TABLE shop.parent (id INT PRIMARY KEY, v INT) ENGINE=InnoDB",
+        "CREATE TABLE shop.child (id INT PRIMARY KEY, parent INT, FOREIGN KEY (parent) "
+        "REFERENCES shop.parent (id) ON DELETE CASCADE ON UPDATE CASCADE) ENGINE=InnoDB",
+        "INSERT INTO shop.parent VALUES (1, 10), (2, 20)",
+        "INSERT INTO shop.child VALUES (1, 1), (2, 1), (3, 2)")
+    wanted = server.execute("CHECKSUM TABLE shop.parent, shop.child")
+    server.execute("DELETE FROM shop.parent WHERE id = 1")
+    gtid = last_gtid(server)
+    assert server.execute("SELECT COUNT(*) FROM shop.child")[0][0] == 1
+    url = _archive(server, tmp_path)
+    done = undo(server, url, "--gtid", gtid)
+    assert done.returncode == 0, done.stderr
+    assert "3 row(s) in shop.child, shop.parent reversed" in done.stdout
+    assert server.execute("CHECKSUM TABLE shop.parent, shop.child") == wanted

@@ -6,9 +6,10 @@ parsed (``tablemap.parse_table_map``, ``rowcount.TableLayout``), every rows even
 as a ``Step`` (its index and its TABLE_MAP's), and anything an undo cannot reverse
 refused with ``UndoRefused`` naming the file and position: a statement that changes data
 or schema by itself (DDL, TRUNCATE, statement-based DML and its context events), a
-ROLLBACK TO SAVEPOINT, MySQL's PARTIAL_UPDATE_ROWS, the pre-5.1.18 rows events, and row
-images that are not whole (binlog_row_image MINIMAL or NOBLOB: the columns-present
-bitmaps of a FULL image have every column).
+ROLLBACK TO SAVEPOINT, MySQL's PARTIAL_UPDATE_ROWS and the pre-5.1.18 rows events. The
+columns a row image lacks are gathered per table (``Changes.missing``): the caller
+refuses the undo unless the target says that each is generated (MariaDB 11's FULL images
+leave virtual columns out); binlog_row_image MINIMAL or NOBLOB leave others out.
 
 ``reversed_event`` makes one rows event's reversal, byte for byte what
 ``mariadb-binlog --flashback`` makes of it: a WRITE_ROWS becomes a DELETE_ROWS of the
@@ -54,12 +55,13 @@ class UndoRefused(MysqlBackupError):
 @dataclass(frozen=True)
 class Step:
     """One rows event of the transaction: its index in the event list, its TABLE_MAP's,
-    its table id and the change kind."""
+    its table id, the change kind and its images' columns-present bitmaps."""
 
     index: int
     table_map: int
     table_id: int
     kind: str
+    present: tuple
 
 
 @dataclass
@@ -70,6 +72,7 @@ class Changes:
     steps: list
     maps: dict       # table id -> TableMap
     layouts: dict    # table id -> TableLayout
+    missing: dict = None  # table id -> bitmap of the columns some image lacks
 
     def tables(self):
         """'db.table' of every table the steps change, sorted."""
@@ -81,7 +84,7 @@ def read_changes(events, fde, checksum, where):
     """The ``Changes`` of a transaction's plain ``events`` (a sequence: the spool), each
     checked; ``where(i)`` is 'FILE:POS' of event ``i`` for messages. UndoRefused for what
     an undo cannot reverse (see the module)."""
-    changes = Changes([], {}, {})
+    changes = Changes([], {}, {}, {})
     current = {}  # table id -> index of its TABLE_MAP event
     for i, event in enumerate(events):
         etype = event[4]
@@ -95,8 +98,12 @@ def read_changes(events, fde, checksum, where):
             if table_id not in current:
                 raise UndoRefused(f"{where(i)}: a rows event for table id {table_id} without "
                                   "its TABLE_MAP before it in the transaction")
-            _check_full(event, fde, changes.maps[table_id], where(i))
-            changes.steps.append(Step(i, current[table_id], table_id, KIND[etype]))
+            present = _present(event, fde)
+            whole = (1 << len(changes.maps[table_id].types)) - 1
+            for bitmap in present:
+                changes.missing[table_id] = changes.missing.get(table_id, 0) | (
+                    whole & ~bitmap)
+            changes.steps.append(Step(i, current[table_id], table_id, KIND[etype], present))
         else:
             _check_other(event, etype, fde, checksum, where(i))
     return changes
@@ -142,36 +149,31 @@ def _layout(event, fde):
     return flags_at, pos, count, after, (count + 7) // 8
 
 
-def _check_full(event, fde, table, where):
-    """UndoRefused unless every row image of the event has every column."""
-    _, _, count, pos, width = _layout(event, fde)
-    whole = (1 << count) - 1
+def _present(event, fde):
+    """The columns-present bitmap of each row image of a rows event (one, or an update's
+    two)."""
+    _, _, _, pos, width = _layout(event, fde)
     images = 2 if event[4] in UPDATES else 1
-    for n in range(images):
-        present = int.from_bytes(event[pos + n * width:pos + (n + 1) * width], "little")
-        if present & whole != whole:
-            raise UndoRefused(
-                f"{where}: the row images of {table.schema}.{table.table} lack columns (the "
-                f"source's binlog_row_image was MINIMAL or NOBLOB): undo needs FULL images "
-                f"to put rows back; {INSTEAD}")
+    return tuple(int.from_bytes(event[pos + n * width:pos + (n + 1) * width], "little")
+                 for n in range(images))
 
 
 def row_spans(event, layout, fde, checksum):
     """(where the rows start, [(start, middle, end)] of each row): ``middle`` is where an
     update's after image starts (``end`` for one image). ValueError when the images do not
     end exactly at the event's end."""
-    _, _, count, pos, width = _layout(event, fde)
-    images = 2 if event[4] in UPDATES else 1
+    _, _, _, pos, width = _layout(event, fde)
+    present = _present(event, fde)
+    images = len(present)
     start_rows = pos + images * width
     end = len(event) - (ev.CRC_LEN if checksum else 0)
-    whole = (1 << count) - 1
     view, spans, at = memoryview(event), [], start_rows
     while at < end:
         start = at
-        at = image_end(view, at, layout, whole)
+        at = image_end(view, at, layout, present[0])
         middle = at
         if images == 2:
-            at = image_end(view, at, layout, whole)
+            at = image_end(view, at, layout, present[1])
         spans.append((start, middle if images == 2 else at, at))
     if at != end:
         raise ValueError("a row runs past the event's end")

@@ -153,6 +153,7 @@ def _tables(target, plans):
                 except Unchecked as e:
                     raise UndoRefused(f"{label}: {e} cannot be compared on the target; "
                                       f"{INSTEAD}") from None
+            _check_whole(tables[label], changes.missing.get(tid, 0))
             cascades = target.cascades(table_map.schema, table_map.table)
             if cascades and kinds & {"update", "delete"}:
                 if found.mariadb or found.version < (9,):
@@ -163,6 +164,17 @@ def _tables(target, plans):
                         f"rows they changed, so undo cannot put them back; {INSTEAD}")
                 flags = NO_FOREIGN_KEY_CHECKS_F  # MySQL 9 logs them: all reversed as logged
     return tables, flags
+
+
+def _check_whole(table, missing):
+    """UndoRefused when a row image lacks a column that is not generated."""
+    lacking = [c.name for i, c in enumerate(table.columns) if missing >> i & 1
+               and not c.generated]
+    if lacking:
+        raise UndoRefused(
+            f"the row images of {table.label} lack columns ({', '.join(lacking[:5])}: the "
+            f"source's binlog_row_image was MINIMAL or NOBLOB): undo needs FULL images to "
+            f"put rows back; {INSTEAD}")
 
 
 def _expect(plans, tables, expected):
@@ -176,18 +188,18 @@ def _expect(plans, tables, expected):
                                  found.checksum)
             rows += len(spans)
             for start, middle, end in spans:
-                _expect_row(expected, table, step.kind, event, start, middle)
+                _expect_row(expected, table, step, event, start, middle)
     return rows
 
 
-def _expect_row(expected, table, kind, event, start, middle):
-    forms = [c.form for c in table.columns]
+def _expect_row(expected, table, step, event, start, middle):
+    forms, kind = [c.form for c in table.columns], step.kind
 
-    def image(at):
-        values, _ = read_image(event, at, table.columns)
+    def image(at, present):
+        values, _ = read_image(event, at, table.columns, present)
         return [normal(f, v) for f, v in zip(forms, values)]
-    first = image(start)
-    second = image(middle) if kind == "update" else None
+    first = image(start, step.present[0])
+    second = image(middle, step.present[1]) if kind == "update" else None
     label = table.label.lower()
     if table.key:
         key = [first[i] for i in table.key]

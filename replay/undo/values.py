@@ -135,19 +135,20 @@ def normal(form, value):
     return str(value)
 
 
-def read_image(data, pos, columns):
-    """(values, position after) of one whole row image at ``pos``: one value per column in
-    its form (None for NULL)."""
-    nb = (len(columns) + 7) // 8
+def read_image(data, pos, columns, present):
+    """(values, position after) of the row image at ``pos`` with the columns of bitmap
+    ``present``: one value per column in its form (None for NULL, and for a column the
+    image lacks)."""
+    shown = [i for i in range(len(columns)) if present >> i & 1]
+    nb = (len(shown) + 7) // 8
     nulls = int.from_bytes(data[pos:pos + nb], "little")
     pos += nb
-    values = []
-    for i, column in enumerate(columns):
-        if nulls >> i & 1:
-            values.append(None)
+    values = [None] * len(columns)
+    for n, i in enumerate(shown):
+        column = columns[i]
+        if nulls >> n & 1:
             continue
-        value, pos = _read(data, pos, column)
-        values.append(value)
+        values[i], pos = _read(data, pos, column)
     return values, pos
 
 
