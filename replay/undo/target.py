@@ -199,10 +199,13 @@ class UndoTarget:
 
 
 def _column(row, ctype, meta, mysql_json):
-    name, data_type, column_type, charset, octets, extra = row
+    name, _, column_type, charset, _, extra = row
     extra = (extra or "").upper()
+    fixed = 0  # BINARY(n), MariaDB's INET6/UUID: the binlog drops their trailing zeros
+    if charset is None and ctype == 254 and len(meta) == 2 and meta[0] not in (247, 248):
+        fixed = (((meta[0] << 4) & 0x300) ^ 0x300) + meta[1]
     return Column(ctype, meta, name, unsigned="unsigned" in (column_type or "").lower(),
-                  binary_length=int(octets or 0) if data_type.lower() == "binary" else 0,
+                  binary_length=fixed,
                   charset=charset, mysql_json=mysql_json and ctype == 245,
                   generated="GENERATED" in extra or extra.startswith(("VIRTUAL", "PERSISTENT",
                                                                        "STORED")))

@@ -20,9 +20,10 @@ MySQL's JSON                       its text (``mysqljson``)    ``CAST(c AS CHAR)
 
 So a zero or invalid date under a permissive sql_mode compares as itself, a string
 compares byte for byte (a change of case or of trailing bytes is a difference, whatever
-the collation says), and a FLOAT compares by its bits. Signedness and BINARY(n)'s length
-come from the target's columns (the binlog says neither without
-binlog_row_metadata). A column type outside this table (the pre-5.0 DECIMAL, MariaDB's
+the collation says), and a FLOAT compares by its bits. Signedness and whether a fixed
+string is binary (BINARY(n), MariaDB's INET6 and UUID: the binlog drops their trailing
+zero bytes, which HEX shows) come from the target's columns (the binlog says neither
+without binlog_row_metadata). A column type outside this table (the pre-5.0 DECIMAL, MariaDB's
 compressed columns) raises ``Unchecked``.
 """
 
@@ -55,7 +56,7 @@ class Column:
     meta: bytes
     name: str
     unsigned: bool = False
-    binary_length: int = 0     # BINARY(n): n (the binlog drops trailing zero bytes)
+    binary_length: int = 0     # BINARY(n), INET6, UUID: n (the binlog drops trailing zeros)
     charset: str = None        # the target's character set (None: binary)
     generated: bool = False
     mysql_json: bool = False   # a type 245 column of MySQL: binary JSON
