@@ -14,6 +14,7 @@ import sqlite3
 import tempfile
 
 ABSENT = None  # the state of a key the transactions deleted
+_PENDING = 2000  # keyed states written to the file at once
 
 _SCHEMA = ("CREATE TABLE keyed (tid INTEGER, key TEXT, kv BLOB, state BLOB, PRIMARY KEY (tid, key))",
            "CREATE TABLE counted (tid INTEGER, row TEXT, n INTEGER, state BLOB, "
@@ -50,13 +51,19 @@ class Expected:
         self.db.execute("PRAGMA journal_mode=OFF")
         for sql in _SCHEMA:
             self.db.execute(sql)
+        self._pending = []
 
     def put(self, tid, key, state):
         """Key ``key`` (normal values) of table ``tid`` ends as ``state`` (a row's normal
         values, or ABSENT)."""
-        self.db.execute("INSERT OR REPLACE INTO keyed VALUES (?, ?, ?, ?)",
-                        (tid, key_text(key), _dump(key),
-                         None if state is ABSENT else _dump(state)))
+        self._pending.append((tid, key_text(key), _dump(key),
+                              None if state is ABSENT else _dump(state)))
+        if len(self._pending) >= _PENDING:
+            self._flush()
+
+    def _flush(self):
+        self.db.executemany("INSERT OR REPLACE INTO keyed VALUES (?, ?, ?, ?)", self._pending)
+        self._pending = []
 
     def count(self, tid, row, delta):
         """One more (``delta`` 1) or one fewer (-1) whole row ``row`` in table ``tid``."""
@@ -80,6 +87,7 @@ class Expected:
                              "ORDER BY row", tid, batch, counted=True)
 
     def _batches(self, sql, tid, batch, counted=False):
+        self._flush()
         cursor = self.db.execute(sql, (tid,))
         while True:
             rows = cursor.fetchmany(batch)

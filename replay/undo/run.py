@@ -20,7 +20,7 @@ from replay.undo.reverse import (INSTEAD, NO_FOREIGN_KEY_CHECKS_F, UndoRefused,
                                  read_changes, reversed_event, row_spans, with_server_id)
 from replay.undo.script import write_script
 from replay.undo.target import SHOWN, UndoConflict, UndoTarget
-from replay.undo.values import Unchecked, normal, read_image
+from replay.undo.values import ImageReader, Unchecked
 
 BINLOG_CAP = 4 << 20  # raw bytes of events in one BINLOG statement
 
@@ -179,27 +179,26 @@ def _check_whole(table, missing):
 
 def _expect(plans, tables, expected):
     """Play the transactions' row images into ``expected``; the rows they hold."""
-    rows = 0
+    rows, readers = 0, {}
     for found, changes in plans:
         for step in changes.steps:
             table = tables[_label(changes.maps[step.table_id])]
+            reader = readers.get(table.label)
+            if reader is None:
+                reader = readers[table.label] = ImageReader(table.columns)
             event = found.events[step.index]
             _, spans = row_spans(event, changes.layouts[step.table_id], found.fde,
                                  found.checksum)
             rows += len(spans)
             for start, middle, end in spans:
-                _expect_row(expected, table, step, event, start, middle)
+                _expect_row(expected, table, reader, step, event, start, middle)
     return rows
 
 
-def _expect_row(expected, table, step, event, start, middle):
-    forms, kind = [c.form for c in table.columns], step.kind
-
-    def image(at, present):
-        values, _ = read_image(event, at, table.columns, present)
-        return [normal(f, v) for f, v in zip(forms, values)]
-    first = image(start, step.present[0])
-    second = image(middle, step.present[1]) if kind == "update" else None
+def _expect_row(expected, table, reader, step, event, start, middle):
+    kind = step.kind
+    first = reader.read(event, start, step.present[0])[0]
+    second = reader.read(event, middle, step.present[1])[0] if kind == "update" else None
     label = table.label.lower()
     if table.key:
         key = [first[i] for i in table.key]

@@ -160,7 +160,6 @@ class UndoTarget:
 
     def _check_keyed(self, table, batch, conflicts):
         keys = [c for i, c in enumerate(table.columns) if i in table.key]
-        forms = [c.form for c in table.columns]
         where, args = [], []
         for _, values, _ in batch:
             sql, params = _match(keys, values)
@@ -168,7 +167,7 @@ class UndoTarget:
             args.extend(params)
         found = {}
         for row in self._select(table, " OR ".join(where), args):
-            values = [normal(f, v) for f, v in zip(forms, row)]
+            values = [normal(v) for v in row]
             found[key_text([values[i] for i in table.key])] = values
         for key, values, state in batch:
             _compare(table, values, state, found.get(key), conflicts)

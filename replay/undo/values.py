@@ -115,67 +115,63 @@ def quote(name):
     return "`" + name.replace("`", "``") + "`"
 
 
-def same(form, ours, theirs):
-    """Whether the target's value ``theirs`` (as the driver gives the canonical
-    expression) is ``ours``."""
-    return normal(form, ours) == normal(form, theirs)
-
-
-def normal(form, value):
-    """A value of ``form`` as a hashable, comparable key (int, Decimal, float, str)."""
-    if value is None:
-        return None
-    if form == NUM:
-        return value if isinstance(value, float) else decimal.Decimal(str(value))
-    if form == EPOCH:
-        return decimal.Decimal(str(value))
-    if form == BITS:
-        return int(value)
-    if isinstance(value, (bytes, bytearray)):
+def normal(value):
+    """A value as the driver gives it, in the form the binlog's reading has (the same type
+    for the same column: int, Decimal, float, str), bytes decoded."""
+    if type(value) is bytes or type(value) is bytearray:
         return value.decode("utf-8", "replace")
-    return str(value)
+    return value
 
 
-def read_image(data, pos, columns, present):
-    """(values, position after) of the row image at ``pos`` with the columns of bitmap
-    ``present``: one value per column in its form (None for NULL, and for a column the
-    image lacks)."""
-    shown = [i for i in range(len(columns)) if present >> i & 1]
-    nb = (len(shown) + 7) // 8
-    nulls = int.from_bytes(data[pos:pos + nb], "little")
-    pos += nb
-    values = [None] * len(columns)
-    for n, i in enumerate(shown):
-        column = columns[i]
-        if nulls >> n & 1:
-            continue
-        values[i], pos = _read(data, pos, column)
-    return values, pos
+class ImageReader:
+    """Reads row images of one table: a reader per column, chosen once (``read``)."""
+
+    def __init__(self, columns):
+        self.columns = columns
+        self.readers = [_reader(c) for c in columns]
+        self._shown = {}
+
+    def read(self, data, pos, present):
+        """(values, position after) of the row image at ``pos`` with the columns of
+        bitmap ``present``: one value per column in its form (None for NULL, and for a
+        column the image lacks)."""
+        shown = self._shown.get(present)
+        if shown is None:
+            shown = self._shown[present] = tuple(
+                (i, self.readers[i]) for i in range(len(self.columns)) if present >> i & 1)
+        nb = (len(shown) + 7) // 8
+        nulls = int.from_bytes(data[pos:pos + nb], "little")
+        pos += nb
+        values = [None] * len(self.columns)
+        for n, (i, reader) in enumerate(shown):
+            if not (nulls >> n & 1):
+                values[i], pos = reader(data, pos)
+        return values, pos
 
 
-def _read(data, pos, column):
-    ctype, meta = column._real(), column.meta
+def _reader(column):
+    """A function (data, pos) -> (value, position after) of one column."""
+    ctype, meta, from_bytes = column._real(), column.meta, int.from_bytes
     if ctype in _INTS:
-        size = _INTS[ctype]
-        return int.from_bytes(data[pos:pos + size], "little",
-                              signed=not column.unsigned), pos + size
+        size, signed = _INTS[ctype], not column.unsigned
+        return lambda data, pos: (from_bytes(data[pos:pos + size], "little", signed=signed),
+                                  pos + size)
     if ctype == 4:
-        return _FLOAT(data, pos)[0], pos + 4
+        return lambda data, pos: (_FLOAT(data, pos)[0], pos + 4)
     if ctype == 5:
-        return _DOUBLE(data, pos)[0], pos + 8
+        return lambda data, pos: (_DOUBLE(data, pos)[0], pos + 8)
     if ctype == 246:
-        return read_decimal(data, pos, meta[0], meta[1])
+        return lambda data, pos: read_decimal(data, pos, meta[0], meta[1])
     if ctype in (10, 11, 12, 18, 19, 7, 17):
-        return _temporal(data, pos, ctype, meta)
+        return lambda data, pos: _temporal(data, pos, ctype, meta)
     if ctype == 13:
-        return (data[pos] + 1900 if data[pos] else 0), pos + 1
-    if ctype in (_ENUM, _SET):
-        size = meta[1]
-        return int.from_bytes(data[pos:pos + size], "little"), pos + size
-    if ctype == 16:
-        size = meta[1] + (1 if meta[0] else 0)
-        return int.from_bytes(data[pos:pos + size], "big"), pos + size
-    return _bytes(data, pos, column)
+        return lambda data, pos: ((data[pos] + 1900 if data[pos] else 0), pos + 1)
+    if ctype in (_ENUM, _SET, 16):
+        size = meta[1] if ctype != 16 else meta[1] + (1 if meta[0] else 0)
+        order = "big" if ctype == 16 else "little"
+        return lambda data, pos: (from_bytes(data[pos:pos + size], order), pos + size)
+    column.form  # noqa: B018 - Unchecked for a type not compared
+    return lambda data, pos: _bytes(data, pos, column)
 
 
 def _bytes(data, pos, column):
