@@ -205,6 +205,13 @@ class StoreError(MysqlBackupError):
     exit_code = ExitCode.STORE
 
 
+class ConflictError(MysqlBackupError):
+    """The target's rows are not as a change expects them (undo: a later write changed a
+    row the undo would put back); nothing was changed."""
+
+    exit_code = ExitCode.CONFLICT
+
+
 class ArchiveHoles(ResyncRequired):
     """The archive lacks what a replay must read: ``problems``, each naming an object
     (a missing or unverified file, a break in the chain, a failover switch that does not

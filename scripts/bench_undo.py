@@ -22,7 +22,6 @@ Run: .venv/bin/python scripts/bench_undo.py [--rows 1000000] [--runs 2] [--keep 
 
 import argparse
 import os
-import resource
 import shutil
 import subprocess
 import sys
@@ -144,10 +143,23 @@ def _timed(run):
     return time.monotonic() - started
 
 
+_PEAK = ("import resource, runpy, sys\n"
+         "sys.argv = ['mysqlbackup'] + sys.argv[1:]\n"
+         "try:\n    runpy.run_module('mysqlbackup', run_name='__main__')\n"
+         "finally:\n"
+         "    print('peak', resource.getrusage(resource.RUSAGE_SELF).ru_maxrss, "
+         "file=sys.stderr)\n")
+
+
 def _timed_child(args):
-    before = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss
-    took = _timed(lambda: _cli(*args))
-    return took, max(before, resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss)
+    """(seconds, peak RSS in KiB) of ``mysqlbackup ARGS`` in a child of its own."""
+    started = time.monotonic()
+    done = subprocess.run([sys.executable, "-c", _PEAK, *args], capture_output=True,
+                          text=True, env=dict(os.environ, MYSQLBACKUP_TARGET_PASSWORD=""))
+    took = time.monotonic() - started
+    if done.returncode:
+        raise SystemExit(f"mysqlbackup {args[0]} failed: {done.stderr}")
+    return took, int(done.stderr.rsplit("peak ", 1)[1].split()[0])
 
 
 def _min(a, b):

@@ -57,13 +57,13 @@ def closed_port():
 
 
 def test_one_table_of_exit_codes():
-    assert [c for c, _, _ in exit_code_rows()] == list(range(12))
+    assert [c for c, _, _ in exit_code_rows()] == list(range(13))
     assert set(EXIT_CODES) == set(ExitCode)
     classes = [errors.UsageError, errors.SourceError, errors.ConnectionLost,
                errors.ProtocolError, errors.CorruptBinlog, errors.ResyncRequired,
                errors.LocalStateError, errors.ArchiveNotFound, errors.SourceNotFound,
-               errors.StoreError]
-    assert [c.exit_code for c in classes] == list(range(2, 12))
+               errors.StoreError, errors.ConflictError]
+    assert [c.exit_code for c in classes] == list(range(2, 13))
     assert errors.MysqlBackupError.exit_code == ExitCode.FAILED == 1
     from mysqlbackup.archive.store import StoreError
     assert StoreError is errors.StoreError

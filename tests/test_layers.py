@@ -15,8 +15,8 @@ P import X`` imports the module P.X when X is one.
 Inside ``replay/`` the rooms are layered too (``REPLAY_LEVEL``, lowest first): Spark's
 driver (``spark/``) below the planning every command uses (``planning/``), below the
 job's tasks, engines, decoding and sinks (``job/``), below ``serve/`` and ``find/``
-(neither imports the other), below ``restore/``, below the commands built on a restore
-and the command lines. No module imports itself through others (no circle, lazy imports
+(neither imports the other), below ``restore/`` and ``undo/``, below the commands built
+on a restore and the command lines. No module imports itself through others (no circle, lazy imports
 counted), and no module of either package runs over MAX_LINES lines (``.pyx`` and its
 included ``.pxi`` files too).
 
@@ -49,6 +49,7 @@ REPLAY_NEVER = {"stream", "retention"}
 TEST_ONLY = {"sandbox"}
 
 REPLAY_LEVEL = {"spark": 1, "planning": 2, "job": 3, "serve": 4, "find": 4, "restore": 5,
+                "undo": 5,
                 "drill": 6, "check": 6, "cli": 6, "spark_main": 7, "replay": 7}
 MAX_LINES = 600
 

@@ -188,6 +188,8 @@ def test_runbook_end_to_end(tmp_path):
         wait_for(lambda: archived_up_to(env, gtid), timeout=60, what="the archive")
         find = runbook_sections()["3. Restore to just before a bad statement"][0]
         assert book.run(find[1]).splitlines()[-1] == gtid
+        book.run_section("4b. Undo one bad UPDATE or DELETE in place")  # rows put back
+        assert checksums(primary, "shop")["orders"] == before_drop["orders"]
 
         primary.execute(*[f"UPDATE shop.customers SET visits = visits + 100 WHERE id = {i}"
                           for i in range(20)])

@@ -11,7 +11,6 @@ from mysqlbackup.source.spec import source_from_options
 
 
 @click.command(epilog=example(
-    "mysqlbackup archive find --archive s3://backups/mysql --table shop.orders --kind update",
     "mysqlbackup undo --archive s3://backups/mysql --gtid 0-1-4711 --target "
     "mysql://admin@db1:3306 --dry-run"))
 @archive_options

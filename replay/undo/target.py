@@ -11,7 +11,7 @@ transaction of the target (its own GTID: replicas follow), or rolls back (``--dr
 
 from dataclasses import dataclass
 
-from mysqlbackup.errors import ExitCode, MysqlBackupError
+from mysqlbackup.errors import ConflictError
 from replay.undo.expect import ABSENT, key_text
 from replay.undo.reverse import INSTEAD, UndoRefused
 from replay.undo.values import Column, normal, quote
@@ -21,11 +21,9 @@ SHOWN = 20           # conflicting rows a refusal lists
 _TRANSACTIONAL = ("innodb",)
 
 
-class UndoConflict(MysqlBackupError):
+class UndoConflict(ConflictError):
     """A row the undo would change is no longer as the named transactions left it (a
     later write): nothing was changed."""
-
-    exit_code = ExitCode.CONFLICT
 
 
 @dataclass(frozen=True)
