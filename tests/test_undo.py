@@ -378,3 +378,56 @@ def test_each_type_round_trips_and_its_nearest_change_is_a_conflict(
     done = undo(server, url, "--gtid", gtid)
     assert done.returncode == 0, done.stderr
     assert server.execute("CHECKSUM TABLE shop.t")[0][1] == wanted
+
+
+def test_a_row_locked_by_another_session_fails_the_undo_cleanly(shop, tmp_path):
+    _setup(shop)
+    gtid = _bad(shop)
+    url = _archive(shop, tmp_path)
+    before = _checksums(shop)
+    other = shop.root()
+    try:
+        with other.cursor() as cur:
+            cur.execute("BEGIN")
+            cur.execute("SELECT * FROM shop.items WHERE id = 5 FOR UPDATE")
+            done = undo(shop, url, "--gtid", gtid, "--lock-timeout", "1")
+        assert done.returncode == 1, done.stderr
+        assert "the undo failed on the target" in done.stderr
+        assert "Lock wait timeout exceeded" in done.stderr
+        assert "rolled back, nothing was changed" in done.stderr
+        assert len(done.stderr.strip().splitlines()) == 1
+    finally:
+        other.rollback()
+        other.close()
+    assert _checksums(shop) == before
+
+
+PEAK = ("import resource, runpy, sys\n"
+        "sys.argv = ['mysqlbackup'] + sys.argv[1:]\n"
+        "try:\n    runpy.run_module('mysqlbackup', run_name='__main__')\n"
+        "finally:\n"
+        "    print('peak', resource.getrusage(resource.RUSAGE_SELF).ru_maxrss, "
+        "file=sys.stderr)\n")
+
+
+def test_a_big_transaction_undoes_in_bounded_memory(shop, tmp_path):
+    """200,000 row updates in one transaction (28 MB of binlog): the undo's peak RSS stays
+    where a small one's is (the events spooled to a file, the expected rows in SQLite)."""
+    import os
+    import sys
+    shop.execute("DROP TABLE IF EXISTS shop.big",
+                 "CREATE TABLE shop.big (id INT PRIMARY KEY, a INT, s CHAR(32)) ENGINE=InnoDB",
+                 "INSERT INTO shop.big SELECT seq, seq, MD5(seq) FROM shop.seq_1_to_200000")
+    wanted = shop.execute("CHECKSUM TABLE shop.big")[0][1]
+    shop.execute("UPDATE shop.big SET a = 0, s = ''")
+    gtid = last_gtid(shop)
+    url = _archive(shop, tmp_path)
+    done = subprocess.run(
+        [sys.executable, "-c", PEAK, "undo", "--archive", url, "--gtid", gtid, "--target",
+         f"mysql://root@127.0.0.1:{shop.port}"], capture_output=True, text=True,
+        env=dict(os.environ, MYSQLBACKUP_TARGET_PASSWORD=""), timeout=600)
+    assert done.returncode == 0, done.stderr
+    assert "200000 row(s) in shop.big reversed" in done.stdout
+    assert shop.execute("CHECKSUM TABLE shop.big")[0][1] == wanted
+    peak_mb = int(done.stderr.rsplit("peak ", 1)[1].split()[0]) / 1024
+    assert peak_mb < 150, f"peak RSS {peak_mb:.0f} MB"

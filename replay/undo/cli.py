@@ -27,12 +27,15 @@ from mysqlbackup.source.spec import source_from_options
               "this tool cannot reach); it carries no conflict check.")
 @click.option("--table", "tables", multiple=True, metavar="DB.TABLE",
               help="Undo only this table's rows of the transactions (repeatable).")
+@click.option("--lock-timeout", type=click.IntRange(1, 3600), default=10, show_default=True,
+              metavar="SECONDS", help="How long to wait for a row another session holds "
+              "locked; then the undo fails (exit 1) and changes nothing.")
 @click.option("--dry-run", is_flag=True, help="With --target: check every row and apply "
               "the reversal, then roll it back; says whether the undo would go through.")
 @identity_option
 @handle_errors
 def undo(archive_url, archive_option, source_name, gtids, target, target_password_file,
-         target_tls, sql_path, tables, dry_run, identity):
+         target_tls, sql_path, tables, lock_timeout, dry_run, identity):
     """Undo transactions without a restore: their row changes reversed (a DELETE's rows
     inserted back, an INSERT's deleted, an UPDATE's rows set back), in one new transaction
     of the target, and only if every row it touches is still exactly as the transactions
@@ -60,5 +63,5 @@ def undo(archive_url, archive_option, source_name, gtids, target, target_passwor
                                target_tls) if target else None
     opts = UndoOptions(archive_url, parse_options(archive_option), source_name, tuple(gtids),
                        spec, sql_path, tuple(t.lower() for t in tables), dry_run,
-                       keyring_from(identity))
+                       keyring_from(identity), lock_timeout)
     click.echo(run_undo(opts).line())

@@ -10,8 +10,10 @@ first, each one's rows events last first; one COMMIT) or ``script`` (``--sql``).
 
 from dataclasses import dataclass, field
 
+import pymysql
+
 from mysqlbackup.archive.stop import parse_one_gtid
-from mysqlbackup.errors import UsageError
+from mysqlbackup.errors import MysqlBackupError, UsageError
 from replay.job.sinks.session import TargetSession, connect_target
 from replay.job.sinks.statements import MYSQL_GTID_AUTOMATIC
 from replay.undo.expect import ABSENT, Expected
@@ -38,6 +40,12 @@ class UndoOptions:
     tables: tuple = ()      # 'db.table', lowercase
     dry_run: bool = False
     keyring: object = None
+    lock_timeout: int = 10  # seconds a row lock is waited for
+
+
+class UndoFailed(MysqlBackupError):
+    """The target refused a statement of the undo (a lock wait timeout, a privilege, a
+    duplicate key a concurrent write made): rolled back, nothing changed."""
 
 
 @dataclass
@@ -115,24 +123,35 @@ def _same_format(founds):
 def _apply(opts, plans):
     session = TargetSession(connect_target(opts.target))
     try:
-        target = UndoTarget(session)
-        tables, flags = _tables(target, plans)
-        expected = Expected()
-        try:
-            rows = _expect(plans, tables, expected)
-            session.after_fde = None if target.mariadb else MYSQL_GTID_AUTOMATIC
-            session.use_fde(plans[0][0].fde_event)  # before BEGIN (MySQL sets gtid_next)
-            target.begin()
-            _check(target, tables, expected)
-        finally:
-            expected.close()
-        _reverse(session, target, plans, flags)
-        return rows, target.finish(commit=not opts.dry_run)
+        return _apply_on(session, opts, plans)
+    except pymysql.err.MySQLError as e:
+        session.rollback()
+        raise UndoFailed(f"the undo failed on the target {opts.target.address}: "
+                         f"{e.args[-1] if e.args else e} (error {e.args[0] if e.args else '?'})"
+                         f"; rolled back, nothing was changed") from None
     except BaseException:
         session.rollback()
         raise
     finally:
         session.close()
+
+
+def _apply_on(session, opts, plans):
+    """(rows reversed, the target's GTID of the undo) on one connection: refusals, the
+    expected states, the locked check, the reversal, COMMIT (ROLLBACK: --dry-run)."""
+    target = UndoTarget(session, opts.lock_timeout)
+    tables, flags = _tables(target, plans)
+    expected = Expected()
+    try:
+        rows = _expect(plans, tables, expected)
+        session.after_fde = None if target.mariadb else MYSQL_GTID_AUTOMATIC
+        session.use_fde(plans[0][0].fde_event)  # before BEGIN (MySQL sets gtid_next)
+        target.begin()
+        _check(target, tables, expected)
+    finally:
+        expected.close()
+    _reverse(session, target, plans, flags)
+    return rows, target.finish(commit=not opts.dry_run)
 
 
 def _tables(target, plans):

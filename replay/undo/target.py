@@ -65,13 +65,14 @@ class UndoTarget:
     """One connection to the target (a ``TargetSession``), in one transaction from
     ``begin`` to ``finish``."""
 
-    def __init__(self, session):
+    def __init__(self, session, lock_timeout=10):
         self.session = session
         version, server_id, self.log_bin = self.run(
             "SELECT VERSION(), @@server_id, @@log_bin")[0]
         self.mariadb = "mariadb" in version.lower()
         self.server_id = int(server_id)
         self.run("SET SESSION time_zone = '+00:00'")
+        self.run(f"SET SESSION innodb_lock_wait_timeout = {int(lock_timeout)}")
 
     def run(self, sql, args=None):
         with self.session.conn.cursor() as cur:
