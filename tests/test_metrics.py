@@ -205,3 +205,42 @@ def test_metrics_address_parsing_and_registries_of_their_own():
     assert one.registry.get_sample_value("mysqlbackup_durable_transactions_total") == 3
     assert two.registry.get_sample_value("mysqlbackup_durable_transactions_total") == 0
     assert NULL_METRICS.enabled is False and NULL_METRICS.durable(3) is None
+
+
+@pytest.mark.server
+def test_the_recovery_window_gauges_follow_the_archive(server, tmp_path):
+    """The window's two ends, the newest base and the holes, read from the archive's
+    indexes: absent before a base, then moving with each commit archived."""
+    port, url = free_port(), f"file://{tmp_path / 'archive'}"
+    daemon = Daemon(server, tmp_path / "d", "--metrics-address", f"127.0.0.1:{port}",
+                    "--archive", url, "--source-name", "db1", "--archive-interval", "0.3",
+                    "--window-interval", "0", server_id=SERVER_ID + 1).start()
+    holes = "mysqlbackup_archive_holes"
+    try:
+        first = wait_for(lambda: (s := _scrape_or_none(port)) and
+                         value(s, holes, source="db1") is not None and s,
+                         what="the recovery window metrics")
+        assert value(first, "mysqlbackup_restorable_last_timestamp_seconds",
+                     source="db1") is None  # no base: no window
+        base = run_cli("base", "--source", f"mysql://root@127.0.0.1:{server.port}",
+                       "--archive", url, "--source-name", "db1", password="", timeout=120)
+        assert base.returncode == 0, base.stderr
+        ends = []
+        for ahead in (100, 200):  # commits stamped ahead: the window's end is exactly them
+            stamp = int(time.time()) + ahead
+            server.execute(f"SET TIMESTAMP = {stamp}",
+                           "INSERT INTO m.t (v) VALUES ('window')")
+            moved = wait_for(lambda: (s := scrape(port)) and value(
+                s, "mysqlbackup_restorable_last_timestamp_seconds", source="db1") == stamp
+                and s, what=f"the window's end to reach {stamp}")
+            ends.append(stamp)
+            assert value(moved, holes, source="db1") == 0
+            start = value(moved, "mysqlbackup_restorable_first_timestamp_seconds",
+                          source="db1")
+            newest = value(moved, "mysqlbackup_base_newest_timestamp_seconds", source="db1")
+            assert start == newest and time.time() - 120 < newest <= time.time()
+            assert 0 <= value(moved, "mysqlbackup_recovery_window_age_seconds",
+                              source="db1") < 60
+        assert ends[1] > ends[0]
+    finally:
+        assert daemon.stop() == 0, daemon.output()

@@ -107,12 +107,16 @@ def main(log_level, log_format):
                    "'retain --keep-base').")
 @click.option("--metrics-address", metavar="HOST:PORT", help="Serve Prometheus metrics at "
               "http://HOST:PORT/ (e.g. 127.0.0.1:9104). Default: off.")
+@click.option("--window-interval", type=click.FloatRange(0, 86400), default=60.0,
+              show_default=True, metavar="SECONDS", help="With --metrics-address and "
+              "--archive: read the archive's recovery window (its indexes and manifests, "
+              "no binlog) for the mysqlbackup_restorable_* metrics at most this often.")
 @codec_options
 @handle_errors
 def stream(source, password_file, tls, server_id, directory, start_file, start_gtid, no_semi_sync,
            heartbeat, follow_by_gtid, archive_url, archive_option, source_name,
            archive_interval, keep_local, retain_window, retain_keep_base, metrics_address,
-           compress, encrypt_to):
+           window_interval, compress, encrypt_to):
     """Stream the source's binlogs into DIR, byte-identical, fsync before every ACK.
 
     Runs until SIGTERM/SIGINT. Restarting resumes where the files end (a torn
@@ -149,7 +153,8 @@ def stream(source, password_file, tls, server_id, directory, start_file, start_g
                          archive_interval=archive_interval,
                          source_name=source_name and check_source_name(source_name),
                          keep_local=keep,
-                         metrics_address=metrics_address, codec=codec, retain=retain)
+                         metrics_address=metrics_address, codec=codec, retain=retain,
+                         window_interval=window_interval)
     stop = StopRequest()
     for sig in (signal.SIGTERM, signal.SIGINT):
         signal.signal(sig, stop.request)

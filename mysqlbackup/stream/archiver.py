@@ -46,6 +46,7 @@ from mysqlbackup.localdir.state import ARCHIVE_STATE_FILE as ARCHIVE_STATE
 from mysqlbackup.localdir.state import load_state
 from mysqlbackup.loop import sleep_until
 from mysqlbackup.stream.metrics import NULL_METRICS
+from mysqlbackup.stream.recovery import RecoveryWatch
 
 log = logging.getLogger(__name__)
 
@@ -88,7 +89,7 @@ class Archiver:
 
     def __init__(self, directory, store, source_name=None, interval=2.0, retention=None,
                  clock=time.time, relist_interval=RELIST_INTERVAL, metrics=NULL_METRICS,
-                 codec=PLAIN, retain=None):
+                 codec=PLAIN, retain=None, window_interval=60.0):
         self.directory = directory
         self.codec = codec or PLAIN  # how new objects are stored (codec.Codec)
         self.store = store
@@ -102,6 +103,8 @@ class Archiver:
         self.clock = clock
         self.relist_interval = relist_interval
         self.metrics = metrics      # stream.metrics: backlog and last success, per report
+        self.recovery = None        # RecoveryWatch: the window's metrics, once a source
+        self.window_interval = window_interval
         self.source = source_name
         self.archived = None        # names with a verified sealed copy, per the store
         self.listed_at = None       # when the archive was last listed (clock)
@@ -154,6 +157,11 @@ class Archiver:
         self.report["last_success"] = self.clock()
         self.report["last_error"] = None
         self._write_report(source, names)
+        if self.metrics.enabled:
+            if self.recovery is None:
+                self.recovery = RecoveryWatch(self.store, top, self.window_interval,
+                                              self.clock)
+            self.metrics.recovery(self.recovery.refresh(top))
 
     def _path(self, name):
         return os.path.join(self.files, name)

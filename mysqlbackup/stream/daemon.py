@@ -54,6 +54,7 @@ class StreamOptions:
     archive_url: str = None
     archive_options: dict = None
     archive_interval: float = 2.0
+    window_interval: float = 60.0  # seconds between readings of the recovery window
     source_name: str = None
     keep_local: object = None  # archiver.Retention
     retain: object = None  # retention.prune.retainer: archive retention in the archiver
@@ -165,7 +166,7 @@ def _archiver_thread(opts, stop):
                     mask_url(opts.archive_url), mask_url(problem))
     archiver = Archiver(opts.directory, store, opts.source_name, opts.archive_interval,
                         opts.keep_local, metrics=opts.metrics, codec=opts.codec,
-                        retain=opts.retain)
+                        retain=opts.retain, window_interval=opts.window_interval)
     done = threading.Event()
     thread = threading.Thread(target=archiver.run, args=(lambda: done.is_set() or stop(),),
                               name="archiver", daemon=True)

@@ -5,7 +5,8 @@ one, so tests and several daemons in one process do not clash) and every metric
 object; the pipeline calls its small methods, at most once per batch on the hot
 path: ``ReplicaClient`` (``received``), ``Syncer`` (``fsync``, ``acked``,
 ``durable``, ``position``, ``source``), the daemon (``reconnect``, ``error``)
-and the ``Archiver`` (``archive``, ``error``). Values that are only read at a
+and the ``Archiver`` (``archive``, ``error``, ``recovery``: the recovery window it reads
+from the archive at most once a minute). Values that are only read at a
 scrape (the durable position, seconds behind the source, the archive's age) are
 stored as plain attributes and turned into samples by a collector when scraped.
 
@@ -18,6 +19,7 @@ import math
 import time
 
 from mysqlbackup.localdir.horizon import margin
+from mysqlbackup.stream.recovery import recovery_families
 
 # fsync and ACK latencies: from 50 us (a cached SSD fsync) to 10 s (a stalled disk)
 LATENCY_BUCKETS = (0.00005, 0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025,
@@ -62,6 +64,9 @@ class NullMetrics:
         and ``active``: (newest file, end of its archived segments, its durable end then),
         so that a scrape counts the newest file's durable bytes not archived as of now."""
 
+    def recovery(self, reading):
+        """The newest reading of the archive's recovery window (``recovery.Recovery``)."""
+
     def horizon(self, record):
         """A new record of the primary's binlog files and purge settings
         (``localdir.horizon``)."""
@@ -90,6 +95,7 @@ class StreamMetrics(NullMetrics):
         self._caught_up = False
         self._archive = ({"files": 0, "bytes": 0, "last_success": None} if archive else None)
         self._horizon = None        # the newest record of the primary's purge horizon
+        self._recovery = None       # the newest reading of the recovery window
         self.registry.register(_LiveCollector(self))
         self.server = None          # httpd.MetricsServer once serving
 
@@ -153,6 +159,9 @@ class StreamMetrics(NullMetrics):
     def archive(self, backlog_files, backlog_bytes, last_success, active=None):
         self._archive = {"files": backlog_files, "bytes": backlog_bytes,
                          "last_success": last_success, "active": active}
+
+    def recovery(self, reading):
+        self._recovery = reading
 
     def horizon(self, record):
         self._horizon = record
@@ -227,6 +236,7 @@ class _LiveCollector:
                                          m.started)
         if m._horizon is not None and m._position is not None:
             yield from _horizon_families(margin(m._horizon, m._position[0], m.clock()))
+        yield from recovery_families(m._recovery, m.clock())
 
 
 def _archive_families(archive, backlog_bytes, now, started):
