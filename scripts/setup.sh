@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Set up a fresh machine: MariaDB server/client (and mariadb-backup), a Java 17 runtime and
-# Chromium (headless: the docs site's test), Node's npm (zongji) from Debian when missing, a virtualenv in .venv
+# Chromium (headless: the docs site's test), Node's npm (zongji) and promtool (Prometheus's,
+# for the alert rules) from Debian when missing, a virtualenv in .venv
 # with the package and its test and docs extras. Safe to re-run. It apt-installs packages:
 # for a throwaway machine or CI (on a MySQL host, mariadb-server would replace MySQL's packages).
 set -euo pipefail
@@ -33,6 +34,22 @@ if ! command -v chromium >/dev/null 2>&1; then
     SUDO=""; [ "$(id -u)" -ne 0 ] && SUDO="sudo"
     $SUDO apt-get update -qq
     DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq chromium >/dev/null
+fi
+
+if ! command -v promtool >/dev/null 2>&1; then
+    echo "setup: installing prometheus (its promtool checks contrib/prometheus's rules)" >&2
+    SUDO=""; [ "$(id -u)" -ne 0 ] && SUDO="sudo"
+    $SUDO apt-get update -qq
+    # only promtool is used: the package's server is kept from starting during the install
+    POLICY=/usr/sbin/policy-rc.d
+    if [ ! -e "$POLICY" ]; then
+        printf '#!/bin/sh\nexit 101\n' | $SUDO tee "$POLICY" >/dev/null
+        $SUDO chmod +x "$POLICY"
+        trap '$SUDO rm -f "$POLICY"' EXIT
+    fi
+    DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq --no-install-recommends \
+        prometheus >/dev/null || echo "setup: no promtool: the alert rules' test will skip" >&2
+    if [ "$(trap -p EXIT)" ]; then $SUDO rm -f "$POLICY"; trap - EXIT; fi
 fi
 
 PY="${PYTHON:-python3}"
