@@ -102,3 +102,33 @@ def test_replay_plain_lines_when_stderr_is_a_pipe(archive_of_four, tmp_path):
     assert last == (f"replay: files 4/4, {mb} of {mb} MB, {applied} transactions applied "
                     f"({applied - 2} rows events), 0 skipped, R trx/s, ETA 0s")
     assert "\x1b[" not in done.stderr
+
+
+def test_the_progress_file_never_goes_back_and_ends_at_one(tmp_path):
+    from prometheus_client.parser import text_string_to_metric_families
+
+    from replay.job.progress import ProgressFile
+    path, seen, now = tmp_path / "restore.prom", [], [0.0]
+    progress = ProgressFile(seen.append, str(path), {"source": 'db"1', "command": "restore"},
+                            every=1.0, clock=lambda: now[0])
+
+    def ratio():
+        [family] = text_string_to_metric_families(path.read_text())
+        [sample] = family.samples
+        assert sample.labels == {"source": 'db"1', "command": "restore"}
+        return sample.value
+    assert ratio() == 0.0
+    progress("restore: loading base")
+    progress(Progress(1, 4, 250, 1000, 10))
+    assert ratio() == 0.25
+    now[0] = 0.5
+    progress(Progress(2, 4, 500, 1000, 20))  # within a second of the last write
+    assert ratio() == 0.25
+    now[0] = 2.0
+    progress(Progress(2, 4, 200, 1000, 20))  # less than shown: never written
+    assert ratio() == 0.25
+    progress(Progress(4, 4, 1000, 1000, 40))  # the binlogs' end: not yet the command's
+    assert ratio() == 0.99
+    progress.done()
+    assert ratio() == 1.0
+    assert len(seen) == 5  # every item still reached the terminal's reporter

@@ -207,6 +207,9 @@ def test_runbook_end_to_end(tmp_path):
         assert kept.count("nothing to delete") == 2, kept
         drill = book.run_section("7. Monthly restore drill").splitlines()
         assert "drill passed" in drill and any(line.startswith("RTO: ") for line in drill)
+        with open(os.path.join(env["WORK_DIR"], "drill.prom")) as f:
+            assert f.read().splitlines()[-1] == ('mysqlbackup_restore_progress_ratio'
+                                                 '{command="drill",source="db1"} 1.000000')
 
         book.run_section("8. A new replica from the archive")
         assert checksums(replica, "shop") == latest

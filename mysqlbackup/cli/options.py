@@ -282,3 +282,14 @@ def deprecated_alias(old, new, **attrs):
         wrapper.__click_params__[-1].alias_of = new
         return wrapper
     return decorate
+
+
+def metrics_file_option(func):
+    """--metrics-file (restore, drill): the restore's progress for node_exporter's
+    textfile collector (``replay.job.progress.ProgressFile``)."""
+    return click.option("--metrics-file", type=click.Path(dir_okay=False), metavar="PATH",
+                        help="Keep mysqlbackup_restore_progress_ratio (0 to 1, never going "
+                        "back; 1 when it ends well) in this file for node_exporter's "
+                        "textfile collector (e.g. /var/lib/node_exporter/textfile/"
+                        "restore.prom), replaced whole at most once a second.")(func)
+

@@ -8,7 +8,8 @@ import click
 
 from mysqlbackup.archive.names import check_source_name
 from mysqlbackup.cli.options import (archive_options, example, handle_errors, identity_option,
-                                     json_option, source_name_option, stop_options)
+                                     json_option, metrics_file_option, source_name_option,
+                                     stop_options)
 from mysqlbackup.errors import ExitCode
 
 
@@ -26,11 +27,12 @@ from mysqlbackup.errors import ExitCode
 @click.option("--keep", is_flag=True, help="Keep the scratch server's directory (stopped) "
               "afterwards, to look at.")
 @click.option("--master", help="Spark master for the replay (default local[*]).")
+@metrics_file_option
 @identity_option
 @json_option("passed, base, rto_seconds, lines, problems")
 @handle_errors
 def drill(archive_url, archive_option, source_name, stop, workdir, keep, master,
-          identity, as_json):
+          metrics_file, identity, as_json):
     """Restore drill: restore the archive into a scratch server started for it (the
     first mariadbd and mariadb-install-db on PATH for a MariaDB source, MySQL's own
     mysqld and mysql client for a MySQL one, its GTID mode as the source's; a throwaway
@@ -47,7 +49,7 @@ def drill(archive_url, archive_option, source_name, stop, workdir, keep, master,
     from mysqlbackup.archive.store import parse_options
     from replay.drill.run import DrillOptions, run_drill
     from replay.planning.options import build_selection
-    from replay.job.progress import reporter
+    from replay.job.progress import ProgressFile, reporter
     from replay.restore.run import RestoreOptions
     if not archive_url:
         raise click.UsageError("--archive is required")
@@ -58,8 +60,13 @@ def drill(archive_url, archive_option, source_name, stop, workdir, keep, master,
                              keyring=keyring_from(identity),
                              apply="statements")  # its check reads what the scratch logged
     progress = reporter(lambda line: click.echo(line, err=True))  # a bar on a terminal
+    if metrics_file:
+        progress = ProgressFile(progress, metrics_file, {"source": source_name or "",
+                                                          "command": "drill"})
     try:
         report = run_drill(DrillOptions(restore, workdir, keep), progress=progress)
+        if metrics_file:
+            progress.done()
     finally:
         progress.close()
     code = ExitCode.FAILED if report.problems else ExitCode.OK

@@ -147,3 +147,53 @@ def reporter(echo_err, stream=None):
         from rich.console import Console
         return BarReporter(Console(file=stream))
     return PlainReporter(echo_err)
+
+
+PROGRESS_METRIC = "mysqlbackup_restore_progress_ratio"
+
+
+class ProgressFile:
+    """``--metrics-file``: a reporter that also keeps ``mysqlbackup_restore_progress_ratio``
+    in a file for node_exporter's textfile collector: the binlogs' bytes applied of all
+    (files when sizes are unknown; at most 0.99 until the end: a base loads before them),
+    never going back, 1 once the command ends well (``done``). The file is replaced whole
+    (write, rename), at most every ``every`` seconds, ``labels`` ({source, command}) on
+    the sample."""
+
+    def __init__(self, inner, path, labels, every=1.0, clock=time.monotonic):
+        self.inner, self.path, self.every, self.clock = inner, path, every, clock
+        self.labels = ",".join(f'{k}="{_label_value(v)}"' for k, v in sorted(labels.items()))
+        self.ratio = 0.0
+        self._write(0.0)
+        self.written_at = None  # the first progress is written at once
+
+    def __call__(self, item):
+        self.inner(item)
+        if isinstance(item, str):
+            return
+        done, total = ((item.bytes_done, item.bytes_total) if item.bytes_total
+                       else (item.files_done, item.files_total))
+        ratio = min(0.99, done / total) if total else 0.0  # 1: when the command ends well
+        now = self.clock()
+        if ratio > self.ratio and (self.written_at is None or item.finished
+                                   or now - self.written_at >= self.every):
+            self._write(ratio)
+
+    def done(self):
+        """The command ended well: the ratio is 1."""
+        self._write(1.0)
+
+    def _write(self, ratio):
+        from mysqlbackup.durable import write_bytes
+        self.ratio, self.written_at = max(self.ratio, ratio), self.clock()
+        text = (f"# HELP {PROGRESS_METRIC} Share of the restore done (0 to 1, never going "
+                f"back)\n# TYPE {PROGRESS_METRIC} gauge\n"
+                f"{PROGRESS_METRIC}{{{self.labels}}} {self.ratio:.6f}\n")
+        write_bytes(self.path, text.encode("utf-8"))
+
+    def close(self):
+        self.inner.close()
+
+
+def _label_value(value):
+    return str(value).replace("\\", "\\\\").replace('"', '\\"').replace("\n", "\\n")

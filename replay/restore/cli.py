@@ -8,8 +8,8 @@ import click
 
 from mysqlbackup.archive.names import check_source_name
 from mysqlbackup.cli.options import (archive_options, example, handle_errors, identity_option,
-                                     json_option, source_name_option, spark_options,
-                                     stop_options, target_options)
+                                     json_option, metrics_file_option, source_name_option,
+                                     spark_options, stop_options, target_options)
 from mysqlbackup.config import TARGET_PASSWORD_ENV
 from mysqlbackup.errors import UsageError
 from mysqlbackup.source.spec import source_from_options
@@ -69,12 +69,13 @@ from replay.restore.run import APPLY_MODES, USERS_MODES
 @click.option("--merge", type=click.IntRange(1, 10000), default=100, show_default=True,
               help="Source transactions per target commit on a target without a binlog.")
 @spark_options
+@metrics_file_option
 @identity_option
 @handle_errors
 def restore(archive_url, archive_option, source_name, target, target_password_file, target_tls,
             stop, base_id, dry_run, as_json,
             into_nonempty, datadir, tables, rewrites, apply_mode, engine, users, workers, merge,
-            master, spark_conf, driver_host, executor_python, identity):
+            master, spark_conf, driver_host, executor_python, metrics_file, identity):
     """Restore a source to a point in time: its base backup (chosen by GTID), then its
     binlogs up to the stop point, exactly once; run again after an interruption, it
     resumes. No stop: everything archived."""
@@ -82,7 +83,7 @@ def restore(archive_url, archive_option, source_name, target, target_password_fi
     from mysqlbackup.archive.names import parse_base_id
     from mysqlbackup.archive.store import parse_options
     from replay.planning.options import build_selection
-    from replay.job.progress import reporter
+    from replay.job.progress import ProgressFile, reporter
     from replay.spark.context import SparkSetup
     from replay.restore.run import RestoreOptions, run_restore
     spark_setup = SparkSetup.of(spark_conf, driver_host, executor_python)  # before the store
@@ -115,10 +116,15 @@ def restore(archive_url, archive_option, source_name, target, target_password_fi
                           datadir=datadir, keyring=keyring_from(identity), apply=apply_mode, users=users,
                           engine=engine, spark=spark_setup)
     progress = reporter(lambda line: click.echo(line, err=True))  # a bar on a terminal
+    if metrics_file:
+        progress = ProgressFile(progress, metrics_file, {"source": source_name or "",
+                                                          "command": "restore"})
     lines = []
     try:
         report = run_restore(opts, echo=lines.append if as_json else click.echo,
                              progress=progress)
+        if metrics_file and not dry_run:
+            progress.done()
     finally:
         progress.close()
     if as_json:
