@@ -8,11 +8,12 @@ holes in the chain after that base (0 while a restore from it reaches the newest
 archived transaction). ``RecoveryWatch`` reads it again at most every ``interval``
 seconds (a minute: a listing of the whole archive), and ``recovery_families`` turns the
 last reading into Prometheus samples with its age, labelled with the source's name. The
-daemon's archiver refreshes it after a pass (``Archiver.run_once``); ``serve`` from its
-own thread. A reading that fails keeps the one before (its age says how old it is).
+daemon's archiver refreshes it after a pass (``Archiver.run_once``); ``serve`` from a
+thread of its own (``watch_in_thread``). A reading that fails keeps the one before (its age says how old it is).
 """
 
 import logging
+import threading
 import time
 from dataclasses import dataclass
 from typing import Optional
@@ -81,6 +82,19 @@ class RecoveryWatch:
             log.warning("recovery window of %s not read (%s: %s); the metrics keep the "
                         "last reading", self.source, type(e).__name__, e)
         return self.last
+
+
+def watch_in_thread(watch, stopped):
+    """A daemon thread that refreshes ``watch`` now and then every ``watch.interval``
+    seconds (at least one) until the Event ``stopped`` is set; started, returned."""
+    def loop():
+        while True:
+            watch.refresh()
+            if stopped.wait(max(1.0, watch.interval)):
+                return
+    thread = threading.Thread(target=loop, name="recovery-window", daemon=True)
+    thread.start()
+    return thread
 
 
 def recovery_families(recovery, now):

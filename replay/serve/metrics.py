@@ -5,7 +5,9 @@ scrape (``registry.Registry.snapshot``: nothing is updated on the connections'
 paths): connections open, logging in and dumping, dumps started and refused, and
 what the bounds refused or ended (``ServeHandle.stats``: refused logins, refused
 connections, bad handshakes, packets too large, timeouts, handshakes ended for newer
-ones, accept failures). Served by the daemon's bounded HTTP server
+ones, accept failures), and the archive's recovery window (``RecoveryCollector``: the
+daemon's ``mysqlbackup_restorable_*`` gauges, read by a thread at most once a minute).
+Served by the daemon's bounded HTTP server
 (``mysqlbackup.httpd``, through ``httpd.serve_registry``), under its own prefix for
 the HTTP server's counts.
 """
@@ -59,12 +61,33 @@ class ServeCollector:
                                 value=dumping)
 
 
-def serve_metrics(registry, address):
+class RecoveryCollector:
+    """The served archive's recovery window (``stream.recovery``), its last reading."""
+
+    def __init__(self, watch):
+        self.watch = watch
+
+    def describe(self):
+        """No fixed metrics: they are computed at every scrape."""
+        return []
+
+    def collect(self):
+        """The samples of the watch's last reading."""
+        import time
+
+        from mysqlbackup.stream.recovery import recovery_families
+        yield from recovery_families(self.watch.last, time.time())
+
+
+def serve_metrics(registry, address, recovery=None):
     """The started HTTP server of the metrics of ``registry`` (a serve ``Registry``) at
-    ``address`` (HOST:PORT); UsageError when it cannot listen there."""
+    ``address`` (HOST:PORT), with the recovery window of ``recovery`` (a RecoveryWatch)
+    when given; UsageError when it cannot listen there."""
     from prometheus_client import CollectorRegistry
 
     from mysqlbackup.httpd import serve_registry
     metrics = CollectorRegistry(auto_describe=True)
     metrics.register(ServeCollector(registry))
+    if recovery is not None:
+        metrics.register(RecoveryCollector(recovery))
     return serve_registry(metrics, address, counters="mysqlbackup_serve_metrics_http")

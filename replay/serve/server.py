@@ -21,6 +21,7 @@ Refusals are counted (``ServeHandle.stats``) and logged at most once per kind ev
 few seconds.
 """
 
+import threading
 from dataclasses import dataclass, field, replace
 
 from mysqlbackup.errors import UsageError
@@ -159,6 +160,7 @@ class _Server:
             self.listener.stop()
             raise
         self.metrics_address, self.metrics = options.metrics_address, None
+        self.stopped = threading.Event()  # ends the recovery window's thread
 
     def _connection(self, sock, peer, conn_id):
         """A new connection, given what it talks to and nothing more."""
@@ -169,15 +171,27 @@ class _Server:
         if self.metrics_address:
             from replay.serve.metrics import serve_metrics
             try:
-                self.metrics = serve_metrics(self.registry, self.metrics_address)
+                self.metrics = serve_metrics(self.registry, self.metrics_address,
+                                             self._watch_recovery())
             except BaseException:
                 self.listener.stop()
                 raise
         self.listener.start()
 
+    def _watch_recovery(self):
+        """The RecoveryWatch of the served archive, refreshed by a thread till ``stop``."""
+        from mysqlbackup.archive.store import ArchiveStore
+        from mysqlbackup.stream.recovery import RecoveryWatch, watch_in_thread
+        archive = self.archive
+        watch = RecoveryWatch(ArchiveStore(archive.archive_url, archive.storage_options),
+                              archive.source)
+        watch_in_thread(watch, self.stopped)
+        return watch
+
     def stop(self):
         """Admit no more, close the listener and every connection, join their threads,
         close the metrics."""
+        self.stopped.set()
         connections = self.registry.close()
         self.listener.stop()
         for conn in connections:

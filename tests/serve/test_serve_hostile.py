@@ -440,3 +440,16 @@ def test_connections_past_the_caps_get_too_many_connections(archive, tmp_path):
         for sock in held:
             sock.close()
         served.stop()
+
+
+def test_the_recovery_window_is_on_serves_endpoint_too(served):
+    """serve's metrics carry the served archive's recovery window, as the daemon's do."""
+    def read(name):
+        try:
+            return served.metric(name)
+        except StopIteration:
+            return None
+    wait_for(lambda: read("mysqlbackup_recovery_window_age_seconds") is not None,
+             what="the recovery window's first reading")
+    assert read("mysqlbackup_archive_holes") >= 0
+    assert 0 <= read("mysqlbackup_recovery_window_age_seconds") < 60
