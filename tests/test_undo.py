@@ -80,6 +80,8 @@ def last_gtid(server):
     if hasattr(server, "current_binlog"):
         uuid = server.execute("SELECT @@server_uuid")[0][0]
         executed = server.execute("SELECT @@gtid_executed")[0][0].replace("\n", "")
+        if not executed:
+            return None  # gtid_mode=OFF
         return f"{uuid}:{MysqlGtidSet.parse(executed).sids[uuid][-1][1] - 1}"
     return server.execute("SELECT @@gtid_binlog_pos")[0][0].split(",")[-1]
 
@@ -431,3 +433,82 @@ def test_a_big_transaction_undoes_in_bounded_memory(shop, tmp_path):
     assert shop.execute("CHECKSUM TABLE shop.big")[0][1] == wanted
     peak_mb = int(done.stderr.rsplit("peak ", 1)[1].split()[0]) / 1024
     assert peak_mb < 150, f"peak RSS {peak_mb:.0f} MB"
+
+
+def test_two_transactions_undone_together_from_an_encrypted_archive(shop, tmp_path):
+    """Two bad transactions, the second changing rows the first changed, undone in one go
+    newest first; the archive's objects zstd-compressed and age-encrypted."""
+    _setup(shop)
+    first = _bad(shop)
+    shop.execute("BEGIN", "UPDATE shop.items SET tx = 'second' WHERE id IN (1, 30)",
+                 "DELETE FROM shop.items WHERE id = 50", "COMMIT")
+    second = last_gtid(shop)
+    _later(shop)
+    keys = tmp_path / "keys"
+    keys.mkdir()
+    made = run_cli("keygen", "--identity", str(keys / "id"), "--recipient", str(keys / "pub"))
+    assert made.returncode == 0, made.stderr
+    shop.execute("FLUSH BINARY LOGS")
+    folder = tmp_path / "binlogs"
+    folder.mkdir()
+    newest = current_binlog(shop)
+    for name in [n for n in shop.binlog_files() if n != newest]:
+        shutil.copyfile(shop.binlog_path(name), folder / name)
+    url = f"file://{tmp_path / 'archive'}"
+    done = run_cli("archive", "import", str(folder), "--archive", url, "--source-name", "db1",
+                   "--compress", "zstd", "--encrypt-to", str(keys / "pub"))
+    assert done.returncode == 0, done.stderr
+    without = undo(shop, url, "--gtid", first, "--gtid", second)
+    assert without.returncode == 2 and "identity" in without.stderr, without.stderr
+    done = undo(shop, url, "--gtid", second, "--gtid", first, "--identity", str(keys / "id"))
+    assert done.returncode == 0, done.stderr
+    assert f"2 transaction(s) ({first}, {second})" in done.stdout
+    after = _checksums(shop)
+    assert after["items"] == after["items_ref"] and after["nokey"] == after["nokey_ref"]
+
+
+def test_a_transaction_in_the_newest_files_archived_segments(shop, tmp_path):
+    """The daemon streams the primary into the archive; the bad transaction lies in the
+    newest file, archived as segments (not sealed)."""
+    from tests.helpers import Daemon, wait_archived_to_the_end
+    from mysqlbackup.archive.store import ArchiveStore
+    _setup(shop)
+    shop.execute("FLUSH BINARY LOGS")
+    url = f"file://{tmp_path / 'archive'}"
+    daemon = Daemon(shop, tmp_path / "d", "--archive", url, "--source-name", "db1",
+                    "--archive-interval", "0.2", "--start-file", current_binlog(shop),
+                    "--no-semi-sync", server_id=991).start()
+    try:
+        gtid = _bad(shop)
+        _later(shop)
+        wait_archived_to_the_end(shop, ArchiveStore(url))
+        done = undo(shop, url, "--gtid", gtid)
+        assert done.returncode == 0, done.stderr
+    finally:
+        assert daemon.stop() == 0, daemon.output()
+    after = _checksums(shop)
+    assert after["items"] == after["items_ref"] and after["nokey"] == after["nokey_ref"]
+
+
+def test_mysql_without_gtids_undoes_by_position(make_mysql, tmp_path):
+    """MySQL's default gtid_mode=OFF: the transaction named by where archive find says
+    it starts (--at FILE:START)."""
+    server = make_mysql(gtid_mode="OFF")
+    server.execute("SET GLOBAL sql_mode = ''", "CREATE DATABASE shop")
+    _setup(server)
+    _bad(server)
+    _later(server)
+    url = _archive(server, tmp_path)
+    found = run_cli("archive", "find", "--archive", url, "--table", "shop.nokey",
+                    "--type", "delete")
+    assert found.returncode == 0, found.stderr
+    line = found.stdout.splitlines()[-1]
+    assert line.startswith("- ")
+    at = line.split()[2].split("-")[0]  # FILE:START of FILE:START-END
+    done = undo(server, url, "--at", at)
+    assert done.returncode == 0, done.stderr
+    assert f"1 transaction(s) ({at}), 27 row(s)" in done.stdout
+    after = _checksums(server)
+    assert after["items"] == after["items_ref"] and after["nokey"] == after["nokey_ref"]
+    wrong = undo(server, url, "--at", at.split(":")[0] + ":4")
+    assert wrong.returncode == 2 and "holds no committed transaction" in wrong.stderr

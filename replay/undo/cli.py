@@ -15,9 +15,12 @@ from mysqlbackup.source.spec import source_from_options
     "mysql://admin@db1:3306 --dry-run"))
 @archive_options
 @source_name_option("one")
-@click.option("--gtid", "gtids", multiple=True, metavar="GTID", required=True,
+@click.option("--gtid", "gtids", multiple=True, metavar="GTID",
               help="A transaction to undo (MariaDB D-S-N, MySQL UUID[:TAG]:N; repeatable: "
               "undone newest first). archive find shows them.")
+@click.option("--at", "positions", multiple=True, metavar="FILE:POS",
+              help="A transaction to undo by where it starts (archive find's FILE:START), for "
+              "a source without GTIDs (MySQL's gtid_mode=OFF); repeatable, with --gtid too.")
 @target_options("Undo on this server (normally the source itself, or its new primary): "
                 "in one transaction, every row checked first. The user needs SELECT and "
                 "the tables' write privileges, and BINLOG REPLAY or SUPER (MariaDB), "
@@ -34,7 +37,8 @@ from mysqlbackup.source.spec import source_from_options
               "the reversal, then roll it back; says whether the undo would go through.")
 @identity_option
 @handle_errors
-def undo(archive_url, archive_option, source_name, gtids, target, target_password_file,
+def undo(archive_url, archive_option, source_name, gtids, positions, target,
+         target_password_file,
          target_tls, sql_path, tables, lock_timeout, dry_run, identity):
     """Undo transactions without a restore: their row changes reversed (a DELETE's rows
     inserted back, an INSERT's deleted, an UPDATE's rows set back), in one new transaction
@@ -45,6 +49,8 @@ def undo(archive_url, archive_option, source_name, gtids, target, target_passwor
     FULL, a table with triggers, not InnoDB, or changed since; foreign keys that cascade
     (MariaDB, MySQL 8: their binlog lacks the cascaded rows). Restore --table is the way
     for those."""
+    if not gtids and not positions:
+        raise click.UsageError("name the transactions to undo: --gtid GTID or --at FILE:POS")
     if bool(target) == bool(sql_path):
         raise click.UsageError("give exactly one of --target and --sql")
     if dry_run and not target:
@@ -62,6 +68,6 @@ def undo(archive_url, archive_option, source_name, gtids, target, target_passwor
     spec = source_from_options(target, target_password_file, TARGET_PASSWORD_ENV,
                                target_tls) if target else None
     opts = UndoOptions(archive_url, parse_options(archive_option), source_name, tuple(gtids),
-                       spec, sql_path, tuple(t.lower() for t in tables), dry_run,
+                       tuple(positions), spec, sql_path, tuple(t.lower() for t in tables), dry_run,
                        keyring_from(identity), lock_timeout)
     click.echo(run_undo(opts).line())

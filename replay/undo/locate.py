@@ -23,7 +23,11 @@ from mysqlbackup.errors import TornEvent, UsageError
 from replay.find.run import plan_search
 from replay.job.tasks import stream_unit
 
-_GTID_EVENTS = frozenset({ev.MARIA_GTID, ev.GTID, ev.GTID_TAGGED})
+_GTID_EVENTS = frozenset({ev.MARIA_GTID, ev.GTID, ev.GTID_TAGGED, ev.ANONYMOUS_GTID})
+_HEADERS = frozenset({ev.FORMAT_DESCRIPTION, ev.ROTATE, ev.STOP, ev.PREVIOUS_GTIDS,
+                      ev.MARIA_GTID_LIST, ev.MARIA_BINLOG_CHECKPOINT, ev.MARIA_START_ENCRYPTION,
+                      ev.HEARTBEAT, ev.HEARTBEAT_V2, ev.INCIDENT})
+POSITION = "at"  # the first part of a wanted key that names a transaction by where it starts
 
 
 class Spool:
@@ -88,8 +92,10 @@ class Found:
 
 
 def find_transactions(archive_url, archive_options, source_name, gtids, keyring=None):
-    """(source, [Found]) of the GTIDs (tuples, ``gtid.parse_one``; texts given), in
-    commit order; UsageError naming the GTIDs the archive does not hold."""
+    """(source, [Found]) of the wanted transactions, in commit order: ``gtids`` maps each
+    key to its text as given, a key a GTID (a tuple, ``gtid.parse_one``) or (POSITION,
+    file, offset) of where a transaction starts (a source without GTIDs); UsageError
+    naming those the archive does not hold."""
     source, units = plan_search(archive_url, archive_options, source_name, keyring)
     wanted = dict(gtids)
     found = {}
@@ -97,7 +103,7 @@ def find_transactions(archive_url, archive_options, source_name, gtids, keyring=
         for unit in units:
             if len(found) == len(wanted):
                 break
-            if not _may_hold(unit.index, [t for k, t in wanted.items() if k not in found]):
+            if not _may_hold(unit, [(k, t) for k, t in wanted.items() if k not in found]):
                 continue
             collector = _Collector(unit.name, wanted, found)
             stream_unit(unit, archive_url, archive_options or {}, collector.feed, keyring)
@@ -115,11 +121,17 @@ def find_transactions(archive_url, archive_options, source_name, gtids, keyring=
     return source, sorted(found.values(), key=lambda f: (f.commit_ts, f.file, f.start))
 
 
-def _may_hold(index, texts):
-    before, after = index.get("gtid_before"), index.get("gtid_after")
-    if not after:
-        return True
-    return any(contains(after, t) and not (before and contains(before, t)) for t in texts)
+def _may_hold(unit, wanted):
+    """Whether the unit may hold one of the ``wanted`` (key, text): by its name for a
+    position, by the GTID states its index gives before and after it for a GTID."""
+    before, after = unit.index.get("gtid_before"), unit.index.get("gtid_after")
+    for key, text in wanted:
+        if key[0] == POSITION:
+            if key[1] == unit.name:
+                return True
+        elif not after or contains(after, text) and not (before and contains(before, text)):
+            return True
+    return False
 
 
 class _Collector:
@@ -130,7 +142,7 @@ class _Collector:
         self.tracker = TrxTracker()
         self.stream = EventStream(self._event, file=name)
         self.fde_event, self.current, self.current_key = None, None, None
-
+        self.start = None  # where the open transaction started
     def feed(self, data):
         self.stream.feed(data)
 
@@ -146,6 +158,9 @@ class _Collector:
 
     def _event(self, off, event):
         event, etype, tracker = bytes(event), event[4], self.tracker
+        if tracker.state == OUTSIDE and etype not in _HEADERS:
+            self.start = off
+            self._opened((POSITION, self.name, off), f"{self.name}:{off}")
         if etype == ev.TRANSACTION_PAYLOAD:
             for inner in cz.plain_events(event, off, tracker.checksum, tracker.fde, self.name):
                 self._keep(off, inner)
@@ -157,7 +172,11 @@ class _Collector:
             if etype == ev.FORMAT_DESCRIPTION:
                 self.fde_event = event
             elif etype in _GTID_EVENTS:
-                self._opened(off)
+                gtid = tracker.pending_gtid
+                if gtid and self.current is None:
+                    self._opened(tuple(gtid[1:]), gtid_text(gtid))
+                elif gtid and self.current is not None:
+                    self.current.gtid = gtid_text(gtid)  # found by position: say its GTID
             else:
                 self._keep(off, event)
         if self.current is not None and tracker.state == OUTSIDE:
@@ -166,12 +185,12 @@ class _Collector:
             current.commit_ts = int.from_bytes(event[:4], "little")
             self.found[self.current_key] = current
 
-    def _opened(self, off):
-        gtid = self.tracker.pending_gtid
-        key = tuple(gtid[1:]) if gtid else None
+    def _opened(self, key, text):
+        """Start keeping the transaction that started at ``self.start`` when ``key`` is
+        wanted."""
         if key in self.wanted and key not in self.found:
             tracker, self.current_key = self.tracker, key
-            self.current = Found(gtid_text(gtid), self.name, off, self.fde_event, tracker.fde,
+            self.current = Found(text, self.name, self.start, self.fde_event, tracker.fde,
                                  tracker.checksum)
 
     def _keep(self, off, event):

@@ -12,12 +12,12 @@ from dataclasses import dataclass, field
 
 import pymysql
 
-from mysqlbackup.archive.stop import parse_one_gtid
+from mysqlbackup.archive.stop import parse_file_position, parse_one_gtid
 from mysqlbackup.errors import MysqlBackupError, UsageError
 from replay.job.sinks.session import TargetSession, connect_target
 from replay.job.sinks.statements import MYSQL_GTID_AUTOMATIC
 from replay.undo.expect import ABSENT, Expected
-from replay.undo.locate import find_transactions
+from replay.undo.locate import POSITION, find_transactions
 from replay.undo.reverse import (INSTEAD, NO_FOREIGN_KEY_CHECKS_F, UndoRefused,
                                  read_changes, reversed_event, row_spans, with_server_id)
 from replay.undo.script import write_script
@@ -35,6 +35,7 @@ class UndoOptions:
     archive_options: dict
     source_name: str
     gtids: tuple            # texts, as given
+    positions: tuple = ()   # 'FILE:POS' texts: where transactions start (no GTIDs)
     target: object = None   # a SourceSpec, or None with sql_path
     sql_path: str = None
     tables: tuple = ()      # 'db.table', lowercase
@@ -79,6 +80,9 @@ def run_undo(opts):
     wanted = {}
     for text in opts.gtids:
         wanted[parse_one_gtid(text, "--gtid")] = text.strip()
+    for text in opts.positions:
+        at = parse_file_position(text, "--at")
+        wanted[(POSITION, at.file, at.offset)] = f"{at.file}:{at.offset}"
     source, founds = find_transactions(opts.archive_url, opts.archive_options,
                                        opts.source_name, wanted, opts.keyring)
     try:
