@@ -16,6 +16,8 @@ from tests.helpers import current_binlog, module_primary, run_cli
 
 pytestmark = pytest.mark.server
 
+
+
 # every column type the check compares; NULLs, zero dates, negative TIME, a BIT, a SET
 TYPES = ("id INT NOT NULL PRIMARY KEY, ti TINYINT, su SMALLINT UNSIGNED, mi MEDIUMINT, "
          "bu BIGINT UNSIGNED, f FLOAT, d DOUBLE, de DECIMAL(20,6), dt DATETIME(3), "
@@ -512,3 +514,89 @@ def test_mysql_without_gtids_undoes_by_position(make_mysql, tmp_path):
     assert after["items"] == after["items_ref"] and after["nokey"] == after["nokey_ref"]
     wrong = undo(server, url, "--at", at.split(":")[0] + ":4")
     assert wrong.returncode == 2 and "holds no committed transaction" in wrong.stderr
+
+
+def test_composite_keys_collations_and_long_decimals(one_server, tmp_path):
+    """A primary key whose columns are not in the table's order, a string key in a
+    collation that is not its character set's default, DECIMAL keys that differ past 28
+    digits, a zero TIMESTAMP in a table without a key."""
+    server = one_server
+    server.execute(
+        "SET SESSION sql_mode = ''", "DROP TABLE IF EXISTS shop.ck, shop.ck_ref, shop.z",
+        "CREATE TABLE shop.ck (a VARCHAR(10) CHARACTER SET utf8mb4 COLLATE "
+        "utf8mb4_unicode_ci, b DECIMAL(32,0), v INT, PRIMARY KEY (b, a)) ENGINE=InnoDB",
+        "INSERT INTO shop.ck VALUES ('x', 12345678901234567890123456789011, 1), "
+        "('x', 12345678901234567890123456789012, 2), ('y', 1, 3), ('z', 2, 4)",
+        "CREATE TABLE shop.ck_ref LIKE shop.ck", "INSERT INTO shop.ck_ref SELECT * FROM shop.ck",
+        "CREATE TABLE shop.z (t TIMESTAMP NULL, v INT) ENGINE=InnoDB",
+        "INSERT INTO shop.z VALUES ('0000-00-00 00:00:00', 1)")
+    wanted = server.execute("CHECKSUM TABLE shop.ck_ref")[0][1]
+    server.execute("SET SESSION sql_mode = ''", "BEGIN",
+                   "UPDATE shop.ck SET v = 0 WHERE b > 100",
+                   "DELETE FROM shop.ck WHERE a = 'y'", "UPDATE shop.z SET v = 2", "COMMIT")
+    gtid = last_gtid(server)
+    server.execute("UPDATE shop.ck SET v = 5 WHERE a = 'z'",
+                   "UPDATE shop.ck_ref SET v = 5 WHERE a = 'z'")
+    url = _archive(server, tmp_path)
+    done = undo(server, url, "--gtid", gtid)
+    assert done.returncode == 0, done.stderr
+    assert server.execute("CHECKSUM TABLE shop.ck")[0][1] == \
+        server.execute("CHECKSUM TABLE shop.ck_ref")[0][1]
+    assert server.execute("SELECT v FROM shop.z") == ((1,),)
+    assert wanted  # the reference existed before the bad transaction
+
+
+def test_a_transaction_not_named_between_two_named_ones_is_a_conflict(shop, tmp_path):
+    _setup(shop)
+    shop.execute("UPDATE shop.items SET tx = 'one' WHERE id = 1")
+    first = last_gtid(shop)
+    shop.execute("UPDATE shop.items SET tx = 'two' WHERE id = 1")  # not named
+    shop.execute("UPDATE shop.items SET tx = 'three' WHERE id = 1")
+    third = last_gtid(shop)
+    url = _archive(shop, tmp_path)
+    before = _checksums(shop)
+    done = undo(shop, url, "--gtid", first, "--gtid", third)
+    assert done.returncode == 12, done.stderr
+    assert "shop.items (id=1): a transaction not named changed it between the named ones" \
+        in done.stderr
+    assert _checksums(shop) == before
+
+
+def test_deleted_rows_of_a_table_without_a_key_alone_are_refused(shop, tmp_path):
+    """Nothing to check: a second run would put them back twice."""
+    _setup(shop)
+    shop.execute("DELETE FROM shop.nokey WHERE k = 1")
+    gtid = last_gtid(shop)
+    url = _archive(shop, tmp_path)
+    before = _checksums(shop)
+    done = undo(shop, url, "--gtid", gtid)
+    assert done.returncode == 2, done.stderr
+    assert "nothing the undo changes can be checked" in done.stderr
+    assert _checksums(shop) == before
+
+
+def test_mysql_9_refuses_undoing_inserts_into_a_cascading_parent(make_mysql, tmp_path):
+    server = make_mysql()
+    server.execute(
+        "CREATE DATABASE shop",
+        "CREATE TABLE shop.parent (id INT PRIMARY KEY) ENGINE=InnoDB",
+        "CREATE TABLE shop.child (id INT PRIMARY KEY, parent INT, FOREIGN KEY (parent) "
+        "REFERENCES shop.parent (id) ON DELETE CASCADE) ENGINE=InnoDB",
+        "INSERT INTO shop.parent VALUES (1)")
+    gtid = last_gtid(server)
+    server.execute("INSERT INTO shop.child VALUES (1, 1)")  # a child of it since
+    url = _archive(server, tmp_path)
+    done = undo(server, url, "--gtid", gtid)
+    assert done.returncode == 2, done.stderr
+    assert "undoing its inserts would delete or change parent rows" in done.stderr
+    assert server.execute("SELECT COUNT(*) FROM shop.child")[0][0] == 1
+
+
+@pytest.mark.parametrize("extra, generated", [
+    ("VIRTUAL GENERATED", True), ("STORED GENERATED", True), ("PERSISTENT GENERATED", True),
+    ("DEFAULT_GENERATED", False), ("DEFAULT_GENERATED on update CURRENT_TIMESTAMP", False),
+    ("", False)])
+def test_only_generated_columns_are_left_uncompared(extra, generated):
+    from replay.undo.target import _column
+    row = ("c", "datetime", "datetime", None, None, extra)
+    assert _column(row, 18, b"\x00", False).generated is generated

@@ -26,9 +26,12 @@ def key_text(values):
     return "\x1f".join("\x00" if v is None else _text(v) for v in values)
 
 
+_EXACT = decimal.Context(prec=200)  # normalize() in the default 28 digits would round
+
+
 def _text(value):
     if isinstance(value, decimal.Decimal):
-        return "d" + format(value.normalize(), "f") if value else "d0"
+        return "d" + format(value.normalize(_EXACT), "f") if value else "d0"
     if isinstance(value, float):
         return "f" + repr(value)
     if isinstance(value, int):
@@ -62,8 +65,19 @@ class Expected:
             self._flush()
 
     def _flush(self):
+        if not self._pending:
+            return
         self.db.executemany("INSERT OR REPLACE INTO keyed VALUES (?, ?, ?, ?)", self._pending)
         self._pending = []
+
+    def state(self, tid, key):
+        """(whether ``key`` of table ``tid`` has a state yet, that state or ABSENT)."""
+        self._flush()
+        row = self.db.execute("SELECT state FROM keyed WHERE tid = ? AND key = ?",
+                              (tid, key_text(key))).fetchone()
+        if row is None:
+            return False, ABSENT
+        return True, None if row[0] is None else pickle.loads(row[0])
 
     def count(self, tid, row, delta):
         """One more (``delta`` 1) or one fewer (-1) whole row ``row`` in table ``tid``."""

@@ -19,7 +19,7 @@ from mysqlbackup.binlog import events as ev
 from mysqlbackup.binlog.gtid import contains, gtid_text
 from mysqlbackup.binlog.scan import EventStream
 from mysqlbackup.binlog.transactions import OUTSIDE, TrxTracker
-from mysqlbackup.errors import TornEvent, UsageError
+from mysqlbackup.errors import MysqlBackupError, TornEvent, UsageError, mask_url
 from replay.find.run import plan_search
 from replay.job.tasks import stream_unit
 
@@ -108,6 +108,12 @@ def find_transactions(archive_url, archive_options, source_name, gtids, keyring=
             collector = _Collector(unit.name, wanted, found)
             stream_unit(unit, archive_url, archive_options or {}, collector.feed, keyring)
             collector.finish(unit.partial)
+    except FileNotFoundError as e:  # the newest file's segments go once it is sealed
+        for one in found.values():
+            one.events.close()
+        raise MysqlBackupError(f"the archive changed while it was read: {mask_url(e)} is "
+                               "gone (the newest file was sealed meanwhile?); run it again") \
+            from None
     except BaseException:
         for one in found.values():
             one.events.close()
@@ -118,7 +124,7 @@ def find_transactions(archive_url, archive_options, source_name, gtids, keyring=
             one.events.close()
         raise UsageError(f"the archive of {source} holds no committed transaction "
                          f"{', '.join(missing)} (archive find shows what it holds)")
-    return source, sorted(found.values(), key=lambda f: (f.commit_ts, f.file, f.start))
+    return source, list(found.values())  # in binlog order: as the files were read
 
 
 def _may_hold(unit, wanted):

@@ -98,6 +98,10 @@ def read_changes(events, fde, checksum, where):
             if table_id not in current:
                 raise UndoRefused(f"{where(i)}: a rows event for table id {table_id} without "
                                   "its TABLE_MAP before it in the transaction")
+            layout = changes.layouts[table_id]
+            if layout.unsupported:
+                raise UndoRefused(f"{where(i)}: {layout.name} has a {layout.unsupported} that "
+                                  f"undo cannot read; {INSTEAD}")
             present = _present(event, fde)
             whole = (1 << len(changes.maps[table_id].types)) - 1
             for bitmap in present:

@@ -86,25 +86,32 @@ def run_undo(opts):
     source, founds = find_transactions(opts.archive_url, opts.archive_options,
                                        opts.source_name, wanted, opts.keyring)
     try:
-        plans = [(found, _changes(found, opts.tables)) for found in founds]
-        _same_format(founds)
-        report = UndoReport(source, [f.gtid for f in founds], dry_run=opts.dry_run,
-                            sql_path=opts.sql_path)
-        report.tables = sorted({t for _, c in plans for t in c.tables()})
-        if opts.sql_path:
-            report.rows = write_script(opts.sql_path, plans, source)
-        else:
-            report.rows, report.target_gtid = _apply(opts, plans)
-        return report
+        return _undo(opts, source, founds)
+    except (ValueError, Unchecked) as e:  # rows that do not read as their TABLE_MAP says
+        raise UndoRefused(f"the rows of {', '.join(f.gtid for f in founds)} cannot be read "
+                          f"({e}); {INSTEAD}") from None
     finally:
         for found in founds:
             found.events.close()
 
 
+def _undo(opts, source, founds):
+    plans = [(found, _changes(found, opts.tables)) for found in founds]
+    _same_format(founds)
+    report = UndoReport(source, [f.gtid for f in founds], dry_run=opts.dry_run,
+                        sql_path=opts.sql_path)
+    report.tables = sorted({t for _, c in plans for t in c.tables()})
+    if opts.sql_path:
+        report.rows = write_script(opts.sql_path, plans, source)
+    else:
+        report.rows, report.target_gtid = _apply(opts, plans)
+    return report
+
+
 def _changes(found, tables):
     changes = read_changes(found.events, found.fde, found.checksum, found.where)
     if tables:
-        changes.steps = [s for s in changes.steps if _label(changes.maps[s.table_id])
+        changes.steps = [s for s in changes.steps if _label(changes.maps[s.table_id]).lower()
                          in tables]
     if not changes.steps:
         scope = " of the tables given (--table)" if tables else ""
@@ -114,7 +121,7 @@ def _changes(found, tables):
 
 
 def _label(table_map):
-    return f"{table_map.schema}.{table_map.table}".lower()
+    return f"{table_map.schema}.{table_map.table}"
 
 
 def _same_format(founds):
@@ -144,7 +151,7 @@ def _apply_on(session, opts, plans):
     """(rows reversed, the target's GTID of the undo) on one connection: refusals, the
     expected states, the locked check, the reversal, COMMIT (ROLLBACK: --dry-run)."""
     target = UndoTarget(session, opts.lock_timeout)
-    tables, flags = _tables(target, plans)
+    tables, unchecked = _tables(target, plans)
     expected = Expected()
     try:
         rows = _expect(plans, tables, expected)
@@ -154,13 +161,14 @@ def _apply_on(session, opts, plans):
         _check(target, tables, expected)
     finally:
         expected.close()
-    _reverse(session, target, plans, flags)
+    _reverse(session, target, plans, unchecked)
     return rows, target.finish(commit=not opts.dry_run)
 
 
 def _tables(target, plans):
-    """({label: Table}, extra rows-event flags): every table checked on the target."""
-    tables, flags = {}, 0
+    """({label: Table}, labels whose reversed events go with foreign key checks off):
+    every table checked on the target (see ``_cascades``)."""
+    tables, maps, unchecked = {}, {}, set()
     for found, changes in plans:
         changed = {}
         for step in changes.steps:
@@ -169,24 +177,49 @@ def _tables(target, plans):
             table_map = changes.maps[tid]
             label = _label(table_map)
             if label not in tables:
-                try:
-                    tables[label] = target.table(table_map, mysql_json=not found.mariadb)
-                    for column in tables[label].columns:
-                        column.form  # noqa: B018 - Unchecked for a type not compared
-                except Unchecked as e:
-                    raise UndoRefused(f"{label}: {e} cannot be compared on the target; "
-                                      f"{INSTEAD}") from None
+                tables[label] = _table(target, table_map, found)
+                maps[label] = (table_map.types, table_map.metas)
+            elif maps[label] != (table_map.types, table_map.metas):
+                raise UndoRefused(f"{label} changed its definition between the named "
+                                  f"transactions: undo them one at a time; {INSTEAD}")
             _check_whole(tables[label], changes.missing.get(tid, 0))
-            cascades = target.cascades(table_map.schema, table_map.table)
-            if cascades and kinds & {"update", "delete"}:
-                if found.mariadb or found.version < (9,):
-                    raise UndoRefused(
-                        f"{label} has foreign keys that change other rows "
-                        f"({', '.join(cascades)}): the binlog of "
-                        f"{'MariaDB' if found.mariadb else 'MySQL 8'} does not hold the "
-                        f"rows they changed, so undo cannot put them back; {INSTEAD}")
-                flags = NO_FOREIGN_KEY_CHECKS_F  # MySQL 9 logs them: all reversed as logged
-    return tables, flags
+            unchecked |= _cascades(target, table_map, label, kinds, found)
+    return tables, unchecked
+
+
+def _table(target, table_map, found):
+    table = target.table(table_map, mysql_json=not found.mariadb)
+    try:
+        for column in table.columns:
+            column.form  # noqa: B018 - Unchecked for a type not compared
+    except Unchecked as e:
+        raise UndoRefused(f"{table.label}: {e} cannot be compared on the target; "
+                          f"{INSTEAD}") from None
+    return table
+
+
+def _cascades(target, table_map, label, kinds, found):
+    """The labels whose reversed events go with foreign key checks off (the table and
+    the children its foreign keys cascade to), or UndoRefused. MariaDB and MySQL 8 do not
+    log the rows a cascade changed: refused. MySQL 9 logs them: a transaction that only
+    deleted is undone as logged, parents and children put back with the checks off; the
+    reversal of an INSERT or an UPDATE would delete or change parents that rows written
+    since may reference (not in the binlog, so not checked): refused."""
+    cascades = target.cascades(table_map.schema, table_map.table)
+    if not cascades:
+        return set()
+    shown = ", ".join(f"{child} ({rules})" for child, rules in cascades)
+    if found.mariadb or found.version < (9,):
+        raise UndoRefused(
+            f"{label} has foreign keys that change other rows ({shown}): the binlog of "
+            f"{'MariaDB' if found.mariadb else 'MySQL 8'} does not hold the rows they "
+            f"changed, so undo cannot put them back; {INSTEAD}")
+    if kinds - {"delete"}:
+        raise UndoRefused(
+            f"{label} has foreign keys that change other rows ({shown}): undoing its "
+            f"{' and '.join(sorted(kinds - {'delete'}))}s would delete or change parent "
+            f"rows that rows written since may reference; {INSTEAD}")
+    return {label} | {child for child, _ in cascades}
 
 
 def _check_whole(table, missing):
@@ -201,8 +234,10 @@ def _check_whole(table, missing):
 
 
 def _expect(plans, tables, expected):
-    """Play the transactions' row images into ``expected``; the rows they hold."""
-    rows, readers = 0, {}
+    """Play the transactions' row images into ``expected``; the rows they hold. With
+    several transactions, each one's before images must be what the ones before it left
+    (``_chained``): a transaction not named in between is a conflict."""
+    rows, readers, chained = 0, {}, len(plans) > 1
     for found, changes in plans:
         for step in changes.steps:
             table = tables[_label(changes.maps[step.table_id])]
@@ -214,17 +249,19 @@ def _expect(plans, tables, expected):
                                  found.checksum)
             rows += len(spans)
             for start, middle, end in spans:
-                _expect_row(expected, table, reader, step, event, start, middle)
+                _expect_row(expected, table, reader, step, event, start, middle, chained)
     return rows
 
 
-def _expect_row(expected, table, reader, step, event, start, middle):
+def _expect_row(expected, table, reader, step, event, start, middle, chained):
     kind = step.kind
     first = reader.read(event, start, step.present[0])[0]
     second = reader.read(event, middle, step.present[1])[0] if kind == "update" else None
-    label = table.label.lower()
+    label = table.label
     if table.key:
         key = [first[i] for i in table.key]
+        if chained:
+            _chained(expected, table, key, None if kind == "insert" else first)
         if kind == "insert":
             expected.put(label, key, first)
         elif kind == "delete":
@@ -243,10 +280,36 @@ def _expect_row(expected, table, reader, step, event, start, middle):
         expected.count(label, second, 1)
 
 
+def _chained(expected, table, key, before):
+    """UndoConflict when ``key`` has a state from the named transactions before and the
+    row image that follows it is not that state (``before``; None: an insert, the key
+    must be absent)."""
+    known, state = expected.state(table.label, key)
+    if not known:
+        return
+    compared = [i for i, c in enumerate(table.columns) if not c.generated]
+    same = (state is ABSENT) if before is None else (
+        state is not ABSENT and all(state[i] == before[i] for i in compared))
+    if not same:
+        raise UndoConflict(
+            f"{table.label} {_key_text(table, key)}: a transaction not named changed it "
+            f"between the named ones; name it too, or undo them one at a time; nothing "
+            f"was changed")
+
+
+def _key_text(table, key):
+    return "(" + ", ".join(f"{table.columns[i].name}={v}" for i, v in zip(table.key, key)) + ")"
+
+
 def _check(target, tables, expected):
     conflicts, checked = [], 0
     for label, table in sorted(tables.items()):
         checked += target.check(table, expected, label, conflicts)
+    if not checked:
+        raise UndoRefused(
+            f"nothing the undo changes can be checked: it only puts back rows deleted from "
+            f"{', '.join(sorted(tables))} (no primary key), which may be there already; a "
+            f"second run would insert them twice; {INSTEAD}")
     if conflicts:
         shown = "\n".join("  " + c.line() for c in conflicts[:SHOWN])
         more = f"\n  ... and {len(conflicts) - SHOWN} more" if len(conflicts) > SHOWN else ""
@@ -256,7 +319,7 @@ def _check(target, tables, expected):
             f"nothing was changed\n{shown}{more}")
 
 
-def _reverse(session, target, plans, flags):
+def _reverse(session, target, plans, unchecked):
     """The reversed events applied with BINLOG, newest first, in statements of up to
     ``BINLOG_CAP`` bytes."""
     batch, size = [], 0
@@ -267,6 +330,8 @@ def _reverse(session, target, plans, flags):
             event = found.events[step.index]
             start, spans = row_spans(event, changes.layouts[step.table_id], found.fde,
                                      found.checksum)
+            flags = NO_FOREIGN_KEY_CHECKS_F if _label(changes.maps[step.table_id]) \
+                in unchecked else 0
             undone = reversed_event(event, spans, start, found.fde, found.checksum,
                                     target.server_id, flags)
             batch += [table_map, undone]

@@ -72,7 +72,19 @@ class UndoTarget:
         self.mariadb = "mariadb" in version.lower()
         self.server_id = int(server_id)
         self.run("SET SESSION time_zone = '+00:00'")
+        self._strict()
         self.run(f"SET SESSION innodb_lock_wait_timeout = {int(lock_timeout)}")
+
+    def _strict(self):
+        """Row events applied strictly: a row the reversal does not find, or finds twice,
+        is an error (MySQL: rbr_exec_mode for the session; MariaDB's slave_exec_mode is
+        global: refused when IDEMPOTENT)."""
+        if not self.mariadb:
+            self.run("SET SESSION rbr_exec_mode = 'STRICT'")
+        elif self.run("SELECT @@slave_exec_mode")[0][0].upper() != "STRICT":
+            raise UndoRefused("the target's slave_exec_mode is IDEMPOTENT: the reversal's "
+                              "rows would be applied without their checks; set it to STRICT "
+                              "for the undo")
 
     def run(self, sql, args=None):
         with self.session.conn.cursor() as cur:
@@ -87,7 +99,7 @@ class UndoTarget:
         label = f"{schema}.{name}"
         rows = self.run(
             "SELECT COLUMN_NAME, DATA_TYPE, COLUMN_TYPE, CHARACTER_SET_NAME, "
-            "CHARACTER_OCTET_LENGTH, EXTRA FROM information_schema.COLUMNS WHERE "
+            "COLLATION_NAME, EXTRA FROM information_schema.COLUMNS WHERE "
             "TABLE_SCHEMA = %s AND TABLE_NAME = %s ORDER BY ORDINAL_POSITION", (schema, name))
         if not rows:
             raise UndoRefused(f"the target has no table {label}: undo changes rows of a table "
@@ -123,8 +135,8 @@ class UndoTarget:
                               f"fire them again; {INSTEAD}")
 
     def cascades(self, schema, name):
-        """'db.child (ON DELETE CASCADE)' of each foreign key whose change to ``schema``.
-        ``name`` changes other rows (CASCADE, SET NULL, SET DEFAULT)."""
+        """('db.child', 'ON DELETE CASCADE, ...') of each foreign key through which a change
+        to ``schema``.``name`` changes other rows (CASCADE, SET NULL, SET DEFAULT)."""
         rows = self.run(
             "SELECT CONSTRAINT_SCHEMA, TABLE_NAME, DELETE_RULE, UPDATE_RULE FROM "
             "information_schema.REFERENTIAL_CONSTRAINTS WHERE UNIQUE_CONSTRAINT_SCHEMA = %s "
@@ -135,7 +147,7 @@ class UndoTarget:
                                                             ("UPDATE", on_update))
                      if rule not in ("RESTRICT", "NO ACTION")]
             if rules:
-                found.append(f"{db}.{child} ({', '.join(rules)})")
+                found.append((f"{db}.{child}", ", ".join(rules)))
         return found
 
     def check(self, table, expected, tid, conflicts):
@@ -158,7 +170,7 @@ class UndoTarget:
         return self.run(f"SELECT {canon} FROM {table.quoted} WHERE {where} FOR UPDATE", args)
 
     def _check_keyed(self, table, batch, conflicts):
-        keys = [c for i, c in enumerate(table.columns) if i in table.key]
+        keys = [table.columns[i] for i in table.key]  # in the key's order
         where, args = [], []
         for _, values, _ in batch:
             sql, params = _match(keys, values)
@@ -173,7 +185,7 @@ class UndoTarget:
 
     def _check_counted(self, table, row, n, conflicts):
         compared = [(c, v) for c, v in zip(table.columns, row) if not c.generated]
-        sql, params = _match([c for c, _ in compared], [v for _, v in compared])
+        sql, params = _same([c for c, _ in compared], [v for _, v in compared])
         have = len(self._select(table, sql, params))
         if have < n:
             shown = ", ".join(f"{c.name}={_shown(v)}" for c, v in compared[:4])
@@ -197,22 +209,34 @@ class UndoTarget:
 
 
 def _column(row, ctype, meta, mysql_json):
-    name, _, column_type, charset, _, extra = row
+    name, _, column_type, charset, collation, extra = row
     extra = (extra or "").upper()
     fixed = 0  # BINARY(n), MariaDB's INET6/UUID: the binlog drops their trailing zeros
     if charset is None and ctype == 254 and len(meta) == 2 and meta[0] not in (247, 248):
         fixed = (((meta[0] << 4) & 0x300) ^ 0x300) + meta[1]
     return Column(ctype, meta, name, unsigned="unsigned" in (column_type or "").lower(),
                   binary_length=fixed,
-                  charset=charset, mysql_json=mysql_json and ctype == 245,
-                  generated="GENERATED" in extra or extra.startswith(("VIRTUAL", "PERSISTENT",
-                                                                       "STORED")))
+                  charset=charset, collation=collation,
+                  mysql_json=mysql_json and ctype == 245,
+                  # VIRTUAL/STORED GENERATED (MariaDB also PERSISTENT); not MySQL's
+                  # DEFAULT_GENERATED, a column with an expression default
+                  generated=any(word in extra for word in ("VIRTUAL", "STORED GENERATED",
+                                                           "PERSISTENT")))
 
 
 def _match(columns, values):
     parts, args = [], []
     for column, value in zip(columns, values):
         sql, params = column.match(value)
+        parts.append(sql)
+        args.extend(params)
+    return "(" + " AND ".join(parts) + ")", args
+
+
+def _same(columns, values):
+    parts, args = [], []
+    for column, value in zip(columns, values):
+        sql, params = column.same(value)
         parts.append(sql)
         args.extend(params)
     return "(" + " AND ".join(parts) + ")", args

@@ -58,6 +58,7 @@ class Column:
     unsigned: bool = False
     binary_length: int = 0     # BINARY(n), INET6, UUID: n (the binlog drops trailing zeros)
     charset: str = None        # the target's character set (None: binary)
+    collation: str = None      # the target's collation of a text column
     generated: bool = False
     mysql_json: bool = False   # a type 245 column of MySQL: binary JSON
 
@@ -92,22 +93,31 @@ class Column:
                 JSON: f"CAST({c} AS CHAR)"}[self.form]
 
     def match(self, value):
-        """(SQL, parameters) true where the target's column holds ``value`` (of this
-        column's form): an index can serve it for a number, a date or a string."""
+        """(SQL, parameters) true where the target's column holds a value that is, or
+        that the column's collation takes for, ``value`` (of this column's form): what
+        an index serves, for the primary key's lookup (the caller compares exactly)."""
         c, form = quote(self.name), self.form
         if value is None:
             return f"{c} IS NULL", ()
         if form == NUM or form == TEXT:
             return f"{c} = %s", (value,)
-        if form == EPOCH:
+        if form == EPOCH and value:
             return f"{c} = FROM_UNIXTIME(%s)", (value,)
         if form == HEX and self.charset:
-            return f"{c} = CONVERT(UNHEX(%s) USING {self.charset})", (value,)
+            collate = f" COLLATE {self.collation}" if self.collation else ""
+            return f"{c} = CONVERT(UNHEX(%s) USING {self.charset}){collate}", (value,)
         if form == HEX:
             return f"{c} = UNHEX(%s)", (value,)
-        if form == JSON:
-            return f"{c} = CAST(%s AS JSON)", (value,)
-        return f"{self.canon()} = %s", (value,)
+        return self.same(value)
+
+    def same(self, value):
+        """(SQL, parameters) true exactly where the target's column holds ``value``: its
+        canonical form equal byte for byte (a whole-row match)."""
+        if value is None:
+            return f"{quote(self.name)} IS NULL", ()
+        if self.form in (NUM, BITS, EPOCH):
+            return f"{self.canon()} = %s", (value,)
+        return f"BINARY {self.canon()} = %s", (value,)
 
 
 def quote(name):
