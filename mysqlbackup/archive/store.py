@@ -15,12 +15,14 @@ import json
 import os
 import shutil
 import sys
+import time
 import uuid
 from datetime import datetime, timezone
 
 import fsspec
 
 from mysqlbackup.archive.names import TMP_MARK
+from mysqlbackup.archive.lock import pop_lock
 from mysqlbackup.durable import open_durably
 from mysqlbackup.errors import (ArchiveNotFound, MysqlBackupError, StoreError, UsageError,
                                 mask_url)
@@ -129,6 +131,7 @@ class ArchiveStore:
     def __init__(self, url, options=None):
         options = dict(options or {})
         protocol = url.split("://", 1)[0] if "://" in url else "file"
+        self.lock = pop_lock(options, protocol)  # S3 Object Lock of new objects, or None
         if protocol in KEYED_PROTOCOLS and mask_url(url) != url:
             raise UsageError(f"archive {mask_url(url)}: credentials do not go in the URL (a "
                              "store's error may quote them): use the store's environment "
@@ -265,7 +268,7 @@ class ArchiveStore:
             with self._open_local(target) as f:
                 f.write(data)
         else:
-            self.fs.pipe_file(target, data, **self._limit(len(data)))
+            self.fs.pipe_file(target, data, **self._limit(len(data)), **self._locked())
 
     @_request
     def put_file(self, relative, local_path):
@@ -275,7 +278,8 @@ class ArchiveStore:
             with open(local_path, "rb") as src, self._open_local(target) as dst:
                 shutil.copyfileobj(src, dst, CHUNK)
         else:
-            self.fs.put_file(local_path, target, **self._limit(os.path.getsize(local_path)))
+            self.fs.put_file(local_path, target, **self._limit(os.path.getsize(local_path)),
+                             **self._locked())
 
     @contextlib.contextmanager
     def open_write(self, relative):
@@ -297,7 +301,9 @@ class ArchiveStore:
                 raise
             writer.call(opener.__exit__, None, None, None)
             return
-        writer.file = writer.call(self.fs.open, self.path(relative), "wb", STREAM_BLOCK)
+        locked = self._locked()
+        writer.file = writer.call(lambda: self.fs.open(self.path(relative), "wb", STREAM_BLOCK,
+                                                       **locked))
         self._bound_requests(writer.file)
         try:
             yield writer
@@ -305,6 +311,21 @@ class ArchiveStore:
             _discard(writer.file)
             raise
         writer.call(writer.file.close)
+
+    def _locked(self):
+        """The Object Lock arguments of a write now (none without ``lock``)."""
+        return self.lock.write_kwargs(time.time()) if self.lock else {}
+
+    @_request
+    def retain_until(self, relative):
+        """Epoch seconds until which the store keeps object ``relative`` locked (S3
+        Object Lock), or None: not locked, or a store without locks."""
+        if "s3" not in _protocols(self.fs):
+            return None
+        bucket, _, key = self.path(relative).partition("/")
+        head = self.fs.call_s3("head_object", Bucket=bucket, Key=key)
+        until = head.get("ObjectLockRetainUntilDate")
+        return until.timestamp() if until is not None else None
 
     def _bound_requests(self, f):
         """Give each request of a streamed upload to s3 (a part of up to STREAM_BLOCK

@@ -12,7 +12,7 @@ the daemon's ``stream --retain-window`` calls ``retain`` itself and deletes.
 """
 
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Optional
 
 from mysqlbackup.archive.manifest import object_problem
@@ -91,6 +91,26 @@ def object_keys(listing, source, item):
         key for member, key in members.items() if member != BASE_INDEX)
 
 
+def unlocked(listing, plan, now):
+    """(the plan less the deletions the store keeps locked (S3 Object Lock) past ``now``,
+    [(item, its objects' latest retain-until)] of those): retain never asks to delete
+    a locked object. Keeping more than the plan deletes keeps every promised moment."""
+    if listing.store.lock is None and listing.store.local:
+        return plan, []
+    deletions, locked = [], []
+    for item in plan.deletions:
+        where = epoch_source(plan.source, item.epoch)
+        untils = [listing.store.retain_until(key) for key in object_keys(listing, where, item)]
+        until = max((u for u in untils if u is not None), default=None)
+        if until is not None and until > now:
+            locked.append((item, until))
+        else:
+            deletions.append(item)
+    if not locked:
+        return plan, []
+    return replace(plan, deletions=tuple(deletions)), locked
+
+
 def retire(listing, source, item, now):
     """Mark a sealed binlog file as deleted by retention, before its index goes: the
     daemon's archiver, which uploads again what the store lost, leaves a local file
@@ -140,6 +160,7 @@ class Outcome:
     deleted: Optional[tuple] = None
     stopped_by: Optional[str] = None
     after: tuple = ()
+    locked: tuple = ()                # (item, retain-until epoch): kept by Object Lock
 
 
 def retain(store, window, keep_base=0, dry_run=False, source=None, echo=print, now=None,
@@ -158,17 +179,21 @@ def retain(store, window, keep_base=0, dry_run=False, source=None, echo=print, n
     outcomes = []
     for src in sources:
         plan = plan_retention(read_facts(listing, src, now), now, window, keep_base)
+        plan, locked = unlocked(listing, plan, now)
         for line in describe_plan(plan):
             echo(line)
+        for item, until in locked:
+            echo(f"kept by lock until {iso(until)}: {item.describe()}")
         if not plan.deletions:
             echo("nothing to delete")
         if dry_run:
             for item in plan.deletions:
                 echo(f"would delete {item.describe()}")
-            outcome = Outcome(plan, after=plan.after)
+            outcome = Outcome(plan, after=plan.after, locked=tuple(locked))
         else:
             done, stopped_by = execute(listing, plan, echo)
-            outcome = Outcome(plan, tuple(done), stopped_by, tuple(windows_now(store, src)))
+            outcome = Outcome(plan, tuple(done), stopped_by, tuple(windows_now(store, src)),
+                              tuple(locked))
         _echo_windows("window after", outcome.after, echo)
         outcomes.append(outcome)
     return outcomes
@@ -184,6 +209,7 @@ def outcome_json(outcome):
             "deleted": None if outcome.deleted is None else [
                 _item_json(i) for i in outcome.deleted],
             "stopped_by_lease": outcome.stopped_by,
+            "kept_by_lock": [dict(_item_json(i), until=iso(u)) for i, u in outcome.locked],
             "window_after": [vars(w) for w in outcome.after]}
 
 
