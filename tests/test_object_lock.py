@@ -93,3 +93,29 @@ def test_a_lock_on_a_store_without_locks_is_refused(tmp_path):
                    "lock_days=3")
     assert done.returncode == 2
     assert "need an s3:// archive (S3 Object Lock), not file://" in done.stderr
+
+
+def test_check_catches_a_lock_shorter_than_the_window(s3, make_server):
+    server = make_server()
+    url = lock_bucket(s3, "checked-" + str(int(time.time() * 1000)))
+    endpoint = ["--archive-option", f"endpoint_url={s3.endpoint}"]
+    lock = ["--archive-option", "lock_mode=compliance", "--archive-option", "lock_days=7"]
+    server.execute("CREATE DATABASE d", "CREATE TABLE d.t (id INT PRIMARY KEY)",
+                   "INSERT INTO d.t VALUES (1)", "FLUSH BINARY LOGS")
+    base = run_cli("base", "--source", f"mysql://root@127.0.0.1:{server.port}", "--archive",
+                   url, "--source-name", "db1", *endpoint, *lock, password="", timeout=120)
+    assert base.returncode == 0, base.stderr
+
+    def check(window):
+        done = run_cli("check", "--archive", url, *endpoint, "--retain-window", window,
+                       "--max-base-age", "30d", "--json")
+        checks = {c["name"]: c for c in json.loads(done.stdout)["sources"][0]["checks"]}
+        return done.returncode, checks["lock"]
+    code, lock_check = check("7d")
+    assert lock_check["ok"] is True, lock_check
+    assert "locked (compliance) for 7d" in lock_check["detail"]
+    code, lock_check = check("14d")
+    assert code == 2 and lock_check["ok"] is False
+    assert "less than the window of 14d" in lock_check["detail"]
+    plain = run_cli("check", "--archive", url, *endpoint, "--max-base-age", "30d", "--json")
+    assert "lock" not in {c["name"] for c in json.loads(plain.stdout)["sources"][0]["checks"]}

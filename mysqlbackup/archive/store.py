@@ -316,16 +316,24 @@ class ArchiveStore:
         """The Object Lock arguments of a write now (none without ``lock``)."""
         return self.lock.write_kwargs(time.time()) if self.lock else {}
 
-    @_request
     def retain_until(self, relative):
         """Epoch seconds until which the store keeps object ``relative`` locked (S3
         Object Lock), or None: not locked, or a store without locks."""
+        found = self.lock_of(relative)
+        return found[1] if found else None
+
+    @_request
+    def lock_of(self, relative):
+        """(mode, retain-until epoch seconds) of object ``relative``'s S3 Object Lock, or
+        None: not locked, or a store without locks."""
         if "s3" not in _protocols(self.fs):
             return None
         bucket, _, key = self.path(relative).partition("/")
         head = self.fs.call_s3("head_object", Bucket=bucket, Key=key)
         until = head.get("ObjectLockRetainUntilDate")
-        return until.timestamp() if until is not None else None
+        if until is None:
+            return None
+        return (head.get("ObjectLockMode") or "").lower(), until.timestamp()
 
     def _bound_requests(self, f):
         """Give each request of a streamed upload to s3 (a part of up to STREAM_BLOCK

@@ -7,6 +7,7 @@ exits with a Nagios code; bad usage too (UNKNOWN, as the plugin guidelines ask).
 import sys
 import time
 import traceback
+from dataclasses import replace
 
 import click
 
@@ -81,6 +82,10 @@ def _duration(ctx, param, value):
               help=f"With --dir: the least time left before the primary's binlog expiry "
               f"could purge the file the daemon is in (its last record of the primary's "
               f"binlogs) [default: {format_limit(DEFAULT_MIN_HORIZON)}].")
+@click.option("--retain-window", "lock_window", callback=_duration, metavar="DURATION",
+              help="The retention window you promise (retain --window): fail when the "
+              "newest base's manifest or binlog index is locked (S3 Object Lock) for less "
+              "than it, or not at all.")
 @click.option("--json", "as_json", is_flag=True, help="Print one JSON document: the status, "
               "and per source each check's name, ok (true, false, or null when not "
               "checked) and detail.")
@@ -89,7 +94,7 @@ def _duration(ctx, param, value):
               "(default: the file $MYSQLBACKUP_IDENTITY names; without one, the keys of an "
               "encrypted archive are not checked).")
 def check(archive_url, archive_option, source_name, directory, max_base_age, max_archive_lag,
-          min_horizon, as_json, identity):
+          min_horizon, lock_window, as_json, identity):
     """Can a restore to the newest archived moment be planned right now? Exit 0 only
     when, for every source checked, a base sits in the archived binlogs, the binlogs
     from it to the newest archived moment are contiguous (the restore's own plan: the
@@ -104,6 +109,7 @@ def check(archive_url, archive_option, source_name, directory, max_base_age, max
     try:
         access, limits = _arguments(archive_url, archive_option, source_name, directory,
                                     max_base_age, max_archive_lag, identity, min_horizon)
+        limits = replace(limits, lock_window=lock_window)
         report = _run(access, source_name, directory, limits)
     except click.UsageError as e:
         raise unknown_usage(e) from None

@@ -8,7 +8,7 @@ from dataclasses import dataclass, replace
 
 from mysqlbackup.archive.codec import IdentityError
 from mysqlbackup.archive.listing import ArchiveListing
-from mysqlbackup.archive.names import split_epoch
+from mysqlbackup.archive.names import BASE_INDEX, split_epoch
 from mysqlbackup.archive.store import ArchiveStore, StoreError
 from mysqlbackup.archive.stop import END
 from mysqlbackup.archive.window import NoBaseError
@@ -34,7 +34,7 @@ class ArchiveAccess:
     keyring: object = None      # archive.codec.Keyring (``--identity``) or None
 
 
-def read_archive(access, source_name=None, also=()):
+def read_archive(access, source_name=None, also=(), lock=False):
     """[SourceFacts] of ``source_name``, else of every source of the archive and of
     ``also`` (the source a daemon's directory names); [] for an empty archive.
     Unreadable when the URL is no archive (``ArchiveListing.require``: no such
@@ -46,11 +46,11 @@ def read_archive(access, source_name=None, also=()):
     except (UsageError, StoreError, OSError) as e:  # ArchiveNotFound is a UsageError
         raise Unreadable(f"the archive cannot be read: {mask_url(e)}") from None
     wanted = [source_name] if source_name else sorted(set(held) | {s for s in also if s})
-    return [source_facts(access, store, listing, s) for s in wanted]
+    return [source_facts(access, store, listing, s, lock) for s in wanted]
 
 
-def source_facts(access, store, listing, source):
-    """The SourceFacts of one source."""
+def source_facts(access, store, listing, source, lock=False):
+    """The SourceFacts of one source (``lock``: with the lock of its newest objects)."""
     try:
         listing.require(source)
     except SourceNotFound as e:
@@ -58,6 +58,8 @@ def source_facts(access, store, listing, source):
     manifests = listing.sound_manifests(source)
     newest = max(manifests, key=lambda m: m["id"], default=None)
     facts = SourceFacts(source, newest_base=newest and (newest["id"], newest["end_time"]))
+    if lock:
+        facts = replace(facts, lock=_lock_facts(store, listing, source, newest))
     try:
         runs, _ = listing.chain(source)
     except (MysqlBackupError, FileNotFoundError) as e:
@@ -71,6 +73,27 @@ def source_facts(access, store, listing, source):
     if not runs:
         return replace(facts, refused=("binlogs", "no binlog file archived"))
     return _planned(facts, access, store, listing)
+
+
+def _lock_facts(store, listing, source, newest):
+    """(seconds locked, mode, key) of the newest base's manifest or newest binlog index,
+    whichever is locked the least (seconds None: not locked), or None: neither exists."""
+    keys = []
+    if newest is not None:
+        keys.append(listing.bases[source][newest["id"]].get(BASE_INDEX))
+    names = listing.sealed_names(source)
+    if names:
+        keys.append(listing.sealed[source][names[-1]].get("index"))
+    least = None
+    for key in filter(None, keys):
+        found, written = store.lock_of(key), store.modified(key)
+        seconds = found[1] - written if found and written else None
+        mode = found[0] if found else None
+        if least is None or seconds is None or (least[0] is not None and seconds < least[0]):
+            least = (seconds, mode, key)
+            if seconds is None:
+                break
+    return least
 
 
 def _planned(facts, access, store, listing):
@@ -164,7 +187,7 @@ def run_check(access, source_name, directory, limits, now):
     also = [daemon.source] if daemon and not daemon.problem else ()  # its source, checked
     url = mask_url(access.url)
     try:
-        facts = read_archive(access, source_name, also)
+        facts = read_archive(access, source_name, also, lock=limits.lock_window is not None)
     except Unreadable as e:
         return Report(url, now, unknown=str(e))
     if not facts:

@@ -18,7 +18,10 @@ The checks of a source, in order:
   stalled daemon (the newest archived commit of an idle source ages without harm);
 - ``purge_horizon``: with ``--dir``, the primary will not purge the binlog the daemon is
   in within ``min_horizon`` (from the daemon's last record of the primary's binlogs:
-  ``localdir.horizon``), and had not purged it when last seen.
+  ``localdir.horizon``), and had not purged it when last seen;
+- ``lock`` (only with ``--retain-window``): the newest base's manifest and the newest binlog
+  index are locked (S3 Object Lock) for at least that window from when they were
+  written.
 
 A check is ok (True), failed (False) or not checked (None, its detail says why); the
 state is CRITICAL when any check failed (or the archive holds no source at all),
@@ -37,6 +40,9 @@ from mysqlbackup.localdir.horizon import DEFAULT_MIN_HORIZON, describe, problem
 OK, WARNING, CRITICAL, UNKNOWN = 0, 1, 2, 3
 STATES = {OK: "OK", WARNING: "WARNING", CRITICAL: "CRITICAL", UNKNOWN: "UNKNOWN"}
 DEFAULT_MAX_BASE_AGE = 26 * 3600.0   # a nightly base, with two hours of slack
+# a lock's date is set when a write starts, its object dated when the write ends (in
+# whole seconds on S3): a lock of N days reads as a little less
+LOCK_SLACK = 300.0
 
 
 @dataclass(frozen=True)
@@ -46,6 +52,7 @@ class Limits:
     max_base_age: float = DEFAULT_MAX_BASE_AGE
     max_archive_lag: float = DEFAULT_MAX_ARCHIVE_LAG
     min_horizon: float = DEFAULT_MIN_HORIZON
+    lock_window: Optional[float] = None  # --retain-window: the objects' lock must cover it
 
 
 @dataclass(frozen=True)
@@ -83,6 +90,8 @@ class SourceFacts:
     newest_base: Optional[tuple] = None  # (id, end_time) of its newest sound base
     archived_end: Optional[str] = None   # "binlog.000004:1234", where its archive ends
     keys: str = "plain"                  # plain | opened | unchecked | refused
+    lock: Optional[tuple] = None         # (seconds locked, mode, key) of the newest object
+    # locked the least (seconds None: that object is not locked); None: not read
 
 
 @dataclass(frozen=True)
@@ -130,6 +139,8 @@ def evaluate(facts, daemon, limits, now, named=False):
     lag = _archive_lag(facts, daemon, limits, named)
     checks = (_base(facts), _binlogs(facts), _keys(facts), _base_age(facts, limits, now), lag,
               _purge_horizon(daemon, limits))
+    if limits.lock_window is not None:  # asked for with --retain-window only
+        checks += (_lock(facts, limits),)
     lag_s = daemon.lag_s if lag.ok else None
     return SourceVerdict(facts.source, checks, facts, lag_s)
 
@@ -219,6 +230,21 @@ def _purge_horizon(daemon, limits):
                      "has not recorded the primary's binlogs yet")
     why = problem(daemon.horizon, limits.min_horizon)
     return Check("purge_horizon", why is None, why or describe(daemon.horizon))
+
+
+def _lock(facts, limits):
+    if facts.lock is None:
+        return Check("lock", None, "not checked: no object to read")
+    seconds, mode, key = facts.lock
+    window = format_limit(limits.lock_window)
+    if seconds is None:
+        return Check("lock", False, f"{key} is not locked (S3 Object Lock): the window of "
+                     f"{window} is only as safe as whoever may delete from the archive")
+    if seconds + LOCK_SLACK < limits.lock_window:
+        return Check("lock", False, f"{key} is locked ({mode}) for {format_age(seconds)}, less "
+                     f"than the window of {window}: it may go before the window ends")
+    return Check("lock", True, f"the newest objects are locked ({mode}) for "
+                 f"{format_age(seconds)} at least (window {window})")
 
 
 @dataclass(frozen=True)
