@@ -67,6 +67,12 @@ def test_locked_objects_are_kept_by_retain(s3, make_server, tmp_path):
     assert all(i["until"] for i in outcome["kept_by_lock"])
     assert sorted(store.list("")) == sorted(keys)  # nothing hidden behind a delete marker
 
+    verified = run_cli("verify", "--archive", url, "--archive-option",
+                       f"endpoint_url={s3.endpoint}")
+    assert verified.returncode == 0, verified.stdout + verified.stderr
+    assert f"LOCK {len(keys)} of {len(keys)} objects locked (governance), the soonest until " \
+        in verified.stdout
+
     said = run_cli("retain", "--archive", url, "--archive-option",
                    f"endpoint_url={s3.endpoint}", "--window", "1s", "--dry-run")
     assert said.returncode == 0, said.stderr

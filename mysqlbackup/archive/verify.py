@@ -464,3 +464,39 @@ def format_recovery(summary):
               for u in summary["unusable"]]
     lines += [f"PROBLEM {p}" for p in summary["problems"]]
     return lines
+
+
+def lock_state(store, source=None):
+    """What S3 Object Lock holds of the archive's objects (of ``source`` when given):
+    {objects, locked, modes, earliest (the soonest retain-until, ISO), unlocked (the
+    first few keys without a lock)}; None for a store without locks (file://)."""
+    if store.local:
+        return None
+    keys = [k for k in store.list(f"{source}/" if source else "")]
+    state = {"objects": len(keys), "locked": 0, "modes": [], "earliest": None,
+             "unlocked": []}
+    soonest = None
+    for key in keys:
+        found = store.lock_of(key)
+        if found is None:
+            if len(state["unlocked"]) < 5:
+                state["unlocked"].append(key)
+            continue
+        state["locked"] += 1
+        if found[0] not in state["modes"]:
+            state["modes"].append(found[0])
+        soonest = found[1] if soonest is None else min(soonest, found[1])
+    state["earliest"] = iso(soonest) if soonest is not None else None
+    return state
+
+
+def format_lock(state):
+    """One line of ``lock_state`` for ``verify``."""
+    if not state["locked"]:
+        return f"LOCK none of the {state['objects']} objects is locked (S3 Object Lock)"
+    line = (f"LOCK {state['locked']} of {state['objects']} objects locked "
+            f"({', '.join(state['modes'])}), the soonest until {state['earliest']}")
+    if state["locked"] < state["objects"]:
+        line += f"; not locked: {', '.join(state['unlocked'])}"
+    return line
+

@@ -244,19 +244,22 @@ def verify(archive_url, archive_option, source_name, identity, deep, as_json):
     with --identity (or $MYSQLBACKUP_IDENTITY), everything above.
     """
     from mysqlbackup.archive.codec import keyring_from
-    from mysqlbackup.archive.verify import verify_archive
+    from mysqlbackup.archive.verify import format_lock, lock_state, verify_archive
     keyring = keyring_from(identity)
     if deep and keyring is None:
         raise click.UsageError("--deep needs --identity FILE (or $MYSQLBACKUP_IDENTITY)")
     store = read_listing(archive_url, archive_option, source_name)[0].store
     notes = []
     checked, problems = verify_archive(store, source_name, notes=notes, keyring=keyring)
+    lock = lock_state(store, source_name)
     if as_json:
         click.echo(json.dumps({"objects_checked": checked, "problems": problems,
-                               "notes": notes}, indent=1))
+                               "notes": notes, "lock": lock}, indent=1))
         sys.exit(ExitCode.FAILED if problems else ExitCode.OK)
     for note in notes:
         click.echo(f"NOTE {note}")
+    if lock is not None:
+        click.echo(format_lock(lock))
     for problem in problems:
         click.echo(f"PROBLEM {problem}")
     click.echo(f"{checked} objects checked, {len(problems)} problems")
