@@ -253,8 +253,10 @@ def verify(archive_url, archive_option, source_name, identity, deep, as_json):
     checked, problems = verify_archive(store, source_name, notes=notes, keyring=keyring)
     lock = lock_state(store, source_name)
     if as_json:
-        click.echo(json.dumps({"objects_checked": checked, "problems": problems,
-                               "notes": notes, "lock": lock}, indent=1))
+        doc = {"objects_checked": checked, "problems": problems, "notes": notes}
+        if lock is not None:  # an S3 archive: its Object Lock state
+            doc["lock"] = lock
+        click.echo(json.dumps(doc, indent=1))
         sys.exit(ExitCode.FAILED if problems else ExitCode.OK)
     for note in notes:
         click.echo(f"NOTE {note}")
