@@ -185,7 +185,7 @@ class UndoTarget:
 
     def _check_counted(self, table, row, n, conflicts):
         compared = [(c, v) for c, v in zip(table.columns, row) if not c.generated]
-        sql, params = _same([c for c, _ in compared], [v for _, v in compared])
+        sql, params = _match([c for c, _ in compared], [v for _, v in compared], exact=True)
         have = len(self._select(table, sql, params))
         if have < n:
             shown = ", ".join(f"{c.name}={_shown(v)}" for c, v in compared[:4])
@@ -224,19 +224,12 @@ def _column(row, ctype, meta, mysql_json):
                                                            "PERSISTENT")))
 
 
-def _match(columns, values):
+def _match(columns, values, exact=False):
+    """(SQL, parameters) of the columns holding the values: ``Column.match`` each (what
+    an index serves), or ``Column.same`` with ``exact`` (byte for byte)."""
     parts, args = [], []
     for column, value in zip(columns, values):
-        sql, params = column.match(value)
-        parts.append(sql)
-        args.extend(params)
-    return "(" + " AND ".join(parts) + ")", args
-
-
-def _same(columns, values):
-    parts, args = [], []
-    for column, value in zip(columns, values):
-        sql, params = column.same(value)
+        sql, params = column.same(value) if exact else column.match(value)
         parts.append(sql)
         args.extend(params)
     return "(" + " AND ".join(parts) + ")", args
