@@ -35,6 +35,7 @@ from tests.helpers import REPO
 LEVEL = {"mysqlbackup": 0, "errors": 0, "durable": 0, "loop": 0, "logs": 0, "httpd": 0,
          "utc": 0, "scratch": 0, "sandbox": 0,
          "binlog": 1, "source": 2, "archive": 2, "localdir": 2,
+         "guard": 2.5,  # above the archive it reads, below the daemon and retention
          "stream": 3, "base": 3, "retention": 3,
          "cli": 4, "__main__": 5}
 # top-level modules that belong to a part: the fused loop of the source's packets and

@@ -5,7 +5,7 @@ import os
 
 import pytest
 
-from mysqlbackup.archive.lease import LEASE_EXPIRY, Lease, live_leases
+from mysqlbackup.guard.lease import LEASE_EXPIRY, Lease, live_leases
 from mysqlbackup.utc import epoch, iso
 from mysqlbackup.archive.listing import ArchiveListing
 from mysqlbackup.archive.names import parse_key

@@ -14,7 +14,7 @@ from datetime import datetime, timezone
 
 import pytest
 
-from mysqlbackup.archive.lease import Lease
+from mysqlbackup.guard.lease import Lease
 from mysqlbackup.archive.listing import ArchiveListing
 from mysqlbackup.archive.store import ArchiveStore
 from mysqlbackup.retention.prune import retain, retainer

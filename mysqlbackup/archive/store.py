@@ -17,12 +17,12 @@ import shutil
 import sys
 import time
 import uuid
+from dataclasses import dataclass
 from datetime import datetime, timezone
 
 import fsspec
 
 from mysqlbackup.archive.names import TMP_MARK
-from mysqlbackup.archive.lock import pop_lock
 from mysqlbackup.durable import open_durably
 from mysqlbackup.errors import (ArchiveNotFound, MysqlBackupError, StoreError, UsageError,
                                 mask_url)
@@ -118,6 +118,58 @@ def _call_time(options):
 # object stores that authenticate with keys: a key in the URL is refused, because the
 # store's own errors quote the bucket part of it where mask_url cannot see a URL
 KEYED_PROTOCOLS = ("s3", "s3a", "gs", "gcs", "az", "abfs", "abfss", "adl")
+
+
+# -- S3 Object Lock of new objects -------------------------------------------------------
+# ``--archive-option lock_mode=governance|compliance`` and ``lock_days=N`` (both, on an
+# ``s3://`` archive whose bucket was created with Object Lock) give every object the store
+# writes a retain-until date N days after it is written: binlog files and segments, their
+# indexes, bases and their manifests. The store cannot delete such an object before that
+# date (a delete without a version only hides it behind a delete marker), so ``retain``
+# asks it first (``ArchiveStore.retain_until``) and keeps what is locked, saying so.
+
+LOCK_MODES = ("governance", "compliance")
+LOCK_OPTIONS = ("lock_mode", "lock_days")
+LOCKABLE = ("s3", "s3a")
+
+
+@dataclass(frozen=True)
+class ObjectLock:
+    """The lock new objects get: its mode and how many days it holds them."""
+
+    mode: str
+    days: int
+
+    def write_kwargs(self, now):
+        """The PutObject/CreateMultipartUpload arguments of an object written at ``now``
+        (epoch seconds)."""
+        until = datetime.fromtimestamp(now + self.days * 86400, timezone.utc)
+        return {"ObjectLockMode": self.mode.upper(), "ObjectLockRetainUntilDate": until}
+
+
+def pop_lock(options, protocol):
+    """The ObjectLock that ``options`` (fsspec options, a dict: the two lock options are
+    taken out of it) ask for, or None; UsageError for a bad value, one without the
+    other, or a store that is not S3."""
+    mode, given = (options.pop(key, None) for key in LOCK_OPTIONS)
+    if mode is None and given is None:
+        return None
+    if mode is None or given is None:
+        raise UsageError("--archive-option lock_mode and lock_days go together "
+                         "(e.g. lock_mode=governance lock_days=30)")
+    if str(mode).lower() not in LOCK_MODES:
+        raise UsageError(f"bad --archive-option lock_mode={mode}: governance or compliance")
+    try:
+        days = int(given)
+    except (TypeError, ValueError):
+        days = 0
+    if days < 1:
+        raise UsageError(f"bad --archive-option lock_days={given}: a whole number of days, "
+                         "at least 1")
+    if protocol not in LOCKABLE:
+        raise UsageError(f"--archive-option lock_mode/lock_days need an s3:// archive "
+                         f"(S3 Object Lock), not {protocol}://")
+    return ObjectLock(str(mode).lower(), days)
 
 
 class ArchiveStore:

@@ -16,7 +16,7 @@ from dataclasses import dataclass, replace
 from typing import Optional
 
 from mysqlbackup.archive.manifest import object_problem
-from mysqlbackup.archive.lease import live_leases
+from mysqlbackup.guard.lease import live_leases
 from mysqlbackup.archive.listing import ArchiveListing
 from mysqlbackup.archive.names import (BASE_INDEX, base_prefix, epoch_source, format_key,
                                        lease_prefix, parse_key, partial_prefix, retired_key)

@@ -46,7 +46,7 @@ from mysqlbackup.localdir.state import ARCHIVE_STATE_FILE as ARCHIVE_STATE
 from mysqlbackup.localdir.state import load_state
 from mysqlbackup.loop import sleep_until
 from mysqlbackup.stream.metrics import NULL_METRICS
-from mysqlbackup.archive.recovery import RecoveryWatch
+from mysqlbackup.guard.recovery import RecoveryWatch
 
 log = logging.getLogger(__name__)
 

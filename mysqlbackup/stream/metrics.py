@@ -19,7 +19,7 @@ import math
 import time
 
 from mysqlbackup.localdir.horizon import margin
-from mysqlbackup.archive.recovery import recovery_families
+from mysqlbackup.guard.recovery import recovery_families
 
 # fsync and ACK latencies: from 50 us (a cached SSD fsync) to 10 s (a stalled disk)
 LATENCY_BUCKETS = (0.00005, 0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025,

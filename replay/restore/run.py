@@ -20,7 +20,7 @@ from dataclasses import dataclass, field, replace
 
 from mysqlbackup.archive.manifest import checked_manifest
 from mysqlbackup.archive.codec import check_keys
-from mysqlbackup.archive.lease import Lease
+from mysqlbackup.guard.lease import Lease
 from mysqlbackup.archive.listing import ArchiveListing
 from mysqlbackup.archive.store import ArchiveStore
 from mysqlbackup.binlog.gtid import shown

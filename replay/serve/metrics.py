@@ -62,7 +62,7 @@ class ServeCollector:
 
 
 class RecoveryCollector:
-    """The served archive's recovery window (``archive.recovery``), its last reading."""
+    """The served archive's recovery window (``guard.recovery``), its last reading."""
 
     def __init__(self, watch):
         self.watch = watch
@@ -75,7 +75,7 @@ class RecoveryCollector:
         """The samples of the watch's last reading."""
         import time
 
-        from mysqlbackup.archive.recovery import recovery_families
+        from mysqlbackup.guard.recovery import recovery_families
         yield from recovery_families(self.watch.last, time.time())
 
 

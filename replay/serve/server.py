@@ -181,7 +181,7 @@ class _Server:
     def _watch_recovery(self):
         """The RecoveryWatch of the served archive, refreshed by a thread till ``stop``."""
         from mysqlbackup.archive.store import ArchiveStore
-        from mysqlbackup.archive.recovery import RecoveryWatch, watch_in_thread
+        from mysqlbackup.guard.recovery import RecoveryWatch, watch_in_thread
         archive = self.archive
         watch = RecoveryWatch(ArchiveStore(archive.archive_url, archive.storage_options),
                               archive.source)
