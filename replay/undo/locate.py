@@ -71,8 +71,6 @@ class Found:
     fde_event: bytes
     fde: object
     checksum: bool
-    end: int = 0
-    commit_ts: int = 0
     events: Spool = field(default_factory=Spool)
     offsets: list = field(default_factory=list)
 
@@ -186,10 +184,7 @@ class _Collector:
             else:
                 self._keep(off, event)
         if self.current is not None and tracker.state == OUTSIDE:
-            current, self.current = self.current, None
-            current.end = off + len(event)
-            current.commit_ts = int.from_bytes(event[:4], "little")
-            self.found[self.current_key] = current
+            self.found[self.current_key], self.current = self.current, None
 
     def _opened(self, key, text):
         """Start keeping the transaction that started at ``self.start`` when ``key`` is
