@@ -35,8 +35,8 @@ holds for the source (its newest file, or the file after it), unless the source 
 import os
 from dataclasses import dataclass, field
 
-from mysqlbackup.archive.codec import PLAIN, Digest, check_keys, stored_of
-from mysqlbackup.archive.objects import Promise, read_object
+from mysqlbackup.archive.codec import PLAIN, Digest, check_keys
+from mysqlbackup.archive.objects import Promise, read_object, stored_forms
 from mysqlbackup.archive.index import IndexBuilder, check_chain, compare_index
 from mysqlbackup.archive.listing import ArchiveListing
 from mysqlbackup.archive.names import binlog_key, format_key, segment_key
@@ -307,12 +307,12 @@ class _Import:
         if problems:
             raise CorruptBinlog(f"{problems[0]} (fix the archive first: mysqlbackup verify)")
         data_key = format_key(binlog_key(self.source, name))
-        size, sha256 = stored_of(held)
-        if self.listing.sizes.get(slots.get("data")) != size:
+        forms = stored_forms(held)
+        if self.listing.sizes.get(slots.get("data")) not in [size for size, _ in forms]:
             self.echo(f"{name}: {data_key} is missing or cut in the archive; uploading it "
                       "again")
             return False
-        if self.store.sha256(slots["data"]) != (size, sha256):
+        if self.store.sha256(slots["data"]) not in forms:
             self.echo(f"{name}: {data_key} is damaged in the archive (not the stored sha256 "
                       "its index says); uploading it again")
             return False

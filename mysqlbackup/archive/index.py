@@ -17,6 +17,7 @@ import hashlib
 import json
 
 from mysqlbackup.archive.names import binlog_key, format_key, partial_prefix, segment_key
+from mysqlbackup.archive.objects import form_problem
 from mysqlbackup.binlog import events as ev
 from mysqlbackup.binlog.gtid import gtid_text
 from mysqlbackup.binlog.names import next_binlog_name
@@ -226,7 +227,7 @@ def _stored_problem(obj):
         return f"stored_sha256 is {_short(digest)}"
     if not all(isinstance(k, str) for k in obj.get("key_ids", [])):
         return f"key_ids is {_short(obj['key_ids'])}"
-    return None
+    return form_problem(obj)
 
 
 def _consistency_problem(obj, name, start, end):

@@ -24,6 +24,7 @@ import json
 import time
 
 from mysqlbackup.archive.names import BASE_INDEX
+from mysqlbackup.archive.objects import REKEY_FROM, form_problem, manifest_forms
 from mysqlbackup.utc import epoch
 from mysqlbackup.errors import CorruptBinlog
 
@@ -43,7 +44,8 @@ MANIFEST_FIELDS = {
     "tool_version": _TEXT, "details": (dict,),     # method-specific facts
 }
 # optional: absent from manifests written before encryption (codec "zstd", no keys)
-OPTIONAL_FIELDS = {"codec": _TEXT, "key_ids": (list,)}
+OPTIONAL_FIELDS = {"codec": _TEXT, "key_ids": (list,),
+                   REKEY_FROM: (dict,)}  # while archive rekey swaps the object
 _HEX = frozenset("0123456789abcdef")
 
 
@@ -94,6 +96,8 @@ def _problem(obj):
     for field, types in OPTIONAL_FIELDS.items():
         if field in obj and not isinstance(obj[field], types):
             return f"{field} is {str(obj[field])[:40]!r}"
+    if form_problem(obj):
+        return form_problem(obj)
     if obj.get("codec", "zstd") not in ("zstd", "zstd+age"):
         return f"codec {obj['codec']!r}"
     if obj["kind"] != "base" or obj["method"] not in METHODS:
@@ -152,7 +156,7 @@ def object_problem(listing, members, manifest):
     if key is None:
         return f"its object {manifest['member']} is missing"
     size = listing.sizes.get(key)
-    if size != manifest["stored_size"]:
+    if size not in [form[0] for form in manifest_forms(manifest)]:
         return (f"its object {manifest['member']} is {size} bytes, the manifest says "
                 f"{manifest['stored_size']}")
     return None

@@ -12,6 +12,12 @@ its driver, ``serve``'s feed and ``archive find`` (``replay.job.tasks.stream_uni
 restore's load of a base and its extraction (``replay.restore.load``), ``archive verify``
 and the importer's comparison with a local file. ``Promise`` says what the index or the
 manifest promises; ``problem`` says why what was read is not that.
+
+While ``archive rekey`` swaps an object for its copy encrypted to other keys, its index
+(manifest) names both stored forms: the new one in its usual fields, the one before in
+``rekey_from`` (``REKEY_FROM``). The object is whichever at every moment, and every
+check here and of a listed size (``stored_forms``, ``manifest_forms``) takes either:
+a rekey stopped anywhere (kill -9) leaves an archive every reader reads.
 """
 
 from dataclasses import dataclass
@@ -19,6 +25,51 @@ from typing import Optional
 
 from mysqlbackup.archive.codec import Digests, codec_of, decode, stored_of
 from mysqlbackup.errors import CorruptBinlog
+
+REKEY_FROM = "rekey_from"   # the stored form an object had before archive rekey swapped it
+_HEX = frozenset("0123456789abcdef")
+
+
+def previous_form(doc):
+    """(stored size, stored sha256, key ids) of the form an index's or manifest's object
+    had before a rekey that is under way (``rekey_from``), or None."""
+    before = doc.get(REKEY_FROM)
+    if not before:
+        return None
+    return before["stored_size"], before["stored_sha256"], tuple(before.get("key_ids") or ())
+
+
+def rekey_from(size, sha256, key_ids):
+    """The ``rekey_from`` value of a stored form."""
+    return {"stored_size": size, "stored_sha256": sha256, "key_ids": list(key_ids)}
+
+
+def form_problem(doc):
+    """Why ``doc``'s ``rekey_from`` (an index's or manifest's) is malformed, or None."""
+    if REKEY_FROM not in doc:
+        return None
+    before = doc[REKEY_FROM]
+    ok = (isinstance(before, dict) and set(before) == {"stored_size", "stored_sha256",
+                                                       "key_ids"}
+          and isinstance(before["stored_size"], int) and before["stored_size"] >= 0
+          and not isinstance(before["stored_size"], bool)
+          and isinstance(before["stored_sha256"], str) and len(before["stored_sha256"]) == 64
+          and set(before["stored_sha256"]) <= _HEX and isinstance(before["key_ids"], list)
+          and all(isinstance(k, str) for k in before["key_ids"]))
+    return None if ok else f"{REKEY_FROM} is {str(before)[:40]!r}"
+
+
+def stored_forms(index):
+    """Every (stored size, stored sha256) the object of ``index`` may have now: the
+    index's, and while a rekey swaps it, the one before."""
+    before = previous_form(index)
+    return [stored_of(index)] + ([before[:2]] if before else [])
+
+
+def manifest_forms(manifest):
+    """``stored_forms`` of a base's manifest."""
+    before = previous_form(manifest)
+    return [(manifest["stored_size"], manifest["sha256"])] + ([before[:2]] if before else [])
 
 
 @dataclass(frozen=True)
@@ -35,26 +86,41 @@ class Promise:
     raw_sha256: Optional[str] = None
     key_ids: Optional[tuple] = None
     by: str = "index"
+    previous: Optional[tuple] = None   # (size, sha256) before a rekey under way
 
     @classmethod
     def of_index(cls, key, index):
         """What an index says of the object ``key`` (an old index without codec: plain)."""
         stored_size, stored_sha = stored_of(index)
-        ids = index.get("key_ids")
+        ids, previous = _keys_and_previous(index)
         return cls(key, codec_of(index), stored_size, stored_sha, index.get("size"),
-                   index.get("sha256"), tuple(ids) if ids else None)
+                   index.get("sha256"), ids, previous=previous)
 
     @classmethod
     def of_manifest(cls, key, manifest):
         """What a base's manifest says of its object ``key`` (an old manifest: zstd)."""
-        ids = manifest.get("key_ids")
+        ids, previous = _keys_and_previous(manifest)
         return cls(key, manifest.get("codec", "zstd"), manifest["stored_size"],
                    manifest["sha256"], manifest["raw_size"], manifest["raw_sha256"],
-                   tuple(ids) if ids else None, "manifest")
+                   ids, "manifest", previous)
 
     @property
     def stored(self):
         return self.stored_size, self.stored_sha256
+
+    @property
+    def forms(self):
+        """The stored (size, sha256) the object may have: one, two during a rekey."""
+        return (self.stored,) + ((self.previous,) if self.previous else ())
+
+
+def _keys_and_previous(doc):
+    """(key ids, previous form) of an index or manifest: the key ids of both forms while
+    a rekey swaps the object (either may open it)."""
+    ids, before = list(doc.get("key_ids") or ()), previous_form(doc)
+    if before:
+        ids += [k for k in before[2] if k not in ids]
+    return (tuple(ids) if ids else None), (before[:2] if before else None)
 
 
 def read_object(store, promise, write, keyring=None, raw=None, stored=None, length=None,
@@ -103,10 +169,11 @@ def raw_problem(promise, got):
 def stored_problem(promise, got):
     """Why the stored form ``got`` ((size, sha256), e.g. ``ArchiveStore.sha256``) is not
     what ``promise`` says, or None."""
-    if tuple(got) == promise.stored:
+    if tuple(got) in promise.forms:
         return None
-    return (f"stored as {_form(*got)}, its {promise.by} says {_form(*promise.stored)}: "
-            "not the archived object (damaged, cut or replaced)")
+    before = f" (or {_form(*promise.previous)} before its rekey)" if promise.previous else ""
+    return (f"stored as {_form(*got)}, its {promise.by} says {_form(*promise.stored)}"
+            f"{before}: not the archived object (damaged, cut or replaced)")
 
 
 def check(promise, got, suffix=""):

@@ -27,9 +27,10 @@ import logging
 import os
 import time
 
-from mysqlbackup.archive.codec import CHUNK, PLAIN, Digest, stored_of
+from mysqlbackup.archive.codec import CHUNK, PLAIN, Digest
 from mysqlbackup.archive.window import EpochHistory, parse_history
 from mysqlbackup.archive.index import IndexBuilder, parse_index
+from mysqlbackup.archive.objects import stored_forms
 from mysqlbackup.archive.listing import archived_server_id
 from mysqlbackup.archive.names import (binlog_key, binlog_prefix, epoch_source, format_key,
                                        history_key, parse_key, partial_prefix, retired_key,
@@ -430,7 +431,7 @@ class Archiver:
         if not self.store.exists(index_key):
             return False
         index = parse_index(self.store.read(index_key), index_key, name)
-        return (self.store.info_size(data_key) == stored_of(index)[0]
+        return (self.store.info_size(data_key) in [f[0] for f in stored_forms(index)]
                 and index["size"] == os.path.getsize(path or self._path(name)))
 
     def _retain_epoch(self, top, epoch, end_file, end_pos):

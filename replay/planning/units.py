@@ -26,7 +26,7 @@ from mysqlbackup.archive.index import check_chain
 from mysqlbackup.archive.listing import one_source
 from mysqlbackup.archive.window import contains, switch_problem
 from mysqlbackup.archive.names import binlog_key, format_key, partial_prefix
-from mysqlbackup.archive.objects import Promise, raw_problem, stored_problem
+from mysqlbackup.archive.objects import Promise, raw_problem, stored_forms, stored_problem
 from mysqlbackup.binlog.names import binlog_sort_key, next_binlog_name
 from mysqlbackup.errors import (ArchiveHoles, CorruptBinlog, MysqlBackupError, ResyncRequired,
                                 mask_url)
@@ -228,7 +228,7 @@ def check_listed_sizes(units, sizes, allow_gaps=False):
         last = unit.objects[-1] if unit.objects else None
         for obj in unit.objects:
             listed, indexed = sizes.get(obj.key), stored_of(obj.index)[0]
-            if listed is None or listed == indexed:
+            if listed is None or listed in [size for size, _ in stored_forms(obj.index)]:
                 continue
             if allow_gaps and unit.partial and obj is last and listed < indexed:
                 refuse_cut_encoded(obj, listed, indexed)
