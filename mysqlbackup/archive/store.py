@@ -23,7 +23,8 @@ from datetime import datetime, timezone
 import fsspec
 
 from mysqlbackup.archive.names import TMP_MARK
-from mysqlbackup.durable import open_durably
+from mysqlbackup.durable import fsync_dir, open_durably
+from mysqlbackup.durable import replace as durable_replace
 from mysqlbackup.errors import (ArchiveNotFound, MysqlBackupError, StoreError, UsageError,
                                 mask_url)
 
@@ -503,6 +504,31 @@ class ArchiveStore:
         return self.fs.exists(self.path(relative), **self._limit())
 
     @_request
+    def move(self, relative, to):
+        """Put object ``relative`` in the place of ``to`` (always one whole object, the old
+        or the new), then remove it: a durable rename, or a server-side copy and a delete."""
+        source, target = self.path(relative), self.path(to)
+        if self.local:
+            durable_replace(source, target)
+            return fsync_dir(os.path.dirname(source))
+        self.fs.copy(source, target, **self._limit(self.info_size(relative)), **self._locked())
+        self.fs.rm_file(source, **self._limit())
+
+    @_request
+    def drop_old_versions(self, relative, every=False):
+        """Delete every version of ``relative`` but its current one (``every``: all) where
+        the store keeps what a write replaced (a versioned S3 bucket); returns how many."""
+        if "s3" not in _protocols(self.fs):
+            return 0
+        bucket, _, key = self.path(relative).partition("/")
+        listed = self.fs.call_s3("list_object_versions", Bucket=bucket, Prefix=key)
+        old = [v["VersionId"] for v in listed.get("Versions", []) + listed.get(
+            "DeleteMarkers", []) if v["Key"] == key and (every or not v["IsLatest"])]
+        for version in old:
+            self.fs.call_s3("delete_object", Bucket=bucket, Key=key, VersionId=version)
+        return len(old)
+
+    @_request
     def remove(self, relative):
         self.fs.rm_file(self.path(relative), **self._limit())
 
@@ -572,15 +598,3 @@ def _quiet_partial_init():
 def _protocols(fs):
     proto = fs.protocol
     return set(proto) if isinstance(proto, (tuple, list)) else {proto}
-
-
-def read_path_or_url(path):
-    """Bytes of a local file or of an fsspec URL; UsageError when it cannot be read."""
-    try:
-        if "://" in path:
-            with fsspec.open(path, "rb") as f:
-                return f.read()
-        with open(path, "rb") as f:
-            return f.read()
-    except (OSError, ValueError, ImportError) as e:
-        raise UsageError(f"cannot read {mask_url(path)}: {mask_url(e)}") from None

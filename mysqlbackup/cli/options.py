@@ -293,3 +293,15 @@ def metrics_file_option(func):
                         "textfile collector (e.g. /var/lib/node_exporter/textfile/"
                         "restore.prom), replaced whole at most once a second.")(func)
 
+
+def read_path_or_url(path):
+    """Bytes of a local file or of an fsspec URL; UsageError when it cannot be read."""
+    try:
+        if "://" in path:
+            import fsspec  # loads only when a URL is given
+            with fsspec.open(path, "rb") as f:
+                return f.read()
+        with open(path, "rb") as f:
+            return f.read()
+    except (OSError, ValueError, ImportError) as e:
+        raise UsageError(f"cannot read {mask_url(path)}: {mask_url(e)}") from None

@@ -18,7 +18,7 @@ import time
 import uuid
 from datetime import datetime, timezone
 
-from mysqlbackup.archive.names import format_key, lease_key
+from mysqlbackup.archive.names import format_key, lease_key, lease_prefix, parse_key
 from mysqlbackup.errors import mask_url
 from mysqlbackup.utc import epoch, iso
 
@@ -40,7 +40,7 @@ class Lease:
     as a context manager it acquires, renews in the background and always releases."""
 
     def __init__(self, store, source, base=None, stop=None, lease_id=None,
-                 interval=RENEW_INTERVAL, clock=time.time):
+                 interval=RENEW_INTERVAL, clock=time.time, purpose="restore"):
         self.store, self.source, self.clock = store, source, clock
         self.id = lease_id or new_lease_id(clock())
         self.key = format_key(lease_key(source, self.id))
@@ -48,7 +48,7 @@ class Lease:
         self.body = {"kind": "lease", "id": self.id, "source": source,
                      "holder": {"host": socket.gethostname(), "pid": os.getpid()},
                      "base": base, "stop": stop, "started": None, "renewed": None,
-                     "expires_after": LEASE_EXPIRY}
+                     "expires_after": LEASE_EXPIRY, "purpose": purpose}
         self.renewals = 0
         self._stop = threading.Event()
         self._thread = None
@@ -104,6 +104,37 @@ class Lease:
 
     def __exit__(self, *exc):
         self.release()
+
+
+class SourceLeases:
+    """The leases of one source as listed now: what ``live_leases`` reads, without a
+    whole ArchiveListing (``store``, ``leases``)."""
+
+    def __init__(self, store, source):
+        self.store, self.leases = store, {source: {}}
+        for relative in store.list(lease_prefix(source)):
+            key = parse_key(relative)
+            if key is not None and key.kind == "lease":
+                self.leases[source][key.name] = relative
+
+
+def held_by_dead_process(body):
+    """True when ``body``'s holder is a process of this host that no longer runs (killed
+    with kill -9: its lease stays until it expires): not a reason for another process of
+    this host to wait. A holder elsewhere, or one that cannot be told, is alive."""
+    holder = body.get("holder") if isinstance(body, dict) else None
+    if not isinstance(holder, dict) or holder.get("host") != socket.gethostname():
+        return False
+    pid = holder.get("pid")
+    if not isinstance(pid, int) or isinstance(pid, bool) or pid <= 0 or pid == os.getpid():
+        return False
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return True
+    except OSError:
+        return False
+    return False
 
 
 def is_live(body, now, expiry=LEASE_EXPIRY):

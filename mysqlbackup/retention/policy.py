@@ -147,6 +147,12 @@ def _first_position(runs, manifest, order):
     return None
 
 
+def _holder(lease):
+    """Who holds a lease: "a restore" (leases written before ``purpose``), "archive rekey"."""
+    purpose = lease.get("purpose") or "restore"
+    return "a restore" if purpose == "restore" else f"archive {purpose}"
+
+
 def _leased(facts, runs, order):
     """What the live leases keep: their bases, and binlogs from the first they read."""
     protect = _Protect()
@@ -155,8 +161,9 @@ def _leased(facts, runs, order):
         lease_id, base_id = lease.get("id"), lease.get("base")
         first = _first_position(runs, by_id[base_id], order) if base_id in by_id else None
         if first is None:
-            protect.everything = (f"a restore holds lease {lease_id} (base {base_id or '?'} "
-                                  "not found in the binlogs): nothing is deleted")
+            protect.everything = (f"{_holder(lease)} holds lease {lease_id} (base "
+                                  f"{base_id or '?'} not found in the binlogs): nothing is "
+                                  "deleted")
             continue
         protect.bases[base_id] = f"a restore holds lease {lease_id} on it"
         if protect.from_position is None or first < protect.from_position:

@@ -16,10 +16,10 @@ from dataclasses import dataclass, replace
 from typing import Optional
 
 from mysqlbackup.archive.manifest import object_problem
-from mysqlbackup.guard.lease import live_leases
+from mysqlbackup.guard.lease import SourceLeases, live_leases
 from mysqlbackup.archive.listing import ArchiveListing
 from mysqlbackup.archive.names import (BASE_INDEX, base_prefix, epoch_source, format_key,
-                                       lease_prefix, parse_key, partial_prefix, retired_key)
+                                       partial_prefix, retired_key)
 from mysqlbackup.archive.window import recovery_windows
 from mysqlbackup.utc import iso
 from mysqlbackup.retention.policy import (EpochFacts, Facts, describe_plan, format_window,
@@ -58,21 +58,9 @@ def _binlog_facts(listing, key_source):
     return tuple(sealed), listing.partial_index(key_source), tuple(unindexed)
 
 
-class _Leases:
-    """The lease part of a listing, read again (what ``live_leases`` looks at)."""
-
-    def __init__(self, store, source):
-        self.store = store
-        self.leases = {source: {}}
-        for relative in store.list(lease_prefix(source)):
-            key = parse_key(relative)
-            if key is not None and key.kind == "lease":
-                self.leases[source][key.name] = relative
-
-
 def new_lease(store, plan, now=None):
     """The id of a live lease of the plan's source that the plan did not honour, or None."""
-    fresh = live_leases(_Leases(store, plan.source), plan.source, now)
+    fresh = live_leases(SourceLeases(store, plan.source), plan.source, now)
     return next((str(b.get("id")) for b in fresh if str(b.get("id")) not in plan.lease_ids),
                 None)
 
