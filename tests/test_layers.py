@@ -36,15 +36,15 @@ LEVEL = {"mysqlbackup": 0, "errors": 0, "durable": 0, "loop": 0, "logs": 0, "htt
          "utc": 0, "scratch": 0, "sandbox": 0,
          "binlog": 1, "source": 2, "archive": 2, "localdir": 2,
          "guard": 2.5,  # above the archive it reads, below the daemon and retention
-         "stream": 3, "base": 3, "retention": 3,
+         "stream": 3, "base": 3, "retention": 3, "rekey": 3,
          "cli": 4, "__main__": 5}
 # top-level modules that belong to a part: the fused loop of the source's packets and
 # events (the client squeezes packets with it, the stream walks events: it sits with
 # the source, below both), the command line's configuration
 PART_OF = {"speedups": "source", "fusedloop": "source", "_speedups": "source",
            "config": "cli"}
-SIBLINGS = {"stream", "base", "retention"}  # one level, independent of each other
-REPLAY_NEVER = {"stream", "retention"}
+SIBLINGS = {"stream", "base", "retention", "rekey"}  # one level, independent of each other
+REPLAY_NEVER = {"stream", "retention", "rekey"}
 # the test servers: tests, the demo and benchmarks import them, production code never
 # (its servers of its own come from ``scratch``)
 TEST_ONLY = {"sandbox"}

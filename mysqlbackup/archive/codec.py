@@ -359,7 +359,7 @@ def decode(read, write, name, keyring=None, where=None, key_ids=None, raw=None,
         return Digests(stored.size, stored.sha256, stored.size, stored.sha256)
     raw = Digest() if raw is None else raw
     source, sink = _Reader(read, stored), _Writer(write, raw)
-    inflate = _Inflate(sink, where) if compressed else sink
+    inflate = Inflate(sink, where) if compressed else sink
     if encrypted:
         _decrypt(source, inflate, keyring, where, key_ids, sink)
     else:
@@ -384,7 +384,7 @@ def decode_bytes(data, name, keyring=None, where=None, key_ids=None):
     return b"".join(out)
 
 
-class _Inflate:
+class Inflate:
     """A writer that decompresses one zstd frame into ``sink``, a bounded piece at a
     time (``stream_writer``: at most CHUNK bytes a write, whatever the ratio of the
     input at hand), ``FrameEnd`` telling where the frame ends."""
@@ -499,7 +499,7 @@ def stored_fields(codec, digests):
 # frame header asks for one. ``FrameEnd`` follows those headers alone (it decompresses
 # nothing), so that a decompressor that writes its output a bounded piece at a time
 # (python-zstandard's ``stream_writer``, which says neither where the frame ends nor
-# whether it did) can be told a truncated frame and bytes after it: ``_Inflate``.
+# whether it did) can be told a truncated frame and bytes after it: ``Inflate``.
 
 _DICT_ID = (0, 1, 2, 4)    # Dictionary_ID sizes by flag
 _CONTENT_SIZE = (0, 2, 4, 8)  # Frame_Content_Size sizes by flag (0: 1 byte if single segment)

@@ -8,8 +8,9 @@ is read once, decoded and checked as it streams (``_read_object``, over the one 
 
 import time
 
-from mysqlbackup.archive.codec import IdentityError, codec_of, sniff
-from mysqlbackup.archive.objects import Promise, problem, read_object, stored_problem
+from mysqlbackup.archive.codec import IdentityError, check_keys, codec_of, sniff
+from mysqlbackup.archive.objects import (Promise, manifest_forms, problem, read_object,
+                                         stored_problem)
 from mysqlbackup.archive.index import IndexBuilder, check_chain, check_segments, compare_index
 from mysqlbackup.archive.listing import ArchiveListing
 from mysqlbackup.archive.names import (BASE_INDEX, base_key, base_prefix, binlog_key, format_key,
@@ -21,6 +22,7 @@ from mysqlbackup.binlog.names import binlog_sort_key
 from mysqlbackup.binlog.transactions import TrxTracker
 from mysqlbackup.errors import CorruptBinlog
 
+UNOPENED_NAMED = 3     # objects an identity does not open named one by one, up to this
 IN_FLIGHT_AGE = 600.0  # an unindexed object older than this is no upload in flight
 
 
@@ -31,6 +33,30 @@ class _Run:
         self.listing, self.store = listing, listing.store
         self.notes, self.in_flight_age, self.now = notes, in_flight_age, now
         self.keyring, self.sealed_only = keyring, 0  # encrypted objects seen from outside
+        self.unopened = {}  # key ids -> [why] of the objects the identity does not open
+
+    def opens(self, where, codec, key_ids):
+        """Whether the identity given opens an object (False without one); an encrypted
+        object it does not open (by its key ids) is noted in ``unopened``."""
+        if self.keyring is None:
+            return False
+        try:
+            check_keys(where, codec, key_ids, self.keyring)
+        except IdentityError as e:
+            self.unopened.setdefault(", ".join(key_ids or ()), []).append(str(e))
+            return False
+        return True
+
+    def unopened_problems(self):
+        """A line an object the identity does not open; one a key id past a few."""
+        lines = []
+        for ids, whys in sorted(self.unopened.items()):
+            lines += whys if len(whys) <= UNOPENED_NAMED else [
+                f"{len(whys)} encrypted objects do not open with the identity "
+                f"{self.keyring.origin or ''} (it holds key id "
+                f"{', '.join(self.keyring.key_ids)}; they are encrypted to key id {ids}): "
+                "checked by stored size and sha256 only"]
+        return lines
 
     def newest(self, source):
         """The newest binlog name the listing holds for ``source`` (sealed or partial)."""
@@ -82,6 +108,7 @@ def verify_archive(store, source=None, notes=None, in_flight_age=IN_FLIGHT_AGE, 
     if run.sealed_only:
         run.notes.append(f"{run.sealed_only} encrypted objects checked by stored size and "
                          f"sha256 only (--deep --identity FILE looks inside)")
+    problems += run.unopened_problems()
     if not sources or not checked:
         problems.append(f"{store.url}: no archived binlog found" + (f" for {source}"
                                                                       if source else ""))
@@ -147,12 +174,13 @@ def _verify_base(run, source, base_id):
     size = run.listing.sizes.get(key)
     if size is None:
         return [f"{key}: missing (its manifest is there)"]
-    if size != manifest["stored_size"]:
+    forms = manifest_forms(manifest)
+    if size not in [form[0] for form in forms]:
         return [f"{key}: {size} bytes, the manifest says {manifest['stored_size']}"]
-    if run.keyring is not None:
+    if run.opens(key, manifest.get("codec", "zstd"), Promise.of_manifest(key, manifest).key_ids):
         return _decode_base(run, key, manifest)
     digest = run.store.sha256(key)[1]
-    if digest != manifest["sha256"]:
+    if (size, digest) not in forms:
         return [f"{key}: sha256 {digest}, the manifest says {manifest['sha256']}"]
     return []
 
@@ -243,9 +271,10 @@ def _read_object(run, where, data_key, index, builder):
     name = codec_of(index) if index is not None else _sniffed(run, data_key)
     if name == "none" and builder is None:
         return BLIND, [], None
-    if "age" in name and run.keyring is None:
+    if "age" in name and not run.opens(where, name, Promise.of_index(data_key, index).key_ids
+                                       if index is not None else None):
         found = _stored_problem(run, where, data_key, index) if index is not None else []
-        run.sealed_only += not found
+        run.sealed_only += not found and run.keyring is None
         return (DAMAGED if found else BLIND), found, None
     promise = Promise.of_index(data_key, index) if index is not None else Promise(data_key,
                                                                                  name)

@@ -322,7 +322,7 @@ def inspect(paths, as_json):
     offset. Exits 0 when every event is whole, every CRC matches and the decoded
     events are sound; 1 otherwise. An incomplete last transaction alone is no error.
     """
-    from mysqlbackup.archive.store import read_path_or_url
+    from mysqlbackup.cli.options import read_path_or_url
     from mysqlbackup.binlog.inspect import format_report, inspect_bytes
     reports = [inspect_bytes(read_path_or_url(p), p) for p in paths]
     if as_json:
@@ -499,6 +499,35 @@ def archive_import(directory, archive_url, archive_option, source_name, torn_tai
     import_directory(open_store(archive_url, archive_option, write=True), directory,
                      source_name, torn_tail, click.echo,
                      make_codec(compress, encrypt_to), keyring_from(identity))
+
+
+@archive.command("rekey", epilog=example(
+    f"mysqlbackup archive rekey --archive {ARCHIVE} --identity /root/old.key "
+    "--recipient /etc/mysqlbackup/new.pub"))
+@archive_options
+@source_name_option("every")
+@identity_option
+@click.option("--recipient", "recipients", multiple=True, required=True, metavar="FILE",
+              type=click.Path(dir_okay=False), help="The new public keys (age1...) in FILE; "
+              "repeatable. Every encrypted object ends encrypted to exactly these.")
+@handle_errors
+def archive_rekey(archive_url, archive_option, source_name, identity, recipients):
+    """Re-encrypt every encrypted object (binlogs, segments, bases) to the --recipient
+    keys, with a new file key each, so that the old identity opens none of them. Each
+    object is checked against its index, written beside, read back, then put in place
+    (never half-written: a run killed anywhere leaves an archive every reader reads,
+    and a second run finishes it). Objects on the new keys already are skipped. Give the
+    daemon and base backups the new recipients first (--encrypt-to), then rekey.
+    Exits 1 when an object is left: under S3 Object Lock (with its date), or damaged."""
+    from mysqlbackup.archive.codec import IdentityError, keyring_from, make_codec
+    from mysqlbackup.rekey.run import run_rekey
+    keyring = keyring_from(identity)
+    if keyring is None:
+        raise IdentityError("archive rekey needs --identity FILE (or $MYSQLBACKUP_IDENTITY): "
+                            "the key that opens the objects now")
+    listing, sources = read_listing(archive_url, archive_option, source_name)
+    if not run_rekey(listing, sources, keyring, make_codec("none", recipients), click.echo):
+        sys.exit(1)
 
 
 @main.group("config", epilog=example("mysqlbackup config show stream"))

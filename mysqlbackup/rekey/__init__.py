@@ -1,0 +1,1 @@
+"""Key rotation: ``archive rekey`` re-encrypts every encrypted object to new recipients."""
