@@ -76,7 +76,7 @@ def objects(store, sources=("db1",)):
     """{object key: (its index or manifest, stored bytes)} of the sources' indexed objects."""
     listing = ArchiveListing(store)
     found = {}
-    for item in (i for source in sources for i in items(listing, source)):
+    for item in (i for source in sources for i in items(listing, source, [])):
         raw = store.read(item.doc_key)
         doc = parse_manifest(raw, item.doc_key) if item.is_base else json.loads(raw)
         found[item.key] = (doc, store.read(item.key))
@@ -127,7 +127,7 @@ def test_rekey_moves_every_object_to_the_new_key(source_files, keys, tmp_path):
                     "--recipient", keys["new"][1])
     assert again.returncode == 0, again.stderr
     assert again.stdout.splitlines()[-1].startswith(
-        f"db1: 0 objects rekeyed (0.0 MB raw, 0.0 MB stored, ")
+        "db1: 0 objects rekeyed (0.0 MB raw, 0.0 MB stored, ")
     assert f"{len(before)} on the new keys already" in again.stdout
     assert objects(store) == after  # nothing rewritten
 
@@ -373,3 +373,19 @@ def test_index_and_manifest_validators_take_the_two_forms(source_files, keys, tm
         validate_index(dict(doc, rekey_from={"stored_size": "1"}), "w")
     assert rekey_run.staging_key(rekey_run.Item("db1/binlog/x.000001", "db1/binlog/x.000001"
                                                 ".json", "db1")) == "db1/rekey/binlog/x.000001"
+
+
+def test_a_base_whose_manifest_does_not_read_is_named_and_the_rest_rekeyed(source_files, keys,
+                                                                            tmp_path):
+    from mysqlbackup.archive.names import format_base_id
+    url, store = make_archive(tmp_path, source_files[:2], keys)
+    base = f"db1/base/{format_base_id(time.time())}"
+    store.put_bytes(f"{base}/dump.sql.zst", b"x")
+    store.put_bytes(f"{base}/index.json", b"{not json")
+    done = run_cli("archive", "rekey", "--archive", url, "--identity", keys["old"][0],
+                   "--recipient", keys["new"][1])
+    assert done.returncode == 1, done.stderr
+    assert done.stdout.splitlines()[0].startswith("db1: 2 objects rekeyed (")
+    [line] = [x for x in done.stdout.splitlines() if x.startswith("not rekeyed: ")]
+    assert f"{base}/index.json" in line and "not JSON" in line
+    assert_on_keys(store, keys, "new")

@@ -10,6 +10,7 @@ import sys
 
 import pytest
 
+from mysqlbackup.archive.codec import keygen
 from mysqlbackup.sandbox import MariaDBSandbox, free_port
 from tests.helpers import wait_for
 
@@ -155,8 +156,14 @@ def test_runbook_end_to_end(tmp_path):
                REPL_USER="restore", REPL_PASSWORD=RESTORE_PASSWORD,
                STANDBY_HOST="127.0.0.1", STANDBY_PORT=str(standby.port),
                STANDBY_SOURCE_URL=f"mysql://mysqlbackup@127.0.0.1:{standby.port}",
+               RECIPIENT_FILE=str(tmp_path / "keys" / "archive.pub"),
+               MYSQLBACKUP_IDENTITY=str(tmp_path / "keys" / "archive.key"),
+               NEW_RECIPIENT_FILE=str(tmp_path / "keys" / "archive-2.pub"),
+               NEW_IDENTITY=str(tmp_path / "keys" / "archive-2.key"),
                PATH=os.path.dirname(sys.executable) + os.pathsep + os.environ["PATH"])
     os.makedirs(env["WORK_DIR"])
+    os.makedirs(tmp_path / "keys")
+    keygen(env["MYSQLBACKUP_IDENTITY"], env["RECIPIENT_FILE"])
     book = Runbook(env)
     try:
         primary.execute("CREATE DATABASE shop",
@@ -226,6 +233,14 @@ def test_runbook_end_to_end(tmp_path):
         book.env["NEW_PRIMARY_URL"] = f"mysql://restore@127.0.0.1:{after.port}"
         book.run_section("5. The primary is lost: restore the latest state")
         assert checksums(after, "shop") == checksums(standby, "shop")
+
+        rotated = book.run_section("10. Rotate the archive's encryption key").splitlines()
+        assert rotated[-1].endswith(", 0 problems"), rotated[-1]
+        assert any(line.startswith("db1: ") and " objects rekeyed (" in line
+                   and not line.startswith("db1: 0 objects") for line in rotated), rotated
+        old = book.run('mysqlbackup verify --archive "$ARCHIVE_URL" --deep || echo exit $?')
+        assert old.splitlines()[-1] == "exit 1" and "encrypted objects do not open with the " \
+            f"identity {env['MYSQLBACKUP_IDENTITY']}" in old, old
     finally:
         book.kill_background()
         for server in (primary, target, fresh, replica, standby, after):

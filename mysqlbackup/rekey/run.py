@@ -85,9 +85,10 @@ def staging_key(item):
     return f"{item.source}/{STAGING}/{item.key[len(item.source) + 1:]}"
 
 
-def items(listing, source):
+def items(listing, source, damaged=None):
     """Every indexed object of ``source`` (its epochs' sealed files and segments, its
-    bases with a manifest), oldest epoch first."""
+    bases with a manifest), oldest epoch first; a base whose manifest does not read is
+    left out, its error appended to ``damaged`` (a list) when given, else raised."""
     found = []
     for _, key_source, _ in listing.epochs(source):
         for name in listing.sealed_names(key_source):
@@ -100,7 +101,13 @@ def items(listing, source):
                     found.append(Item(slots["data"], slots["index"], source))
     for base_id in listing.base_ids(source):
         members = listing.bases[source][base_id]
-        manifest = listing.base_manifest(source, base_id)
+        try:
+            manifest = listing.base_manifest(source, base_id)
+        except CorruptBinlog as e:
+            if damaged is None:
+                raise
+            damaged.append(str(e))
+            continue
         key = format_key(base_key(source, base_id, manifest["member"]))
         if key in members.values():
             found.append(Item(key, members[BASE_INDEX], source))
@@ -119,7 +126,7 @@ class Rekey:
 
     def run(self, listing, source):
         """Rekey every object of ``source``; returns the Tally."""
-        todo = items(listing, source)
+        todo = items(listing, source, self.tally.damaged)
         with Lease(self.store, source, purpose="rekey") as lease:
             self.lease_id = lease.id
             self._check_leases(source, "not started")
