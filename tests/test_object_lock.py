@@ -67,6 +67,9 @@ def test_locked_objects_are_kept_by_retain(s3, make_server, tmp_path):
     assert "base" in kinds and "binlog" in kinds, outcome["kept_by_lock"]
     assert all(i["until"] for i in outcome["kept_by_lock"])
     assert sorted(store.list("")) == sorted(keys)  # nothing hidden behind a delete marker
+    recorded = [json.loads(store.read(k)) for k in keys if k.endswith(".json")
+                and "/lease/" not in k]  # every index and manifest records the lock
+    assert recorded and all(r["lock"] == {"mode": "governance", "days": 2} for r in recorded)
 
     verified = run_cli("verify", "--archive", url, "--archive-option",
                        f"endpoint_url={s3.endpoint}")

@@ -45,7 +45,8 @@ MANIFEST_FIELDS = {
 }
 # optional: absent from manifests written before encryption (codec "zstd", no keys)
 OPTIONAL_FIELDS = {"codec": _TEXT, "key_ids": (list,),
-                   REKEY_FROM: (dict,)}  # while archive rekey swaps the object
+                   REKEY_FROM: (dict,),  # while archive rekey swaps the object
+                   "lock": (dict,)}      # the S3 Object Lock it was written under
 _HEX = frozenset("0123456789abcdef")
 
 

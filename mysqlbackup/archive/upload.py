@@ -4,7 +4,7 @@ upload them in that pass, read the stored object back, and only then write its i
 object through here."""
 
 import os
-from dataclasses import replace
+from dataclasses import asdict, replace
 
 from mysqlbackup.archive.codec import CHUNK, encode, stored_fields, stored_of
 from mysqlbackup.archive.index import IndexBuilder
@@ -62,11 +62,13 @@ def put_object(store, relative, read, codec, builder):
     (zstd, age; plain: as it is) and into ``store.open_write``. The object is
     published only when every byte was read, walked without fault (``finish()``:
     a torn last event aborts it) and written. Returns ``builder.finish()``'s index
-    with the fields of the stored object (``codec.stored_fields``)."""
+    with the fields of the stored object (``codec.stored_fields``; ``lock``: the S3
+    Object Lock it was written under, when the store sets one)."""
     with store.open_write(relative) as out:
         digests = encode(read, out.write, codec, builder)
         index = builder.finish()
-    return dict(index, **stored_fields(codec, digests))
+    locked = {"lock": asdict(store.lock)} if store.lock else {}
+    return dict(index, **stored_fields(codec, digests), **locked)
 
 
 def upload_sealed(store, path, source, name, predecessor, codec):

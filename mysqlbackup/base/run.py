@@ -5,6 +5,7 @@ import functools
 import logging
 import tempfile
 import time
+from dataclasses import asdict
 
 from mysqlbackup import __version__
 from mysqlbackup.archive.manifest import (METHODS, build_manifest,
@@ -169,7 +170,7 @@ def take_base(spec, store, source_name=None, method="dump", report=None, codec=B
             check_stored(store, member, uploaded)  # clone: its copy goes only after this
         manifest = _manifest(facts, source, base_id, method, start, finished, uploaded,
                              dict(run.details, elapsed=round(time.monotonic() - began, 3)),
-                             codec)
+                             codec, store.lock)
         try:
             store.put_bytes(index, format_manifest(manifest))
         except BaseException:
@@ -245,9 +246,11 @@ def gtid_text(snapshot, flavor):
     return str(parse_gtid_set(snapshot.gtid, flavor))
 
 
-def _manifest(facts, source, base_id, method, start, finished, uploaded, details, codec):
+def _manifest(facts, source, base_id, method, start, finished, uploaded, details, codec,
+              lock=None):
     snapshot = finished["snapshot"]
-    return build_manifest(
+    locked = {"lock": asdict(lock)} if lock else {}  # the S3 Object Lock it is written under
+    return build_manifest(**locked,
         id=base_id, source=source, method=method, member=BASE_MEMBERS[method],
         compression="zstd", start_time=iso(start, 6),
         end_time=iso(finished["end"], 6), gtid=gtid_text(snapshot, facts.flavor),
