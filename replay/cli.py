@@ -91,7 +91,7 @@ def replay(archive_url, archive_option, source_name, target, target_password_fil
     if source_name:
         check_source_name(source_name)  # before the store is asked
     from mysqlbackup.archive.codec import keyring_from
-    from mysqlbackup.archive.store import parse_options
+    from mysqlbackup.archive.options import parse_options
     from replay.planning.plan import ReplayOptions
     from replay.job.run import run_replay
     from replay.planning.options import build_selection

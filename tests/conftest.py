@@ -221,10 +221,10 @@ class S3Endpoint:
         """Start again on the same port (moto keeps the buckets in this process)."""
         self.__init__(self.port)
 
-    def bucket(self, name):
+    def bucket(self, name, lock=False):
         import boto3
         boto3.client("s3", endpoint_url=self.endpoint, region_name="us-east-1").create_bucket(
-            Bucket=name)
+            Bucket=name, **({"ObjectLockEnabledForBucket": True} if lock else {}))
         return f"s3://{name}/backups"
 
 
@@ -324,8 +324,12 @@ def archive(request, tmp_path):
     a test parametrized ``@pytest.mark.parametrize("archive", STORES, indirect=True)``
     (the store contract, tests/test_store.py, and the few runs where the store's own
     behaviour matters: one end to end, streamed uploads, listings and their timing)."""
-    if getattr(request, "param", "file") == "file":
+    kind = getattr(request, "param", "file")
+    if kind == "file":
         return f"file://{tmp_path / 'archive'}", []
     endpoint = request.getfixturevalue("s3")
     bucket = "mb-" + os.urandom(6).hex()
+    if kind == "s3-lock":  # a bucket with Object Lock (versioned), every write locked
+        return endpoint.bucket(bucket, lock=True), [
+            f"endpoint_url={endpoint.endpoint}", "lock_mode=governance", "lock_days=1"]
     return endpoint.bucket(bucket), [f"endpoint_url={endpoint.endpoint}"]

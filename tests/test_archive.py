@@ -5,7 +5,8 @@ import os
 import pytest
 
 from mysqlbackup.stream.archiver import Archiver
-from mysqlbackup.archive.store import ArchiveStore, parse_options
+from mysqlbackup.archive.options import parse_options
+from mysqlbackup.archive.store import ArchiveStore
 from mysqlbackup.archive.verify import list_archive, verify_archive
 from mysqlbackup.binlog import events as ev
 from mysqlbackup.binlog.scan import iter_events

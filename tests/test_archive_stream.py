@@ -10,7 +10,8 @@ import pytest
 
 from mysqlbackup.archive.upload import chain_end
 from mysqlbackup.archive.names import parse_key, partial_prefix
-from mysqlbackup.archive.store import ArchiveStore, parse_options
+from mysqlbackup.archive.options import parse_options
+from mysqlbackup.archive.store import ArchiveStore
 from mysqlbackup.archive.verify import verify_archive
 from tests.conftest import STORES, S3Endpoint
 from tests.helpers import (REPO, Daemon, backup_dir, current_binlog, read, wait_for,
@@ -129,8 +130,8 @@ def test_kill_9_during_upload_leaves_nothing_taken_for_whole(archive, make_serve
     url, options = archive
     store = ArchiveStore(url, parse_options(options))
     code = (f"from mysqlbackup.stream.archiver import Archiver; "
-            f"from mysqlbackup.archive.store import "
-            f"ArchiveStore, parse_options; Archiver({str(local)!r}, ArchiveStore({url!r}, "
+            f"from mysqlbackup.archive.store import ArchiveStore; "
+            f"from mysqlbackup.archive.options import parse_options; Archiver({str(local)!r}, ArchiveStore({url!r}, "
             f"parse_options({options!r}))).run_once()")
     for delay in (0.05, 0.15, 0.3, 0.6):
         proc = subprocess.Popen([sys.executable, "-c", code], cwd=REPO)

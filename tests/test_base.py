@@ -12,7 +12,8 @@ import zstandard
 
 from mysqlbackup.archive.manifest import parse_manifest
 from mysqlbackup.archive.names import BASE_MEMBERS, base_key, format_key
-from mysqlbackup.archive.store import ArchiveStore, parse_options
+from mysqlbackup.archive.options import parse_options
+from mysqlbackup.archive.store import ArchiveStore
 from mysqlbackup.sandbox import MariaDBSandbox, find_binary
 from tests.faults import Tmpfs, can_mount_tmpfs
 from tests.conftest import STORES

@@ -11,7 +11,8 @@ import pytest
 
 from mysqlbackup.archive.codec import AGE_MAGIC, ZSTD_MAGIC, decode_bytes, read_identities
 from mysqlbackup.archive.importer import order_files
-from mysqlbackup.archive.store import ArchiveStore, parse_options
+from mysqlbackup.archive.options import parse_options
+from mysqlbackup.archive.store import ArchiveStore
 from mysqlbackup.binlog.scan import iter_events
 from mysqlbackup.errors import UsageError
 from mysqlbackup.sandbox import MariaDBSandbox

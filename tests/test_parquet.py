@@ -303,7 +303,7 @@ def test_a_destination_with_a_change_table_is_refused(source, replayed):
 @pytest.mark.server
 def test_parts_rotate_and_hold_the_same_rows(source, replayed, archive):
     # a task's writer alone on the server's own files, two rows a part, file:// and S3
-    from mysqlbackup.archive.store import parse_options
+    from mysqlbackup.archive.options import parse_options
     url, option_list = archive
     sink = ParquetSink(url + "/changes", parse_options(option_list), rows_per_part=2).open("x")
     writer = PartWriter(sink.task_spec().at(7))

@@ -163,6 +163,9 @@ class _CrashingStore:
     def __init__(self, store, at):
         self._store, self.at, self.count = store, at, 0
 
+    def unlocked(self):  # the staged copies' writes count too
+        return self
+
     def __getattr__(self, name):
         attr = getattr(self._store, name)
         if name not in self.WRITES:
@@ -318,9 +321,10 @@ def test_stored_forms_and_their_validation():
 
 def test_s3_and_object_lock(s3, source_files, keys, tmp_path):
     """On S3 (moto): objects move by a server-side copy; on an Object Lock bucket, the
-    objects written unlocked are rekeyed, each locked one is refused with its date (its
-    locked version would keep the old key), exit 1; verify --deep with the new key then
-    names only the locked ones."""
+    objects written unlocked are rekeyed (and, the lock options given, locked as new
+    objects are; their staged copies never, so they go), each locked one is refused with
+    its date (its locked version would keep the old key), exit 1; verify --deep with the
+    new key then names only the locked ones."""
     name = "rekey-" + str(int(time.time() * 1000))
     boto3.client("s3", endpoint_url=s3.endpoint, region_name="us-east-1").create_bucket(
         Bucket=name, ObjectLockEnabledForBucket=True)
@@ -338,8 +342,9 @@ def test_s3_and_object_lock(s3, source_files, keys, tmp_path):
                      "db1", "--encrypt-to", keys["old"][1], *endpoint, "--archive-option",
                      "lock_mode=governance", "--archive-option", "lock_days=1")
     assert locked.returncode == 0, locked.stderr
+    lock = ["--archive-option", "lock_mode=governance", "--archive-option", "lock_days=1"]
     done = run_cli("archive", "rekey", "--archive", url, "--identity", keys["old"][0],
-                   "--recipient", keys["new"][1], *endpoint, timeout=120)
+                   "--recipient", keys["new"][1], *endpoint, *lock, timeout=120)
     assert done.returncode == 1, done.stdout + done.stderr
     refused = [x for x in done.stdout.splitlines() if "locked until" in x]
     assert len(refused) >= 2 and all("(S3 Object Lock)" in x and "T" in x for x in refused)
@@ -361,6 +366,8 @@ def test_s3_and_object_lock(s3, source_files, keys, tmp_path):
         with pytest.raises(IdentityError):
             decode_bytes(stored, "zstd+age", ring(keys, "old"), key)
         assert decode_bytes(stored, "zstd+age", ring(keys, "new"), key) == open(path, "rb").read()
+        locked = client.head_object(Bucket=name, Key=key)  # locked as a new object is
+        assert locked["ObjectLockMode"] == "GOVERNANCE" and version["IsLatest"]
     staging = client.list_object_versions(Bucket=name, Prefix="a/db1/rekey/")
     assert not staging.get("Versions") and not staging.get("DeleteMarkers")
 

@@ -8,7 +8,8 @@ import time
 
 import pytest
 
-from mysqlbackup.archive.store import ArchiveStore, parse_options
+from mysqlbackup.archive.options import parse_options
+from mysqlbackup.archive.store import ArchiveStore
 from mysqlbackup.errors import UsageError
 from mysqlbackup.source.spec import SourceSpec
 from replay.planning.plan import ReplayOptions

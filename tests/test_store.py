@@ -1,5 +1,6 @@
 """The store's contract: every operation of ``ArchiveStore`` the tool uses, on file:// and
-on S3 (moto's server, real HTTP through s3fs), with the same results. The rest of the
+on S3 (moto's server, real HTTP through s3fs) and on an S3 bucket with Object Lock (every
+write locked, as ``--archive-option lock_mode/lock_days`` asks), with the same results. The rest of the
 suite runs on file:// but for a few runs where the store's own behaviour matters (see
 ``archive`` in conftest.py): what holds here holds for them on either store."""
 
@@ -9,11 +10,12 @@ import time
 
 import pytest
 
-from mysqlbackup.archive.store import ArchiveStore, parse_options
+from mysqlbackup.archive.options import parse_options
+from mysqlbackup.archive.store import ArchiveStore
 from mysqlbackup.errors import ArchiveNotFound, StoreError
 from tests.conftest import STORES
 
-on_both = pytest.mark.parametrize("archive", STORES, indirect=True)
+on_both = pytest.mark.parametrize("archive", STORES + ["s3-lock"], indirect=True)
 
 
 @pytest.fixture
@@ -93,6 +95,27 @@ def test_an_existing_empty_archive_is_one_and_a_missing_root_is_not(store, archi
     problem = gone.root_problem(gone.list(sizes=True))
     assert isinstance(problem, ArchiveNotFound), problem
     assert str(problem).startswith(f"archive {missing}: not an archive: no such ")
+
+
+@on_both
+def test_move_replaces_an_object_whole_and_old_versions_go(store, archive):
+    """``move`` (rekey's swap): the object becomes the moved one, the moved one is gone;
+    ``drop_old_versions`` leaves one version (the current) where a bucket keeps them."""
+    store.unlocked().put_bytes("db1/binlog/binlog.000001", b"old form")
+    store.unlocked().put_bytes("db1/rekey/binlog/binlog.000001", b"the new form")
+    assert store.lock_of("db1/rekey/binlog/binlog.000001") is None
+    store.move("db1/rekey/binlog/binlog.000001", "db1/binlog/binlog.000001")
+    assert store.read("db1/binlog/binlog.000001") == b"the new form"
+    assert store.list() == ["db1/binlog/binlog.000001"]
+    dropped = store.drop_old_versions("db1/binlog/binlog.000001")
+    gone = store.drop_old_versions("db1/rekey/binlog/binlog.000001", every=True)
+    assert (dropped, gone) == ((1, 2) if store.lock else (0, 0))  # versions: a lock's bucket
+    assert store.read("db1/binlog/binlog.000001") == b"the new form"
+    if store.lock:  # the moved object is locked as a new object is
+        assert store.retain_until("db1/binlog/binlog.000001") > time.time() + 23 * 3600
+        store.put_bytes("db1/x", b"locked")
+        with pytest.raises(StoreError, match="drop_old_versions db1/x"):
+            store.put_bytes("db1/x", b"again") or store.drop_old_versions("db1/x")
 
 
 def test_a_store_that_is_down_is_a_store_error(s3):

@@ -8,6 +8,7 @@ crash mid-upload never leaves a half object under a real name.
 """
 
 import contextlib
+import copy
 import functools
 import gc
 import hashlib
@@ -17,12 +18,13 @@ import shutil
 import sys
 import time
 import uuid
-from dataclasses import dataclass
 from datetime import datetime, timezone
 
 import fsspec
 
 from mysqlbackup.archive.names import TMP_MARK
+from mysqlbackup.archive.options import (KEYED_PROTOCOLS, S3_FS_RETRIES, call_time, pop_lock,
+                                         s3_client_options, with_timeouts)
 from mysqlbackup.durable import fsync_dir, open_durably
 from mysqlbackup.durable import replace as durable_replace
 from mysqlbackup.errors import (ArchiveNotFound, MysqlBackupError, StoreError, UsageError,
@@ -51,128 +53,6 @@ def _request(method):
     return wrapper
 
 
-def parse_options(pairs):
-    """``KEY=VALUE`` strings -> storage options; 'true'/'false'/numbers are converted."""
-    options = {}
-    for pair in pairs or ():
-        key, sep, value = pair.partition("=")
-        if not sep or not key:
-            raise UsageError(f"bad --archive-option {pair!r}: expected KEY=VALUE")
-        options[key] = _convert(value)
-    return options
-
-
-def _convert(value):
-    if value[:1] in "{[":
-        try:
-            return json.loads(value)
-        except ValueError:
-            raise UsageError(f"bad JSON in --archive-option value {value!r}") from None
-    lowered = value.lower()
-    if lowered in ("true", "false"):
-        return lowered == "true"
-    try:
-        return int(value)
-    except ValueError:
-        return value
-
-
-def s3_client_options(options):
-    """s3fs wants endpoint_url (and region) under client_kwargs; accept them at top level."""
-    options = dict(options)
-    client = dict(options.pop("client_kwargs", {}) or {})
-    for key in ("endpoint_url", "region_name"):
-        if key in options:
-            client[key] = options.pop(key)
-    if client:
-        options["client_kwargs"] = client
-    return options
-
-
-# every S3 request gets bounded time: a hung endpoint becomes an error and a retry
-S3_DEFAULTS = {"connect_timeout": 5, "read_timeout": 10, "retries": {"max_attempts": 2}}
-S3_FS_RETRIES = 2
-
-
-def with_timeouts(options):
-    """s3fs options with request timeouts and bounded retries unless the user chose them."""
-    options = dict(options)
-    config = dict(options.get("config_kwargs") or {})
-    for key, value in S3_DEFAULTS.items():
-        config.setdefault(key, value)
-    options["config_kwargs"] = config
-    return options
-
-
-def _call_time(options):
-    """Seconds one s3 call may take: every attempt timing out, and a margin."""
-    config = options.get("config_kwargs") or {}
-    try:
-        attempts = int((config.get("retries") or {}).get("max_attempts", 3)) or 1
-        per_try = float(config.get("connect_timeout", 60)) + float(config.get("read_timeout", 60))
-    except (TypeError, ValueError, AttributeError):
-        raise UsageError(f"bad config_kwargs {config!r}: timeouts are numbers, retries is "
-                         f"{{\"max_attempts\": N}}") from None
-    return per_try * attempts * S3_FS_RETRIES + 5.0
-
-
-# object stores that authenticate with keys: a key in the URL is refused, because the
-# store's own errors quote the bucket part of it where mask_url cannot see a URL
-KEYED_PROTOCOLS = ("s3", "s3a", "gs", "gcs", "az", "abfs", "abfss", "adl")
-
-
-# -- S3 Object Lock of new objects -------------------------------------------------------
-# ``--archive-option lock_mode=governance|compliance`` and ``lock_days=N`` (both, on an
-# ``s3://`` archive whose bucket was created with Object Lock) give every object the store
-# writes a retain-until date N days after it is written: binlog files and segments, their
-# indexes, bases and their manifests. The store cannot delete such an object before that
-# date (a delete without a version only hides it behind a delete marker), so ``retain``
-# asks it first (``ArchiveStore.retain_until``) and keeps what is locked, saying so.
-
-LOCK_MODES = ("governance", "compliance")
-LOCK_OPTIONS = ("lock_mode", "lock_days")
-LOCKABLE = ("s3", "s3a")
-
-
-@dataclass(frozen=True)
-class ObjectLock:
-    """The lock new objects get: its mode and how many days it holds them."""
-
-    mode: str
-    days: int
-
-    def write_kwargs(self, now):
-        """The PutObject/CreateMultipartUpload arguments of an object written at ``now``
-        (epoch seconds)."""
-        until = datetime.fromtimestamp(now + self.days * 86400, timezone.utc)
-        return {"ObjectLockMode": self.mode.upper(), "ObjectLockRetainUntilDate": until}
-
-
-def pop_lock(options, protocol):
-    """The ObjectLock that ``options`` (fsspec options, a dict: the two lock options are
-    taken out of it) ask for, or None; UsageError for a bad value, one without the
-    other, or a store that is not S3."""
-    mode, given = (options.pop(key, None) for key in LOCK_OPTIONS)
-    if mode is None and given is None:
-        return None
-    if mode is None or given is None:
-        raise UsageError("--archive-option lock_mode and lock_days go together "
-                         "(e.g. lock_mode=governance lock_days=30)")
-    if str(mode).lower() not in LOCK_MODES:
-        raise UsageError(f"bad --archive-option lock_mode={mode}: governance or compliance")
-    try:
-        days = int(given)
-    except (TypeError, ValueError):
-        days = 0
-    if days < 1:
-        raise UsageError(f"bad --archive-option lock_days={given}: a whole number of days, "
-                         "at least 1")
-    if protocol not in LOCKABLE:
-        raise UsageError(f"--archive-option lock_mode/lock_days need an s3:// archive "
-                         f"(S3 Object Lock), not {protocol}://")
-    return ObjectLock(str(mode).lower(), days)
-
-
 class ArchiveStore:
     """The archive root: put, read, list and remove objects by relative name.
 
@@ -194,7 +74,7 @@ class ArchiveStore:
             options = with_timeouts(s3_client_options(options))
         self.url = mask_url(url)
         self._raw_url, self._options, self._fs, self.root = url, options, None, None
-        self._call_time = _call_time(options) if protocol in ("s3", "s3a") else ASYNC_CALL_TIME
+        self._call_time = call_time(options) if protocol in ("s3", "s3a") else ASYNC_CALL_TIME
         self.problem = None
         try:
             self._connect()
@@ -365,6 +245,13 @@ class ArchiveStore:
             raise
         writer.call(writer.file.close)
 
+    def unlocked(self):
+        """This store, writing without Object Lock: for a staged copy that goes again once
+        it took its place (a locked version could not be deleted before its date)."""
+        other = copy.copy(self)
+        other.lock = None
+        return other
+
     def _locked(self):
         """The Object Lock arguments of a write now (none without ``lock``)."""
         return self.lock.write_kwargs(time.time()) if self.lock else {}
@@ -381,12 +268,15 @@ class ArchiveStore:
         None: not locked, or a store without locks."""
         if "s3" not in _protocols(self.fs):
             return None
-        bucket, _, key = self.path(relative).partition("/")
-        head = self.fs.call_s3("head_object", Bucket=bucket, Key=key)
+        head = self.fs.call_s3("head_object", **self._bucket_key(relative))
         until = head.get("ObjectLockRetainUntilDate")
         if until is None:
             return None
         return (head.get("ObjectLockMode") or "").lower(), until.timestamp()
+
+    def _bucket_key(self, relative):
+        bucket, _, key = self.path(relative).partition("/")
+        return {"Bucket": bucket, "Key": key}
 
     def _bound_requests(self, f):
         """Give each request of a streamed upload to s3 (a part of up to STREAM_BLOCK
@@ -506,12 +396,18 @@ class ArchiveStore:
     @_request
     def move(self, relative, to):
         """Put object ``relative`` in the place of ``to`` (always one whole object, the old
-        or the new), then remove it: a durable rename, or a server-side copy and a delete."""
+        or the new), then remove it: a durable rename, or a server-side copy (then locked
+        as a new object is) and a delete."""
         source, target = self.path(relative), self.path(to)
         if self.local:
             durable_replace(source, target)
             return fsync_dir(os.path.dirname(source))
-        self.fs.copy(source, target, **self._limit(self.info_size(relative)), **self._locked())
+        self.fs.copy(source, target, **self._limit(self.info_size(relative)))
+        if self.lock:
+            lock = self._locked()
+            self.fs.call_s3("put_object_retention", **self._bucket_key(to), Retention={
+                "Mode": lock["ObjectLockMode"],
+                "RetainUntilDate": lock["ObjectLockRetainUntilDate"]})
         self.fs.rm_file(source, **self._limit())
 
     @_request
@@ -520,12 +416,13 @@ class ArchiveStore:
         the store keeps what a write replaced (a versioned S3 bucket); returns how many."""
         if "s3" not in _protocols(self.fs):
             return 0
-        bucket, _, key = self.path(relative).partition("/")
-        listed = self.fs.call_s3("list_object_versions", Bucket=bucket, Prefix=key)
+        where = self._bucket_key(relative)
+        listed = self.fs.call_s3("list_object_versions", Bucket=where["Bucket"],
+                                 Prefix=where["Key"])
         old = [v["VersionId"] for v in listed.get("Versions", []) + listed.get(
-            "DeleteMarkers", []) if v["Key"] == key and (every or not v["IsLatest"])]
+            "DeleteMarkers", []) if v["Key"] == where["Key"] and (every or not v["IsLatest"])]
         for version in old:
-            self.fs.call_s3("delete_object", Bucket=bucket, Key=key, VersionId=version)
+            self.fs.call_s3("delete_object", **where, VersionId=version)
         return len(old)
 
     @_request

@@ -143,8 +143,7 @@ def stream(source, password_file, tls, server_id, directory, start_file, start_g
     if archive_url:
         from mysqlbackup.archive.codec import make_codec
         codec = make_codec(compress, encrypt_to)
-        from mysqlbackup.archive.store import \
-            parse_options  # fsspec loads only when an archive is asked for
+        from mysqlbackup.archive.options import parse_options
         storage_options = parse_options(archive_option)
     from mysqlbackup.stream.daemon import StopRequest, StreamOptions, run_stream
     opts = StreamOptions(source_from_options(source, password_file, tls=tls), server_id, directory,
@@ -201,8 +200,8 @@ def open_store(archive_url, archive_option, write=False):
     (``ArchiveListing.require``); a writer's (``write``: base, archive import) before
     it starts: a file or a missing bucket is refused, a missing file:// root is created
     by the first write."""
-    from mysqlbackup.archive.store import (ArchiveStore,  # fsspec loads only when needed
-                                           parse_options)
+    from mysqlbackup.archive.options import parse_options
+    from mysqlbackup.archive.store import ArchiveStore  # fsspec loads only when needed
     if not archive_url:
         raise click.UsageError("--archive URL is required")
     store = ArchiveStore(archive_url, parse_options(archive_option))

@@ -120,6 +120,7 @@ class Rekey:
 
     def __init__(self, store, keyring, codec, echo=print, clock=time.time):
         self.store, self.keyring, self.codec = store, keyring, codec
+        self.staging = store.unlocked()  # a staged copy is deleted: never locked
         self.echo, self.clock = echo, clock
         self.lease_id = None
         self.tally = Tally()
@@ -194,14 +195,14 @@ class Rekey:
         """Step 1 and 2: the new form written and read back, the index naming both;
         returns the index as written."""
         promise, staged = self._promise(item, doc), staging_key(item)
-        with self.store.open_write(staged) as out:
+        with self.staging.open_write(staged) as out:
             old, new = recode(self.store.reader(item.key, self.store.info_size(item.key)),
                               out.write, promise.codec, self.keyring, self.codec.recipients,
                               item.key, promise.key_ids)
             why = problem(promise, old)
             if why:
                 raise CorruptBinlog(why + ": not rekeyed", item.key)
-        if self.store.sha256(staged) != new:
+        if self.staging.sha256(staged) != new:
             raise UploadMismatch(f"{staged}: the new form did not read back as written")
         was = (old.stored_size, old.stored_sha256)
         ids = (doc.get("key_ids") or []) if was == promise.stored else previous_form(doc)[2]
@@ -275,10 +276,10 @@ class Rekey:
 
     def _drop_staging(self, item):
         try:
-            self.store.remove(staging_key(item))
+            self.staging.remove(staging_key(item))
         except FileNotFoundError:
             pass
-        self.store.drop_old_versions(staging_key(item), every=True)
+        self.staging.drop_old_versions(staging_key(item), every=True)
 
     def _sweep(self, source):
         """Remove staged copies nothing needs any more (an object gone meanwhile)."""

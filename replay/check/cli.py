@@ -122,7 +122,7 @@ def _arguments(archive_url, archive_option, source_name, directory, max_base_age
     """(ArchiveAccess, Limits) of the options; click.UsageError."""
     from mysqlbackup.archive.codec import keyring_from
     from mysqlbackup.archive.names import check_source_name
-    from mysqlbackup.archive.store import parse_options
+    from mysqlbackup.archive.options import parse_options
     from replay.check.gather import ArchiveAccess
     if not archive_url:
         raise click.UsageError("--archive URL is required")

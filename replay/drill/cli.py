@@ -46,7 +46,7 @@ def drill(archive_url, archive_option, source_name, stop, workdir, keep, master,
     source, the store failing) or bad input exits with its own code, as every
     command does (mysqlbackup --help)."""
     from mysqlbackup.archive.codec import keyring_from
-    from mysqlbackup.archive.store import parse_options
+    from mysqlbackup.archive.options import parse_options
     from replay.drill.run import DrillOptions, run_drill
     from replay.planning.options import build_selection
     from replay.job.progress import ProgressFile, reporter

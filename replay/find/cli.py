@@ -54,7 +54,7 @@ def find(archive_url, archive_option, source_name, tables, kinds, since, until, 
           --type ddl | tail -1 | cut -d' ' -f1
     """
     from mysqlbackup.archive.codec import keyring_from
-    from mysqlbackup.archive.store import parse_options
+    from mysqlbackup.archive.options import parse_options
     from replay.find.criteria import Criteria
     from replay.find.output import JsonWriter, match_line
     from replay.find.run import find as run_find

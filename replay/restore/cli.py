@@ -81,7 +81,7 @@ def restore(archive_url, archive_option, source_name, target, target_password_fi
     resumes. No stop: everything archived."""
     from mysqlbackup.archive.codec import keyring_from
     from mysqlbackup.archive.names import parse_base_id
-    from mysqlbackup.archive.store import parse_options
+    from mysqlbackup.archive.options import parse_options
     from replay.planning.options import build_selection
     from replay.job.progress import ProgressFile, reporter
     from replay.spark.context import SparkSetup

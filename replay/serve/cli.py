@@ -114,7 +114,7 @@ def serve(archive_url, archive_option, source_name, listen, user, replica_passwo
     (a growing delay, up to 8 s, after 3), malformed packets answered with the
     server's error (1043 Bad handshake, 1153, 1156, ...), never a traceback.
     """
-    from mysqlbackup.archive.store import parse_options
+    from mysqlbackup.archive.options import parse_options
     from mysqlbackup.source.spec import read_password
     from replay.planning.options import build_selection
     from replay.serve.server import ServeOptions, start_server

@@ -60,7 +60,7 @@ def undo(archive_url, archive_option, source_name, gtids, positions, target,
     if source_name:
         check_source_name(source_name)
     from mysqlbackup.archive.codec import keyring_from
-    from mysqlbackup.archive.store import parse_options
+    from mysqlbackup.archive.options import parse_options
     from replay.undo.run import UndoOptions, run_undo
     for table in tables:
         if table.count(".") != 1 or not all(table.split(".")):

@@ -38,7 +38,7 @@ import fsspec
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from mysqlbackup.archive.store import s3_client_options
+from mysqlbackup.archive.options import s3_client_options
 from mysqlbackup.durable import open_durably
 from mysqlbackup.errors import MysqlBackupError, UsageError, mask_url
 from replay.job.decoding.changes import iter_changes
