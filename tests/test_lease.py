@@ -35,7 +35,8 @@ def test_lease_written_under_its_key_with_holder_base_and_stop(store):
     key = parse_key(lease.key)
     assert (key.source, key.kind, key.name) == ("db1", "lease", lease.id)
     body = json.loads(store.read(lease.key))
-    assert body["holder"] == {"host": os.uname().nodename, "pid": os.getpid()}
+    assert body["holder"] == {"host": os.uname().nodename, "pid": os.getpid(),
+                              "pid_ns": os.readlink("/proc/self/ns/pid")}
     assert body["base"] == "20270115T080000.000Z" and body["stop"] == "--stop-datetime X"
     assert body["started"] == body["renewed"] == iso(clock.now, 3)  # milliseconds
     assert list(ArchiveListing(store).leases["db1"]) == [lease.id]
@@ -91,3 +92,24 @@ def test_lease_removed_since_the_listing_is_not_live(store):
     listing = ArchiveListing(store)
     lease.release()
     assert live_leases(listing, "db1") == []
+
+
+@pytest.mark.server  # starts a process, to have a pid that ran and is gone
+def test_a_holder_of_this_host_that_is_gone_is_told_from_one_that_runs():
+    """``held_by_dead_process``: only a pid of this host and pid namespace that no longer
+    runs; ourselves, a running process, another host or namespace, or a lease that says
+    no namespace, are alive."""
+    import subprocess
+    import sys
+    from mysqlbackup.guard.lease import held_by_dead_process
+    done = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"],
+                          capture_output=True, text=True, check=True)
+    dead = int(done.stdout)
+    here = {"host": os.uname().nodename, "pid_ns": os.readlink("/proc/self/ns/pid")}
+    assert held_by_dead_process({"holder": dict(here, pid=dead)})
+    assert not held_by_dead_process({"holder": dict(here, pid=os.getpid())})
+    assert not held_by_dead_process({"holder": dict(here, pid=1)})
+    assert not held_by_dead_process({"holder": dict(here, pid=dead, host="elsewhere")})
+    assert not held_by_dead_process({"holder": dict(here, pid=dead, pid_ns="pid:[1]")})
+    assert not held_by_dead_process({"holder": {"host": here["host"], "pid": dead}})
+    assert not held_by_dead_process({"damaged": "x"})

@@ -158,13 +158,18 @@ class _CrashingStore:
     """The store, but the ``at``-th write (put, open_write's publication, move, remove)
     raises _Crash before it happens."""
 
-    WRITES = ("put_bytes", "put_json", "open_write", "move", "remove")
+    WRITES = ("put_bytes", "put_json", "open_write", "move", "remove", "drop_old_versions",
+              "lock_now")
 
-    def __init__(self, store, at):
-        self._store, self.at, self.count = store, at, 0
+    def __init__(self, store, at, shared=None):
+        self._store, self.at, self._count = store, at, shared or [0]
+
+    @property
+    def count(self):
+        return self._count[0]
 
     def unlocked(self):  # the staged copies' writes count too
-        return self
+        return _CrashingStore(self._store.unlocked(), self.at, self._count)
 
     def __getattr__(self, name):
         attr = getattr(self._store, name)
@@ -172,8 +177,8 @@ class _CrashingStore:
             return attr
 
         def write(*args, **kwargs):
-            self.count += 1
-            if self.count == self.at:
+            self._count[0] += 1
+            if self._count[0] == self.at:
                 raise _Crash()
             return attr(*args, **kwargs)
         return write
@@ -190,7 +195,7 @@ def test_a_stop_at_every_write_leaves_a_readable_archive_and_a_second_run_finish
     counting = _CrashingStore(pristine, at=0)
     counting_copy = tmp_path / "count"
     shutil.copytree(tmp_path / "pristine", counting_copy)
-    counting._store = ArchiveStore(f"file://{counting_copy / 'archive'}")
+    counting = _CrashingStore(ArchiveStore(f"file://{counting_copy / 'archive'}"), at=0)
     run_rekey(ArchiveListing(counting), ["db1"], ring(keys, "old"), new_codec(keys),
               lambda line: None)
     total = counting.count
@@ -396,3 +401,47 @@ def test_a_base_whose_manifest_does_not_read_is_named_and_the_rest_rekeyed(sourc
     [line] = [x for x in done.stdout.splitlines() if x.startswith("not rekeyed: ")]
     assert f"{base}/index.json" in line and "not JSON" in line
     assert_on_keys(store, keys, "new")
+
+
+def test_a_stop_at_every_write_on_an_object_lock_bucket(s3, source_files, keys, tmp_path):
+    """As above on S3 with Object Lock, the lock options given (the swapped object locked
+    by the run itself): wherever the run stops, a second run finishes, each object's
+    replaced version is gone and the new one is locked; the staged copies leave nothing."""
+    import boto3
+    client = boto3.client("s3", endpoint_url=s3.endpoint, region_name="us-east-1")
+    options = {"endpoint_url": s3.endpoint}
+    locked = dict(options, lock_mode="governance", lock_days=1)
+    codec = Codec("zstd", 1, tuple(read_recipients(keys["old"][1])))
+    folder = tmp_path / "one"  # one sealed file: one object, every step of it
+    folder.mkdir()
+    shutil.copyfile(source_files[0], folder / os.path.basename(source_files[0]))
+    total, at = None, 1
+    while total is None or at <= total:
+        name = f"rekey-lock-{at}-{int(time.time() * 1000)}"
+        client.create_bucket(Bucket=name, ObjectLockEnabledForBucket=True)
+        url = f"s3://{name}/a"
+        plain = ArchiveStore(url, options)
+        import_directory(plain, str(folder), "db1", "refuse", lambda line: None, codec)
+        store = _CrashingStore(ArchiveStore(url, dict(locked)), at if total else 0)
+        try:
+            run_rekey(ArchiveListing(store), ["db1"], ring(keys, "old"), new_codec(keys),
+                      lambda line: None)
+        except _Crash:
+            checked, problems = verify_archive(plain, "db1", keyring=ring(keys, "both"))
+            assert problems == [] and checked, (at, problems)
+            for lease in plain.list("db1/lease"):
+                plain.remove(lease)
+        total = total or store.count
+        again = ArchiveStore(url, dict(locked))
+        assert run_rekey(ArchiveListing(again), ["db1"], ring(keys, "old"), new_codec(keys),
+                         lambda line: None), at
+        for key, (doc, _) in objects(plain).items():
+            full = f"a/{key}"
+            versions = client.list_object_versions(Bucket=name, Prefix=full)
+            assert [v["Key"] for v in versions.get("Versions", []) if v["Key"] == full] == [
+                full], (at, key)  # the replaced version is gone
+            assert client.head_object(Bucket=name, Key=full)["ObjectLockMode"] == "GOVERNANCE"
+        staged = client.list_object_versions(Bucket=name, Prefix="a/db1/rekey/")
+        assert not staged.get("Versions") and not staged.get("DeleteMarkers"), at
+        assert_on_keys(plain, keys, "new")
+        at += 1

@@ -416,8 +416,7 @@ class _Import:
         with FileRange(where, start, stop - start) as local:
             compare = _Compare(local)
             try:
-                read_object(self.store, promise, compare.write, self.keyring,
-                            length=promise.stored_size)
+                read_object(self.store, promise, compare.write, self.keyring)
             except _Enough:
                 return True
             except _Differs:

@@ -72,7 +72,7 @@ class ArchiveStore:
                              "a role")
         if protocol in ("s3", "s3a"):
             options = with_timeouts(s3_client_options(options))
-        self.url = mask_url(url)
+        self.url, self._versioning = mask_url(url), None
         self._raw_url, self._options, self._fs, self.root = url, options, None, None
         self._call_time = call_time(options) if protocol in ("s3", "s3a") else ASYNC_CALL_TIME
         self.problem = None
@@ -274,6 +274,13 @@ class ArchiveStore:
             return None
         return (head.get("ObjectLockMode") or "").lower(), until.timestamp()
 
+    def _versioned(self):
+        """Whether the bucket keeps versions (versioning enabled or suspended), asked once."""
+        if self._versioning is None:
+            got = self.fs.call_s3("get_bucket_versioning", Bucket=self._bucket_key("")["Bucket"])
+            self._versioning = got.get("Status") or ""
+        return bool(self._versioning)
+
     def _bucket_key(self, relative):
         bucket, _, key = self.path(relative).partition("/")
         return {"Bucket": bucket, "Key": key}
@@ -403,26 +410,35 @@ class ArchiveStore:
             durable_replace(source, target)
             return fsync_dir(os.path.dirname(source))
         self.fs.copy(source, target, **self._limit(self.info_size(relative)))
-        if self.lock:
-            lock = self._locked()
-            self.fs.call_s3("put_object_retention", **self._bucket_key(to), Retention={
-                "Mode": lock["ObjectLockMode"],
-                "RetainUntilDate": lock["ObjectLockRetainUntilDate"]})
+        self.lock_now(to)
         self.fs.rm_file(source, **self._limit())
 
     @_request
-    def drop_old_versions(self, relative, every=False):
-        """Delete every version of ``relative`` but its current one (``every``: all) where
-        the store keeps what a write replaced (a versioned S3 bucket); returns how many."""
-        if "s3" not in _protocols(self.fs):
+    def lock_now(self, relative):
+        """Give object ``relative`` the lock a new object gets (none without ``lock``):
+        what a copy does not carry (S3 wants a checksum on a locked PUT, not a copy)."""
+        if self.lock:
+            lock = self._locked()
+            self.fs.call_s3("put_object_retention", **self._bucket_key(relative), Retention={
+                "Mode": lock["ObjectLockMode"],
+                "RetainUntilDate": lock["ObjectLockRetainUntilDate"]})
+
+    @_request
+    def drop_old_versions(self, relative, every=False, under=False):
+        """Delete every version of ``relative`` but its current one (``every``: all; with
+        ``under``, of every object under that folder) where the store keeps what a write
+        replaced (a versioned S3 bucket); returns how many."""
+        if "s3" not in _protocols(self.fs) or not self._versioned():
             return 0
         where = self._bucket_key(relative)
         listed = self.fs.call_s3("list_object_versions", Bucket=where["Bucket"],
                                  Prefix=where["Key"])
-        old = [v["VersionId"] for v in listed.get("Versions", []) + listed.get(
-            "DeleteMarkers", []) if v["Key"] == where["Key"] and (every or not v["IsLatest"])]
-        for version in old:
-            self.fs.call_s3("delete_object", **where, VersionId=version)
+        old = [(v["Key"], v["VersionId"]) for v in listed.get("Versions", []) + listed.get(
+            "DeleteMarkers", []) if (v["Key"] == where["Key"] or under) and (
+                every or not v["IsLatest"])]
+        for key, version in old:
+            self.fs.call_s3("delete_object", Bucket=where["Bucket"], Key=key,
+                            VersionId=version)
         return len(old)
 
     @_request

@@ -46,7 +46,8 @@ class Lease:
         self.key = format_key(lease_key(source, self.id))
         self.interval = interval
         self.body = {"kind": "lease", "id": self.id, "source": source,
-                     "holder": {"host": socket.gethostname(), "pid": os.getpid()},
+                     "holder": {"host": socket.gethostname(), "pid": os.getpid(),
+                                "pid_ns": _pid_namespace()},
                      "base": base, "stop": stop, "started": None, "renewed": None,
                      "expires_after": LEASE_EXPIRY, "purpose": purpose}
         self.renewals = 0
@@ -123,8 +124,9 @@ def held_by_dead_process(body):
     with kill -9: its lease stays until it expires): not a reason for another process of
     this host to wait. A holder elsewhere, or one that cannot be told, is alive."""
     holder = body.get("holder") if isinstance(body, dict) else None
-    if not isinstance(holder, dict) or holder.get("host") != socket.gethostname():
-        return False
+    if not isinstance(holder, dict) or holder.get("host") != socket.gethostname() \
+            or holder.get("pid_ns") is None or holder.get("pid_ns") != _pid_namespace():
+        return False  # elsewhere, or process ids of another namespace (a container)
     pid = holder.get("pid")
     if not isinstance(pid, int) or isinstance(pid, bool) or pid <= 0 or pid == os.getpid():
         return False
@@ -135,6 +137,14 @@ def held_by_dead_process(body):
     except OSError:
         return False
     return False
+
+
+def _pid_namespace():
+    """This process's pid namespace (Linux), so that a pid is compared only within it."""
+    try:
+        return os.readlink("/proc/self/ns/pid")
+    except OSError:
+        return None
 
 
 def is_live(body, now, expiry=LEASE_EXPIRY):

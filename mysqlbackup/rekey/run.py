@@ -71,6 +71,7 @@ class Tally:
     current: int = 0           # encrypted to exactly the new recipients already
     plain: int = 0             # not encrypted: nothing to rekey
     gone: int = 0              # removed meanwhile (retention, a sealed file's segments)
+    unindexed: int = 0         # objects without an index or manifest: not rekeyed
     stored_bytes: int = 0
     raw_bytes: int = 0
     locked: list = None        # [(key, retain-until epoch seconds)]
@@ -114,6 +115,19 @@ def items(listing, source, damaged=None):
     return found
 
 
+def unindexed(listing, source):
+    """How many objects of ``source`` have no index (manifest): uploads in flight, or
+    left by a run cut short (``retain`` removes those); nothing names their keys."""
+    count = 0
+    for _, key_source, _ in listing.epochs(source):
+        groups = list(listing.sealed[key_source].values()) + [
+            slots for segments in listing.segments[key_source].values()
+            for slots in segments.values()]
+        count += sum("data" in slots and "index" not in slots for slots in groups)
+    return count + sum(BASE_INDEX not in members and len(members) > 0
+                       for members in listing.bases[source].values())
+
+
 class Rekey:
     """One run over a source: ``store``, ``keyring`` (opens the old objects), ``codec``
     (the new recipients), ``lease`` (this run's, not a reason to stop)."""
@@ -128,6 +142,7 @@ class Rekey:
     def run(self, listing, source):
         """Rekey every object of ``source``; returns the Tally."""
         todo = items(listing, source, self.tally.damaged)
+        self.tally.unindexed = unindexed(listing, source)
         with Lease(self.store, source, purpose="rekey") as lease:
             self.lease_id = lease.id
             self._check_leases(source, "not started")
@@ -156,19 +171,18 @@ class Rekey:
         if "age" not in self._codec_name(item, doc):
             self.tally.plain += 1
             return
-        previous = previous_form(doc)
-        if previous is None and set(doc.get("key_ids") or ()) == set(self.codec.key_ids):
-            self.tally.current += 1
+        resumed = previous_form(doc) is not None and self._resume(item, doc)
+        if resumed:  # before the lock is asked: the new form may be locked by this rekey
+            self.tally.finished += 1
+            doc = self._read_doc(item)
+        if previous_form(doc) is None and set(doc.get("key_ids") or ()) == set(
+                self.codec.key_ids):
+            self.tally.current += not resumed
             return
         locked = self.store.lock_of(item.key)
         if locked and locked[1] > self.clock():
             self.tally.locked.append((item.key, locked[1]))
             return
-        if previous is not None and self._resume(item, doc):
-            self.tally.finished += 1
-            doc = self._read_doc(item)
-            if set(doc.get("key_ids") or ()) == set(self.codec.key_ids):
-                return  # else: an earlier run's other recipients, rekeyed now to these
         doc = self._stage(item, doc)
         self._swap(item, doc)
         self.tally.rekeyed += 1
@@ -180,6 +194,7 @@ class Rekey:
         now = self.store.sha256(item.key)
         promise = self._promise(item, doc)
         if now == promise.stored:
+            self.store.lock_now(item.key)  # a run killed between its copy and its lock
             self._finish(item, doc)
             return True
         if now != promise.previous:
@@ -216,15 +231,17 @@ class Rekey:
     def _swap(self, item, doc):
         """Step 3 and 4, unless another process holds a lease now."""
         self._check_leases(item.source, f"stopped before {item.key}")
+        if not self.store.exists(item.key):  # removed meanwhile: not brought back
+            raise FileNotFoundError(item.key)
         self.store.move(staging_key(item), item.key)
         self._finish(item, doc)
 
     def _finish(self, item, doc):
-        """Step 4: the index names the new form alone; on a versioned bucket, the old
-        form's version goes too (it would stay readable with the old key), and every
-        version of the staged copy."""
-        self._write_doc(item, _without_previous(doc))
+        """Step 4: on a versioned bucket, the old form's version goes (it would stay
+        readable with the old key), then the index names the new form alone (a run
+        stopped between the two does both again); the staged copy goes, every version."""
         self.store.drop_old_versions(item.key)
+        self._write_doc(item, _without_previous(doc))
         self._drop_staging(item)
 
     def _check_leases(self, source, what):
@@ -282,11 +299,12 @@ class Rekey:
         self.staging.drop_old_versions(staging_key(item), every=True)
 
     def _sweep(self, source):
-        """Remove staged copies nothing needs any more (an object gone meanwhile)."""
-        for relative in self.store.list(f"{source}/{STAGING}"):
+        """Remove staged copies nothing needs any more (an object gone meanwhile, a run
+        stopped before its own went), every version of them."""
+        for relative in self.staging.list(f"{source}/{STAGING}"):
             if relative.startswith(f"{source}/{STAGING}/"):
-                self.store.remove(relative)
-                self.store.drop_old_versions(relative, every=True)
+                self.staging.remove(relative)
+        self.staging.drop_old_versions(f"{source}/{STAGING}/", every=True, under=True)
         self.store.remove_empty_folder(f"{source}/{STAGING}")
 
     def _progress(self, done, total, elapsed):
@@ -309,6 +327,9 @@ def summary(source, tally, elapsed):
     lines += [f"{key}: locked until {iso(until)} (S3 Object Lock): its locked version keeps "
               "the old key until then; not rekeyed" for key, until in tally.locked]
     lines += [f"not rekeyed: {why}" for why in tally.damaged]
+    if tally.unindexed:
+        lines.append(f"{source}: {tally.unindexed} objects without an index are not rekeyed "
+                     "(uploads in flight, or left by a run cut short: retain removes those)")
     return lines
 
 
