@@ -63,6 +63,8 @@ def test_locked_objects_are_kept_by_retain(s3, make_server, tmp_path):
     assert kept.returncode == 0, kept.stderr
     [outcome] = json.loads(kept.stdout)["sources"]
     assert outcome["deleted"] == [] and outcome["deletions"] == []
+    [planned] = json.loads(run_cli(*retain, "--dry-run").stdout)["sources"]
+    assert planned["window_after"] == planned["window_before"]  # the plan keeps them all
     kinds = {i["kind"] for i in outcome["kept_by_lock"]}
     assert "base" in kinds and "binlog" in kinds, outcome["kept_by_lock"]
     assert all(i["until"] for i in outcome["kept_by_lock"])

@@ -106,7 +106,7 @@ def plan_retention(facts, now, window, keep_base=0):
     binlogs = _binlogs(facts, anchor, runs, order, protect)
     deletions = () if protect.everything else tuple(binlogs + base_items)
     return RetentionPlan(facts.source, promised, anchor, deletions, tuple(kept),
-                         tuple(before), tuple(_after(facts, deletions)),
+                         tuple(before), tuple(windows_after(facts, deletions)),
                          tuple(str(lease.get("id")) for lease in facts.leases),
                          protect.everything)
 
@@ -234,7 +234,7 @@ def _label(epoch, index):
     return index["name"] if epoch == 1 else f"{index['name']} (epoch {epoch})"
 
 
-def _after(facts, deletions):
+def windows_after(facts, deletions):
     """The recovery windows once ``deletions`` are done."""
     gone = {(item.kind, item.epoch, item.name) for item in deletions}
     kept = lambda number, sealed: tuple(  # noqa: E731

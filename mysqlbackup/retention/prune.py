@@ -23,7 +23,7 @@ from mysqlbackup.archive.names import (BASE_INDEX, base_prefix, epoch_source, fo
 from mysqlbackup.archive.window import recovery_windows
 from mysqlbackup.utc import iso
 from mysqlbackup.retention.policy import (EpochFacts, Facts, describe_plan, format_window,
-                                          plan_retention)
+                                          plan_retention, windows_after)
 
 
 def read_facts(listing, source, now):
@@ -166,8 +166,10 @@ def retain(store, window, keep_base=0, dry_run=False, source=None, echo=print, n
         echo(f"archive {store.url} is empty: nothing to delete")
     outcomes = []
     for src in sources:
-        plan = plan_retention(read_facts(listing, src, now), now, window, keep_base)
-        plan, locked = unlocked(listing, plan, now)
+        facts = read_facts(listing, src, now)
+        plan, locked = unlocked(listing, plan_retention(facts, now, window, keep_base), now)
+        if locked:  # the window after: what the deletions left in the plan leave
+            plan = replace(plan, after=tuple(windows_after(facts, plan.deletions)))
         for line in describe_plan(plan):
             echo(line)
         for item, until in locked:
