@@ -23,7 +23,8 @@ from mysqlbackup.archive.importer import import_directory
 from mysqlbackup.archive.index import validate_index
 from mysqlbackup.archive.listing import ArchiveListing
 from mysqlbackup.archive.manifest import parse_manifest
-from mysqlbackup.archive.objects import Promise, rekey_from, stored_forms, stored_problem
+from mysqlbackup.archive.objects import (Promise, read_object, rekey_from, stored_forms,
+                                         stored_problem)
 from mysqlbackup.archive.store import ArchiveStore
 from mysqlbackup.archive.verify import verify_archive
 from mysqlbackup.errors import CorruptBinlog
@@ -209,6 +210,13 @@ def test_a_stop_at_every_write_leaves_a_readable_archive_and_a_second_run_finish
             run_rekey(ArchiveListing(_CrashingStore(store, at)), ["db1"], ring(keys, "old"),
                       new_codec(keys), lambda line: None)
         seen["two forms"] += any("rekey_from" in d for d, _ in objects(store).values())
+        for key, (doc, stored) in objects(store).items():  # one key alone: said, not damage
+            if "rekey_from" in doc:
+                promise = Promise.of_index(key, doc)
+                has = (len(stored), hashlib.sha256(stored).hexdigest())
+                lacking = "new" if has == promise.previous else "old"
+                with pytest.raises(IdentityError, match="left it between two keys"):
+                    read_object(store, promise, lambda data: None, ring(keys, lacking))
         seen["staged"] += bool(store.list("db1/rekey"))
         checked, problems = verify_archive(store, "db1", keyring=ring(keys, "both"))
         assert problems == [] and checked, (at, problems)

@@ -45,6 +45,11 @@ class IdentityError(UsageError):
     """No identity, or none that opens an object (encrypted to another key)."""
 
 
+class HeaderNotOpened(CorruptBinlog):
+    """An age header that none of the identity's keys opens, although the index names
+    one of them: damaged, or (``objects.read_object`` tells) a rekey left halfway."""
+
+
 @dataclass(frozen=True)
 class Codec:
     """How new objects are stored: ``compression`` ("zstd" or "none") at ``level``,
@@ -461,7 +466,7 @@ def _decrypt_error(error, where, key_ids, keyring):
         return IdentityError(f"{where}: no identity in {keyring.origin or 'the keyring'} opens "
                              f"it (encrypted to another key, or its header is damaged)")
     if "No matching keys" in text:
-        return CorruptBinlog(f"its age header does not open with key id "
+        return HeaderNotOpened(f"its age header does not open with key id "
                              f"{', '.join(key_ids)}, which its index names: damaged", where)
     return CorruptBinlog(f"cannot decrypt ({type(error).__name__}: {text}): the object is "
                          f"damaged or truncated", where)

@@ -23,7 +23,8 @@ a rekey stopped anywhere (kill -9) leaves an archive every reader reads.
 from dataclasses import dataclass
 from typing import Optional
 
-from mysqlbackup.archive.codec import Digests, codec_of, decode, stored_of
+from mysqlbackup.archive.codec import (Digests, HeaderNotOpened, IdentityError, codec_of,
+                                       decode, stored_of)
 from mysqlbackup.errors import CorruptBinlog
 
 REKEY_FROM = "rekey_from"   # the stored form an object had before archive rekey swapped it
@@ -137,8 +138,16 @@ def read_object(store, promise, write, keyring=None, raw=None, stored=None, leng
     (default its key). A stream that does not decode raises CorruptBinlog (IdentityError:
     no key opens it); a vanished object FileNotFoundError."""
     total = store.info_size(promise.key) if length is None else length
-    return decode(store.reader(promise.key, total), write, promise.codec, keyring,
-                  where or promise.key, promise.key_ids, raw=raw, stored=stored)
+    try:
+        return decode(store.reader(promise.key, total), write, promise.codec, keyring,
+                      where or promise.key, promise.key_ids, raw=raw, stored=stored)
+    except HeaderNotOpened:
+        if promise.previous is None:
+            raise
+        raise IdentityError(
+            f"{where or promise.key}: an archive rekey left it between two keys (key ids "
+            f"{', '.join(promise.key_ids)}) and the identity opens only the form it does not "
+            "have now: run archive rekey again, or give an identity holding both") from None
 
 
 def digests_of(raw, stored):
