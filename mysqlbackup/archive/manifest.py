@@ -97,8 +97,8 @@ def _problem(obj):
     for field, types in OPTIONAL_FIELDS.items():
         if field in obj and not isinstance(obj[field], types):
             return f"{field} is {str(obj[field])[:40]!r}"
-    if form_problem(obj):
-        return form_problem(obj)
+    if (malformed := form_problem(obj)):
+        return malformed
     if obj.get("codec", "zstd") not in ("zstd", "zstd+age"):
         return f"codec {obj['codec']!r}"
     if obj["kind"] != "base" or obj["method"] not in METHODS:

@@ -60,19 +60,6 @@ def form_problem(doc):
     return None if ok else f"{REKEY_FROM} is {str(before)[:40]!r}"
 
 
-def stored_forms(index):
-    """Every (stored size, stored sha256) the object of ``index`` may have now: the
-    index's, and while a rekey swaps it, the one before."""
-    before = previous_form(index)
-    return [stored_of(index)] + ([before[:2]] if before else [])
-
-
-def manifest_forms(manifest):
-    """``stored_forms`` of a base's manifest."""
-    before = previous_form(manifest)
-    return [(manifest["stored_size"], manifest["sha256"])] + ([before[:2]] if before else [])
-
-
 @dataclass(frozen=True)
 class Promise:
     """What the archive promises of one object: its key, its codec and key ids, the size
@@ -113,6 +100,17 @@ class Promise:
     def forms(self):
         """The stored (size, sha256) the object may have: one, two during a rekey."""
         return (self.stored,) + ((self.previous,) if self.previous else ())
+
+
+def stored_forms(index):
+    """Every (stored size, stored sha256) the object of ``index`` may have now: the
+    index's, and while a rekey swaps it, the one before (``Promise.forms``)."""
+    return list(Promise.of_index(None, index).forms)
+
+
+def manifest_forms(manifest):
+    """``stored_forms`` of a base's manifest."""
+    return list(Promise.of_manifest(None, manifest).forms)
 
 
 def _keys_and_previous(doc):

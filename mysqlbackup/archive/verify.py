@@ -501,7 +501,7 @@ def lock_state(store, source=None):
     first few keys without a lock)}; None for a store without locks (file://)."""
     if store.local:
         return None
-    keys = [k for k in store.list(f"{source}/" if source else "")]
+    keys = store.list(f"{source}/" if source else "")
     state = {"objects": len(keys), "locked": 0, "modes": [], "earliest": None,
              "unlocked": []}
     soonest = None

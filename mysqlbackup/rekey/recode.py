@@ -15,7 +15,8 @@ object's size, and a failure on either side stops both.
 import queue
 import threading
 
-from mysqlbackup.archive.codec import Codec, Digest, Digests, Inflate, decode, encode
+from mysqlbackup.archive.codec import (Codec, Digest, Digests, Inflate, codec_parts, decode,
+                                       encode)
 from mysqlbackup.errors import CorruptBinlog
 
 DEPTH = 16        # pieces the pipe holds at most
@@ -109,7 +110,7 @@ def recode(read, write, name, keyring, recipients, where, key_ids=None):
     under a new file key. Returns (Digests of the old object: its raw and stored forms,
     (size, sha256) of the new stored form). CorruptBinlog/IdentityError as ``codec.decode``
     (``where``, ``key_ids``: for messages); an error of ``write`` passes unchanged."""
-    pipe, measure = _Pipe(), _Measure("zstd" in name, where)
+    pipe, measure = _Pipe(), _Measure(codec_parts(name)[0], where)
     got = {}
 
     def decrypt():

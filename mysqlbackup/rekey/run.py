@@ -1,7 +1,7 @@
 """``archive rekey``: every encrypted object of a source re-encrypted to new recipients,
 in place, through the same writes as every archive object, resumable after kill -9.
 
-One object at a time (``rekey_object``), in four steps, so that at every moment the
+One object at a time (``Rekey.one``), in four steps, so that at every moment the
 object is whole and one of the stored forms its index (a base's manifest) names:
 
 1. the new form is written beside it, under ``{source}/rekey/...`` (``staging_key``),
@@ -24,7 +24,6 @@ later date is refused with its date (its locked version keeps the old key until 
 a damaged one is named: both are left as they are, and the run exits 1 after the rest.
 """
 
-import logging
 import time
 from dataclasses import dataclass
 
@@ -40,7 +39,6 @@ from mysqlbackup.guard.lease import Lease, SourceLeases, held_by_dead_process, l
 from mysqlbackup.rekey.recode import recode
 from mysqlbackup.utc import iso
 
-log = logging.getLogger(__name__)
 STAGING = "rekey"          # {source}/rekey/...: new forms before they take their place
 PROGRESS_EVERY = 10.0      # seconds between progress lines
 
@@ -272,14 +270,12 @@ class Rekey:
                     key_ids=list(self.codec.key_ids))
 
     def _read_doc(self, item):
-        raw = self.store.read(item.doc_key)
+        """The object's index or manifest as it is now, validated (as written: not
+        ``listing.read_index``, which adds the epoch it reads from the key)."""
+        key, raw = parse_key(item.doc_key), self.store.read(item.doc_key)
         if item.is_base:
-            key = parse_key(item.doc_key)
             return parse_manifest(raw, item.doc_key, item.source, key.name)
-        key = parse_key(item.doc_key)
-        start = key.start if key.kind == "partial" else None
-        return parse_index(raw, item.doc_key, key.name, start, key.end if start is not None
-                           else None)
+        return parse_index(raw, item.doc_key, key.name, key.start, key.end)
 
     def _write_doc(self, item, doc):
         """Rewrite an index (manifest) that is still there (retention or the daemon may
