@@ -93,7 +93,7 @@ def child(mode, directory, url, compress, recipients):
     from mysqlbackup.archive.importer import import_directory
     from mysqlbackup.archive.store import ArchiveStore
     from mysqlbackup.archive.codec import read_identities
-    from mysqlbackup.archive.verify import verify_archive
+    from mysqlbackup.guard.verify import verify_archive
     store = ArchiveStore(url)
     keyring = recipients and read_identities(os.path.join(os.path.dirname(recipients),
                                                           "key.txt"))

@@ -7,7 +7,7 @@ import pytest
 from mysqlbackup.stream.archiver import Archiver
 from mysqlbackup.archive.options import parse_options
 from mysqlbackup.archive.store import ArchiveStore
-from mysqlbackup.archive.verify import list_archive, verify_archive
+from mysqlbackup.guard.verify import list_archive, verify_archive
 from mysqlbackup.binlog import events as ev
 from mysqlbackup.binlog.scan import iter_events
 from mysqlbackup.localdir.state import State, save_state

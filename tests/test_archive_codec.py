@@ -22,7 +22,7 @@ from mysqlbackup.archive.codec import (AGE_MAGIC, ZSTD_MAGIC, Codec, IdentityErr
 from mysqlbackup.archive.index import build_index, validate_index
 from mysqlbackup.archive.listing import ArchiveListing
 from mysqlbackup.archive.store import ArchiveStore
-from mysqlbackup.archive.verify import verify_archive
+from mysqlbackup.guard.verify import verify_archive
 from mysqlbackup.errors import CorruptBinlog
 from mysqlbackup.sandbox import MariaDBSandbox, find_binary
 from tests.helpers import (REPO, Daemon, backup_dir, caught_up, cli_env, current_binlog, read,

@@ -19,7 +19,7 @@ from mysqlbackup.archive.index import build_index
 from mysqlbackup.archive.listing import ArchiveListing
 from mysqlbackup.archive.options import parse_options
 from mysqlbackup.archive.store import ArchiveStore
-from mysqlbackup.archive.verify import list_archive, verify_archive
+from mysqlbackup.guard.verify import list_archive, verify_archive
 from mysqlbackup.errors import CorruptBinlog, UsageError
 from mysqlbackup.localdir.state import ARCHIVE_STATE_FILE, State, save_state
 from mysqlbackup.sandbox import free_port

@@ -12,7 +12,7 @@ from mysqlbackup.archive.upload import chain_end
 from mysqlbackup.archive.names import parse_key, partial_prefix
 from mysqlbackup.archive.options import parse_options
 from mysqlbackup.archive.store import ArchiveStore
-from mysqlbackup.archive.verify import verify_archive
+from mysqlbackup.guard.verify import verify_archive
 from tests.conftest import STORES, S3Endpoint
 from tests.helpers import (REPO, Daemon, backup_dir, current_binlog, read, wait_for,
                            wait_semi_sync_client)

@@ -26,7 +26,7 @@ from mysqlbackup.archive.manifest import parse_manifest
 from mysqlbackup.archive.objects import (Promise, read_object, rekey_from, stored_forms,
                                          stored_problem)
 from mysqlbackup.archive.store import ArchiveStore
-from mysqlbackup.archive.verify import verify_archive
+from mysqlbackup.guard.verify import verify_archive
 from mysqlbackup.errors import CorruptBinlog
 from mysqlbackup.guard.lease import Lease
 from mysqlbackup.rekey import run as rekey_run

@@ -243,7 +243,7 @@ def verify(archive_url, archive_option, source_name, identity, deep, as_json):
     with --identity (or $MYSQLBACKUP_IDENTITY), everything above.
     """
     from mysqlbackup.archive.codec import keyring_from
-    from mysqlbackup.archive.verify import format_lock, lock_state, verify_archive
+    from mysqlbackup.guard.verify import format_lock, lock_state, verify_archive
     keyring = keyring_from(identity)
     if deep and keyring is None:
         raise click.UsageError("--deep needs --identity FILE (or $MYSQLBACKUP_IDENTITY)")
@@ -285,7 +285,7 @@ def archive_ls(archive_url, archive_option, source_name, as_json):
     per source the window in which any moment can be restored (a base backup, then
     every binlog after it without a hole), naming each hole that splits it."""
     from mysqlbackup.archive.manifest import base_rows, format_base
-    from mysqlbackup.archive.verify import format_recovery, list_archive, recovery_summary
+    from mysqlbackup.guard.verify import format_recovery, list_archive, recovery_summary
     listing, sources = read_listing(archive_url, archive_option, source_name)
     rows = list_archive(listing.store, source_name, listing)
     summary = dict(recovery_summary(listing, source_name), bases=base_rows(listing, sources))
