@@ -1,5 +1,6 @@
-"""Leases: a running restore says so in the archive, so retention never deletes what
-it reads (``{source}/lease/{id}.json``, named by ``names.lease_key``).
+"""Leases: a running restore (or ``archive rekey``: its ``purpose``) says so in the
+archive, so retention never deletes what it reads (``{source}/lease/{id}.json``, named
+by ``names.lease_key``), and a rekey swaps no object under a restore.
 
 A lease is written when the restore starts (holder host and pid, start, base,
 stop), its ``renewed`` time rewritten every ``RENEW_INTERVAL`` seconds by a
@@ -36,7 +37,7 @@ def new_lease_id(now=None):
 
 
 class Lease:
-    """One restore's lease on a source's archive: ``acquire``, ``renew``, ``release``;
+    """One restore's (or rekey's) lease on a source's archive: ``acquire``, ``renew``, ``release``;
     as a context manager it acquires, renews in the background and always releases."""
 
     def __init__(self, store, source, base=None, stop=None, lease_id=None,
