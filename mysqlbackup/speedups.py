@@ -76,21 +76,39 @@ def _compiled_file(name):
     return None
 
 
-def _load():
-    """The compiled module, configured, or (None, why not)."""
+def load_twin(name, version, functions, configure):
+    """The compiled twin ``name`` of a pure module, configured (``configure(module)``
+    hands it what it calls back), and "compiled"; or (None, why not): turned off with
+    ``MYSQLBACKUP_PURE_PYTHON``, not built, built from another version (its ``TWIN`` is
+    not ``version``), or without one of ``functions`` (every function its callers take
+    from it: a twin is whole or not used, never half). The one loader of the project's
+    compiled modules (the stream loop here, the row loop in ``rowdecode``)."""
     if os.environ.get(PURE_ENV, "") not in ("", "0"):
         return None, f"turned off by {PURE_ENV}"
     try:
-        _speedups = import_compiled("mysqlbackup._speedups")
+        module = import_compiled(name)
     except ImportError as e:
         return None, f"not built ({e})"
-    if getattr(_speedups, "TWIN", None) != fusedloop.TWIN:
+    if getattr(module, "TWIN", None) != version:
         return None, "built from another version (reinstall the package)"
-    _speedups.configure(fusedloop.KINDS, ev.CRC_RESIDUE, ev.LOG_EVENT_ARTIFICIAL_F,
-                        ev.FL_STANDALONE, protocol.MAX_PAYLOAD, protocol.SEMI_SYNC_INDICATOR,
-                        protocol.SEMI_SYNC_NEED_ACK, ev.crc32, INLINE_CRC_MAX,
-                        fusedloop.SQUEEZE_MAX)
-    return _speedups, "compiled"
+    missing = [f for f in functions if not callable(getattr(module, f, None))]
+    if missing:
+        return None, f"built without {', '.join(missing)} (reinstall the package)"
+    configure(module)
+    return module, "compiled"
+
+
+# what the stream path takes from ``_speedups`` (``fusedloop`` is its twin)
+FUNCTIONS = ("configure", "walk_events", "squeeze_packets")
+
+
+def _load():
+    """The compiled stream loop, configured, or (None, why not)."""
+    return load_twin("mysqlbackup._speedups", fusedloop.TWIN, FUNCTIONS, lambda module: (
+        module.configure(fusedloop.KINDS, ev.CRC_RESIDUE, ev.LOG_EVENT_ARTIFICIAL_F,
+                         ev.FL_STANDALONE, protocol.MAX_PAYLOAD,
+                         protocol.SEMI_SYNC_INDICATOR, protocol.SEMI_SYNC_NEED_ACK,
+                         ev.crc32, INLINE_CRC_MAX, fusedloop.SQUEEZE_MAX)))
 
 
 compiled, _why = _load()

@@ -283,7 +283,7 @@ def _changes(rows, event, keys, trx, at, position, dbms=None):
     columns = {c.name: c for c in rows.columns}
     pk = keys.get(rows.table_id, [])
     at[1] += len(rows.rows)
-    json_image = getattr(rowdecode.loop, "json_image", _image)  # the compiled twin's
+    json_image = rowdecode.twin("json_image", _image)
     commit_time = _utc(trx.commit_ts)
     for index, row in enumerate(rows.rows, at[1] - len(rows.rows)):
         before, after = _images(op, row, columns, json_image)
@@ -549,7 +549,7 @@ def _json(obj):
     text by the compiled twin (``_rowloop.image_json``) when the image is flat."""
     if obj is None:
         return None
-    text = getattr(rowdecode.loop, "image_json", None)
+    text = rowdecode.twin("image_json", None)
     if text is not None:
         return text(obj)
     if _ENCODE is not None:

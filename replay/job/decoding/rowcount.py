@@ -213,7 +213,7 @@ def _count(view, layout, fde, end):
         if row <= 0 or (end - pos) % row:
             raise ValueError("rows do not fill the event")
         return (end - pos) // row
-    walk = getattr(rowdecode.loop, "walk_rows", walk_rows)  # the compiled twin's
+    walk = rowdecode.twin("walk_rows", walk_rows)
     return walk(view, pos, end, layout.plan, (before, after) if images == 2 else (before,))
 
 

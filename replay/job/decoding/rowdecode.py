@@ -27,19 +27,19 @@ binlogs in ``../shared/binlogs`` and of the live servers' files.
 """
 
 import codecs
-import os
 import zlib
 
 from pymysql.charset import charset_by_name
 
 from mysqlbackup.binlog import events as ev
-from mysqlbackup.speedups import import_compiled
+from mysqlbackup import speedups
+from mysqlbackup.speedups import load_twin
 from replay.job.decoding import rowloop
 from replay.job.decoding.rowloop import (K_BIT, K_BYTES, K_DATE, K_DATETIME2, K_DECIMAL,
                                          K_DOUBLE, K_ENUM, K_FLOAT, K_INT, K_JSON, K_SET,
                                          K_STRING, K_TIME2, K_TIMESTAMP2, K_YEAR)
 
-PURE_ENV = "MYSQLBACKUP_PURE_PYTHON"
+PURE_ENV = speedups.PURE_ENV
 _INTEGER_SIZES = {1: 1, 2: 2, 9: 3, 3: 4, 8: 8}   # TINY SHORT INT24 LONG LONGLONG
 _STRING_TYPES = (15, 254)                          # VARCHAR, STRING (CHAR, BINARY)
 _BLOB, _GEOMETRY, _JSON, _ENUM, _SET, _BIT = 252, 255, 245, 247, 248, 16
@@ -195,22 +195,28 @@ def row_images(event, plan, checksum, post_header=None):
     return data, pos, end, plan.image(present), after
 
 
+# what the row decoders take from ``_rowloop`` (their pure twins: ``rowloop.read_rows``,
+# ``rowtext.rows_text`` and ``row_line``, ``changes._image``, ``rowcount.walk_rows``; the
+# json module's encoder for ``image_json``) and how they hand it their callbacks
+FUNCTIONS = ("configure", "read_rows", "configure_text", "row_line", "rows_text",
+             "configure_json", "json_image", "configure_image_json", "image_json",
+             "walk_rows")
+
+
 def _load():
     """The compiled row loop (``_rowloop``), or (None, why not)."""
-    if os.environ.get(PURE_ENV, "") not in ("", "0"):
-        return None, f"turned off by {PURE_ENV}"
-    try:
-        _rowloop = import_compiled("replay.job.decoding._rowloop")
-    except ImportError as e:
-        return None, f"not built ({e})"
-    if getattr(_rowloop, "TWIN", None) != rowloop.TWIN:
-        return None, "built from another version (reinstall the package)"
-    _rowloop.configure(rowloop.READERS, rowloop.KINDS)
-    return _rowloop, "compiled"
+    return load_twin("replay.job.decoding._rowloop", rowloop.TWIN, FUNCTIONS,
+                     lambda module: module.configure(rowloop.READERS, rowloop.KINDS))
 
 
 compiled, _why = _load()
 loop = compiled if compiled is not None else rowloop
+
+
+def twin(name, pure):
+    """The compiled twin's function ``name`` when the compiled row loop runs (``loop``:
+    it loaded whole, every one of FUNCTIONS), else ``pure``, its pure Python twin."""
+    return pure if loop is rowloop else getattr(loop, name)
 
 
 def describe():

@@ -196,7 +196,7 @@ class RowText:
             data, pos, end, before, after = rowdecode.row_images(
                 event, plan, self.checksum,
                 rowdecode.post_header(self.reader.post_header_lens, event[4]))
-            write = getattr(rowdecode.loop, "rows_text", rows_text)
+            write = rowdecode.twin("rows_text", rows_text)
             text, pos = write(data, pos, end, before, after, heads[OPS[event[4]]], labels,
                               columns, unknown)
         except Exception:  # noqa: BLE001 - _rows reads it again, and names what fails
@@ -224,7 +224,7 @@ class RowText:
         columns = {c.name: c for c in rows_event.columns}
         name = f"{quote_name(rows_event.schema)}.{quote_name(rows_event.table)}"
         op = OPS[event[4]]
-        line = getattr(rowdecode.loop, "row_line", row_line)  # the compiled twin's
+        line = rowdecode.twin("row_line", row_line)
         for row in rows:
             if op == "update":
                 parts = [(f"### UPDATE {name} WHERE", row["before_values"],
