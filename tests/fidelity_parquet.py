@@ -82,7 +82,7 @@ def encoded(value, kind, full):
     if isinstance(value, datetime.date):
         return value.isoformat()
     if isinstance(value, datetime.timedelta):
-        from replay.job.decoding.changes import time_text
+        from replay.job.decoding.changejson import time_text
         return time_text(value)
     return value
 

@@ -15,7 +15,8 @@ from mysqlbackup.binlog import events as ev
 from mysqlbackup.binlog.scan import iter_events
 from mysqlbackup.errors import UsageError
 from replay.job.decoding.assemble import assemble
-from replay.job.decoding.changes import ChangeDecodeError, encode_value, iter_changes
+from replay.job.decoding.changejson import ChangeDecodeError, encode_value
+from replay.job.decoding.changes import iter_changes
 from replay.job.run import RunSummary
 from replay.job.sinks.parquet import (NOT_IN_TABLE, SCHEMA, ParquetSink, PartWriter,
                                       options_for, part_name)

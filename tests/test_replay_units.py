@@ -172,7 +172,7 @@ def test_pick_source():
 
 def test_rewrite_db_rebuilds_table_maps(shared_binlog):
     from mysqlbackup.binlog.tablemap import table_of
-    from replay.job.decoding.rewrite import rewrite_transaction
+    from replay.job.decoding.transaction import rewrite_transaction
     from replay.planning.options import parse_rewrites
     data = read(shared_binlog(MARIA))
     transactions, _, _ = assemble(data, "mariadb-bin.000001")

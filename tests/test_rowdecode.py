@@ -307,7 +307,7 @@ def change_rows(path):
 @pytest.mark.skipif(rowdecode.compiled is None, reason=rowdecode.describe())
 @pytest.mark.parametrize("which", ["own", "corpus"])
 def test_the_compiled_json_image_gives_the_pure_ones_rows(which, monkeypatch):
-    # changes._image and its compiled twin (_rowloop.json_image), row change for row change
+    # changejson.image_values and its compiled twin (_rowloop.json_image), row change for row change
     produced = twins_agree(which, change_rows, monkeypatch)
     compared = sum(len(rows) for outcomes in produced for kind, rows in outcomes
                    if kind == "ok")

@@ -10,7 +10,7 @@ import pyarrow as pa
 import pyarrow.dataset as pads
 import pytest
 
-from replay.job.decoding.changes import ChangeDecodeError, time_text
+from replay.job.decoding.changejson import ChangeDecodeError, time_text
 from replay.job.sinks import typed
 from replay.job.sinks.parquet import ParquetSink, PartWriter, part_name
 from tests.helpers import run_cli
@@ -42,7 +42,7 @@ def write_tables(path, out, rows_per_part=100_000):
 
 
 def as_json(value, atype):
-    """A typed value as the JSON change table writes it (``changes.encode_value``)."""
+    """A typed value as the JSON change table writes it (``changejson.encode_value``)."""
     if value is None:
         return None
     if pa.types.is_decimal(atype):

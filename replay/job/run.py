@@ -23,7 +23,7 @@ from dataclasses import dataclass, field, replace
 from mysqlbackup.archive.stop import END
 from mysqlbackup.binlog import events as ev
 from mysqlbackup.errors import MysqlBackupError, UsageError, mask_url
-from replay.job.decoding.rewrite import rewrite_transaction
+from replay.job.decoding.transaction import rewrite_transaction
 from replay.planning.plan import units_to_read
 from replay.planning.selection import gap_error
 from replay.planning.units import check_decoded, check_digests, check_link

@@ -162,7 +162,7 @@ def _write(keep, chosen, spool, where, fingerprint, fde_event):
 
     from mysqlbackup.binlog import events as ev
     from mysqlbackup.errors import MysqlBackupError
-    from replay.job.decoding.rewrite import rewrite_transaction
+    from replay.job.decoding.transaction import rewrite_transaction
     spec, selection = keep.write, keep.selection
     fde = ev.parse_format_description(fde_event)
     checksum = fde.checksum_alg == ev.CHECKSUM_CRC32

@@ -1,11 +1,11 @@
 # Included by _rowloop.pyx after _rowtext.pxi (its ``Buffer``): the change table's row
-# images (``changes._image``'s twin) and a flat image as JSON text (``changes._json``'s).
+# images (``changejson.image_values``'s twin) and a flat image as JSON text (``changejson.to_json``'s).
 
-# -- a row image for the change table (``changes._image``'s twin) -------------------------
+# -- a row image for the change table (``changejson.image_values``'s twin) -------------------------
 
-cdef object _stored_columns = None  # changes._stored_columns
-cdef object _encode_value = None    # changes.encode_value
-cdef object _as_stored = None       # changes._as_stored
+cdef object _stored_columns = None  # changejson.stored_columns
+cdef object _encode_value = None    # changejson.encode_value
+cdef object _as_stored = None       # changejson.as_stored
 cdef object _image_absent = None    # NONE_SOURCE.COLS_BITMAP
 cdef object _empty_set = None       # NONE_SOURCE.EMPTY_SET
 
@@ -18,8 +18,8 @@ def configure_json(stored_columns, encode_value, as_stored, cols_bitmap, empty_s
 
 
 def json_image(dict values, dict none_sources, dict columns):
-    """``changes._image``, the same dict: plain values, DECIMALs and DATETIMEs written
-    here (as ``changes.encode_value`` writes them), the rest by ``encode_value``."""
+    """``changejson.image_values``, the same dict: plain values, DECIMALs and DATETIMEs written
+    here (as ``changejson.encode_value`` writes them), the rest by ``encode_value``."""
     cdef dict image = {}
     stored = _stored_columns(columns)
     for name, value in values.items():
@@ -43,7 +43,7 @@ def json_image(dict values, dict none_sources, dict columns):
     return image
 
 
-# -- a flat row image as JSON text (``changes._json``'s twin) ----------------------------
+# -- a flat row image as JSON text (``changejson.to_json``'s twin) ----------------------------
 
 cdef object _json_fallback = None  # changes' one C encoder of the json module
 
@@ -79,7 +79,7 @@ cdef int _json_string(Buffer *b, str text) except -1:
 
 
 def image_json(dict image):
-    """``changes._json`` of a row image, the same text: a dict of str keys to str, int
+    """``changejson.to_json`` of a row image, the same text: a dict of str keys to str, int
     (not bool), None or lists of str written here; anything else, the whole image by the
     json module's encoder (``configure_image_json``)."""
     cdef Buffer b
@@ -115,3 +115,200 @@ def image_json(dict image):
         return "".join(_json_fallback(image, 0))
     finally:
         free(b.data)
+
+
+# -- a rows event's changes as JSON text, straight from its bytes ------------------------
+# (``changes``' row dicts, ``_image``, ``_json`` and ``_key`` for a table of plain columns:
+# the same text, no value object for integers, DECIMALs, DATETIMEs and DATEs)
+
+cdef int _date_text(Buffer *b, int *f, int fields) except -1:
+    """``"YYYY-MM-DD"`` (``fields`` 3) or ``"YYYY-MM-DDTHH:MM:SS[.ffffff]"`` (7), as
+    ``isoformat()`` writes them, quoted."""
+    cdef char text[48]
+    cdef int n = snprintf(text, 48, "\"%04d-%02d-%02d", f[0], f[1], f[2])
+    if fields == 7:
+        n += snprintf(text + n, 48 - n, "T%02d:%02d:%02d", f[3], f[4], f[5])
+        if f[6]:
+            n += snprintf(text + n, 48 - n, ".%06d", f[6])
+    text[n] = b'"'
+    _put(b, text, n + 1)
+    return 0
+
+
+cdef bint _json_value(Buffer *b, bytes data, const unsigned char *p, Py_ssize_t *pos,
+                      Py_ssize_t end, tuple column) except -1:
+    """The JSON of one value (not NULL) of ``column`` (a plan's), as ``changejson.image_values``
+    then ``_json`` write it; False (nothing written) for a value not written here."""
+    cdef int kind = column[0], f[7]
+    cdef uint64_t u
+    cdef double d
+    cdef float fl
+    cdef char text[128]
+    cdef char stored[96]  # a DECIMAL as stored (``_decimal_text``)
+    cdef int n
+    if kind == K_INT:
+        _take(p, pos, end, column[1], &u)
+        if column[2]:
+            n = snprintf(text, 128, "%lld", <long long>_signed(u, column[1]))
+        else:
+            n = snprintf(text, 128, "%llu", <unsigned long long>u)
+        _put(b, text, n)
+    elif kind == K_STRING:
+        _take(p, pos, end, column[1], &u)
+        _need(pos[0], <Py_ssize_t>u, end)
+        value = _string(p, pos[0], <Py_ssize_t>u, column[2])
+        pos[0] += <Py_ssize_t>u
+        if type(value) is not str:
+            return False
+        _json_string(b, <str>value)
+    elif kind == K_DECIMAL:
+        pos[0] = _decimal_text(p, pos[0], end, column[1], column[2], stored)
+        text[0] = b'"'
+        n = 1 + _decimal_literal(text + 1, stored)
+        text[n] = b'"'
+        _put(b, text, n + 1)
+    elif kind == K_DATETIME2:
+        pos[0] = _datetime2_fields(p, pos[0], end, column[1], f)
+        if _valid_datetime(f):
+            _date_text(b, f, 7)
+        else:  # the decoders' None: out of a datetime's range
+            _put(b, b"null", 4)
+    elif kind == K_DATE:
+        _need(pos[0], 3, end)
+        u = _le(p + pos[0], 3)
+        pos[0] += 3
+        f[0], f[1], f[2] = (u >> 9) & 0x7FFF, (u >> 5) & 15, u & 31
+        if not (f[0] and f[1] and f[2]):
+            _put(b, b"null", 4)
+        else:
+            f[3] = f[4] = f[5] = f[6] = 0
+            if not _valid_datetime(f):
+                return False  # the decoders raise: theirs to say
+            _date_text(b, f, 3)
+    elif kind == K_DOUBLE or kind == K_FLOAT:
+        if kind == K_DOUBLE:
+            _need(pos[0], 8, end)
+            memcpy(&d, p + pos[0], 8)
+            pos[0] += 8
+        else:
+            _need(pos[0], 4, end)
+            memcpy(&fl, p + pos[0], 4)
+            d = fl
+            pos[0] += 4
+        if d != d or d - d != 0:  # NaN or infinite: the json module refuses them
+            return False
+        _put_str(b, repr(d))
+    else:
+        return False
+    return True
+
+
+cdef Py_ssize_t _json_image(Buffer *b, bytes data, Py_ssize_t pos, Py_ssize_t end,
+                            tuple image, tuple keys, Py_ssize_t *spans, bint *ok) except -1:
+    """One row image (``Plan.image``) as a JSON object into ``b``; ``spans``: where each
+    column's value lies in ``b`` (start, length; start -1: not in the image); ``ok``
+    False when a value is not written here. The position after it."""
+    cdef tuple chosen = <tuple>image[0], shown = <tuple>image[4]
+    cdef Py_ssize_t width = image[3], nulls = pos, i, j = 0
+    cdef const unsigned char *p = <const unsigned char *>PyBytes_AS_STRING(data)
+    _need(pos, width, end)
+    pos += width
+    _put(b, b"{", 1)
+    for i in range(len(shown)):
+        spans[2 * i] = -1
+        if not shown[i]:
+            continue
+        if j:
+            _put(b, b",", 1)
+        _put_str(b, <str>keys[i])
+        spans[2 * i] = b.size
+        if p[nulls + (j >> 3)] >> (j & 7) & 1:
+            _put(b, b"null", 4)
+        elif not _json_value(b, data, p, &pos, end, <tuple>chosen[j]):
+            ok[0] = False
+            return pos
+        j += 1
+        spans[2 * i + 1] = b.size - spans[2 * i]
+    _put(b, b"}", 1)
+    return pos
+
+
+cdef object _key_json(Buffer *b, Py_ssize_t *spans, tuple keys, tuple pk):
+    """``changejson.key_json``'s text from one image's ``spans`` in ``b`` (a key column not in
+    it: null)."""
+    cdef Buffer k
+    cdef Py_ssize_t i, n = 0
+    k.data, k.size, k.cap = NULL, 0, 0
+    try:
+        _put(&k, b"{", 1)
+        for i in pk:
+            if n:
+                _put(&k, b",", 1)
+            n += 1
+            _put_str(&k, <str>keys[i])
+            if spans[2 * i] < 0:
+                _put(&k, b"null", 4)
+            else:
+                _put(&k, b.data + spans[2 * i], spans[2 * i + 1])
+        _put(&k, b"}", 1)
+        return PyUnicode_DecodeUTF8(k.data, k.size, NULL)
+    finally:
+        free(k.data)
+
+
+def rows_json(bytes data, Py_ssize_t pos, Py_ssize_t end, tuple before, tuple after,
+              int op, tuple keys, tuple pk):
+    """([(before, after, pk) JSON texts of each row], the position after them), or None
+    when a value is not one written here (the caller decodes the event the usual way).
+    ``before``: the plan of the event's first image, ``after`` an update's second (else
+    None); ``op`` 0 insert, 1 update, 2 delete; ``keys`` each column's JSON name and
+    colon; ``pk`` the key columns' indexes in key order (empty: no key)."""
+    cdef Buffer b
+    cdef Py_ssize_t count = len(keys), cut
+    cdef Py_ssize_t *first = <Py_ssize_t *>malloc(2 * count * sizeof(Py_ssize_t) + 16)
+    cdef Py_ssize_t *second = <Py_ssize_t *>malloc(2 * count * sizeof(Py_ssize_t) + 16)
+    cdef Py_ssize_t *key_spans
+    cdef bint ok = True
+    cdef list rows = []
+    cdef object one, two, key
+    if first == NULL or second == NULL:
+        free(first)
+        free(second)
+        raise MemoryError()
+    if end > PyBytes_GET_SIZE(data):
+        raise ValueError("the rows end past the event")
+    b.data, b.size, b.cap = NULL, 0, 0
+    try:
+        while pos < end:
+            b.size = 0
+            pos = _json_image(&b, data, pos, end, before, keys, first, &ok)
+            if not ok:
+                return None
+            cut = b.size
+            one, two = PyUnicode_DecodeUTF8(b.data, cut, NULL), None
+            if op == 1:
+                pos = _json_image(&b, data, pos, end, after, keys, second, &ok)
+                if not ok:
+                    return None
+                two = PyUnicode_DecodeUTF8(b.data + cut, b.size - cut, NULL)
+            key = None
+            if pk:
+                key_spans = first  # an insert's only image, or a delete's
+                if op == 1 and all(second[2 * i] >= 0 for i in pk):
+                    key_spans = second
+                elif op == 0 and not all(first[2 * i] >= 0 for i in pk):
+                    return None  # (the decoders' key of an insert without its key)
+                key = _key_json(&b, key_spans, keys, pk)
+            if op == 0:
+                rows.append((None, one, key))
+            elif op == 1:
+                rows.append((one, two, key))
+            else:
+                rows.append((one, None, key))
+        return rows, pos
+    except UnicodeEncodeError:  # a lone surrogate: the json module's to write
+        return None
+    finally:
+        free(b.data)
+        free(first)
+        free(second)

@@ -14,7 +14,7 @@ from cpython.datetime cimport date_new, datetime_new, import_datetime
 from cpython.unicode cimport PyUnicode_DecodeUTF8
 from libc.stdint cimport int64_t, uint32_t, uint64_t
 from libc.stdio cimport snprintf
-from libc.stdlib cimport free, realloc
+from libc.stdlib cimport free, malloc, realloc
 from libc.string cimport memcpy, strlen
 
 import datetime
@@ -26,7 +26,7 @@ if sys.byteorder != "little":  # FLOAT and DOUBLE are copied as they lie
     raise ImportError("the compiled row loop reads FLOAT and DOUBLE on little-endian hosts")
 
 # the version of the twins: ``rowloop.TWIN`` must be the same
-TWIN = 6
+TWIN = 7
 
 cdef enum:
     K_INT = 0

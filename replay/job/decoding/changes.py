@@ -25,28 +25,7 @@ position minus its size) and ``row_index`` (the row's index within its event; th
 events of one TRANSACTION_PAYLOAD share its position, and their rows are numbered on
 across them).
 
-Values in the JSON images, encoded deterministically:
-
-- integers, floats, text (decoded with the column's charset): JSON numbers and
-  strings; a FLOAT column comes out as the double its 4 bytes hold;
-- DECIMAL: a string in plain notation with the column's scale ("12.30");
-- binary values (BINARY, VARBINARY, BLOB, GEOMETRY, and text in a charset Python
-  does not know): standard base64 with padding;
-- DATETIME: ISO 8601 without zone ("2024-01-02T03:04:05.678000", the fraction
-  only when it is not zero); TIMESTAMP: the same in UTC with a "Z"; DATE:
-  "2024-02-29"; TIME: "[-]HH:MM:SS[.ffffff]" (hours may exceed 24); YEAR: integer;
-- ENUM: its string; SET: a JSON list of the members in the column's order
-  ([] when empty); BIT: a string of '0'/'1', most significant bit first; BINARY(n):
-  its n bytes (the binlog drops the trailing zero bytes, the server pads them back);
-  YEAR 0000: 0;
-  MariaDB JSON (a LONGTEXT): its text; MySQL JSON (type 245, binary in the
-  rows event): its text as MySQL prints it (``SELECT col``): keys in stored
-  order, integers and doubles as MySQL writes them, DECIMAL with its scale,
-  dates and times quoted (``replay.job.decoding.mysqljson``); a top-level string
-  keeps its quotes ('"hello"'), the JSON null literal is 'null' (SQL NULL: null);
-- NULL: null. A zero or invalid DATE/DATETIME ('0000-00-00') also becomes
-  null: the library does not return it; so does the zero TIMESTAMP. A column missing
-  from a row image (binlog_row_image=MINIMAL or NOBLOB) is absent from the JSON object.
+The values' JSON: ``changejson``.
 
 Rows undone by ROLLBACK TO SAVEPOINT are left out: a transaction's rows events after
 a ``SAVEPOINT x`` up to a ``ROLLBACK TO x`` the binlog holds (it logs them only when the
@@ -63,22 +42,21 @@ MySQL's PARTIAL_UPDATE_ROWS (binlog_row_value_options=PARTIAL_JSON: a JSON colum
 after image may be a diff, not the document) is refused.
 """
 
-import base64
 import datetime
-import decimal
-import json
 import re
 from dataclasses import dataclass
 from typing import NamedTuple
 
 from pymysql.protocol import MysqlPacket
 from pymysqlreplication import row_event
-from pymysqlreplication.constants import FIELD_TYPE, NONE_SOURCE
+from pymysqlreplication.constants import FIELD_TYPE
 from pymysqlreplication.packet import BinLogPacketWrapper
 
 from mysqlbackup.binlog import events as ev
-from mysqlbackup.errors import CorruptBinlog, MysqlBackupError
+from mysqlbackup.errors import CorruptBinlog
 from replay.job.decoding import rowdecode
+from replay.job.decoding.changejson import (ChangeDecodeError, images, image_values, json_changes,
+                                            key_json, stored_image, to_json, utc)
 from replay.job.decoding.rowloop import time2
 from replay.job.decoding.mysqljson import json_text
 
@@ -86,13 +64,8 @@ PARTIAL_UPDATE_ROWS = 39  # MySQL: an update whose JSON columns may be diffs (PA
 OPS = {23: "insert", 30: "insert", 24: "update", 31: "update", 25: "delete", 32: "delete"}
 _LIBRARY_EVENTS = frozenset({row_event.TableMapEvent, row_event.WriteRowsEvent,
                              row_event.UpdateRowsEvent, row_event.DeleteRowsEvent})
-_TIMESTAMPS = {FIELD_TYPE.TIMESTAMP, FIELD_TYPE.TIMESTAMP2}
 _DML = {"INSERT", "UPDATE", "DELETE", "REPLACE", "LOAD"}
 _FIRST_WORD = re.compile(r"\s*(?:/\*.*?\*/\s*)*([A-Za-z]+)", re.S)
-
-
-class ChangeDecodeError(MysqlBackupError):
-    """A transaction the change table cannot take; names the file and position."""
 
 
 @dataclass(frozen=True)
@@ -144,9 +117,16 @@ def iter_changes(trx, fde, checksum, left_out=None, tables=None, stored=False):
         if etype == ev.TABLE_MAP:
             table_id, keys[table_id] = _cached_table(event, table_map, reader, trx, tables)
         elif etype in OPS:
-            rows = decode_rows_event(event, table_map, reader, trx)
-            changes.extend(_changes(rows, event, keys, trx, at, _position(trx, i, event),
-                                    reader.dbms if stored else None))
+            position = _position(trx, i, event)
+            table_id = int.from_bytes(event[ev.HEADER_LEN:ev.HEADER_LEN + 6], "little")
+            table = table_map.get(table_id)
+            found = None if stored or table is None or REFERENCE_ONLY else json_changes(
+                event, OPS[etype], table, keys.get(table_id, []), reader, trx, at, position)
+            if found is None:
+                rows = decode_rows_event(event, table_map, reader, trx)
+                found = _changes(rows, event, keys, trx, at, position,
+                                 reader.dbms if stored else None)
+            changes.extend(found)
         elif etype not in ev.EVENT_NAMES:
             raise ChangeDecodeError(
                 f"{trx.file}:{_position(trx, i, event)}: an event of type {etype}, which "
@@ -283,16 +263,16 @@ def _changes(rows, event, keys, trx, at, position, dbms=None):
     columns = {c.name: c for c in rows.columns}
     pk = keys.get(rows.table_id, [])
     at[1] += len(rows.rows)
-    json_image = rowdecode.twin("json_image", _image)
-    commit_time = _utc(trx.commit_ts)
+    json_image = rowdecode.twin("json_image", image_values)
+    commit_time = utc(trx.commit_ts)
     for index, row in enumerate(rows.rows, at[1] - len(rows.rows)):
-        before, after = _images(op, row, columns, json_image)
+        before, after = images(op, row, columns, json_image)
         change = {"op": op, "db": rows.schema, "table": rows.table,
-                  "pk": _key(pk, before, after), "before": _json(before),
-                  "after": _json(after), "gtid": trx.gtid, "commit_time": commit_time,
+                  "pk": key_json(pk, before, after), "before": to_json(before),
+                  "after": to_json(after), "gtid": trx.gtid, "commit_time": commit_time,
                   "file": trx.file, "position": position, "row_index": index}
         if dbms is not None:
-            change["stored"] = Stored(rows, dbms, *_images(op, row, columns, stored_image))
+            change["stored"] = Stored(rows, dbms, *images(op, row, columns, stored_image))
         yield change
 
 
@@ -304,22 +284,6 @@ class Stored(NamedTuple):
     dbms: str
     before: dict
     after: dict
-
-
-def stored_image(values, none_sources, columns):
-    """One row image's {column: value} as the server holds it (``_as_stored``): a column
-    absent from the image left out, an empty SET as an empty set, NULL as None."""
-    stored = _stored_columns(columns)
-    image = {}
-    for name, value in values.items():
-        if value is None:
-            source = none_sources.get(name)
-            if source == NONE_SOURCE.COLS_BITMAP:
-                continue
-            image[name] = set() if source == NONE_SOURCE.EMPTY_SET else None
-        else:
-            image[name] = _as_stored(value, columns.get(name)) if name in stored else value
-    return image
 
 
 class DecodedRows(NamedTuple):
@@ -396,75 +360,6 @@ def _fast_rows(event, table, table_id, reader, trx):
     return DecodedRows(rows, table.schema, table.table, table_id, table.columns)
 
 
-def _images(op, row, columns, image_of):
-    """(before, after) of a row, each made by ``image_of`` (``_image`` or its compiled
-    twin ``_rowloop.json_image``: JSON-ready; ``stored_image``: the server's values)
-    from the row's values and none sources."""
-    if op == "update":
-        return (image_of(row["before_values"], row["before_none_sources"], columns),
-                image_of(row["after_values"], row["after_none_sources"], columns))
-    image = image_of(row["values"], row["none_sources"], columns)
-    return (None, image) if op == "insert" else (image, None)
-
-
-_PLAIN = (int, float, str)  # values whose JSON is themselves (bool is an int too)
-
-
-def _image(values, none_sources, columns):
-    image = {}
-    stored = _stored_columns(columns)
-    for name, value in values.items():
-        if value is None:
-            source = none_sources.get(name)
-            if source == NONE_SOURCE.COLS_BITMAP:
-                continue  # not in this row image
-            if source == NONE_SOURCE.EMPTY_SET:
-                image[name] = []
-                continue
-            image[name] = None
-        elif name not in stored and type(value) in _PLAIN:
-            image[name] = value
-        else:
-            column = columns.get(name)
-            image[name] = encode_value(_as_stored(value, column), column)
-    return image
-
-
-def _stored_columns(columns):
-    """The names of the columns whose values ``_as_stored`` may change (kept on the
-    columns dict's first column: one set per table)."""
-    first = next(iter(columns.values()), None)
-    if first is None:
-        return ()
-    found = first.__dict__.get("_stored_names")
-    if found is None:
-        found = first.__dict__["_stored_names"] = frozenset(
-            name for name, c in columns.items()
-            if c.type in _TIMESTAMPS or c.type == FIELD_TYPE.YEAR
-            or c.type == FIELD_TYPE.STRING and c.character_set_name == "binary")
-    return found
-
-
-_ZERO_TIMESTAMP = datetime.datetime(1970, 1, 1)
-
-
-def _as_stored(value, column):
-    """The value the server holds, where the library gives another: a BINARY(n) value
-    padded back to n bytes, YEAR 0000 (the library's 1900), the zero TIMESTAMP (the
-    library's 1970-01-01 00:00:00, out of a TIMESTAMP's range) as None."""
-    if column is None or value is None:
-        return value
-    if column.type == FIELD_TYPE.STRING and column.character_set_name == "binary":
-        # (the library "decodes" an empty value to '': Python decodes b'' in any codec)
-        raw = value.encode("latin-1") if isinstance(value, str) else bytes(value)
-        return raw.ljust(column.max_length, b"\x00")
-    if column.type == FIELD_TYPE.YEAR and value == 1900:
-        return 0
-    if column.type in _TIMESTAMPS and value == _ZERO_TIMESTAMP:
-        return None
-    return value
-
-
 def _read_time2(rows_event, column):
     """The library's TIME2 reader, mended (``time2``): it gets a negative value with a
     fraction wrong (-12:34:56.789012 read as -12:34:56.210988)."""
@@ -473,92 +368,6 @@ def _read_time2(rows_event, column):
 
 # mysql-replication is pinned (setup.cfg): its private reader of TIME2 values is replaced
 row_event.RowsEvent._RowsEvent__read_time2 = _read_time2
-
-
-def _key(pk, before, after):
-    if not pk:
-        return None
-    image = after if after is not None and all(c in after for c in pk) else before
-    return _json({c: image.get(c) for c in pk})
-
-
-def encode_value(value, column=None):
-    """A decoded column value as a JSON-native value (the rules of the module docstring)."""
-    if value is None or isinstance(value, (bool, int, float, str)):
-        return value
-    if isinstance(value, decimal.Decimal):
-        return format(value, "f")
-    if isinstance(value, (bytes, bytearray)):
-        return base64.b64encode(value).decode("ascii")
-    if isinstance(value, datetime.datetime):
-        zone = "Z" if column is not None and column.type in _TIMESTAMPS else ""
-        return value.isoformat() + zone
-    if isinstance(value, datetime.date):
-        return value.isoformat()
-    if isinstance(value, datetime.timedelta):
-        return time_text(value)
-    if isinstance(value, (set, frozenset)):
-        order = (column.set_values if column is not None else None) or sorted(value)
-        return [member for member in order if member in value]
-    if isinstance(value, dict):  # nested values (MySQL JSON comes as its text instead)
-        return {_text(k): encode_value(v) for k, v in value.items()}
-    if isinstance(value, (list, tuple)):
-        return [encode_value(v) for v in value]
-    raise ChangeDecodeError(f"cannot encode a {type(value).__name__} value")
-
-
-def time_text(delta):
-    """A TIME value as MySQL prints it: [-]HH:MM:SS[.ffffff]."""
-    micros = delta.days * 86_400_000_000 + delta.seconds * 1_000_000 + delta.microseconds
-    sign, micros = ("-" if micros < 0 else ""), abs(micros)
-    seconds, fraction = divmod(micros, 1_000_000)
-    text = f"{sign}{seconds // 3600:02d}:{seconds // 60 % 60:02d}:{seconds % 60:02d}"
-    return text + (f".{fraction:06d}" if fraction else "")
-
-
-def _text(key):
-    return key.decode("utf-8") if isinstance(key, (bytes, bytearray)) else str(key)
-
-
-_ENCODER = json.JSONEncoder(ensure_ascii=False, separators=(",", ":"), allow_nan=False)
-
-
-def _one_encoder():
-    """``_ENCODER``'s C encoder made once (``encode`` makes one a call, a third of its
-    cost for a row image), or None where the json module has none or it writes other
-    text than ``encode`` (a probe says)."""
-    make = getattr(json.encoder, "c_make_encoder", None)
-    if make is None:
-        return None
-    try:
-        encode = make(None, _ENCODER.default, json.encoder.encode_basestring, None, ":", ",",
-                      False, False, False)
-        probe = {"a\"é\n": [1, -2.5, None, True, "x"], "b": {"c": 18446744073709551615}}
-        if "".join(encode(probe, 0)) != _ENCODER.encode(probe):
-            return None
-    except Exception:  # noqa: BLE001 - another Python's json: the plain way
-        return None
-    return encode
-
-
-_ENCODE = _one_encoder()
-
-
-def _json(obj):
-    """A row image's or key's JSON text (None for None): the json module's, or the same
-    text by the compiled twin (``_rowloop.image_json``) when the image is flat."""
-    if obj is None:
-        return None
-    text = rowdecode.twin("image_json", None)
-    if text is not None:
-        return text(obj)
-    if _ENCODE is not None:
-        return "".join(_ENCODE(obj, 0))
-    return _ENCODER.encode(obj)
-
-
-def _utc(epoch):
-    return datetime.datetime.fromtimestamp(epoch, datetime.timezone.utc)
 
 
 def event_position(event):
@@ -581,10 +390,3 @@ def _where(trx, event):
 def _decode_error(trx, event, error):
     return ChangeDecodeError(f"{_where(trx, event)}: cannot decode {ev.event_name(event[4])} "
                              f"event: {type(error).__name__}: {error}")
-
-
-if rowdecode.compiled is not None:  # its json_image writes what it cannot with these
-    rowdecode.compiled.configure_json(_stored_columns, encode_value, _as_stored,
-                                      NONE_SOURCE.COLS_BITMAP, NONE_SOURCE.EMPTY_SET)
-    rowdecode.compiled.configure_image_json(  # and its image_json
-        _ENCODE or (lambda obj, _: (_ENCODER.encode(obj),)))

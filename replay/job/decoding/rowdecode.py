@@ -196,11 +196,12 @@ def row_images(event, plan, checksum, post_header=None):
 
 
 # what the row decoders take from ``_rowloop`` (their pure twins: ``rowloop.read_rows``,
-# ``rowtext.rows_text`` and ``row_line``, ``changes._image``, ``rowcount.walk_rows``; the
-# json module's encoder for ``image_json``) and how they hand it their callbacks
+# ``rowtext.rows_text`` and ``row_line``, ``changejson.image_values``, ``rowcount.walk_rows``;
+# the json module's encoder for ``image_json``; for ``rows_json``, the row dicts' way in
+# ``changes``) and how they hand it their callbacks
 FUNCTIONS = ("configure", "read_rows", "configure_text", "row_line", "rows_text",
              "configure_json", "json_image", "configure_image_json", "image_json",
-             "walk_rows")
+             "walk_rows", "rows_json")
 
 
 def _load():

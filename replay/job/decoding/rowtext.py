@@ -46,8 +46,9 @@ from pymysqlreplication.constants import FIELD_TYPE, NONE_SOURCE
 
 from mysqlbackup.binlog import events as ev
 from replay.job.decoding import changes, rowdecode, rowloop
+from replay.job.decoding.changejson import time_text
 from replay.job.decoding.changes import (OPS, Reader, decode_event, decode_rows_event,
-                                         position_of, time_text)
+                                         position_of)
 from replay.job.decoding.rowcount import table_id_size
 from replay.job.decoding.sqltext import printable
 

@@ -24,7 +24,7 @@ A column's type (``arrow_type``), from the TABLE_MAP (``binlog_row_metadata=FULL
 - ENUM: its string; SET: its members in the column's order joined by ',' ('' for none);
 - BIT(n): uint64; JSON: its text (MySQL's as MySQL prints it, MariaDB's as stored);
 - any other type (the pre-5.6 temporal types, VECTOR...): string, the value as the JSON
-  change table writes it (``changes.encode_value``).
+  change table writes it (``changejson.encode_value``).
 
 Null is SQL NULL, a zero or invalid date, and a column absent from the row image
 (binlog_row_image=MINIMAL or NOBLOB: the JSON table tells absent from NULL).
@@ -44,7 +44,7 @@ import urllib.parse
 
 import pyarrow as pa
 
-from replay.job.decoding.changes import encode_value
+from replay.job.decoding.changejson import encode_value
 from replay.job.decoding.rowdecode import Unsupported, _column_plan
 from replay.job.decoding.rowloop import (K_BIT, K_BYTES, K_DATE, K_DATETIME2, K_DECIMAL,
                                          K_DOUBLE, K_ENUM, K_FLOAT, K_INT, K_JSON, K_SET,
@@ -71,7 +71,7 @@ def arrow_type(column, dbms):
 
 
 def _typing(column, dbms):
-    """(Arrow type, the function that makes a stored value (``changes.stored_image``)
+    """(Arrow type, the function that makes a stored value (``changejson.stored_image``)
     that type's Python value, or None when it already is) of one column."""
     try:
         kind, p1, p2 = _column_plan(column, dbms)
@@ -150,7 +150,7 @@ class TableSchema:
         ])
 
     def row(self, image):
-        """A stored image (``changes.stored_image``, or None) as the struct's dict."""
+        """A stored image (``changejson.stored_image``, or None) as the struct's dict."""
         if image is None:
             return None
         if self._converts:
