@@ -12,7 +12,8 @@ import pytest
 from pymysqlreplication.constants import FIELD_TYPE
 
 from replay.job.decoding import changejson, changes, rowdecode, rowloop
-from tests.test_rowdecode import EDGE_COLUMNS, change_rows, own_files
+from tests.test_rowdecode import (EDGE_COLUMNS, change_rows, corpus_files, outcome, own_files,
+                                  parsed, same)
 
 pytestmark = pytest.mark.skipif(rowdecode.compiled is None, reason=rowdecode.describe())
 
@@ -166,3 +167,52 @@ def test_it_runs_for_the_tables_of_the_own_files(monkeypatch):
         monkeypatch.setattr(rowdecode, "loop", rowloop)
         assert mine == change_rows(path), path
     assert sum(taken) >= 40 and not all(taken)
+
+
+def stored_rows(path):
+    """The typed tables' view of a file's changes (``iter_changes(stored=True)``): each
+    change with its stored images, as the typed sink takes them."""
+    found = parsed(path)
+    if found is None:
+        return []
+    transactions, fde, checksum = found
+    tables = {}
+
+    def changes_of(trx):
+        out = []
+        for change in changes.iter_changes(trx, fde, checksum, [], tables, stored=True):
+            stored = change.pop("stored")
+            out.append((change, stored.dbms, stored.before, stored.after))
+        return out
+    return [outcome(lambda: changes_of(trx)) for trx in transactions]
+
+
+@pytest.mark.parametrize("which", ["own", "corpus"])
+def test_the_typed_view_is_the_same_either_way(which, monkeypatch):
+    """With the stored images too (--typed), the JSON from the bytes and the images from
+    the rows give what the row dicts alone give, type for type."""
+    for path in own_files() if which == "own" else corpus_files():
+        monkeypatch.setattr(rowdecode, "loop", rowdecode.compiled)
+        mine = stored_rows(path)
+        monkeypatch.setattr(rowdecode, "loop", rowloop)
+        assert same(mine, stored_rows(path)), path
+
+
+@pytest.mark.parametrize("op", ["insert", "update", "delete"])
+def test_the_plain_images_are_the_stored_ones(op):
+    """``changes._plain_images`` (a table json_changes writes) gives ``stored_image``'s
+    images, a column not in an image (MINIMAL) left out, NULL kept."""
+    specs = [s for s in WRITTEN if s[0][3] not in ("null", "absent")][:4]
+    plan = table(specs)
+    columns = {c[3]: SimpleNamespace(type=t, name=c[3], character_set_name=None,
+                                     max_length=0) for c, t in plan.types}
+    full, part = 0b1111, 0b0101
+    data = image_bytes(specs, full, nulls=("b",)) + image_bytes(specs, part)
+    if op == "update":
+        before, after = plan.image(full), plan.image(part)
+    else:
+        before, after, data = plan.image(part), None, image_bytes(specs, part)
+    rows, _ = rowloop.read_rows(data, 0, len(data), before, after)
+    for row in rows:
+        assert changes._plain_images(op, row) == changejson.images(
+            op, row, columns, changejson.stored_image)

@@ -49,7 +49,7 @@ from typing import NamedTuple
 
 from pymysql.protocol import MysqlPacket
 from pymysqlreplication import row_event
-from pymysqlreplication.constants import FIELD_TYPE
+from pymysqlreplication.constants import FIELD_TYPE, NONE_SOURCE
 from pymysqlreplication.packet import BinLogPacketWrapper
 
 from mysqlbackup.binlog import events as ev
@@ -97,6 +97,7 @@ class _Control:
         return self.dbms
 
 
+COLS_BITMAP = NONE_SOURCE.COLS_BITMAP  # a column not in a row image
 TABLES_CACHED = 1024  # decoded TABLE_MAPs kept for the next transactions of a file
 
 
@@ -117,16 +118,8 @@ def iter_changes(trx, fde, checksum, left_out=None, tables=None, stored=False):
         if etype == ev.TABLE_MAP:
             table_id, keys[table_id] = _cached_table(event, table_map, reader, trx, tables)
         elif etype in OPS:
-            position = _position(trx, i, event)
-            table_id = int.from_bytes(event[ev.HEADER_LEN:ev.HEADER_LEN + 6], "little")
-            table = table_map.get(table_id)
-            found = None if stored or table is None or REFERENCE_ONLY else json_changes(
-                event, OPS[etype], table, keys.get(table_id, []), reader, trx, at, position)
-            if found is None:
-                rows = decode_rows_event(event, table_map, reader, trx)
-                found = _changes(rows, event, keys, trx, at, position,
-                                 reader.dbms if stored else None)
-            changes.extend(found)
+            changes.extend(_event_changes(event, table_map, keys, reader, trx, at,
+                                          _position(trx, i, event), stored))
         elif etype not in ev.EVENT_NAMES:
             raise ChangeDecodeError(
                 f"{trx.file}:{_position(trx, i, event)}: an event of type {etype}, which "
@@ -254,6 +247,43 @@ def _position(trx, index, event):
     assembler's ``event_starts``), else from the header's end position (0 inside a
     transaction of MariaDB 11.4+: binlog_legacy_event_pos=OFF)."""
     return trx.event_starts[index] if trx.event_starts else event_position(event)
+
+
+def _event_changes(event, table_map, keys, reader, trx, at, position, stored):
+    """The changes of one rows event: their JSON straight from its bytes where
+    ``json_changes`` writes them, else from its rows (``_changes``); with ``stored``,
+    each also has its images as the server holds them (from its rows)."""
+    table_id = int.from_bytes(event[ev.HEADER_LEN:ev.HEADER_LEN + 6], "little")
+    table = table_map.get(table_id)
+    found = None if table is None or REFERENCE_ONLY else json_changes(
+        event, OPS[event[4]], table, keys.get(table_id, []), reader, trx, at, position)
+    if found is not None and not stored:
+        return found
+    rows = decode_rows_event(event, table_map, reader, trx)
+    if found is None:
+        return _changes(rows, event, keys, trx, at, position, reader.dbms if stored else None)
+    if len(found) != len(rows.rows):  # never: both read the same images
+        raise ChangeDecodeError(f"{_where(trx, event)}: {len(found)} rows written, "
+                                f"{len(rows.rows)} decoded")
+    for change, row in zip(found, rows.rows):  # a table without a stored column (its spec)
+        change["stored"] = Stored(rows, reader.dbms, *_plain_images(OPS[event[4]], row))
+    return found
+
+
+def _plain_images(op, row):
+    """``images(..., stored_image)`` of a row of a table that ``json_changes`` writes: no
+    column the server holds otherwise, no SET: the values, less those not in the image."""
+    if op != "update":
+        image = _present(row["values"], row["none_sources"])
+        return (None, image) if op == "insert" else (image, None)
+    return (_present(row["before_values"], row["before_none_sources"]),
+            _present(row["after_values"], row["after_none_sources"]))
+
+
+def _present(values, sources):
+    if COLS_BITMAP not in sources.values():
+        return values
+    return {name: value for name, value in values.items() if sources.get(name) != COLS_BITMAP}
 
 
 def _changes(rows, event, keys, trx, at, position, dbms=None):

@@ -113,10 +113,14 @@ class TableSchema:
     name), ``columns`` (for the manifest) and ``row(image)``, an image as the struct's
     values."""
 
-    __slots__ = ("db", "table", "fields", "version", "columns", "_converts")
+    __slots__ = ("db", "table", "fields", "version", "columns", "key", "_converts", "_dirs")
 
     def __init__(self, db, table, columns, dbms):
         self.db, self.table = db, table
+        # the table's name in the manifest and its directory: '<db>.<table>', each part
+        # percent-encoded where it is not a plain identifier
+        self.key = f"{_quote(db)}.{_quote(table)}"
+        self._dirs = {}  # commit date -> ``directory``
         fields, described, converts = [], [], []
         for column in columns:
             atype, convert = _typing(column, dbms)
@@ -128,12 +132,6 @@ class TableSchema:
         self.fields, self.columns, self._converts = fields, described, tuple(converts)
         signature = json.dumps([[c["name"], c["type"]] for c in described])
         self.version = "v-" + hashlib.sha256(signature.encode("utf-8")).hexdigest()[:12]
-
-    @property
-    def key(self):
-        """The table's name in the manifest and its directory: '<db>.<table>', each part
-        percent-encoded where it is not a plain identifier."""
-        return f"{_quote(self.db)}.{_quote(self.table)}"
 
     def arrow_schema(self):
         """The Arrow schema of this version's parts."""
@@ -180,7 +178,11 @@ def _quote(name):
 
 def directory(schema, commit_time):
     """The folder (under ``_tables``) of a row change of ``schema`` committed then."""
-    return f"{schema.key}/{schema.version}/commit_date={commit_time.date().isoformat()}"
+    day = commit_time.date()
+    found = schema._dirs.get(day)
+    if found is None:
+        found = schema._dirs[day] = f"{schema.key}/{schema.version}/commit_date={day.isoformat()}"
+    return found
 
 
 def locus(change):
@@ -188,6 +190,11 @@ def locus(change):
     return {"file": change["file"], "position": change["position"],
             "row_index": change["row_index"], "gtid": change["gtid"],
             "commit_time": change["commit_time"].isoformat()}
+
+
+def _locus(where):
+    """A span's end as the manifest has it: ``locus`` of a row change, else as it is."""
+    return locus(where) if "op" in where else where
 
 
 class History:
@@ -199,14 +206,15 @@ class History:
         self.versions = versions if versions is not None else {}  # key -> {version: info}
 
     def add(self, schema, change):
-        """One row change of ``schema``'s table."""
-        key, where = schema.key, locus(change)
+        """One row change of ``schema``'s table (kept as it is until ``as_dict`` makes
+        the first and last of each span a ``locus``)."""
+        key = schema.key
         spans = self.spans.setdefault(key, [])
         if spans and spans[-1]["version"] == schema.version:
-            spans[-1]["last"] = where
+            spans[-1]["last"] = change
             spans[-1]["rows"] += 1
         else:
-            spans.append({"version": schema.version, "first": where, "last": where,
+            spans.append({"version": schema.version, "first": change, "last": change,
                           "rows": 1})
         versions = self.versions.setdefault(key, {})
         info = versions.get(schema.version)
@@ -217,7 +225,9 @@ class History:
 
     def as_dict(self):
         """What a task returns (plain values: it crosses to the driver)."""
-        return {"spans": self.spans, "versions": self.versions}
+        spans = {key: [dict(span, first=_locus(span["first"]), last=_locus(span["last"]))
+                       for span in found] for key, found in self.spans.items()}
+        return {"spans": spans, "versions": self.versions}
 
     def join(self, written):
         """Append a later file's history (``as_dict``), a span that goes on merged."""
