@@ -8,27 +8,175 @@ and MariaDB 10.5, the optional metadata: fields of type (1 byte), length (packed
 value. ``binlog_row_metadata=FULL`` writes the column names (field 4) and the primary
 key (8, 9); MINIMAL only signedness and character sets (1, 2, 3, 10, 11, 7); NO_LOG
 (MariaDB's default) none.
+
+It is also the one table of the column types every reader uses (``ColumnType``, the
+named codes; ``COLUMN_TYPES``: each one's metadata bytes, SQL name and fixed size;
+``value_size``: a value's size in a row image; ``decimal_groups``: the one reader of a
+packed DECIMAL) and the one parser of TABLE_MAPs (``parse_table_map``: the serve
+catalog, undo and the row counter, ``replay.job.decoding.rowcount``).
 """
 
 from dataclasses import dataclass
+from enum import IntEnum
+from typing import NamedTuple
 
 from mysqlbackup.binlog import events as ev
 from mysqlbackup.errors import CorruptBinlog
 
 COLUMN_NAME, SIMPLE_PRIMARY_KEY, PRIMARY_KEY_WITH_PREFIX = 4, 8, 9
 
-# the bytes of type metadata a column of each binlog type has in a TABLE_MAP (0: none)
-META_BYTES = {4: 1, 5: 1, 15: 2, 16: 2, 17: 1, 18: 1, 19: 1, 140: 1, 141: 2, 242: 1, 245: 1,
-              246: 2, 247: 2, 248: 2, 249: 1, 250: 1, 251: 1, 252: 1, 253: 2, 254: 2, 255: 1}
+class ColumnType(IntEnum):
+    """The binlog's column type codes (``enum_field_types``; 140 and 141 are MariaDB's
+    compressed columns, 242 MySQL 9's VECTOR)."""
 
-# the binlog column types' SQL names (DATA_TYPE of INFORMATION_SCHEMA.COLUMNS), by type
-# code; the binlog gives CHAR and VARCHAR both as 254/15 and every BLOB/TEXT as 252
-DATA_TYPES = {0: "decimal", 1: "tinyint", 2: "smallint", 3: "int", 4: "float", 5: "double",
-              7: "timestamp", 8: "bigint", 9: "mediumint", 10: "date", 11: "time",
-              12: "datetime", 13: "year", 15: "varchar", 16: "bit", 17: "timestamp",
-              18: "datetime", 19: "time", 245: "json", 246: "decimal", 247: "enum",
-              248: "set", 249: "tinyblob", 250: "mediumblob", 251: "longblob", 252: "blob",
-              253: "varchar", 254: "char", 255: "geometry"}
+    DECIMAL = 0
+    TINY = 1
+    SHORT = 2
+    LONG = 3
+    FLOAT = 4
+    DOUBLE = 5
+    NULL = 6
+    TIMESTAMP = 7
+    LONGLONG = 8
+    INT24 = 9
+    DATE = 10
+    TIME = 11
+    DATETIME = 12
+    YEAR = 13
+    NEWDATE = 14
+    VARCHAR = 15
+    BIT = 16
+    TIMESTAMP2 = 17
+    DATETIME2 = 18
+    TIME2 = 19
+    BLOB_COMPRESSED = 140
+    VARCHAR_COMPRESSED = 141
+    VECTOR = 242
+    JSON = 245
+    NEWDECIMAL = 246
+    ENUM = 247
+    SET = 248
+    TINY_BLOB = 249
+    MEDIUM_BLOB = 250
+    LONG_BLOB = 251
+    BLOB = 252
+    VAR_STRING = 253
+    STRING = 254
+    GEOMETRY = 255
+
+
+class TypeFacts(NamedTuple):
+    """What the binlog says of a column type: ``meta`` (bytes of type metadata it has in a
+    TABLE_MAP), ``sql`` (its DATA_TYPE name; the binlog gives CHAR and VARCHAR both as
+    254/15 and every BLOB/TEXT as 252), ``fixed`` (a value's size in a row image when it
+    does not depend on the metadata, else None)."""
+
+    meta: int
+    sql: str
+    fixed: int = None
+
+
+_T = ColumnType
+# every reader's one table of the column types (sizes follow the server's row format:
+# ``log_event.cc``, ``field.cc``)
+COLUMN_TYPES = {
+    _T.DECIMAL: TypeFacts(0, "decimal"), _T.TINY: TypeFacts(0, "tinyint", 1),
+    _T.SHORT: TypeFacts(0, "smallint", 2), _T.LONG: TypeFacts(0, "int", 4),
+    _T.FLOAT: TypeFacts(1, "float", 4), _T.DOUBLE: TypeFacts(1, "double", 8),
+    _T.NULL: TypeFacts(0, "null", 0), _T.TIMESTAMP: TypeFacts(0, "timestamp", 4),
+    _T.LONGLONG: TypeFacts(0, "bigint", 8), _T.INT24: TypeFacts(0, "mediumint", 3),
+    _T.DATE: TypeFacts(0, "date", 3), _T.TIME: TypeFacts(0, "time", 3),
+    _T.DATETIME: TypeFacts(0, "datetime", 8), _T.YEAR: TypeFacts(0, "year", 1),
+    _T.NEWDATE: TypeFacts(0, "date", 3), _T.VARCHAR: TypeFacts(2, "varchar"),
+    _T.BIT: TypeFacts(2, "bit"), _T.TIMESTAMP2: TypeFacts(1, "timestamp"),
+    _T.DATETIME2: TypeFacts(1, "datetime"), _T.TIME2: TypeFacts(1, "time"),
+    _T.BLOB_COMPRESSED: TypeFacts(1, "blob"), _T.VARCHAR_COMPRESSED: TypeFacts(2, "varchar"),
+    _T.VECTOR: TypeFacts(1, "vector"), _T.JSON: TypeFacts(1, "json"),
+    _T.NEWDECIMAL: TypeFacts(2, "decimal"), _T.ENUM: TypeFacts(2, "enum"),
+    _T.SET: TypeFacts(2, "set"), _T.TINY_BLOB: TypeFacts(1, "tinyblob"),
+    _T.MEDIUM_BLOB: TypeFacts(1, "mediumblob"), _T.LONG_BLOB: TypeFacts(1, "longblob"),
+    _T.BLOB: TypeFacts(1, "blob"), _T.VAR_STRING: TypeFacts(2, "varchar"),
+    _T.STRING: TypeFacts(2, "char"), _T.GEOMETRY: TypeFacts(1, "geometry"),
+}
+# the bytes of type metadata a column of each binlog type has in a TABLE_MAP (0: none)
+META_BYTES = {code: facts.meta for code, facts in COLUMN_TYPES.items() if facts.meta}
+# the binlog column types' SQL names (DATA_TYPE of INFORMATION_SCHEMA.COLUMNS), by code
+DATA_TYPES = {code: facts.sql for code, facts in COLUMN_TYPES.items()}
+# the temporal types whose value is a base plus (fsp + 1) // 2 bytes of fraction
+_FRACTIONAL = {_T.TIMESTAMP2: 4, _T.DATETIME2: 5, _T.TIME2: 3}
+# length-prefixed values whose metadata is the prefix's size (1 to 4 bytes)
+_PREFIXED = frozenset({_T.BLOB_COMPRESSED, _T.VECTOR, _T.JSON, _T.TINY_BLOB, _T.MEDIUM_BLOB,
+                       _T.LONG_BLOB, _T.BLOB, _T.GEOMETRY})
+# bytes of a packed DECIMAL's leftover digits (``dig2bytes``): 9 digits take 4 bytes
+DIG2BYTES = (0, 1, 1, 2, 2, 3, 3, 4, 4, 4)
+
+
+def decimal_size(precision, scale):
+    """Bytes of a packed DECIMAL(precision, scale) (``decimal_bin_size``)."""
+    whole = precision - scale
+    return whole // 9 * 4 + DIG2BYTES[whole % 9] + scale // 9 * 4 + DIG2BYTES[scale % 9]
+
+
+def decimal_groups(data, pos, precision, scale):
+    """(negative, the whole part's digit groups, the fraction's, the position after) of
+    the packed DECIMAL(precision, scale) at ``pos`` (``decimal2bin``'s layout: 9 digits
+    in 4 big-endian bytes, the leftover ones in ``DIG2BYTES``, the sign in the first
+    bit): each group its digits as text, zero-padded to their count (longer where its
+    bytes hold more: damaged). The one reader of a packed DECIMAL (the row images' and
+    MySQL's binary JSON's: ``replay.job.decoding.rowloop`` and ``mysqljson``; the
+    compiled row loop has its twin); ValueError when the bytes run short."""
+    whole, frac = precision - scale, scale
+    size = decimal_size(precision, scale)
+    raw = bytearray(data[pos:pos + size])
+    if len(raw) != size or not size:
+        raise ValueError(f"DECIMAL({precision},{scale}) shorter than its {size} bytes")
+    negative = not raw[0] & 0x80
+    raw[0] ^= 0x80
+    if negative:
+        raw = bytes(b ^ 0xFF for b in raw)
+    groups, at = [], 0
+    for digits in (([whole % 9] if whole % 9 else []) + [9] * (whole // 9) +
+                   [9] * (frac // 9) + ([frac % 9] if frac % 9 else [])):
+        width = 4 if digits == 9 else DIG2BYTES[digits]
+        groups.append(f"{int.from_bytes(raw[at:at + width], 'big'):0{digits}d}")
+        at += width
+    cut = (whole % 9 > 0) + whole // 9
+    return negative, groups[:cut], groups[cut:], pos + size
+
+
+def real_type(ctype, meta):
+    """A STRING column's real type (its metadata's first byte: ENUM, SET or STRING), or
+    ``ctype``."""
+    if ctype == _T.STRING and meta and meta[0] in (_T.ENUM, _T.SET):
+        return meta[0]
+    return ctype
+
+
+def value_size(ctype, meta):
+    """(fixed size, length-prefix size) of a value of a column of type ``ctype`` with the
+    type metadata ``meta`` in a row image, one of them 0; None for a type whose values
+    cannot be sized (the pre-5.0 DECIMAL)."""
+    facts = COLUMN_TYPES.get(ctype)
+    if facts is not None and facts.fixed is not None:
+        return facts.fixed, 0
+    if ctype in (_T.VARCHAR, _T.VARCHAR_COMPRESSED):  # max length in meta
+        return 0, 1 if int.from_bytes(meta[:2], "little") < 256 else 2
+    if ctype in (_T.VAR_STRING, _T.STRING):  # real type and length packed in meta
+        real, low = meta[0], meta[1]
+        if real in (_T.ENUM, _T.SET):
+            return low, 0
+        return 0, 1 if (((real << 4) & 0x300) ^ 0x300) + low < 256 else 2
+    if ctype in (_T.ENUM, _T.SET):
+        return meta[1], 0
+    if ctype == _T.BIT:  # leftover bits, whole bytes
+        return meta[1] + (1 if meta[0] else 0), 0
+    if ctype in _FRACTIONAL:
+        return _FRACTIONAL[ctype] + (meta[0] + 1) // 2, 0
+    if ctype == _T.NEWDECIMAL:
+        return decimal_size(meta[0], meta[1]), 0
+    if ctype in _PREFIXED:
+        return (0, meta[0]) if 1 <= meta[0] <= 4 else None
+    return None
 
 
 @dataclass(frozen=True)

@@ -32,7 +32,7 @@ import decimal
 import struct
 from dataclasses import dataclass
 
-from mysqlbackup.binlog.tablemap import META_BYTES
+from mysqlbackup.binlog.tablemap import ColumnType, value_size
 from replay.job.decoding.mysqljson import json_text
 from replay.job.decoding.rowloop import read_decimal, time2
 
@@ -159,6 +159,10 @@ class ImageReader:
         return values, pos
 
 
+# length-prefixed types whose bytes are not the value (MariaDB's compressed VARCHAR)
+_NOT_READ = frozenset({ColumnType.VARCHAR_COMPRESSED, ColumnType.VAR_STRING})
+
+
 def _reader(column):
     """A function (data, pos) -> (value, position after) of one column."""
     ctype, meta, from_bytes = column._real(), column.meta, int.from_bytes
@@ -186,14 +190,11 @@ def _reader(column):
 
 def _bytes(data, pos, column):
     ctype, meta = column._real(), column.meta
-    if ctype == 15:
-        prefix = 1 if int.from_bytes(meta[:2], "little") < 256 else 2
-    elif ctype == 254:
-        prefix = 1 if (((meta[0] << 4) & 0x300) ^ 0x300) + meta[1] < 256 else 2
-    elif META_BYTES.get(ctype) == 1 and 1 <= meta[0] <= 4:
-        prefix = meta[0]
-    else:
+    # a length-prefixed value (``tablemap.value_size``); not a compressed VARCHAR's
+    sized = None if ctype in _NOT_READ else value_size(ctype, meta)
+    if sized is None or not sized[1]:
         raise Unchecked(f"column {column.name} of binlog type {column.ctype}")
+    prefix = sized[1]
     size = int.from_bytes(data[pos:pos + prefix], "little")
     raw = bytes(data[pos + prefix:pos + prefix + size])
     if column.form == JSON:

@@ -47,6 +47,8 @@ import decimal
 import re
 import struct
 
+from mysqlbackup.binlog.tablemap import decimal_groups, decimal_size
+
 SMALL_OBJECT, LARGE_OBJECT, SMALL_ARRAY, LARGE_ARRAY = 0x0, 0x1, 0x2, 0x3
 LITERAL, INT16, UINT16, INT32, UINT32, INT64, UINT64 = 0x4, 0x5, 0x6, 0x7, 0x8, 0x9, 0xA
 DOUBLE, STRING, OPAQUE = 0xB, 0xC, 0xF
@@ -61,7 +63,6 @@ _SCALARS = {INT16: struct.Struct("<h"), UINT16: struct.Struct("<H"),
             INT32: struct.Struct("<i"), UINT32: struct.Struct("<I"),
             INT64: struct.Struct("<q"), UINT64: struct.Struct("<Q")}
 _DOUBLE = struct.Struct("<d")
-_DIG2BYTES = (0, 1, 1, 2, 2, 3, 3, 4, 4, 4)
 _ESCAPES = {'"': '\\"', "\\": "\\\\", "\b": "\\b", "\f": "\\f", "\n": "\\n",
             "\r": "\\r", "\t": "\\t"}
 _SPECIAL = re.compile(r'["\\\x00-\x1f]')
@@ -211,34 +212,29 @@ def double_text(value):
 
 def decimal_text(data):
     """An opaque DECIMAL: precision, scale, then MySQL's binary decimal
-    (``decimal2bin``), printed as ``decimal2string`` does (the stored scale)."""
+    (``decimal2bin``, read by ``tablemap.decimal_groups``), printed as
+    ``decimal2string`` does (the stored scale)."""
     if len(data) < 2:
         raise JsonBinaryError("DECIMAL shorter than its precision and scale")
     precision, scale = data[0], data[1]
     if scale > precision:
         raise JsonBinaryError(f"DECIMAL({precision},{scale})")
-    whole, whole_x = divmod(precision - scale, 9)
-    frac, frac_x = divmod(scale, 9)
-    size = whole * 4 + _DIG2BYTES[whole_x] + frac * 4 + _DIG2BYTES[frac_x]
-    raw = bytearray(data[2:])
-    if len(raw) != size or not raw:
-        raise JsonBinaryError(f"DECIMAL({precision},{scale}) of {len(raw)} bytes, not {size}")
-    negative = not raw[0] & 0x80
-    raw[0] ^= 0x80
-    if negative:
-        raw = bytearray(b ^ 0xFF for b in raw)
-    groups, at = [], 0
-    for digits in ([whole_x] if whole_x else []) + [9] * (whole + frac) + \
-            ([frac_x] if frac_x else []):
-        width = 4 if digits == 9 else _DIG2BYTES[digits]
-        group = int.from_bytes(raw[at:at + width], "big")
-        if group >= 10 ** digits:
-            raise JsonBinaryError(f"DECIMAL digit group {group} over {digits} digits")
-        groups.append(f"{group:0{digits}d}")
-        at += width
-    text = "".join(groups)
-    integer, fraction = text[:len(text) - scale].lstrip("0") or "0", text[len(text) - scale:]
-    return ("-" if negative else "") + integer + ("." + fraction if scale else "")
+    size = decimal_size(precision, scale)
+    if len(data) - 2 != size or not size:
+        raise JsonBinaryError(f"DECIMAL({precision},{scale}) of {len(data) - 2} bytes, "
+                              f"not {size}")
+    negative, whole, fraction, _ = decimal_groups(data, 2, precision, scale)
+    for group, digits in zip(whole + fraction, _widths(precision - scale, scale)):
+        if len(group) > digits:
+            raise JsonBinaryError(f"DECIMAL digit group {int(group)} over {digits} digits")
+    integer = "".join(whole).lstrip("0") or "0"
+    return ("-" if negative else "") + integer + ("." + "".join(fraction) if scale else "")
+
+
+def _widths(whole, frac):
+    """The digits of each group of a DECIMAL's whole part and fraction, in order."""
+    return (([whole % 9] if whole % 9 else []) + [9] * (whole // 9) + [9] * (frac // 9)
+            + ([frac % 9] if frac % 9 else []))
 
 
 def temporal_text(field_type, data):

@@ -26,7 +26,8 @@ images do not end exactly at its end.
 import struct
 
 from mysqlbackup.binlog import events as ev
-from mysqlbackup.binlog.tablemap import META_BYTES
+from mysqlbackup.binlog.tablemap import COLUMN_TYPES, parse_table_map, value_size
+from mysqlbackup.errors import CorruptBinlog
 from replay.job.decoding import rowdecode
 from replay.job.decoding.sqltext import printable
 
@@ -36,10 +37,6 @@ ROW_KINDS = {23: "insert", 30: "insert", 24: "update", 31: "update", 39: "update
 _UPDATES = frozenset({24, 31, 39})
 _V2 = frozenset({30, 31, 32, 39})
 _U16 = struct.Struct("<H").unpack_from
-_FIXED = {1: 1, 2: 2, 3: 4, 4: 4, 5: 8, 6: 0, 7: 4, 8: 8, 9: 3, 10: 3, 11: 3, 12: 8, 13: 1,
-          14: 3}
-_DIG2BYTES = (0, 1, 1, 2, 2, 3, 3, 4, 4, 4)
-_ENUM, _SET = 247, 248
 
 
 class TableLayout:
@@ -59,44 +56,29 @@ class TableLayout:
 
     @classmethod
     def parse(cls, event, fde, checksum):
-        """The layout a whole TABLE_MAP event describes; ValueError when it does not
-        parse."""
+        """The layout a whole TABLE_MAP event describes (``tablemap.parse_table_map``, the
+        one reader of TABLE_MAPs); ValueError when it does not parse."""
         try:
-            return cls._parse(memoryview(event), fde, checksum)
-        except (IndexError, struct.error) as e:
-            raise ValueError(f"TABLE_MAP does not parse: {e}") from None
+            table_map = parse_table_map(event, checksum, fde)
+        except CorruptBinlog as e:
+            raise ValueError(f"TABLE_MAP does not parse: {e.detail}") from None
+        return cls.of(table_map)
 
     @classmethod
-    def _parse(cls, view, fde, checksum):
-        end = len(view) - (ev.CRC_LEN if checksum else 0)
-        pos, table_id = _table_id(view, fde, ev.TABLE_MAP)
-        pos += 2  # flags
-        db_len = view[pos]
-        db = bytes(view[pos + 1:pos + 1 + db_len]).decode("utf-8", "replace")
-        pos += 2 + db_len
-        t_len = view[pos]
-        table = bytes(view[pos + 1:pos + 1 + t_len]).decode("utf-8", "replace")
-        pos += 2 + t_len
-        count, pos = ev.packed_int(view, pos)
-        types = bytes(view[pos:pos + count])
-        pos += count
-        meta_len, pos = ev.packed_int(view, pos)
-        meta, columns, unsupported = pos, [], None
-        for ctype in types:
-            size = META_BYTES.get(ctype, 0)
-            column = _column(ctype, bytes(view[meta:meta + size]))
+    def of(cls, table_map):
+        """The layout of a ``tablemap.TableMap``."""
+        columns, unsupported = [], None
+        if len(table_map.metas) != len(table_map.types):  # a type of unknown metadata
+            unknown = [t for t in table_map.types if t not in COLUMN_TYPES]
+            unsupported = f"column type {unknown[0] if unknown else '?'}"
+        for ctype, meta in zip(table_map.types, table_map.metas):
+            column = value_size(ctype, meta)
             if column is None and unsupported is None:
                 unsupported = f"column type {ctype}"
             columns.append(column or (0, 0))
-            meta += size
-        if meta != pos + meta_len:
-            raise ValueError(f"TABLE_MAP metadata is {meta_len} bytes, its columns take "
-                             f"{meta - pos}")
-        pos += meta_len
-        nullable = int.from_bytes(view[pos:pos + (count + 7) // 8], "little")
-        if pos + (count + 7) // 8 > end:
-            raise ValueError("TABLE_MAP ends inside its null bitmap")
-        return cls(table_id, db, table, columns, nullable, unsupported)
+        nullable = sum(1 << i for i, null in enumerate(table_map.nullable) if null)
+        return cls(table_map.table_id, table_map.schema, table_map.table,
+                   columns or [(0, 0)] * len(table_map.types), nullable, unsupported)
 
     def plan(self, present, nulls):
         """(steps, tail) of one row image whose present columns are the bits of
@@ -130,38 +112,6 @@ class TableLayout:
             self._plans[key] = None if variable else (
                 (bin(present).count("1") + 7) // 8 + self.plan(present, 0)[1])
         return self._plans[key]
-
-
-def _column(ctype, meta):
-    """(fixed size, prefix size) of a column of type ``ctype`` with metadata ``meta``;
-    None for a type whose values cannot be sized."""
-    if ctype in _FIXED:
-        return _FIXED[ctype], 0
-    if ctype in (15, 141):  # VARCHAR (MariaDB: compressed too): max length in meta
-        return 0, 1 if _U16(meta)[0] < 256 else 2
-    if ctype in (253, 254):  # VAR_STRING / STRING: real type and length packed in meta
-        real, low = meta[0], meta[1]
-        if real in (_ENUM, _SET):
-            return low, 0
-        return 0, 1 if (((real << 4) & 0x300) ^ 0x300) + low < 256 else 2
-    if ctype in (_ENUM, _SET):
-        return meta[1], 0
-    if ctype == 16:  # BIT: leftover bits, whole bytes
-        return meta[1] + (1 if meta[0] else 0), 0
-    if ctype in (17, 18, 19):  # TIMESTAMP2, DATETIME2, TIME2
-        return {17: 4, 18: 5, 19: 3}[ctype] + (meta[0] + 1) // 2, 0
-    if ctype == 246:
-        return decimal_size(meta[0], meta[1]), 0
-    if ctype in (140, 242, 245, 249, 250, 251, 252, 255):  # length-prefixed blobs
-        return (0, meta[0]) if 1 <= meta[0] <= 4 else None
-    return None
-
-
-def decimal_size(precision, scale):
-    """Bytes of a packed DECIMAL(precision, scale) (``decimal_bin_size``)."""
-    whole, frac = precision - scale, scale
-    return (whole // 9 * 4 + _DIG2BYTES[whole % 9]
-            + frac // 9 * 4 + _DIG2BYTES[frac % 9])
 
 
 def _table_id(view, fde, etype):

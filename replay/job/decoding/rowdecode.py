@@ -32,6 +32,7 @@ import zlib
 from pymysql.charset import charset_by_name
 
 from mysqlbackup.binlog import events as ev
+from mysqlbackup.binlog.tablemap import ColumnType as T
 from mysqlbackup import speedups
 from mysqlbackup.speedups import load_twin
 from replay.job.decoding import rowloop
@@ -40,9 +41,11 @@ from replay.job.decoding.rowloop import (K_BIT, K_BYTES, K_DATE, K_DATETIME2, K_
                                          K_STRING, K_TIME2, K_TIMESTAMP2, K_YEAR)
 
 PURE_ENV = speedups.PURE_ENV
-_INTEGER_SIZES = {1: 1, 2: 2, 9: 3, 3: 4, 8: 8}   # TINY SHORT INT24 LONG LONGLONG
-_STRING_TYPES = (15, 254)                          # VARCHAR, STRING (CHAR, BINARY)
-_BLOB, _GEOMETRY, _JSON, _ENUM, _SET, _BIT = 252, 255, 245, 247, 248, 16
+_INTEGER_SIZES = {T.TINY: 1, T.SHORT: 2, T.INT24: 3, T.LONG: 4, T.LONGLONG: 8}
+_STRING_TYPES = (T.VARCHAR, T.STRING)              # (CHAR, BINARY)
+_SIMPLE = {T.FLOAT: (K_FLOAT, 4, None), T.DOUBLE: (K_DOUBLE, 8, None),
+           T.DATE: (K_DATE, 3, None), T.YEAR: (K_YEAR, 1, None)}
+_FRACTIONAL = {T.TIMESTAMP2: K_TIMESTAMP2, T.DATETIME2: K_DATETIME2, T.TIME2: K_TIME2}
 _UPDATES = frozenset({24, 31})
 _V2 = frozenset({30, 31, 32})
 _from_bytes = int.from_bytes
@@ -111,26 +114,23 @@ def _column_plan(column, dbms):
         return K_INT, _INTEGER_SIZES[ctype], not column.unsigned
     if ctype in _STRING_TYPES:
         return K_STRING, 2 if column.max_length > 255 else 1, _encoding(column)
-    if ctype == _BLOB:
+    if ctype == T.BLOB:
         return K_STRING, column.length_size, _encoding(column)
-    simple = {4: (K_FLOAT, 4, None), 5: (K_DOUBLE, 8, None), 10: (K_DATE, 3, None),
-              13: (K_YEAR, 1, None)}
-    if ctype in simple:
-        return simple[ctype]
-    if ctype == 246:
+    if ctype in _SIMPLE:
+        return _SIMPLE[ctype]
+    if ctype == T.NEWDECIMAL:
         return K_DECIMAL, column.precision, column.decimals
-    if ctype in (17, 18, 19):  # TIMESTAMP2, DATETIME2, TIME2
-        kind = {17: K_TIMESTAMP2, 18: K_DATETIME2, 19: K_TIME2}[ctype]
-        return kind, column.fsp, None
-    if ctype == _ENUM:
+    if ctype in _FRACTIONAL:
+        return _FRACTIONAL[ctype], column.fsp, None
+    if ctype == T.ENUM:
         return K_ENUM, column.size, column.enum_values
-    if ctype == _SET:
+    if ctype == T.SET:
         return K_SET, column.size, column.set_values
-    if ctype == _BIT:
+    if ctype == T.BIT:
         return K_BIT, column.bytes, column.bits
-    if ctype == _GEOMETRY:
+    if ctype == T.GEOMETRY:
         return K_BYTES, column.length_size, None
-    if ctype == _JSON and dbms == "mysql":
+    if ctype == T.JSON and dbms == "mysql":
         return K_JSON, column.length_size, None
     raise Unsupported(f"column type {ctype}")
 

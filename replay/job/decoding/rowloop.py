@@ -13,6 +13,7 @@ import datetime
 import decimal
 import struct
 
+from mysqlbackup.binlog.tablemap import decimal_groups
 from replay.job.decoding.mysqljson import json_text
 
 NULL, COLS_BITMAP, EMPTY_SET = "null", "cols bitmap", "empty set"
@@ -23,7 +24,6 @@ OUT_OF_DATE, OUT_OF_DATETIME2 = "out of date range", "out of datetime2 range"
 KINDS = 15
 # the version of the twins: ``_rowloop.TWIN`` must be the same (bump both on a change)
 TWIN = 7
-_DIG2BYTES = (0, 1, 1, 2, 2, 3, 3, 4, 4, 4)
 _FLOAT = struct.Struct("<f").unpack_from
 _DOUBLE = struct.Struct("<d").unpack_from
 _EPOCH = datetime.datetime(1970, 1, 1)
@@ -91,29 +91,9 @@ def _double(data, pos, size, _):
 
 def _decimal(data, pos, precision, scale):
     """A packed DECIMAL, as the library builds it (its text, then Decimal)."""
-    whole, frac = precision - scale, scale
-    size = (whole // 9 * 4 + _DIG2BYTES[whole % 9] + frac // 9 * 4 + _DIG2BYTES[frac % 9])
-    raw = bytearray(data[pos:pos + size])
-    negative = not raw[0] & 0x80
-    raw[0] ^= 0x80
-    if negative:
-        raw = bytes(b ^ 0xFF for b in raw)
-    at, parts = 0, ["-" if negative else ""]
-    head = _DIG2BYTES[whole % 9]
-    if head:
-        parts.append(str(_from_bytes(raw[:head], "big")))
-        at = head
-    for _ in range(whole // 9):
-        parts.append(f"{_from_bytes(raw[at:at + 4], 'big'):09d}")
-        at += 4
-    parts.append(".")
-    for _ in range(frac // 9):
-        parts.append(f"{_from_bytes(raw[at:at + 4], 'big'):09d}")
-        at += 4
-    tail = _DIG2BYTES[frac % 9]
-    if tail:
-        parts.append(f"{_from_bytes(raw[at:at + tail], 'big'):0{frac % 9}d}")
-    return _Decimal("".join(parts)), pos + size, None
+    negative, whole, fraction, after = decimal_groups(data, pos, precision, scale)
+    return _Decimal(("-" if negative else "") + "".join(whole) + "." + "".join(fraction)), \
+        after, None
 
 
 def _fraction(data, pos, fsp):
