@@ -41,7 +41,8 @@ from replay.job.decoding.rowtext import ROW_CAP, VALUE_CAP, RowText
 from replay.job.decoding.summary import ChangeCollector, format_changes
 from replay.job.sinks.base import Sink
 from replay.job.sinks.writers import SqlTaskWriter
-from replay.job.sinks.statements import (MYSQL_GTID_AUTOMATIC, binlog_statement, gtid_session,
+from replay.job.sinks.statements import (MYSQL_GTID_AUTOMATIC, binlog_bytes, binlog_statement,
+                                         gtid_session,
                                          mysql_gtid, transaction_steps)
 
 DELIMITER = "/*!*/;"
@@ -57,6 +58,7 @@ PSEUDO_REPLICA = {True: "SET @@session.pseudo_slave_mode=1",
                   False: "SET @@session.pseudo_replica_mode=1"}
 CHUNK = 1 << 20  # a task's text file written, and copied into FILE, a MiB at a time
 TASK_BYTES = 256 << 20  # the most text a task hands back for one file (else the driver's)
+_END = f"\n{DELIMITER}\n".encode()  # after each statement
 INCOMPLETE = ("-- INCOMPLETE: the replay failed after the transaction above; this file "
               "stops there (do not load it as a whole replay)\n")
 
@@ -80,7 +82,7 @@ class SqlText:
         """Write (``write(str or bytes)``) the statements of one transaction."""
         def statement(sql):
             write(sql)
-            write(f"\n{DELIMITER}\n")
+            write(_END)
 
         write(f"-- {trx.gtid or '-'} {trx.file}:{trx.start}-{trx.end}\n")
         write(f"-- at {iso(trx.commit_ts)}: {self._changes(trx, fde, checksum)}\n")
@@ -90,7 +92,7 @@ class SqlText:
         rows = RowText(trx, fde, checksum, self.tables)
         for kind, what in transaction_steps(trx, fde, checksum):
             if kind == "binlog":
-                statement(binlog_statement(what))
+                statement(binlog_bytes(what))
                 for chunk in rows.text(what):
                     write(chunk)
             elif kind == "load":

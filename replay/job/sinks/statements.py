@@ -26,6 +26,7 @@ part under the GTID).
 """
 
 import base64
+import binascii
 import re
 from dataclasses import dataclass, replace
 
@@ -76,6 +77,11 @@ class LoadData:
 def binlog_statement(events):
     """``BINLOG '...'`` carrying the given whole events."""
     return "BINLOG '" + base64.b64encode(b"".join(events)).decode("ascii") + "'"
+
+
+def binlog_bytes(events):
+    """``binlog_statement`` as ASCII bytes (what a file takes, without a copy to text)."""
+    return b"BINLOG '" + binascii.b2a_base64(b"".join(events), newline=False) + b"'"
 
 
 def binlog_chunks(events, fde, cap):
