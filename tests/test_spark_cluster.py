@@ -175,44 +175,37 @@ def test_a_parquet_task_writes_its_parts_and_hands_back_no_bytes(tmp_path, share
         "minimal_row_metadata.000001:312: TABLE_MAP of noria.t1 carries no column names")
 
 
-def test_a_writing_task_holds_the_events_of_few_transactions_at_once(shared_binlog,
-                                                                    monkeypatch):
-    """The spool hands a writing task its transactions with their events, those of a
-    spool chunk at a time (64 bytes here: one), and keeps none it handed out; the
-    detached originals that go back to the driver stay without bytes."""
+def test_a_writing_task_holds_the_events_of_one_transaction_at_a_time(shared_binlog):
+    """The stream hands a writing task each transaction with its events as it ends
+    (``StreamAssembly``'s ``each``: nothing spooled) and keeps none it handed out; the
+    detached originals that go back to the driver stay without bytes, their events'
+    lengths kept."""
     import gc
     import weakref
 
-    import replay.job.tasks as tasks
     from replay.job.decoding.assemble import StreamAssembly
     from tests.helpers import read
-    monkeypatch.setattr(tasks, "SPOOL_CHUNK", 64)
     name = "mysql-bin.000066"
     data = read(shared_binlog(f"gh-ost/{name}"))
-    walk = StreamAssembly(name)
-    spool = tasks._Spool(walk.feed)
-    gc.freeze()  # what lived before: each collection below looks at the new objects only
+    handed, most = [], 0
+
+    def each(trx):
+        nonlocal most
+        assert b"".join(trx.events) == data[trx.start:trx.end]
+        handed.append(weakref.ref(trx))
+        gc.collect()
+        most = max(most, sum(ref() is not None for ref in handed))
+
+    walk = StreamAssembly(name, each=each)
+    gc.freeze()  # what lived before: each collection looks at the new objects only
     try:
         for at in range(0, len(data), 4096):
-            spool.feed(data[at:at + 4096])
-        transactions, _, _, fingerprint = walk.finish()
-        assert len(transactions) > 5
-        handed, most = [], 0
-        for trx in spool.each(transactions, name, fingerprint):
-            assert b"".join(trx.events) == data[trx.start:trx.end]
-            handed.append(weakref.ref(trx))
-            del trx
-            gc.collect()
-            most = max(most, sum(ref() is not None for ref in handed))
-        assert len(handed) == len(transactions) and most <= 2
-        assert all(t.events is None and t.event_lengths for t in transactions)
-        # a spool that does not read back as decoded fails at the end of the pass
-        from mysqlbackup.errors import CorruptBinlog
-        with pytest.raises(CorruptBinlog, match="changed between decode and apply"):
-            list(spool.each(transactions, name, (fingerprint[0], fingerprint[1] ^ 1)))
+            walk.feed(data[at:at + 4096])
+        transactions, _, _, _ = walk.finish()
     finally:
         gc.unfreeze()
-        spool.close()
+    assert len(transactions) > 5 and len(handed) == len(transactions) and most == 1
+    assert all(t.events is None and t.event_lengths for t in transactions)
 
 
 @pytest.fixture(scope="module")

@@ -10,7 +10,11 @@ Given ``keep`` (what the replay's selection wants of the unit: ``keep_spec``),
 ``decode_unit`` also hands back the bytes of the transactions the driver will apply,
 and of no other: the object's bytes are spooled to the executor's local disk as they
 stream into the assembler, and cut from there (``assemble.StreamAttach``) once the
-transactions are known; the driver then reads no object at all.
+transactions are known; the driver then reads no object at all. With a sink whose tasks
+write (``keep.write``: --sql's text, --parquet's parts), each transaction goes to the
+task's writer as it ends in the stream (``_Writing``): the bytes are read once and
+spooled nowhere, and what was written is the driver's only once the whole file checked
+out (``finish``, the digests, ``check_decoded``).
 """
 
 import os
@@ -99,17 +103,26 @@ def decode_unit(unit, url, options, keyring=None, keep=None):
     from replay.job.decoding.assemble import StreamAssembly
     out = TaskResult(unit.name, unit.partial)
     facts = {}
-    walk = StreamAssembly(unit.name, newest=unit.partial, facts=facts)
-    spool = None if keep is None else _Spool(walk.feed)
+    writing = None if keep is None or keep.write is None else _Writing(keep, unit.where)
+    walk = StreamAssembly(unit.name, newest=unit.partial, facts=facts,
+                          each=None if writing is None else writing.take)
+    if writing is not None:
+        writing.source = walk.assembler
+    spool = None if keep is None or writing is not None else _Spool(walk.feed)
+    result = None
     try:
-        return _decode(unit, url, options, keyring, keep, out, facts, walk, spool)
+        result = _decode(unit, url, options, keyring, keep, out, facts, walk, spool, writing)
+        return result
     finally:
         if spool is not None:
             spool.close()
+        if writing is not None and (result is None or result.written is None):
+            writing.discard()  # nothing of it is the driver's
 
 
-def _decode(unit, url, options, keyring, keep, out, facts, walk, spool):
-    """``decode_unit``'s body (``spool``: None, or the tee that keeps the bytes)."""
+def _decode(unit, url, options, keyring, keep, out, facts, walk, spool, writing):
+    """``decode_unit``'s body (``spool``: None, or the tee that keeps the bytes;
+    ``writing``: None, or the task's writer the transactions went to as they ended)."""
     import traceback
 
     from mysqlbackup.archive.codec import IdentityError
@@ -132,15 +145,14 @@ def _decode(unit, url, options, keyring, keep, out, facts, walk, spool):
     except Exception:  # noqa: BLE001 - the driver tells a damaged object from a bug
         return replace(out, error=TaskError("failed", traceback.format_exc()))
     attached = False
-    if spool is not None and keep.write is not None:
-        chosen = wanted(transactions, keep)
-        written, error = _write(keep, chosen, spool, unit.where, fingerprint, fde)
+    if writing is not None:
+        written, error = writing.close(fde)
         if error:
             return replace(out, error=error)
-        if written is not None:
-            return replace(out, transactions=transactions, incomplete=incomplete, fde=fde,
-                           fingerprint=fingerprint, attached=False, written=written)
-        # the writer declined (--sql: a LOAD DATA, or too much text): bytes as usual
+        # (None: the writer declined (--sql: a LOAD DATA, or too much text to hand
+        # back): the driver reads the file again for their bytes, ``run.attach_unit``)
+        return replace(out, transactions=transactions, incomplete=incomplete, fde=fde,
+                       fingerprint=fingerprint, attached=False, written=written)
     if spool is not None:
         chosen = wanted(transactions, keep)
         if sum(sum(t.event_lengths) for t in chosen) <= keep.max_bytes:
@@ -153,43 +165,93 @@ def _decode(unit, url, options, keyring, keep, out, facts, walk, spool):
                    fingerprint=fingerprint, attached=attached)
 
 
-def _write(keep, chosen, spool, where, fingerprint, fde_event):
-    """The task writes ``chosen`` itself (``keep.write``: the Parquet parts, or
-    --sql's text, as the driver's sink would have: filtered and rewritten), one
-    transaction's events held at a time; (what was written, None), (None, a TaskError),
-    or (None, None) when the writer declined (``sqlfile.Declined``)."""
+class _Writing:
+    """A task's writer (``keep.write``: --sql's text, --parquet's parts) fed each
+    transaction as it ends in the stream (``StreamAssembly``'s ``each``): those the
+    selection applies (the same choice as ``wanted``), filtered and rewritten, so that
+    the file's bytes are read once and never spooled. A failure is kept and handed back
+    by ``close`` as a TaskError, never raised into the stream (whose own faults
+    ``finish`` raises); ``discard`` removes what was written. ``where``: the unit's
+    place, for messages; ``source``: the stream's ``Assembler`` (its format
+    description, seen before any transaction). A writer may decline a file on the way
+    (--sql: a LOAD DATA, or more text than a task hands back): the driver writes it."""
+
+    def __init__(self, keep, where):
+        self.keep, self.where, self.skip = keep, where, gtid_state(keep.skip)
+        self.done = keep.selection is None  # a stop before this unit: nothing to write
+        self.writer = self.fde = self.checksum = self.error = self.source = None
+        try:
+            self.writes = writer_of(keep.write)
+        except ImportError as e:  # the probe names it first on a cluster
+            self.writes, self.done = None, True
+            self.error = TaskError("sink", f"the task's Python has no module {e.name!r}, "
+                                           f"which {keep.write.option} needs")
+
+    def take(self, trx):
+        """One transaction of the stream, with its events."""
+        if self.done:
+            return
+        if self.skip is not None and trx.gtid_key and self.skip.contains(*trx.gtid_key):
+            return
+        selection = self.keep.selection
+        decision, _reason = selection.decide(trx)
+        if decision in ("stop", "gap"):  # the driver stops there too (or raises at a gap)
+            self.done = True
+            return
+        if decision != "apply":
+            return
+        from replay.job.decoding.transaction import rewrite_transaction
+        try:
+            self._open(self.source.fde_event)
+            kept = selection.filter_events(trx, self.fde, self.checksum)
+            self.writer.apply(rewrite_transaction(kept, selection.rewrite, self.checksum),
+                              self.fde, self.checksum)
+        except Exception as e:  # noqa: BLE001 - handed back by close (``_failure``)
+            self.done, self.error = True, e
+
+    def _open(self, fde_event):
+        """The writer, made at the first transaction (or at ``close``) with the file's
+        format description."""
+        if self.writer is None:
+            from mysqlbackup.binlog import events as ev
+            self.fde = ev.parse_format_description(fde_event)
+            self.checksum = self.fde.checksum_alg == ev.CHECKSUM_CRC32
+            self.writer = self.writes(self.keep.write, fde_event)
+
+    def close(self, fde_event):
+        """(what was written, None), (None, a TaskError), or (None, None) when the writer
+        declined (``sqlfile.Declined``: the driver writes that file itself)."""
+        try:
+            if self.error is None:
+                self._open(fde_event)  # (a file of which nothing applies: written empty)
+                return self.writer.close(), None
+        except Exception as e:  # noqa: BLE001 - as a write's
+            self.error = e
+        return None, _failure(self.error, self.writes, self.keep.write, self.where)
+
+    def discard(self):
+        """Remove what the writer wrote (a file that failed, declined or was refused):
+        --sql's task file; --parquet's parts the sink removes, being adopted by none."""
+        if self.writer is not None and hasattr(self.writer, "discard"):
+            self.writer.discard()
+
+
+def _failure(error, writes, spec, where):
+    """The TaskError of a task writer's failure, or None: it declined."""
     import traceback
 
-    from mysqlbackup.binlog import events as ev
     from mysqlbackup.errors import MysqlBackupError
-    from replay.job.decoding.transaction import rewrite_transaction
-    spec, selection = keep.write, keep.selection
-    fde = ev.parse_format_description(fde_event)
-    checksum = fde.checksum_alg == ev.CHECKSUM_CRC32
-    try:
-        writes = writer_of(spec)
-    except ImportError as e:  # the probe names it first on a cluster
-        return None, TaskError("sink", f"the task's Python has no module {e.name!r}, which "
-                                       f"{spec.option} needs")
-    if not writes.takes(spec, sum(sum(t.event_lengths) for t in chosen)):
-        return None, None  # more text than a task hands back: the driver writes it
-    try:
-        writer = writes(spec, fde_event)
-        for trx in spool.each(chosen, where, fingerprint):
-            kept = selection.filter_events(trx, fde, checksum)
-            writer.apply(rewrite_transaction(kept, selection.rewrite, checksum), fde,
-                         checksum)
-        return writer.close(), None
-    except writes.declined:  # the driver writes this file's text (an empty tuple: never)
-        return None, None
-    except CorruptBinlog as e:  # the spool does not read back as decoded
-        return None, TaskError("corrupt", e.detail, e.offset)
-    except MysqlBackupError as e:  # a row change the table cannot hold, named
-        return None, TaskError("sink", str(e))
-    except OSError as e:
-        return None, TaskError("sink", spec.failure(where, e))
-    except Exception:  # noqa: BLE001 - the driver tells a store's failure from a bug
-        return None, TaskError("failed", traceback.format_exc())
+    if isinstance(error, TaskError):
+        return error
+    if writes is not None and writes.declined and isinstance(error, writes.declined):
+        return None
+    if isinstance(error, CorruptBinlog):
+        return TaskError("corrupt", error.detail, error.offset)
+    if isinstance(error, MysqlBackupError):  # a row change the table cannot hold, named
+        return TaskError("sink", str(error))
+    if isinstance(error, OSError):
+        return TaskError("sink", spec.failure(where, error))
+    return TaskError("failed", "".join(traceback.format_exception(error)))
 
 
 def writer_of(spec):
@@ -279,20 +341,6 @@ class _Spool:
         cut = StreamAttach(transactions)
         for chunk in self._chunks():
             cut.feed(chunk)
-        cut.finish(where, fingerprint)
-
-    def each(self, transactions, where, fingerprint):
-        """``transactions`` (detached, in file order) one at a time with their events,
-        as copies (the originals stay detached), in one pass over the spool; at its end
-        CorruptBinlog when the spool is not the decoded bytes (``fingerprint``): the
-        task then hands back an error, and the driver adopts nothing it wrote."""
-        if not transactions:
-            return
-        from replay.job.decoding.assemble import StreamAttach
-        cut = StreamAttach([replace(t) for t in transactions])
-        for chunk in self._chunks():
-            cut.feed(chunk)
-            yield from cut.take()
         cut.finish(where, fingerprint)
 
     def _chunks(self):

@@ -18,6 +18,8 @@ events must be what a transaction holds after its GTID event (``INNER``).
 """
 
 
+from dataclasses import replace
+
 from mysqlbackup.binlog import compressed as cz
 from mysqlbackup.binlog import events as ev
 from mysqlbackup.binlog.gtid import gtid_text
@@ -68,10 +70,13 @@ class Assembler:
     """Events in, complete transactions out, one event at a time (what ``assemble`` and
     ``StreamAssembly`` share). ``keep_events`` False: transactions come out detached
     (``event_lengths``, no bytes: see ``detach_events``), and no event is held past
-    its call."""
+    its call, or past its transaction's end with ``each`` (called with each
+    transaction, with its events, as it ends)."""
 
-    def __init__(self, name, whole=True, tracker=None, facts=None, keep_events=True):
-        self.name, self.whole, self.keep_events = name, whole, keep_events
+    def __init__(self, name, whole=True, tracker=None, facts=None, keep_events=True,
+                 each=None):
+        self.name, self.whole, self.keep_events, self.each = name, whole, keep_events, each
+        self._hold = keep_events or each is not None  # a transaction's events, until it ends
         self.facts = {} if facts is None else facts
         self.facts.update(gtid_before=None, gtid_after=None, next_file=None)
         self.tracker = tracker or TrxTracker()
@@ -84,8 +89,8 @@ class Assembler:
             self.fde_event = bytes(event)
         if etype == ev.INCIDENT:
             tracker.feed(event)
-            self.transactions.append(_incident(self.name, off, event, tracker.checksum,
-                                               self.keep_events))
+            self._done(_incident(self.name, off, event, tracker.checksum, self._hold),
+                       [len(event)])
             return
         if self.current is None and etype not in HEADER_EVENTS:
             self.current = {"file": self.name, "start": off, "events": [], "lengths": [],
@@ -106,15 +111,24 @@ class Assembler:
             self.current["lengths"].append(len(event))
             try:
                 for piece in (event,) if plain is None else plain:
-                    _collect(self.current, piece, tracker, self.keep_events, off)
+                    _collect(self.current, piece, tracker, self._hold, off)
             except CorruptBinlog as e:
                 if e.file is not None:
                     raise
                 raise type(e)(e.detail, self.name, off) from None
         if self.current is not None and tracker.state == OUTSIDE:
-            self.transactions.append(_finish(self.current, off + len(event), event, tracker,
-                                             self.keep_events))
+            self._done(_finish(self.current, off + len(event), event, tracker, self._hold),
+                       self.current["lengths"])
             self.current = None
+
+    def _done(self, trx, lengths):
+        """A transaction ends: handed to ``each`` with its events (a copy), then kept
+        detached (its events' ``lengths`` in the file) unless ``keep_events``."""
+        if self.each is not None:
+            self.each(replace(trx))
+            if not self.keep_events:
+                trx.events, trx.event_starts, trx.event_lengths = None, None, lengths
+        self.transactions.append(trx)
 
     def result(self, end, torn_at=None):
         """(transactions, incomplete, fde_event) once the bytes end at offset ``end``
@@ -135,11 +149,13 @@ class StreamAssembly:
     framing and every CRC checked (``scan.EventStream``), the (size, CRC32) fingerprint
     taken on the way. A fault in the bytes is kept and raised by ``finish``, after
     every byte was fed (the caller may still meet a read or decode error first, as
-    when it read the whole file before assembling)."""
+    when it read the whole file before assembling). ``each``: called with every
+    transaction, with its events, as it ends (``Assembler``), before ``finish``
+    proves the whole file: its caller keeps nothing of it when ``finish`` raises."""
 
-    def __init__(self, name, newest=False, facts=None):
+    def __init__(self, name, newest=False, facts=None, each=None):
         self.name, self.newest = name, newest
-        self.assembler = Assembler(name, facts=facts, keep_events=False)
+        self.assembler = Assembler(name, facts=facts, keep_events=False, each=each)
         self.events = EventStream(self.assembler.event, file=name)
         self.size, self.crc, self.error = 0, 0, None
 

@@ -153,11 +153,6 @@ class PartWriter:
 
     declined = ()  # it writes every file it is given (``SqlChunk`` may decline one)
 
-    @classmethod
-    def takes(cls, spec, raw_bytes):
-        """Whether a file of ``raw_bytes`` of events may be written by this task: any."""
-        return True
-
     def __init__(self, spec, fde_event=None):
         self.dest = _Destination(spec.url, spec.options)
         self.seq = spec.seq

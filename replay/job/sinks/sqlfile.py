@@ -137,13 +137,6 @@ class SqlChunk:
         """Whether this task sees the driver's ``FILE.parts`` (its token file there)."""
         return bool(spec.dir) and os.path.exists(os.path.join(spec.dir, spec.token))
 
-    @classmethod
-    def takes(cls, spec, raw_bytes):
-        """Whether a file of ``raw_bytes`` of events may be made text by this task: any
-        size into ``FILE.parts``, else what it may hand back (about 3 bytes of text a
-        byte: base64 and the ``###`` lines)."""
-        return cls.shared(spec) or 3 * raw_bytes <= spec.max_bytes
-
     def apply(self, trx, fde, checksum):
         """Add one transaction's text."""
         try:
