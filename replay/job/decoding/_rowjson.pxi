@@ -121,6 +121,32 @@ def image_json(dict image):
 # (``changes``' row dicts, ``_image``, ``_json`` and ``_key`` for a table of plain columns:
 # the same text, no value object for integers, DECIMALs, DATETIMEs and DATEs)
 
+cdef inline bint _json_ascii(const unsigned char *p, Py_ssize_t n) noexcept:
+    """Whether bytes are printable ASCII without a double quote or a backslash: a JSON
+    string's body as they are (the json module escapes nothing else of them)."""
+    cdef Py_ssize_t i
+    cdef unsigned char c
+    for i in range(n):
+        c = p[i]
+        if c < 0x20 or c > 0x7E or c == 0x22 or c == 0x5C:
+            return False
+    return True
+
+
+cdef bint _ascii_reads(object encoding) except -1:
+    """Whether a column's codec reads printable ASCII bytes as themselves (None: the
+    bytes are kept as bytes, never text)."""
+    if encoding is None:
+        return False
+    if encoding is _UTF8 or encoding == _UTF8:
+        return True
+    safe = _ascii_safe.get(encoding)
+    if safe is None:
+        _plain(<const unsigned char *>b"", 0, encoding)  # decides it, and keeps it
+        safe = _ascii_safe.get(encoding)
+    return safe is True
+
+
 cdef int _date_text(Buffer *b, int *f, int fields) except -1:
     """``"YYYY-MM-DD"`` (``fields`` 3) or ``"YYYY-MM-DDTHH:MM:SS[.ffffff]"`` (7), as
     ``isoformat()`` writes them, quoted."""
@@ -156,6 +182,12 @@ cdef bint _json_value(Buffer *b, bytes data, const unsigned char *p, Py_ssize_t 
     elif kind == K_STRING:
         _take(p, pos, end, column[1], &u)
         _need(pos[0], <Py_ssize_t>u, end)
+        if _json_ascii(p + pos[0], <Py_ssize_t>u) and _ascii_reads(column[2]):
+            _put(b, b'"', 1)  # its bytes are its JSON string's, as they are
+            _put(b, <const char *>p + pos[0], <Py_ssize_t>u)
+            _put(b, b'"', 1)
+            pos[0] += <Py_ssize_t>u
+            return True
         value = _string(p, pos[0], <Py_ssize_t>u, column[2])
         pos[0] += <Py_ssize_t>u
         if type(value) is not str:
@@ -233,27 +265,33 @@ cdef Py_ssize_t _json_image(Buffer *b, bytes data, Py_ssize_t pos, Py_ssize_t en
     return pos
 
 
-cdef object _key_json(Buffer *b, Py_ssize_t *spans, tuple keys, tuple pk):
-    """``changejson.key_json``'s text from one image's ``spans`` in ``b`` (a key column not in
-    it: null)."""
-    cdef Buffer k
-    cdef Py_ssize_t i, n = 0
-    k.data, k.size, k.cap = NULL, 0, 0
-    try:
-        _put(&k, b"{", 1)
-        for i in pk:
-            if n:
-                _put(&k, b",", 1)
-            n += 1
-            _put_str(&k, <str>keys[i])
-            if spans[2 * i] < 0:
-                _put(&k, b"null", 4)
-            else:
-                _put(&k, b.data + spans[2 * i], spans[2 * i + 1])
-        _put(&k, b"}", 1)
-        return PyUnicode_DecodeUTF8(k.data, k.size, NULL)
-    finally:
-        free(k.data)
+cdef object _key_json(Buffer *b, Buffer *k, Py_ssize_t *spans, tuple keys,
+                      Py_ssize_t *pk, Py_ssize_t count):
+    """``changejson.key_json``'s text from one image's ``spans`` in ``b`` (a key column
+    not in it: null), written in ``k``."""
+    cdef Py_ssize_t i, n
+    k.size = 0
+    _put(k, b"{", 1)
+    for n in range(count):
+        i = pk[n]
+        if n:
+            _put(k, b",", 1)
+        _put_str(k, <str>keys[i])
+        if spans[2 * i] < 0:
+            _put(k, b"null", 4)
+        else:
+            _put(k, b.data + spans[2 * i], spans[2 * i + 1])
+    _put(k, b"}", 1)
+    return PyUnicode_DecodeUTF8(k.data, k.size, NULL)
+
+
+cdef inline bint _has_all(Py_ssize_t *spans, Py_ssize_t *pk, Py_ssize_t count) noexcept:
+    """Whether every key column is in the image ``spans`` describe."""
+    cdef Py_ssize_t n
+    for n in range(count):
+        if spans[2 * pk[n]] < 0:
+            return False
+    return True
 
 
 def rows_json(bytes data, Py_ssize_t pos, Py_ssize_t end, tuple before, tuple after,
@@ -263,21 +301,25 @@ def rows_json(bytes data, Py_ssize_t pos, Py_ssize_t end, tuple before, tuple af
     ``before``: the plan of the event's first image, ``after`` an update's second (else
     None); ``op`` 0 insert, 1 update, 2 delete; ``keys`` each column's JSON name and
     colon; ``pk`` the key columns' indexes in key order (empty: no key)."""
-    cdef Buffer b
-    cdef Py_ssize_t count = len(keys), cut
-    cdef Py_ssize_t *first = <Py_ssize_t *>malloc(2 * count * sizeof(Py_ssize_t) + 16)
-    cdef Py_ssize_t *second = <Py_ssize_t *>malloc(2 * count * sizeof(Py_ssize_t) + 16)
+    cdef Buffer b, k
+    cdef Py_ssize_t count = len(keys), cut, keyed = len(pk), n
+    cdef Py_ssize_t *first = <Py_ssize_t *>malloc((5 * count + 4) * sizeof(Py_ssize_t))
+    cdef Py_ssize_t *second
+    cdef Py_ssize_t *key  # the key columns' indexes
     cdef Py_ssize_t *key_spans
     cdef bint ok = True
     cdef list rows = []
-    cdef object one, two, key
-    if first == NULL or second == NULL:
-        free(first)
-        free(second)
+    cdef object one, two, key_text
+    if first == NULL:
         raise MemoryError()
-    if end > PyBytes_GET_SIZE(data):
+    second, key = first + 2 * count + 2, first + 4 * count + 4
+    if end > PyBytes_GET_SIZE(data) or keyed > count:
+        free(first)
         raise ValueError("the rows end past the event")
+    for n in range(keyed):
+        key[n] = pk[n]
     b.data, b.size, b.cap = NULL, 0, 0
+    k.data, k.size, k.cap = NULL, 0, 0
     try:
         while pos < end:
             b.size = 0
@@ -291,24 +333,24 @@ def rows_json(bytes data, Py_ssize_t pos, Py_ssize_t end, tuple before, tuple af
                 if not ok:
                     return None
                 two = PyUnicode_DecodeUTF8(b.data + cut, b.size - cut, NULL)
-            key = None
-            if pk:
+            key_text = None
+            if keyed:
                 key_spans = first  # an insert's only image, or a delete's
-                if op == 1 and all(second[2 * i] >= 0 for i in pk):
+                if op == 1 and _has_all(second, key, keyed):
                     key_spans = second
-                elif op == 0 and not all(first[2 * i] >= 0 for i in pk):
+                elif op == 0 and not _has_all(first, key, keyed):
                     return None  # (the decoders' key of an insert without its key)
-                key = _key_json(&b, key_spans, keys, pk)
+                key_text = _key_json(&b, &k, key_spans, keys, key, keyed)
             if op == 0:
-                rows.append((None, one, key))
+                rows.append((None, one, key_text))
             elif op == 1:
-                rows.append((one, two, key))
+                rows.append((one, two, key_text))
             else:
-                rows.append((one, None, key))
+                rows.append((one, None, key_text))
         return rows, pos
     except UnicodeEncodeError:  # a lone surrogate: the json module's to write
         return None
     finally:
         free(b.data)
+        free(k.data)
         free(first)
-        free(second)
