@@ -7,7 +7,8 @@ and 100-row DELETEs), imported with ``archive import``. Then, interleaved ``--ru
 times:
 
 1. ``mariadb-binlog -v --base64-output=decode-rows FILES > /dev/null`` (the anchor, one
-   core),
+   core), and for reference ``mariadb-binlog -v FILES > FILE`` fsynced (the whole text,
+   BINLOG statements too, into a durable file: the work ``replay --sql FILE`` does),
 2. ``mysqlbackup replay --sql OUT`` with the default engine (``auto``: this process under
    256 MB to read, else Spark), then ``--engine spark`` (Spark local[*]: every core) and
    ``--engine local`` (this process: one core, no JVM),
@@ -123,13 +124,20 @@ def timed(argv, **kwargs):
 ANCHOR = "anchor: the engine's reader -v (1 core)"
 
 
-def anchor_command(engine, files):
-    """The engine's own reader of ``files``, its output thrown away (a shell line)."""
+FILE_ANCHOR = "the reader -v > FILE, fsynced (1 core)"
+
+
+def anchor_command(engine, files, out=None):
+    """The engine's own reader of ``files``, its output thrown away (a shell line); with
+    ``out``, its whole text (the BINLOG statements too, as ``replay --sql`` writes them)
+    into the file ``out``, fsynced: what ``replay --sql FILE`` does, for reference."""
     if engine == "mysql":  # the tree's mysqlbinlog sees the files in its shared folder
         from mysqlbackup.sandbox.mysql import mysql_tree
         reader = f"chroot {mysql_tree()} /usr/bin/mysqlbinlog"
     else:
         reader = shutil.which("mariadb-binlog") or "mariadb-binlog"
+    if out is not None:
+        return f"{reader} -v {' '.join(files)} > {out} && sync {out} && rm {out}"
     return f"{reader} -v --base64-output=decode-rows {' '.join(files)} > /dev/null"
 
 
@@ -155,6 +163,8 @@ def ways(files, url, out, engine="mariadb"):
                 url, out, how, "--engine", where)
     return {
         ANCHOR: lambda: timed(["sh", "-c", anchor_command(engine, files)]),
+        FILE_ANCHOR: lambda: timed(["sh", "-c", anchor_command(
+            engine, files, os.path.join(out, "anchor.sql"))]),
         **replays,
         "archive find --type ddl": lambda: timed(
             [*mb, "archive", "find", "--archive", url, "--source-name", "db1", "--table",

@@ -281,7 +281,7 @@ def _plain_images(op, row):
 
 
 def _present(values, sources):
-    if COLS_BITMAP not in sources.values():
+    if not sources or COLS_BITMAP not in sources.values():
         return values
     return {name: value for name, value in values.items() if sources.get(name) != COLS_BITMAP}
 
