@@ -216,3 +216,18 @@ def test_the_plain_images_are_the_stored_ones(op):
     for row in rows:
         assert changes._plain_images(op, row) == changejson.images(
             op, row, columns, changejson.stored_image)
+
+
+def test_the_compiled_loops_take_image_plans_only():
+    """The loops read an image plan by index: a plan that is not a tuple (an ImagePlan
+    is one) is refused, never read."""
+    for call in (lambda: rowdecode.compiled.rows_json(b"", 0, 0, [1], None, 0, (), ()),
+                 lambda: rowdecode.compiled.read_rows(b"", 0, 0, (), {}),
+                 lambda: rowdecode.compiled.rows_text(b"", 0, 0, "x", None, (), (), (), ())):
+        with pytest.raises(TypeError, match="ImagePlans"):
+            call()
+    plan = rowdecode.Plan([(rowloop.K_INT, 4, True, "a")], "d", "t", 1)
+    image = plan.image(1)
+    assert isinstance(image, rowdecode.ImagePlan) and image.columns[0].name == "a"
+    assert rowdecode.compiled.read_rows(b"\x00\x07\x00\x00\x00", 0, 5, image, None) == \
+        ([{"values": {"a": 7}, "none_sources": {}}], 5)

@@ -236,10 +236,11 @@ cdef bint _json_value(Buffer *b, bytes data, const unsigned char *p, Py_ssize_t 
 
 
 cdef Py_ssize_t _json_image(Buffer *b, bytes data, Py_ssize_t pos, Py_ssize_t end,
-                            tuple image, tuple keys, Py_ssize_t *spans, bint *ok) except -1:
+                            object image_plan, tuple keys, Py_ssize_t *spans, bint *ok) except -1:
     """One row image (``Plan.image``) as a JSON object into ``b``; ``spans``: where each
     column's value lies in ``b`` (start, length; start -1: not in the image); ``ok``
     False when a value is not written here. The position after it."""
+    cdef tuple image = <tuple>image_plan  # an ImagePlan (a tuple; checked by the caller)
     cdef tuple chosen = <tuple>image[0], shown = <tuple>image[4]
     cdef Py_ssize_t width = image[3], nulls = pos, i, j = 0
     cdef const unsigned char *p = <const unsigned char *>PyBytes_AS_STRING(data)
@@ -294,13 +295,14 @@ cdef inline bint _has_all(Py_ssize_t *spans, Py_ssize_t *pk, Py_ssize_t count) n
     return True
 
 
-def rows_json(bytes data, Py_ssize_t pos, Py_ssize_t end, tuple before, tuple after,
+def rows_json(bytes data, Py_ssize_t pos, Py_ssize_t end, before, after,
               int op, tuple keys, tuple pk):
     """([(before, after, pk) JSON texts of each row], the position after them), or None
     when a value is not one written here (the caller decodes the event the usual way).
     ``before``: the plan of the event's first image, ``after`` an update's second (else
     None); ``op`` 0 insert, 1 update, 2 delete; ``keys`` each column's JSON name and
     colon; ``pk`` the key columns' indexes in key order (empty: no key)."""
+    _plans(before, after)
     cdef Buffer b, k
     cdef Py_ssize_t count = len(keys), cut, keyed = len(pk), n
     cdef Py_ssize_t *first = <Py_ssize_t *>malloc((5 * count + 4) * sizeof(Py_ssize_t))

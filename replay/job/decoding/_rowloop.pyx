@@ -26,7 +26,7 @@ if sys.byteorder != "little":  # FLOAT and DOUBLE are copied as they lie
     raise ImportError("the compiled row loop reads FLOAT and DOUBLE on little-endian hosts")
 
 # the version of the twins: ``rowloop.TWIN`` must be the same
-TWIN = 7
+TWIN = 8
 
 cdef enum:
     K_INT = 0
@@ -72,9 +72,10 @@ cdef inline uint64_t _be(const unsigned char *p, int n) noexcept nogil:
     return v
 
 
-def read_rows(bytes data, Py_ssize_t pos, Py_ssize_t end, tuple before, tuple after):
+def read_rows(bytes data, Py_ssize_t pos, Py_ssize_t end, before, after):
     """([row, ...], position after) of the row images from ``pos`` to ``end``: see the
     twin's ``read_rows``."""
+    _plans(before, after)
     cdef list rows = []
     if end > PyBytes_GET_SIZE(data):
         raise ValueError("the rows end past the event")
@@ -89,6 +90,14 @@ def read_rows(bytes data, Py_ssize_t pos, Py_ssize_t end, tuple before, tuple af
             values, sources, pos = _image(data, pos, end, before)
             rows.append({"values": values, "none_sources": sources})
     return rows, pos
+
+
+cdef inline int _plans(object before, object after) except -1:
+    """TypeError unless the image plans are tuples (``rowdecode.ImagePlan``s, or None
+    for the second), which the loops then read by index."""
+    if not isinstance(before, tuple) or not (after is None or isinstance(after, tuple)):
+        raise TypeError("the image plans are ImagePlans (tuples)")
+    return 0
 
 
 cdef inline int _need(Py_ssize_t pos, Py_ssize_t size, Py_ssize_t end) except -1:
@@ -113,7 +122,8 @@ cdef inline int64_t _signed(uint64_t u, int n) noexcept:
     return <int64_t>u
 
 
-cdef tuple _image(bytes data, Py_ssize_t pos, Py_ssize_t end, tuple image):
+cdef tuple _image(bytes data, Py_ssize_t pos, Py_ssize_t end, object image_plan):
+    cdef tuple image = <tuple>image_plan  # an ImagePlan (a tuple; checked by the caller)
     cdef tuple columns = <tuple>image[0]
     cdef dict values = (<dict>image[1]).copy()
     cdef dict sources = (<dict>image[2]).copy()

@@ -176,12 +176,13 @@ cdef int _decimal_literal(char *text, const char *raw):
 
 
 cdef Py_ssize_t _text_image(Buffer *b, bytes data, Py_ssize_t pos, Py_ssize_t end,
-                            tuple image, str head, tuple labels, tuple columns,
+                            object image_plan, str head, tuple labels, tuple columns,
                             tuple unknown, Py_ssize_t *size, Py_ssize_t *left,
                             bint *cut) except -1:
     """One row image (``Plan.image``) of a row's line, as ``rowtext.row_line`` writes it
     (``size``: the characters it counts; ``left``: the values not yet seen; ``cut``: past
     ROW_CAP, the rest read and not written); the position after it."""
+    cdef tuple image = <tuple>image_plan  # an ImagePlan (a tuple; checked by the caller)
     cdef tuple chosen = <tuple>image[0], shown = <tuple>image[4], column
     cdef Py_ssize_t width = image[3], nulls = pos, i, j = 0, n, chars, length
     cdef const unsigned char *p = <const unsigned char *>PyBytes_AS_STRING(data)
@@ -297,10 +298,11 @@ cdef int _cut(Buffer *b, Py_ssize_t left, bint *cut) except -1:
     return 0
 
 
-def rows_text(bytes data, Py_ssize_t pos, Py_ssize_t end, tuple before, tuple after,
+def rows_text(bytes data, Py_ssize_t pos, Py_ssize_t end, before, after,
               tuple heads, tuple labels, tuple columns, tuple unknown):
     """(the ``###`` lines of the row images from ``pos`` to ``end``, UTF-8, each ending
     with a newline; the position after them): see the twin, ``rowtext.rows_text``."""
+    _plans(before, after)
     cdef Buffer b
     cdef Py_ssize_t size, left, count = len(labels)
     cdef bint cut

@@ -97,10 +97,10 @@ def _spec(table, pk, dbms):
         plan = rowdecode.kept_plan(table, dbms)
     except rowdecode.Unsupported:
         return False
-    names = [c[3] for c in plan.columns]
+    names = [c.name for c in plan.columns]
     stored = stored_columns({c.name: c for c in table.columns})
-    if any(c[0] not in JSON_KINDS or c[3] in stored or c[0] == rowloop.K_STRING and
-           c[2] is None for c in plan.columns) or not set(pk) <= set(names):
+    if any(c.kind not in JSON_KINDS or c.name in stored or c.kind == rowloop.K_STRING and
+           c.p2 is None for c in plan.columns) or not set(pk) <= set(names):
         return False
     return (plan, tuple(ENCODER.encode(n) + ":" for n in names),
             tuple(names.index(c) for c in pk))

@@ -28,6 +28,7 @@ binlogs in ``../shared/binlogs`` and of the live servers' files.
 
 import codecs
 import zlib
+from typing import NamedTuple
 
 from pymysql.charset import charset_by_name
 
@@ -56,30 +57,55 @@ class Unsupported(Exception):
     the reference decoder instead."""
 
 
+class ColumnPlan(NamedTuple):
+    """How to read one column's values (the row loops read it by index, in C too):
+    ``kind`` (``rowloop.K_*``), its parameters ``p1`` and ``p2`` (an integer's size and
+    whether it is signed; a string's length-prefix size and codec, None: bytes kept; a
+    DECIMAL's precision and scale; a temporal type's fsp; ENUM's and SET's size and
+    strings; BIT's bytes and bits; a blob's or JSON's length-prefix size) and ``name``."""
+
+    kind: int
+    p1: object
+    p2: object
+    name: str
+
+
+class ImagePlan(NamedTuple):
+    """One row image's plan (``Plan.image``): ``columns`` the ColumnPlans of the columns
+    it holds, ``values`` and ``sources`` a row of none of them set (every column None;
+    a column not in the image, its none source ``rowloop.COLS_BITMAP``), ``width`` its
+    null bitmap's bytes, ``shown`` whether each of the table's columns is in it."""
+
+    columns: tuple
+    values: dict
+    sources: dict
+    width: int
+    shown: tuple
+
+
 class Plan:
-    """How to read one table's columns: ``columns`` (kind, parameter 1, parameter 2,
-    name) per column, in the table's order, and the table's identity the rows carry.
-    ``image(present)`` is the plan of one row image with those columns present."""
+    """How to read one table's columns: ``columns`` (a ColumnPlan per column, in the
+    table's order) and the table's identity the rows carry. ``image(present)`` is the
+    plan of one row image with those columns present."""
 
     __slots__ = ("columns", "schema", "table", "table_id", "_images")
 
     def __init__(self, columns, schema, table, table_id):
-        self.columns, self.schema, self.table, self.table_id = columns, schema, table, table_id
+        self.columns = tuple(ColumnPlan(*c) for c in columns)  # (tuples taken as such)
+        self.schema, self.table, self.table_id = schema, table, table_id
         self._images = {}
 
     def image(self, present):
-        """(present columns' plans, values and none sources of a row with none of them
-        set, the null bitmap's width, whether each column is present) for the
-        columns-present bitmap ``present``."""
+        """The ImagePlan of the row images whose columns-present bitmap is ``present``."""
         found = self._images.get(present)
         if found is None:
             chosen = tuple(c for i, c in enumerate(self.columns) if present >> i & 1)
-            values = {c[3]: None for c in self.columns}
-            sources = {c[3]: rowloop.COLS_BITMAP for i, c in enumerate(self.columns)
+            values = {c.name: None for c in self.columns}
+            sources = {c.name: rowloop.COLS_BITMAP for i, c in enumerate(self.columns)
                        if not present >> i & 1}
             shown = tuple(bool(present >> i & 1) for i in range(len(self.columns)))
-            found = self._images[present] = (chosen, values, sources, (len(chosen) + 7) // 8,
-                                             shown)
+            found = self._images[present] = ImagePlan(chosen, values, sources,
+                                                      (len(chosen) + 7) // 8, shown)
         return found
 
 
@@ -89,7 +115,7 @@ def plan_of(table, dbms):
     columns = []
     for i, column in enumerate(table.columns):
         name = column.name or f"UNKNOWN_COL{i}"
-        columns.append((*_column_plan(column, dbms), name))
+        columns.append(ColumnPlan(*_column_plan(column, dbms), name))
     return Plan(tuple(columns), table.schema, table.table, table.table_id)
 
 

@@ -213,7 +213,7 @@ class RowText:
                  "update": (f"### UPDATE {name} WHERE", "SET")}
         labels = self.labels.get(table_id, {})
         unknown = self.unsigned_unknown.get(table_id, set())
-        names = [c[3] for c in plan.columns]
+        names = [c.name for c in plan.columns]
         return (plan, heads, tuple(labels.get(n, n) for n in names), tuple(table.columns),
                 tuple(n in unknown for n in names))
 
