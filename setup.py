@@ -1,5 +1,6 @@
-"""The optional compiled stream path (mysqlbackup/_speedups.pyx) and row loop
-(replay/job/decoding/_rowloop.pyx): built with Cython when
+"""The optional compiled stream path (mysqlbackup/_speedups.pyx) and row decoders
+(replay/job/decoding/_rowloop.pyx, _rowtext.pyx, _changejson.pyx, _rowcount.pyx, each the
+twin of the pure module of its name): built with Cython when
 a C compiler and zlib's headers are there, skipped with a warning otherwise (the pure
 Python path then runs; ``mysqlbackup --version`` says which). MYSQLBACKUP_PURE_PYTHON=1
 at install time skips it. Everything else is in setup.cfg."""
@@ -35,10 +36,13 @@ def extensions():
     except ImportError:
         return []
     ext = Extension("mysqlbackup._speedups", ["mysqlbackup/_speedups.pyx"], libraries=["z"])
-    rows = Extension("replay.job.decoding._rowloop", ["replay/job/decoding/_rowloop.pyx"],
-                     depends=[f"replay/job/decoding/_row{part}.pxi"  # its included parts
-                              for part in ("text", "json", "walk")])
-    return cythonize([ext, rows], quiet=True)
+    # the row decoders' twins, one compiled module per pure module; the others take the
+    # row loop's C parts through its .pxd
+    core = "replay/job/decoding/_rowloop.pxd"
+    rows = [Extension(f"replay.job.decoding.{name}", [f"replay/job/decoding/{name}.pyx"],
+                      depends=[core])
+            for name in ("_rowloop", "_rowtext", "_changejson", "_rowcount")]
+    return cythonize([ext, *rows], quiet=True)
 
 
 setup(ext_modules=extensions(), cmdclass={"build_ext": OptionalBuildExt})

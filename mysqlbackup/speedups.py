@@ -83,6 +83,17 @@ def load_twin(name, version, functions, configure):
     not ``version``), or without one of ``functions`` (every function its callers take
     from it: a twin is whole or not used, never half). The one loader of the project's
     compiled modules (the stream loop here, the row loop in ``rowdecode``)."""
+    module, why = _twin(name, version, functions)
+    if module is not None:
+        configure(module)
+    LOADED[name] = why
+    return module, why
+
+
+LOADED = {}  # each compiled module load_twin was asked for -> "compiled", or why not
+
+
+def _twin(name, version, functions):
     if os.environ.get(PURE_ENV, "") not in ("", "0"):
         return None, f"turned off by {PURE_ENV}"
     try:
@@ -94,7 +105,6 @@ def load_twin(name, version, functions, configure):
     missing = [f for f in functions if not callable(getattr(module, f, None))]
     if missing:
         return None, f"built without {', '.join(missing)} (reinstall the package)"
-    configure(module)
     return module, "compiled"
 
 

@@ -15,7 +15,7 @@ from pymysqlreplication.constants import FIELD_TYPE
 
 from mysqlbackup.binlog import events as ev
 from mysqlbackup.errors import CorruptBinlog
-from replay.job.decoding import changes, rowdecode, rowloop
+from replay.job.decoding import changejson, changes, rowdecode, rowloop, rowtext
 from replay.job.decoding.assemble import assemble
 from replay.job.decoding.changes import (OPS, ChangeDecodeError, Reader, decode_event,
                                          decode_rows_event, iter_changes)
@@ -270,7 +270,7 @@ def twins_agree(which, produce, monkeypatch):
 @pytest.mark.skipif(rowdecode.compiled is None, reason=rowdecode.describe())
 @pytest.mark.parametrize("which", ["own", "corpus"])
 def test_the_compiled_row_line_writes_the_pure_ones_text(which, monkeypatch):
-    # rowtext.row_line and its compiled twin (_rowloop.row_line), line for line
+    # rowtext.row_line and its compiled twin (_rowtext.row_line), line for line
     produced = twins_agree(which, row_comments, monkeypatch)
     assert sum(line.startswith("### ") for lines in produced for line in lines) >= 50
 
@@ -278,17 +278,17 @@ def test_the_compiled_row_line_writes_the_pure_ones_text(which, monkeypatch):
 @pytest.mark.skipif(rowdecode.compiled is None, reason=rowdecode.describe())
 def test_the_compiled_row_line_cuts_as_the_pure_one():
     # a row past ROW_CAP, a value past VALUE_CAP, quotes, control characters, NULLs
-    from replay.job.decoding import rowtext
+
     values = {f"c{i}": "x" * (i * 37 % 300) for i in range(40)}
     values.update({"q": "it's", "ctl": "a\x01b", "n": None, "i": -5, "gone": None})
     sources = {"n": "null", "gone": rowloop.COLS_BITMAP}
     parts = [("### UPDATE `d`.`t` WHERE", values, sources), ("SET", {"i": 7}, {})]
     for unknown in (set(), {"i"}):
-        assert rowdecode.compiled.row_line(parts, {}, {}, unknown) == \
+        assert rowtext.compiled.row_line(parts, {}, {}, unknown) == \
             rowtext.row_line(parts, {}, {}, unknown)
     short = [("### INSERT INTO `d`.`t` SET", {"a": "ok", "b": None, "c": 3},
               {"b": "null"})]
-    assert rowdecode.compiled.row_line(short, {"a": "`a`"}, {}, set()) == \
+    assert rowtext.compiled.row_line(short, {"a": "`a`"}, {}, set()) == \
         "### INSERT INTO `d`.`t` SET `a`='ok' b=NULL c=3"
 
 
@@ -307,7 +307,7 @@ def change_rows(path):
 @pytest.mark.skipif(rowdecode.compiled is None, reason=rowdecode.describe())
 @pytest.mark.parametrize("which", ["own", "corpus"])
 def test_the_compiled_json_image_gives_the_pure_ones_rows(which, monkeypatch):
-    # changejson.image_values and its compiled twin (_rowloop.json_image), row change for row change
+    # changejson.image_values and its compiled twin (_changejson.json_image), row change for row change
     produced = twins_agree(which, change_rows, monkeypatch)
     compared = sum(len(rows) for outcomes in produced for kind, rows in outcomes
                    if kind == "ok")
@@ -397,14 +397,14 @@ def edge_rows(specs, rows=2):
 
 @pytest.mark.skipif(rowdecode.compiled is None, reason=rowdecode.describe())
 def test_the_compiled_rows_text_writes_the_pure_ones_bytes_at_the_edges():
-    from replay.job.decoding import rowtext
+
     data, image, labels, columns, unknown = edge_rows(EDGE_COLUMNS)
     texts = []
     for after, heads in ((None, ("### INSERT INTO `d`.`t` SET",)),
                          (image, ("### UPDATE `d`.`t` WHERE", "SET"))):
         args = (data, 0, len(data), image, after, heads, labels, columns, unknown)
         pure = rowtext.rows_text(*args)
-        assert rowdecode.compiled.rows_text(*args) == pure
+        assert rowtext.compiled.rows_text(*args) == pure
         assert pure[1] == len(data)
         texts.append(pure[0].decode("utf-8"))
     assert texts[1].count("\n") == 1 and " SET a=-1 " in texts[1]  # two images, one row
@@ -426,7 +426,7 @@ def test_the_compiled_rows_text_writes_the_pure_ones_bytes_at_the_edges():
 @pytest.mark.skipif(rowdecode.compiled is None, reason=rowdecode.describe())
 def test_the_compiled_rows_text_cuts_as_the_pure_one():
     # a row past ROW_CAP in the first image, and one cut in an update's second image
-    from replay.job.decoding import rowtext
+
     for count in (40, 12):
         specs = [((rowloop.K_STRING, 1, "utf-8", f"c{i}"), FIELD_TYPE.VARCHAR,
                   bytes([200]) + b"x" * 200) for i in range(count)]
@@ -434,7 +434,7 @@ def test_the_compiled_rows_text_cuts_as_the_pure_one():
         args = (data, 0, len(data), image, image, ("### UPDATE `d`.`t` WHERE", "SET"),
                 labels, columns, unknown)
         pure = rowtext.rows_text(*args)
-        assert rowdecode.compiled.rows_text(*args) == pure
+        assert rowtext.compiled.rows_text(*args) == pure
         line = pure[0].decode().split("\n")[0]
         assert line.endswith(f"... ({2 * count - 19} more values)"), line[-40:]
         assert ("SET" in line) == (count == 12)
@@ -459,7 +459,7 @@ def change_counts(path):
 @pytest.mark.skipif(rowdecode.compiled is None, reason=rowdecode.describe())
 @pytest.mark.parametrize("which", ["own", "corpus"])
 def test_the_compiled_row_walk_counts_as_the_pure_one(which, monkeypatch):
-    # rowcount.walk_rows and its compiled twin (_rowloop.walk_rows), transaction by
+    # rowcount.walk_rows and its compiled twin (_rowcount.walk_rows), transaction by
     # transaction
     produced = twins_agree(which, change_counts, monkeypatch)
     said = [line for lines in produced for line in lines]
@@ -476,6 +476,6 @@ def test_the_compiled_image_json_writes_the_json_modules_text():
               {"t": True, "f": 1.5, "d": {"nested": [1, "2"]}}, {"sur": "a\ud800b"},
               {'k"ey': 1, "ké": "v"}]
     for image in images:
-        assert rowdecode.compiled.image_json(image) == encoder.encode(image), image
+        assert changejson.compiled.image_json(image) == encoder.encode(image), image
     with pytest.raises(ValueError):
-        rowdecode.compiled.image_json({"x": float("nan")})
+        changejson.compiled.image_json({"x": float("nan")})

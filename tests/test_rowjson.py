@@ -1,5 +1,5 @@
 """The change table's JSON written straight from a rows event's bytes
-(``_rowloop.rows_json``, taken by ``changejson.json_changes``) against the usual way (the
+(``_changejson.rows_json``, taken by ``changejson.json_changes``) against the usual way (the
 row dicts, ``changejson.image_values``, ``to_json``, ``key_json``): the same before, after and key
 texts at every edge, or None where it leaves a value to the usual way. The whole files
 (own, types and corpus) are compared in ``tests/test_rowdecode.py``
@@ -11,7 +11,7 @@ from types import SimpleNamespace
 import pytest
 from pymysqlreplication.constants import FIELD_TYPE
 
-from replay.job.decoding import changejson, changes, rowdecode, rowloop
+from replay.job.decoding import changejson, changes, rowdecode, rowloop, rowtext
 from tests.test_rowdecode import (EDGE_COLUMNS, change_rows, corpus_files, outcome, own_files,
                                   parsed, same)
 
@@ -36,7 +36,7 @@ def usual(data, plan, before, after, op, pk):
 
 def compiled(data, plan, before, after, op, pk):
     names = [c[3] for c in plan.columns]
-    found = rowdecode.compiled.rows_json(
+    found = changejson.compiled.rows_json(
         data, 0, len(data), before, after, changejson.OP_CODES[op],
         tuple(changejson.ENCODER.encode(n) + ":" for n in names),
         tuple(names.index(c) for c in pk))
@@ -145,7 +145,7 @@ def test_rows_past_the_event_are_left_to_the_usual_way():
     plan = table(specs)
     data = image_bytes(specs, 7)
     with pytest.raises(ValueError):
-        rowdecode.compiled.rows_json(data[:-1], 0, len(data), plan.image(7), None, 0,
+        changejson.compiled.rows_json(data[:-1], 0, len(data), plan.image(7), None, 0,
                                      ('"a":', '"b":', '"c":'), ())
 
 
@@ -221,9 +221,9 @@ def test_the_plain_images_are_the_stored_ones(op):
 def test_the_compiled_loops_take_image_plans_only():
     """The loops read an image plan by index: a plan that is not a tuple (an ImagePlan
     is one) is refused, never read."""
-    for call in (lambda: rowdecode.compiled.rows_json(b"", 0, 0, [1], None, 0, (), ()),
+    for call in (lambda: changejson.compiled.rows_json(b"", 0, 0, [1], None, 0, (), ()),
                  lambda: rowdecode.compiled.read_rows(b"", 0, 0, (), {}),
-                 lambda: rowdecode.compiled.rows_text(b"", 0, 0, "x", None, (), (), (), ())):
+                 lambda: rowtext.compiled.rows_text(b"", 0, 0, "x", None, (), (), (), ())):
         with pytest.raises(TypeError, match="ImagePlans"):
             call()
     plan = rowdecode.Plan([(rowloop.K_INT, 4, True, "a")], "d", "t", 1)

@@ -496,7 +496,7 @@ def test_the_zip_holds_the_sources_and_the_environment_the_compiled_modules(pack
     import zipfile
 
     from mysqlbackup import speedups
-    from replay.job.decoding import rowdecode
+    from replay.job.decoding import changejson, rowcount, rowdecode, rowtext
     names = zipfile.ZipFile(packed.zip).namelist()
     assert "replay/job/tasks.py" in names and "mysqlbackup/archive/store.py" in names
     assert not [n for n in names if n.endswith((".so", ".c", ".pyc"))], names
@@ -508,6 +508,7 @@ def test_the_zip_holds_the_sources_and_the_environment_the_compiled_modules(pack
                   if "site-packages/mysqlbackup/" in n or "site-packages/replay/" in n)
     built = sorted(f"{m.__name__.rpartition('.')[0].replace('.', '/')}/"
                    f"{os.path.basename(m.__file__)}"
-                   for m in (speedups.compiled, rowdecode.compiled) if m is not None)
+                   for m in (speedups.compiled, rowdecode.compiled, rowtext.compiled,
+                             changejson.compiled, rowcount.compiled) if m is not None)
     assert ours == built, ours  # the compiled modules, and no other file of the project
 

@@ -56,9 +56,10 @@ def test_workers_import_what_the_driver_imports_from_any_folder(tmp_path, master
 ZIPPED = """
 import json
 from mysqlbackup import speedups
-from replay.job.decoding import rowdecode
+from replay.job.decoding import changejson, rowcount, rowdecode, rowtext
 import replay
-print(json.dumps([replay.__file__, rowdecode.loop.__file__, speedups.compiled is not None]))
+print(json.dumps([replay.__file__, rowdecode.loop.__file__, speedups.compiled is not None,
+                  rowdecode.describe()]))
 """
 
 
@@ -71,14 +72,16 @@ def test_a_zip_of_the_sources_finds_the_compiled_modules_on_its_path(tmp_path):
     import shutil
 
     from mysqlbackup import speedups
-    from replay.job.decoding import rowdecode
+    from replay.job.decoding import changejson, rowcount, rowdecode, rowtext
     from replay.spark.shipping import source_root, write_zip
     if rowdecode.compiled is None or speedups.compiled is None:
         pytest.skip(f"the compiled modules are not built here: {rowdecode.describe()}, "
                     f"{speedups.describe()}")
     archive = write_zip(str(tmp_path / "replay.zip"))
     native = tmp_path / "site"
-    for module in (rowdecode.compiled, speedups.compiled):
+    compiled = (rowdecode.compiled, rowtext.compiled, changejson.compiled, rowcount.compiled,
+                speedups.compiled)
+    for module in compiled:
         relative = os.path.relpath(module.__file__, source_root())
         (native / relative).parent.mkdir(parents=True, exist_ok=True)
         shutil.copy(module.__file__, native / relative)
@@ -90,6 +93,7 @@ def test_a_zip_of_the_sources_finds_the_compiled_modules_on_its_path(tmp_path):
         assert done.returncode == 0, done.stderr
         seen[name] = json.loads(done.stdout)
     packed = str(native / os.path.relpath(rowdecode.compiled.__file__, source_root()))
-    assert seen["zip and site"] == [f"{archive}/replay/__init__.py", packed, True], seen
+    whole = "row decoding: compiled (Cython)"  # every twin, _rowloop's C parts taken
+    assert seen["zip and site"] == [f"{archive}/replay/__init__.py", packed, True, whole], seen
     assert seen["zip"] == [f"{archive}/replay/__init__.py", rowdecode.compiled.__file__,
-                           True], seen
+                           True, whole], seen

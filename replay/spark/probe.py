@@ -38,7 +38,10 @@ def probe(modules, protocol):
     if missing is None:
         try:
             rowdecode = importlib.import_module("replay.job.decoding.rowdecode")
-            decoding = (rowdecode.compiled is not None, rowdecode.describe())
+            for name in ("rowtext", "changejson", "rowcount"):  # each loads its own twin
+                importlib.import_module(f"replay.job.decoding.{name}")
+            line = rowdecode.describe()
+            decoding = (line == rowdecode.COMPILED, line)
         except ImportError:
             pass
     where = os.environ.get("SPARK_LOCAL_IP") or socket.gethostname()

@@ -26,18 +26,7 @@ if sys.byteorder != "little":  # FLOAT and DOUBLE are copied as they lie
     raise ImportError("the compiled row loop reads FLOAT and DOUBLE on little-endian hosts")
 
 # the version of the twins: ``rowloop.TWIN`` must be the same
-TWIN = 8
-
-cdef enum:
-    K_INT = 0
-    K_FLOAT = 1
-    K_DOUBLE = 2
-    K_STRING = 3
-    K_DECIMAL = 4
-    K_DATETIME2 = 5
-    K_TIMESTAMP2 = 6
-    K_DATE = 7
-    K_YEAR = 9
+TWIN = 9
 
 cdef object _NULL = "null"
 cdef object _OUT_OF_DATE = "out of date range"
@@ -54,22 +43,6 @@ def configure(readers, kinds):
     """The twin's readers, {kind: reader}, for the kinds read in Python."""
     global _readers
     _readers = [readers.get(k) for k in range(kinds)]
-
-
-cdef inline uint64_t _le(const unsigned char *p, int n) noexcept nogil:
-    cdef uint64_t v = 0
-    cdef int i
-    for i in range(n - 1, -1, -1):
-        v = (v << 8) | p[i]
-    return v
-
-
-cdef inline uint64_t _be(const unsigned char *p, int n) noexcept nogil:
-    cdef uint64_t v = 0
-    cdef int i
-    for i in range(n):
-        v = (v << 8) | p[i]
-    return v
 
 
 def read_rows(bytes data, Py_ssize_t pos, Py_ssize_t end, before, after):
@@ -90,36 +63,6 @@ def read_rows(bytes data, Py_ssize_t pos, Py_ssize_t end, before, after):
             values, sources, pos = _image(data, pos, end, before)
             rows.append({"values": values, "none_sources": sources})
     return rows, pos
-
-
-cdef inline int _plans(object before, object after) except -1:
-    """TypeError unless the image plans are tuples (``rowdecode.ImagePlan``s, or None
-    for the second), which the loops then read by index."""
-    if not isinstance(before, tuple) or not (after is None or isinstance(after, tuple)):
-        raise TypeError("the image plans are ImagePlans (tuples)")
-    return 0
-
-
-cdef inline int _need(Py_ssize_t pos, Py_ssize_t size, Py_ssize_t end) except -1:
-    if pos + size > end:
-        raise ValueError("a row runs past the event's end")
-    return 0
-
-
-cdef inline int _take(const unsigned char *p, Py_ssize_t *pos, Py_ssize_t end, int n,
-                      uint64_t *value) except -1:
-    """The ``n``-byte little-endian integer at ``pos`` into ``value``, ``pos`` past it."""
-    _need(pos[0], n, end)
-    value[0] = _le(p + pos[0], n)
-    pos[0] += n
-    return 0
-
-
-cdef inline int64_t _signed(uint64_t u, int n) noexcept:
-    """An ``n``-byte integer read as signed."""
-    if n < 8 and u >> (8 * n - 1):
-        return <int64_t>u - (<int64_t>1 << (8 * n))
-    return <int64_t>u
 
 
 cdef tuple _image(bytes data, Py_ssize_t pos, Py_ssize_t end, object image_plan):
@@ -198,7 +141,7 @@ cdef tuple _image(bytes data, Py_ssize_t pos, Py_ssize_t end, object image_plan)
     return values, sources, pos
 
 
-cdef inline object _string(const unsigned char *p, Py_ssize_t pos, Py_ssize_t size,
+cdef object _string(const unsigned char *p, Py_ssize_t pos, Py_ssize_t size,
                            object encoding):
     """A string column's value: its bytes decoded with ``encoding`` (None: the bytes, and
     b'' as '', as the twin says why)."""
@@ -322,7 +265,81 @@ cdef Py_ssize_t _timestamp2_fields(const unsigned char *p, Py_ssize_t pos, Py_ss
     return pos + 4 + (fsp + 1) // 2
 
 
-# the other twins, one file each (one module: they share the readers above)
-include "_rowtext.pxi"
-include "_rowjson.pxi"
-include "_rowwalk.pxi"
+# -- what the other compiled twins share (``_rowloop.pxd``) ---------------------------
+
+cdef dict _ascii_safe = {}  # codec -> whether printable ASCII bytes read as themselves
+cdef bytes _PRINTABLE = bytes(range(0x20, 0x7F))
+cdef int _days_in[13]
+_days_in[:] = [0, 31, 28, 31, 30, 31, 30, 31, 31, 30, 31, 30, 31]
+
+
+cdef int _put(Buffer *b, const char *text, Py_ssize_t n) except -1:
+    cdef Py_ssize_t cap
+    cdef char *grown
+    if b.size + n > b.cap:
+        cap = max(2 * b.cap, b.size + n + 65536)
+        grown = <char *>realloc(b.data, cap)
+        if grown == NULL:
+            raise MemoryError()
+        b.data, b.cap = grown, cap
+    memcpy(b.data + b.size, text, n)
+    b.size += n
+    return 0
+
+
+cdef Py_ssize_t _put_str(Buffer *b, str text) except -1:
+    """Write ``text`` as UTF-8; its length in characters."""
+    cdef Py_ssize_t n
+    cdef const char *utf8 = PyUnicode_AsUTF8AndSize(text, &n)
+    _put(b, utf8, n)
+    return len(text)
+
+
+cdef bint _ascii_codec(object encoding) except -1:
+    """Whether a string column's codec reads printable ASCII bytes as themselves (None:
+    its bytes are kept, which the ``###`` lines print as they are)."""
+    safe = _ascii_safe.get(encoding)
+    if safe is None:
+        try:
+            safe = encoding is None or _PRINTABLE.decode(encoding) == _PRINTABLE.decode("ascii")
+        except (LookupError, UnicodeError):
+            safe = False
+        _ascii_safe[encoding] = safe
+    return safe
+
+
+cdef tuple _read_other(int kind, bytes data, Py_ssize_t pos, object p1, object p2):
+    """(value, position after, none source) of a kind read by the twin's own reader."""
+    return _readers[kind](data, pos, p1, p2)
+
+
+cdef bint _valid_datetime(int *f):
+    """Whether the fields make a datetime (what ``datetime_new`` accepts)."""
+    if f[0] < 1 or f[0] > 9999 or f[1] < 1 or f[1] > 12 or f[2] < 1:
+        return False
+    leap = f[1] == 2 and f[0] % 4 == 0 and (f[0] % 100 != 0 or f[0] % 400 == 0)
+    if f[2] > _days_in[f[1]] + leap:
+        return False
+    return f[3] < 24 and f[4] < 60 and f[5] < 60 and 0 <= f[6] < 1000000
+
+
+cdef int _decimal_literal(char *text, const char *raw):
+    """``format(Decimal(raw), "f")`` of the stored text ``raw`` (``_decimal_text``):
+    leading zeros dropped, no '.' without a scale; its length."""
+    cdef int n = 0, i = 0
+    if raw[0] == b"-":
+        text[n] = b"-"
+        n += 1
+        i = 1
+    while raw[i] == b"0" and raw[i + 1] != b"." and raw[i + 1] != 0:
+        i += 1
+    if raw[i] == b".":  # no integer digits: a zero
+        text[n] = b"0"
+        n += 1
+    while raw[i] != 0:
+        if raw[i] == b"." and raw[i + 1] == 0:
+            break
+        text[n] = raw[i]
+        n += 1
+        i += 1
+    return n

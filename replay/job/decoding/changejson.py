@@ -40,9 +40,12 @@ import json
 from pymysqlreplication.constants import FIELD_TYPE, NONE_SOURCE
 
 from mysqlbackup.errors import MysqlBackupError
+from mysqlbackup.speedups import load_twin
 from replay.job.decoding import rowdecode, rowloop
 
 _TIMESTAMPS = {FIELD_TYPE.TIMESTAMP, FIELD_TYPE.TIMESTAMP2}
+# the version of the twins: ``_changejson.TWIN`` must be the same (bump both on a change)
+TWIN = 1
 
 
 class ChangeDecodeError(MysqlBackupError):
@@ -62,7 +65,7 @@ def json_changes(event, op, table, pk, reader, trx, at, position):
     give), or None: the event goes the usual way (no compiled loop, a column or value
     not written there, anything that fails: the usual way gives the same, or names the
     fault). ``at``: the position its rows are numbered at, and how many so far."""
-    rows_json = rowdecode.twin("rows_json", None)
+    rows_json = rowdecode.twin(compiled, "rows_json", None)
     if rows_json is None:
         return None
     spec = table.__dict__.get("_json_spec")  # kept with the decoded TABLE_MAP
@@ -124,7 +127,7 @@ def stored_image(values, none_sources, columns):
 
 def images(op, row, columns, image_of):
     """(before, after) of a row, each made by ``image_of`` (``image_values`` or its compiled
-    twin ``_rowloop.json_image``: JSON-ready; ``stored_image``: the server's values)
+    twin ``_changejson.json_image``: JSON-ready; ``stored_image``: the server's values)
     from the row's values and none sources."""
     if op == "update":
         return (image_of(row["before_values"], row["before_none_sources"], columns),
@@ -262,10 +265,10 @@ _ENCODE = _one_encoder()
 
 def to_json(obj):
     """A row image's or key's JSON text (None for None): the json module's, or the same
-    text by the compiled twin (``_rowloop.image_json``) when the image is flat."""
+    text by the compiled twin (``_changejson.image_json``) when the image is flat."""
     if obj is None:
         return None
-    text = rowdecode.twin("image_json", None)
+    text = rowdecode.twin(compiled, "image_json", None)
     if text is not None:
         return text(obj)
     if _ENCODE is not None:
@@ -277,8 +280,21 @@ def utc(epoch):
     return datetime.datetime.fromtimestamp(epoch, datetime.timezone.utc)
 
 
-if rowdecode.compiled is not None:  # its json_image writes what it cannot with these
-    rowdecode.compiled.configure_json(stored_columns, encode_value, as_stored,
-                                      NONE_SOURCE.COLS_BITMAP, NONE_SOURCE.EMPTY_SET)
-    rowdecode.compiled.configure_image_json(  # and its image_json
-        _ENCODE or (lambda obj, _: (ENCODER.encode(obj),)))
+# the compiled twin (``_changejson``), through the project's one loader: its
+# ``json_image`` and ``image_json`` write with these what they do not write themselves
+FUNCTIONS = ("configure_json", "json_image", "configure_image_json", "image_json",
+             "rows_json")
+
+
+def _configure(module):
+    module.configure_json(stored_columns, encode_value, as_stored, NONE_SOURCE.COLS_BITMAP,
+                          NONE_SOURCE.EMPTY_SET)
+    module.configure_image_json(_ENCODE or (lambda obj, _: (ENCODER.encode(obj),)))
+
+
+def _load():
+    """The compiled twin, configured, or (None, why not)."""
+    return load_twin("replay.job.decoding._changejson", TWIN, FUNCTIONS, _configure)
+
+
+compiled, _why = _load()

@@ -54,7 +54,7 @@ from pymysqlreplication.packet import BinLogPacketWrapper
 
 from mysqlbackup.binlog import events as ev
 from mysqlbackup.errors import CorruptBinlog
-from replay.job.decoding import rowdecode
+from replay.job.decoding import changejson, rowdecode
 from replay.job.decoding.changejson import (ChangeDecodeError, images, image_values, json_changes,
                                             key_json, stored_image, to_json, utc)
 from replay.job.decoding.rowloop import time2
@@ -293,7 +293,7 @@ def _changes(rows, event, keys, trx, at, position, dbms=None):
     columns = {c.name: c for c in rows.columns}
     pk = keys.get(rows.table_id, [])
     at[1] += len(rows.rows)
-    json_image = rowdecode.twin("json_image", image_values)
+    json_image = rowdecode.twin(changejson.compiled, "json_image", image_values)
     commit_time = utc(trx.commit_ts)
     for index, row in enumerate(rows.rows, at[1] - len(rows.rows)):
         before, after = images(op, row, columns, json_image)

@@ -28,9 +28,12 @@ import struct
 from mysqlbackup.binlog import events as ev
 from mysqlbackup.binlog.tablemap import COLUMN_TYPES, parse_table_map, value_size
 from mysqlbackup.errors import CorruptBinlog
+from mysqlbackup.speedups import load_twin
 from replay.job.decoding import rowdecode
 from replay.job.decoding.sqltext import printable
 
+# the version of the twins: ``_rowcount.TWIN`` must be the same (bump both on a change)
+TWIN = 1
 # event type -> the kind of change its rows are
 ROW_KINDS = {23: "insert", 30: "insert", 24: "update", 31: "update", 39: "update",
              25: "delete", 32: "delete"}
@@ -163,7 +166,7 @@ def _count(view, layout, fde, end):
         if row <= 0 or (end - pos) % row:
             raise ValueError("rows do not fill the event")
         return (end - pos) // row
-    walk = rowdecode.twin("walk_rows", walk_rows)
+    walk = rowdecode.twin(compiled, "walk_rows", walk_rows)
     return walk(view, pos, end, layout.plan, (before, after) if images == 2 else (before,))
 
 
@@ -171,7 +174,7 @@ def walk_rows(view, pos, end, plan_of, presents):
     """Rows counted image by image from ``pos`` to ``end`` of ``view``, each row an image
     of each of ``presents`` (columns-present bitmaps), ``plan_of(present, nulls)`` the
     walk of one (``TableLayout.plan``). IndexError or ValueError when the images do not
-    end exactly at ``end``. The compiled twin: ``_rowloop.walk_rows``."""
+    end exactly at ``end``. The compiled twin: ``_rowcount.walk_rows``."""
     walks = [(present, (bin(present).count("1") + 7) // 8, {}) for present in presents]
     rows = 0
     while pos < end:
@@ -194,3 +197,15 @@ def walk_rows(view, pos, end, plan_of, presents):
     if pos != end:
         raise ValueError("a row runs past the event's end")
     return rows
+
+
+# the compiled twin (``_rowcount``), through the project's one loader
+FUNCTIONS = ("walk_rows",)
+
+
+def _load():
+    """The compiled twin, or (None, why not)."""
+    return load_twin("replay.job.decoding._rowcount", TWIN, FUNCTIONS, lambda module: None)
+
+
+compiled, _why = _load()

@@ -35,7 +35,7 @@ from pymysql.charset import charset_by_name
 from mysqlbackup.binlog import events as ev
 from mysqlbackup.binlog.tablemap import ColumnType as T
 from mysqlbackup import speedups
-from mysqlbackup.speedups import load_twin
+from mysqlbackup.speedups import LOADED, load_twin
 from replay.job.decoding import rowloop
 from replay.job.decoding.rowloop import (K_BIT, K_BYTES, K_DATE, K_DATETIME2, K_DECIMAL,
                                          K_DOUBLE, K_ENUM, K_FLOAT, K_INT, K_JSON, K_SET,
@@ -221,13 +221,10 @@ def row_images(event, plan, checksum, post_header=None):
     return data, pos, end, plan.image(present), after
 
 
-# what the row decoders take from ``_rowloop`` (their pure twins: ``rowloop.read_rows``,
-# ``rowtext.rows_text`` and ``row_line``, ``changejson.image_values``, ``rowcount.walk_rows``;
-# the json module's encoder for ``image_json``; for ``rows_json``, the row dicts' way in
-# ``changes``) and how they hand it their callbacks
-FUNCTIONS = ("configure", "read_rows", "configure_text", "row_line", "rows_text",
-             "configure_json", "json_image", "configure_image_json", "image_json",
-             "walk_rows", "rows_json")
+# what the row decoders take from ``_rowloop`` (the twin of ``rowloop``); each other pure
+# module loads its own compiled twin, side by side with it: ``rowtext`` (``_rowtext``),
+# ``changejson`` (``_changejson``), ``rowcount`` (``_rowcount``)
+FUNCTIONS = ("configure", "read_rows")
 
 
 def _load():
@@ -240,16 +237,28 @@ compiled, _why = _load()
 loop = compiled if compiled is not None else rowloop
 
 
-def twin(name, pure):
-    """The compiled twin's function ``name`` when the compiled row loop runs (``loop``:
-    it loaded whole, every one of FUNCTIONS), else ``pure``, its pure Python twin."""
-    return pure if loop is rowloop else getattr(loop, name)
+def twin(module, name, pure):
+    """The function ``name`` of the compiled twin ``module`` (a pure module's
+    ``compiled``: it loaded whole, every one of its FUNCTIONS), else ``pure``, its pure
+    Python twin; the pure ones everywhere while the pure row loop runs (``loop``: the
+    one switch the tests and the benchmark turn)."""
+    return pure if loop is rowloop or module is None else getattr(module, name)
+
+
+COMPILED = "row decoding: compiled (Cython)"  # describe's line when every twin runs
 
 
 def describe():
-    """One line: which row loop runs, and why when it is the pure Python one."""
-    if compiled is not None:
-        return "row decoding: compiled (Cython)"
-    return f"row decoding: pure Python ({_why})"
+    """One line: whether the row decoders' compiled twins run (those of the modules
+    imported so far: ``speedups.LOADED``), and why one does not."""
+    found = {name.rsplit(".", 1)[1]: why for name, why in LOADED.items()
+             if name.startswith("replay.job.decoding.")}
+    failed = {name: why for name, why in found.items() if why != "compiled"}
+    if not failed:
+        return COMPILED
+    if len(failed) == len(found) and len(set(failed.values())) == 1:
+        return f"row decoding: pure Python ({next(iter(failed.values()))})"
+    return "row decoding: pure Python in part (" + "; ".join(
+        f"{name}: {why}" for name, why in sorted(failed.items())) + ")"
 
 

@@ -23,7 +23,7 @@ OUT_OF_DATE, OUT_OF_DATETIME2 = "out of date range", "out of datetime2 range"
  K_TIME2, K_YEAR, K_ENUM, K_SET, K_BIT, K_BYTES, K_JSON) = range(15)
 KINDS = 15
 # the version of the twins: ``_rowloop.TWIN`` must be the same (bump both on a change)
-TWIN = 8
+TWIN = 9
 _FLOAT = struct.Struct("<f").unpack_from
 _DOUBLE = struct.Struct("<d").unpack_from
 _EPOCH = datetime.datetime(1970, 1, 1)

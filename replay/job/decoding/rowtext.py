@@ -45,6 +45,7 @@ import struct
 from pymysqlreplication.constants import FIELD_TYPE, NONE_SOURCE
 
 from mysqlbackup.binlog import events as ev
+from mysqlbackup.speedups import load_twin
 from replay.job.decoding import changes, rowdecode, rowloop
 from replay.job.decoding.changejson import time_text
 from replay.job.decoding.changes import (OPS, Reader, decode_event, decode_rows_event,
@@ -52,6 +53,8 @@ from replay.job.decoding.changes import (OPS, Reader, decode_event, decode_rows_
 from replay.job.decoding.rowcount import table_id_size
 from replay.job.decoding.sqltext import printable
 
+# the version of the twins: ``_rowtext.TWIN`` must be the same (bump both on a change)
+TWIN = 1
 VALUE_CAP = 256      # characters of one value shown
 ROW_CAP = 4096       # characters of one row line
 QUERY_CAP = 4096     # characters of an annotated query shown
@@ -197,7 +200,7 @@ class RowText:
             data, pos, end, before, after = rowdecode.row_images(
                 event, plan, self.checksum,
                 rowdecode.post_header(self.reader.post_header_lens, event[4]))
-            write = rowdecode.twin("rows_text", rows_text)
+            write = rowdecode.twin(compiled, "rows_text", rows_text)
             text, pos = write(data, pos, end, before, after, heads[OPS[event[4]]], labels,
                               columns, unknown)
         except Exception:  # noqa: BLE001 - _rows reads it again, and names what fails
@@ -225,7 +228,7 @@ class RowText:
         columns = {c.name: c for c in rows_event.columns}
         name = f"{quote_name(rows_event.schema)}.{quote_name(rows_event.table)}"
         op = OPS[event[4]]
-        line = rowdecode.twin("row_line", row_line)
+        line = rowdecode.twin(compiled, "row_line", row_line)
         for row in rows:
             if op == "update":
                 parts = [(f"### UPDATE {name} WHERE", row["before_values"],
@@ -244,7 +247,7 @@ def rows_text(data, pos, end, before, after, heads, labels, columns, unknown):
     each row the pure row loop reads (``rowloop.read_rows``: ``before`` and ``after``
     are its image plans). ``heads``: the line's head, and an update's ``SET``;
     ``labels``, ``columns`` (the decoder's) and ``unknown`` (integer signedness not
-    known): one per column of the table. The compiled twin (``_rowloop.rows_text``)
+    known): one per column of the table. The compiled twin (``_rowtext.rows_text``)
     writes the same bytes without a value object for the common types."""
     rows, pos = rowloop.read_rows(data, pos, end, before, after)
     names = tuple(before[1])
@@ -412,6 +415,16 @@ def _where(trx, event):
     return f"{trx.file}:{'?' if start is None else start}"
 
 
-if rowdecode.compiled is not None:  # its row_line writes what it cannot with these
-    rowdecode.compiled.configure_text(literal, _string_literal, NONE_SOURCE.COLS_BITMAP,
-                                      FIELD_TYPE.BIT, _TIMESTAMPS, ROW_CAP, VALUE_CAP)
+# the compiled twin (``_rowtext``), through the project's one loader; its ``row_line`` and
+# ``rows_text`` write with these what they do not write themselves
+FUNCTIONS = ("configure_text", "row_line", "rows_text")
+
+
+def _load():
+    """The compiled twin, configured, or (None, why not)."""
+    return load_twin("replay.job.decoding._rowtext", TWIN, FUNCTIONS, lambda module: (
+        module.configure_text(literal, _string_literal, NONE_SOURCE.COLS_BITMAP,
+                              FIELD_TYPE.BIT, _TIMESTAMPS, ROW_CAP, VALUE_CAP)))
+
+
+compiled, _why = _load()

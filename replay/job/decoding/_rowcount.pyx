@@ -1,4 +1,12 @@
-# Included by _rowloop.pyx: the rows of a rows event counted, not decoded.
+# cython: language_level=3, boundscheck=False, wraparound=False, initializedcheck=False
+"""The compiled twin of ``replay.job.decoding.rowcount`` (optional: ``rowcount`` loads it
+through ``mysqlbackup.speedups.load_twin``): a rows event's rows counted, not decoded
+(``walk_rows``); ``tests/test_rowdecode.py`` holds it to the twin."""
+
+from replay.job.decoding._rowloop cimport _le
+
+# the version of the twins: ``rowcount.TWIN`` must be the same (bump both on a change)
+TWIN = 1
 
 # -- the rows of a rows event counted, not decoded (``rowcount.walk_rows``'s twin) -------
 

@@ -1,5 +1,33 @@
-# Included by _rowloop.pyx after _rowtext.pxi (its ``Buffer``): the change table's row
-# images (``changejson.image_values``'s twin) and a flat image as JSON text (``changejson.to_json``'s).
+# cython: language_level=3, boundscheck=False, wraparound=False, initializedcheck=False
+"""The compiled twin of ``replay.job.decoding.changejson`` (optional: ``changejson``
+loads it through ``mysqlbackup.speedups.load_twin``): a row image for the change table
+(``json_image``), a flat image as JSON text (``image_json``) and a rows event's changes
+as JSON straight from its bytes (``rows_json``), the same text; ``tests/test_rowdecode.py``
+and ``tests/test_rowjson.py`` hold them to the twin."""
+
+from cpython.bytes cimport PyBytes_AS_STRING, PyBytes_GET_SIZE
+from cpython.unicode cimport PyUnicode_DecodeUTF8
+from libc.stdint cimport uint64_t
+from libc.stdio cimport snprintf
+from libc.stdlib cimport free, malloc
+from libc.string cimport memcpy
+
+from replay.job.decoding._rowloop cimport (K_DATE, K_DATETIME2, K_DECIMAL, K_DOUBLE,
+                                           K_FLOAT, K_INT, K_STRING, Buffer,
+                                           PyUnicode_AsUTF8AndSize, _ascii_codec,
+                                           _datetime2_fields, _decimal_literal,
+                                           _decimal_text, _le, _need, _plans, _put,
+                                           _put_str, _signed, _string, _take,
+                                           _valid_datetime)
+
+import datetime
+import decimal
+
+# the version of the twins: ``changejson.TWIN`` must be the same (bump both on a change)
+TWIN = 1
+
+cdef object _Decimal = decimal.Decimal
+cdef object _datetime = datetime.datetime
 
 # -- a row image for the change table (``changejson.image_values``'s twin) -------------------------
 
@@ -136,15 +164,7 @@ cdef inline bint _json_ascii(const unsigned char *p, Py_ssize_t n) noexcept:
 cdef bint _ascii_reads(object encoding) except -1:
     """Whether a column's codec reads printable ASCII bytes as themselves (None: the
     bytes are kept as bytes, never text)."""
-    if encoding is None:
-        return False
-    if encoding is _UTF8 or encoding == _UTF8:
-        return True
-    safe = _ascii_safe.get(encoding)
-    if safe is None:
-        _plain(<const unsigned char *>b"", 0, encoding)  # decides it, and keeps it
-        safe = _ascii_safe.get(encoding)
-    return safe is True
+    return encoding is not None and _ascii_codec(encoding)
 
 
 cdef int _date_text(Buffer *b, int *f, int fields) except -1:

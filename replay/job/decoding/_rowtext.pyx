@@ -1,6 +1,33 @@
-# Included by _rowloop.pyx (one extension module): the ``###`` lines of the rows
-# (``rowtext.row_line`` and ``rowtext.rows_text``'s twins) and the growing text buffer
-# (``Buffer``) the JSON text shares.
+# cython: language_level=3, boundscheck=False, wraparound=False, initializedcheck=False
+"""The compiled twin of ``replay.job.decoding.rowtext`` (optional: ``rowtext`` loads it
+through ``mysqlbackup.speedups.load_twin`` and says whether it runs): a row's ``###``
+line (``row_line``) and a whole rows event's lines straight from its bytes
+(``rows_text``), the same text; ``tests/test_rowdecode.py`` holds them to the twin."""
+
+from cpython.bytes cimport PyBytes_AS_STRING, PyBytes_FromStringAndSize, PyBytes_GET_SIZE
+from libc.stdint cimport int64_t, uint64_t
+from libc.stdio cimport snprintf
+from libc.stdlib cimport free
+from libc.string cimport memcpy
+
+from replay.job.decoding._rowloop cimport (K_DATETIME2, K_DECIMAL, K_INT, K_STRING,
+                                           K_TIMESTAMP2, Buffer, _ascii_codec,
+                                           _datetime2_fields, _decimal_literal,
+                                           _decimal_text, _need, _plans, _put, _put_str,
+                                           _read_other, _signed, _string, _take,
+                                           _timestamp2_fields, _valid_datetime)
+
+import datetime
+import decimal
+
+from replay.job.decoding.rowloop import OUT_OF_DATETIME2
+
+# the version of the twins: ``rowtext.TWIN`` must be the same (bump both on a change)
+TWIN = 1
+
+cdef object _Decimal = decimal.Decimal
+cdef object _datetime = datetime.datetime
+cdef object _OUT_OF_DATETIME2 = OUT_OF_DATETIME2
 
 # -- the ``###`` line of a row (``rowtext.row_line``'s twin) ------------------------------
 
@@ -73,43 +100,7 @@ def row_line(list parts, dict labels, dict columns, unsigned_unknown):
 # plain ASCII strings, DECIMALs, DATETIMEs and TIMESTAMPs; every other value read by the
 # twin's readers and written by ``rowtext.literal``.
 
-cdef extern from "Python.h":
-    const char *PyUnicode_AsUTF8AndSize(object text, Py_ssize_t *size) except NULL
-
-cdef struct Buffer:
-    char *data
-    Py_ssize_t size
-    Py_ssize_t cap
-
-cdef dict _ascii_safe = {}  # encoding -> whether printable ASCII bytes read as themselves
-cdef bytes _PRINTABLE = bytes(range(0x20, 0x7F))
-cdef int _days_in[13]
-_days_in[:] = [0, 31, 28, 31, 30, 31, 30, 31, 31, 30, 31, 30, 31]
-
-
-cdef int _put(Buffer *b, const char *text, Py_ssize_t n) except -1:
-    cdef Py_ssize_t cap
-    cdef char *grown
-    if b.size + n > b.cap:
-        cap = max(2 * b.cap, b.size + n + 65536)
-        grown = <char *>realloc(b.data, cap)
-        if grown == NULL:
-            raise MemoryError()
-        b.data, b.cap = grown, cap
-    memcpy(b.data + b.size, text, n)
-    b.size += n
-    return 0
-
-
-cdef Py_ssize_t _put_str(Buffer *b, str text) except -1:
-    """Write ``text`` as UTF-8; its length in characters."""
-    cdef Py_ssize_t n
-    cdef const char *utf8 = PyUnicode_AsUTF8AndSize(text, &n)
-    _put(b, utf8, n)
-    return len(text)
-
-
-cdef bint _plain(const unsigned char *p, Py_ssize_t size, object encoding):
+cdef bint _plain(const unsigned char *p, Py_ssize_t size, object encoding) except -1:
     """Whether a string's bytes are its literal as they are: printable ASCII without
     ``\\`` or ``'``, at most VALUE_CAP of them, in an encoding that reads them as ASCII."""
     cdef Py_ssize_t i
@@ -120,24 +111,7 @@ cdef bint _plain(const unsigned char *p, Py_ssize_t size, object encoding):
         c = p[i]
         if c < 0x20 or c > 0x7E or c == 0x27 or c == 0x5C:
             return False
-    safe = _ascii_safe.get(encoding)
-    if safe is None:
-        try:
-            safe = encoding is None or _PRINTABLE.decode(encoding) == _PRINTABLE.decode("ascii")
-        except (LookupError, UnicodeError):
-            safe = False
-        _ascii_safe[encoding] = safe
-    return safe
-
-
-cdef bint _valid_datetime(int *f):
-    """Whether the fields make a datetime (what ``datetime_new`` accepts)."""
-    if f[0] < 1 or f[0] > 9999 or f[1] < 1 or f[1] > 12 or f[2] < 1:
-        return False
-    leap = f[1] == 2 and f[0] % 4 == 0 and (f[0] % 100 != 0 or f[0] % 400 == 0)
-    if f[2] > _days_in[f[1]] + leap:
-        return False
-    return f[3] < 24 and f[4] < 60 and f[5] < 60 and 0 <= f[6] < 1000000
+    return _ascii_codec(encoding)
 
 
 cdef int _datetime_text(char *text, int *f, bint zone):
@@ -151,28 +125,6 @@ cdef int _datetime_text(char *text, int *f, bint zone):
         n += snprintf(text + n, 48 - n, "+00:00")
     text[n] = b"'"
     return n + 1
-
-
-cdef int _decimal_literal(char *text, const char *raw):
-    """``format(Decimal(raw), "f")`` of the stored text ``raw`` (``_decimal_text``):
-    leading zeros dropped, no '.' without a scale; its length."""
-    cdef int n = 0, i = 0
-    if raw[0] == b"-":
-        text[n] = b"-"
-        n += 1
-        i = 1
-    while raw[i] == b"0" and raw[i + 1] != b"." and raw[i + 1] != 0:
-        i += 1
-    if raw[i] == b".":  # no integer digits: a zero
-        text[n] = b"0"
-        n += 1
-    while raw[i] != 0:
-        if raw[i] == b"." and raw[i + 1] == 0:
-            break
-        text[n] = raw[i]
-        n += 1
-        i += 1
-    return n
 
 
 cdef Py_ssize_t _text_image(Buffer *b, bytes data, Py_ssize_t pos, Py_ssize_t end,
@@ -248,7 +200,7 @@ cdef Py_ssize_t _text_image(Buffer *b, bytes data, Py_ssize_t pos, Py_ssize_t en
                     raise ValueError("a TIMESTAMP out of range")
                 n = _datetime_text(text, f, True)
             else:
-                value, pos, source = _readers[kind](data, pos, column[1], column[2])
+                value, pos, source = _read_other(kind, data, pos, column[1], column[2])
                 if pos > end:
                     raise ValueError("a row runs past the event's end")
                 literal = _literal(value, columns[i], source,
