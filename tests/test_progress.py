@@ -132,3 +132,20 @@ def test_the_progress_file_never_goes_back_and_ends_at_one(tmp_path):
     progress.done()
     assert ratio() == 1.0
     assert len(seen) == 5  # every item still reached the terminal's reporter
+
+
+def test_the_replay_reports_from_sizes_summed_once():
+    """``run._report`` reads the bytes of the first n units from one running sum (a
+    replay of 3,000 small files reports after each: summing every unit at each report
+    made it quadratic, 13.7 s for 3,000 files where 300 took 0.63 s)."""
+    from types import SimpleNamespace
+
+    from replay.job import run
+    seen = []
+    summary = SimpleNamespace(applied=7, skipped=1, rows_events=3)
+    sizes = [0, 10, 30, 60]
+    run._report(seen.append, summary, sizes, 2, started=0.0)
+    run._report(seen.append, summary, sizes, 3, started=0.0, final=True)
+    assert [(p.files_done, p.files_total, p.bytes_done, p.bytes_total, p.final)
+            for p in seen] == [(2, 3, 30, 60, False), (3, 3, 60, 60, True)]
+    run._report(None, summary, sizes, 1, started=0.0)  # no progress asked: nothing

@@ -17,6 +17,7 @@ driver, serves a result without them).
 
 import logging
 import time
+from itertools import accumulate
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field, replace
 
@@ -116,7 +117,8 @@ def run_replay(opts, sink, spark=None, progress=None):
         check_digests(unit, result, opts.allow_gaps)  # object's size and sha256
     window = opts.window or max(1, tasks.parallelism)  # batches (tasks) decoded at once
     started, stopped = time.monotonic(), False
-    _report(progress, summary, units, 0, started)
+    sizes = [0, *accumulate(unit_bytes(unit) for unit in units)]  # bytes of the first n
+    _report(progress, summary, sizes, 0, started)
     sink.open(source)
     windows = [list(range(first, min(first + window, len(tasks.batches))))
                for first in range(0, len(tasks.batches), window)]
@@ -142,7 +144,7 @@ def run_replay(opts, sink, spark=None, progress=None):
                 pending = prefetch.submit(decode, windows[i + 1])
             for result, p in zip(results, parts):
                 stopped = _apply_file(result, units[p], opts.selection, sink, summary)
-                _report(progress, summary, units, p + 1, started, final=stopped)
+                _report(progress, summary, sizes, p + 1, started, final=stopped)
                 if stopped:
                     break
             if stopped:
@@ -251,16 +253,13 @@ def _named(trx):
     return f"transaction {trx.gtid or '(no GTID)'} ending at {trx.end_position}"
 
 
-def _report(progress, summary, units, done, started, final=False):
-    """Hand ``progress`` where the replay is: ``done`` of the units, their bytes;
-    ``final`` when a stop point ends it before the last unit."""
+def _report(progress, summary, sizes, done, started, final=False):
+    """Hand ``progress`` where the replay is: ``done`` of the units, their bytes
+    (``sizes``: the archived bytes of the first n units, n from 0 to all of them, summed
+    once: a replay of thousands of small files reports after each); ``final`` when a
+    stop point ends it before the last unit."""
     if progress is None:
         return
-    progress(Progress(done, len(units), _size(units[:done]), _size(units), summary.applied,
+    progress(Progress(done, len(sizes) - 1, sizes[done], sizes[-1], summary.applied,
                       summary.skipped, summary.rows_events, time.monotonic() - started,
                       final))
-
-
-def _size(units):
-    """Archived bytes of ``units`` (as their indexes say)."""
-    return sum(unit_bytes(unit) for unit in units)
