@@ -81,8 +81,9 @@ def load_twin(name, version, functions, configure):
     hands it what it calls back), and "compiled"; or (None, why not): turned off with
     ``MYSQLBACKUP_PURE_PYTHON``, not built, built from another version (its ``TWIN`` is
     not ``version``), or without one of ``functions`` (every function its callers take
-    from it: a twin is whole or not used, never half). The one loader of the project's
-    compiled modules (the stream loop here, the row loop in ``rowdecode``)."""
+    from it: a twin is whole or not used, never half), recorded in LOADED. The one
+    loader of the project's compiled modules (the stream loop here; the row decoders'
+    in ``rowdecode``, ``rowtext``, ``changejson`` and ``rowcount``)."""
     module, why = _twin(name, version, functions)
     if module is not None:
         configure(module)

@@ -200,7 +200,7 @@ def test_the_typed_view_is_the_same_either_way(which, monkeypatch):
 
 @pytest.mark.parametrize("op", ["insert", "update", "delete"])
 def test_the_plain_images_are_the_stored_ones(op):
-    """``changes._plain_images`` (a table json_changes writes) gives ``stored_image``'s
+    """``changes._present`` (a table json_changes writes) gives ``stored_image``'s
     images, a column not in an image (MINIMAL) left out, NULL kept."""
     specs = [s for s in WRITTEN if s[0][3] not in ("null", "absent")][:4]
     plan = table(specs)
@@ -214,7 +214,7 @@ def test_the_plain_images_are_the_stored_ones(op):
         before, after, data = plan.image(part), None, image_bytes(specs, part)
     rows, _ = rowloop.read_rows(data, 0, len(data), before, after)
     for row in rows:
-        assert changes._plain_images(op, row) == changejson.images(
+        assert changejson.images(op, row, None, changes._present) == changejson.images(
             op, row, columns, changejson.stored_image)
 
 

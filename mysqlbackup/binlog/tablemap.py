@@ -125,7 +125,6 @@ def decimal_groups(data, pos, precision, scale):
     bytes hold more: damaged). The one reader of a packed DECIMAL (the row images' and
     MySQL's binary JSON's: ``replay.job.decoding.rowloop`` and ``mysqljson``; the
     compiled row loop has its twin); ValueError when the bytes run short."""
-    whole, frac = precision - scale, scale
     size = decimal_size(precision, scale)
     raw = bytearray(data[pos:pos + size])
     if len(raw) != size or not size:
@@ -135,21 +134,22 @@ def decimal_groups(data, pos, precision, scale):
     if negative:
         raw = bytes(b ^ 0xFF for b in raw)
     groups, at = [], 0
-    for digits in (([whole % 9] if whole % 9 else []) + [9] * (whole // 9) +
-                   [9] * (frac // 9) + ([frac % 9] if frac % 9 else [])):
+    for digits in decimal_digits(precision, scale):
         width = 4 if digits == 9 else DIG2BYTES[digits]
         groups.append(f"{int.from_bytes(raw[at:at + width], 'big'):0{digits}d}")
         at += width
+    whole = precision - scale
     cut = (whole % 9 > 0) + whole // 9
     return negative, groups[:cut], groups[cut:], pos + size
 
 
-def real_type(ctype, meta):
-    """A STRING column's real type (its metadata's first byte: ENUM, SET or STRING), or
-    ``ctype``."""
-    if ctype == _T.STRING and meta and meta[0] in (_T.ENUM, _T.SET):
-        return meta[0]
-    return ctype
+def decimal_digits(precision, scale):
+    """The digits each group of a packed DECIMAL(precision, scale) holds, in order: the
+    whole part's leftover digits, its groups of 9, the fraction's groups of 9, its
+    leftover digits."""
+    whole = precision - scale
+    return (([whole % 9] if whole % 9 else []) + [9] * (whole // 9) + [9] * (scale // 9)
+            + ([scale % 9] if scale % 9 else []))
 
 
 def value_size(ctype, meta):

@@ -17,9 +17,9 @@ driver, serves a result without them).
 
 import logging
 import time
-from itertools import accumulate
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field, replace
+from itertools import accumulate
 
 from mysqlbackup.archive.stop import END
 from mysqlbackup.binlog import events as ev

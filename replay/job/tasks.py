@@ -22,7 +22,8 @@ import tempfile
 from dataclasses import dataclass, field, replace
 
 from mysqlbackup.archive.stop import END
-from mysqlbackup.errors import CorruptBinlog
+from mysqlbackup.errors import CorruptBinlog, MysqlBackupError
+from replay.job.decoding.transaction import rewrite_transaction
 
 SPOOL_CHUNK = 1 << 20  # the spool read back a MiB at a time
 # a task hands back at most this many bytes of events: the results of a window of tasks
@@ -168,7 +169,7 @@ def _decode(unit, url, options, keyring, keep, out, facts, walk, spool, writing)
 class _Writing:
     """A task's writer (``keep.write``: --sql's text, --parquet's parts) fed each
     transaction as it ends in the stream (``StreamAssembly``'s ``each``): those the
-    selection applies (the same choice as ``wanted``), filtered and rewritten, so that
+    selection applies (``_Choice``, as ``wanted``), filtered and rewritten, so that
     the file's bytes are read once and never spooled. A failure is kept and handed back
     by ``close`` as a TaskError, never raised into the stream (whose own faults
     ``finish`` raises); ``discard`` removes what was written. ``where``: the unit's
@@ -177,37 +178,27 @@ class _Writing:
     (--sql: a LOAD DATA, or more text than a task hands back): the driver writes it."""
 
     def __init__(self, keep, where):
-        self.keep, self.where, self.skip = keep, where, gtid_state(keep.skip)
-        self.done = keep.selection is None  # a stop before this unit: nothing to write
+        self.keep, self.where, self.choice = keep, where, _Choice(keep)
         self.writer = self.fde = self.checksum = self.error = self.source = None
         try:
             self.writes = writer_of(keep.write)
         except ImportError as e:  # the probe names it first on a cluster
-            self.writes, self.done = None, True
+            self.writes = None
             self.error = TaskError("sink", f"the task's Python has no module {e.name!r}, "
                                            f"which {keep.write.option} needs")
 
     def take(self, trx):
         """One transaction of the stream, with its events."""
-        if self.done:
-            return
-        if self.skip is not None and trx.gtid_key and self.skip.contains(*trx.gtid_key):
+        if self.error is not None or not self.choice.wants(trx):
             return
         selection = self.keep.selection
-        decision, _reason = selection.decide(trx)
-        if decision in ("stop", "gap"):  # the driver stops there too (or raises at a gap)
-            self.done = True
-            return
-        if decision != "apply":
-            return
-        from replay.job.decoding.transaction import rewrite_transaction
         try:
             self._open(self.source.fde_event)
             kept = selection.filter_events(trx, self.fde, self.checksum)
             self.writer.apply(rewrite_transaction(kept, selection.rewrite, self.checksum),
                               self.fde, self.checksum)
         except Exception as e:  # noqa: BLE001 - handed back by close (``_failure``)
-            self.done, self.error = True, e
+            self.error = e
 
     def _open(self, fde_event):
         """The writer, made at the first transaction (or at ``close``) with the file's
@@ -240,7 +231,6 @@ def _failure(error, writes, spec, where):
     """The TaskError of a task writer's failure, or None: it declined."""
     import traceback
 
-    from mysqlbackup.errors import MysqlBackupError
     if isinstance(error, TaskError):
         return error
     if writes is not None and writes.declined and isinstance(error, writes.declined):
@@ -299,23 +289,32 @@ def keep_spec(selection, unit, write=None, seq=0):
 
 
 def wanted(transactions, keep):
-    """The transactions the driver may apply (``Selection.decide`` says apply), before
-    the first one where it says stop, less those of ``keep.skip``: the same choice
-    as the driver's (``run._in_epoch``, ``run._choose``), which checks it got their
-    bytes."""
-    selection, skip = keep.selection, gtid_state(keep.skip)
-    if selection is None:
-        return []
-    chosen = []
-    for trx in transactions:
-        if skip is not None and trx.gtid_key and skip.contains(*trx.gtid_key):
-            continue
-        decision, _reason = selection.decide(trx)
+    """The transactions the driver may apply (``_Choice``), which it checks it got the
+    bytes of."""
+    choice = _Choice(keep)
+    return [trx for trx in transactions if choice.wants(trx)]
+
+
+class _Choice:
+    """The driver's choice of a unit's transactions (``run._in_epoch``, ``run._choose``),
+    one at a time in file order: those ``Selection.decide`` says apply, before the first
+    one where it says stop, less those of ``keep.skip``."""
+
+    def __init__(self, keep):
+        self.selection, self.skip = keep.selection, gtid_state(keep.skip)
+        self.done = self.selection is None  # a stop before this unit: none
+
+    def wants(self, trx):
+        """Whether the driver applies ``trx`` (the next transaction of the unit)."""
+        if self.done:
+            return False
+        if self.skip is not None and trx.gtid_key and self.skip.contains(*trx.gtid_key):
+            return False
+        decision, _reason = self.selection.decide(trx)
         if decision in ("stop", "gap"):  # the driver raises at a gap
-            break
-        if decision == "apply":
-            chosen.append(trx)
-    return chosen
+            self.done = True
+            return False
+        return decision == "apply"
 
 
 class _Spool:

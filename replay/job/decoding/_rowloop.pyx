@@ -14,7 +14,7 @@ from cpython.datetime cimport date_new, datetime_new, import_datetime
 from cpython.unicode cimport PyUnicode_DecodeUTF8
 from libc.stdint cimport int64_t, uint32_t, uint64_t
 from libc.stdio cimport snprintf
-from libc.stdlib cimport free, malloc, realloc
+from libc.stdlib cimport realloc
 from libc.string cimport memcpy, strlen
 
 import datetime

@@ -83,13 +83,22 @@ def json_changes(event, op, table, pk, reader, trx, at, position):
         return None
     if found is None or found[1] != end:
         return None
-    if at[0] != position:
-        at[:] = [position, 0]
-    first, at[1], commit_time = at[1], at[1] + len(found[0]), utc(trx.commit_ts)
+    first, commit_time = number_rows(at, position, len(found[0])), utc(trx.commit_ts)
     return [{"op": op, "db": table.schema, "table": table.table, "pk": k, "before": old,
              "after": new, "gtid": trx.gtid, "commit_time": commit_time, "file": trx.file,
              "position": position, "row_index": index}
             for index, (old, new, k) in enumerate(found[0], first)]
+
+
+def number_rows(at, position, count):
+    """The index of the first of ``count`` rows of the rows event at ``position``, counted
+    in ``at`` ([position, rows numbered there so far]: the rows events of one
+    TRANSACTION_PAYLOAD share its position, and their rows are numbered on across them)."""
+    if at[0] != position:
+        at[:] = [position, 0]
+    first = at[1]
+    at[1] += count
+    return first
 
 
 def _spec(table, pk, dbms):

@@ -56,7 +56,8 @@ from mysqlbackup.binlog import events as ev
 from mysqlbackup.errors import CorruptBinlog
 from replay.job.decoding import changejson, rowdecode
 from replay.job.decoding.changejson import (ChangeDecodeError, images, image_values, json_changes,
-                                            key_json, stored_image, to_json, utc)
+                                            key_json, number_rows, stored_image, to_json,
+                                            utc)
 from replay.job.decoding.rowloop import time2
 from replay.job.decoding.mysqljson import json_text
 
@@ -265,22 +266,15 @@ def _event_changes(event, table_map, keys, reader, trx, at, position, stored):
     if len(found) != len(rows.rows):  # never: both read the same images
         raise ChangeDecodeError(f"{_where(trx, event)}: {len(found)} rows written, "
                                 f"{len(rows.rows)} decoded")
+    op = OPS[event[4]]
     for change, row in zip(found, rows.rows):  # a table without a stored column (its spec)
-        change["stored"] = Stored(rows, reader.dbms, *_plain_images(OPS[event[4]], row))
+        change["stored"] = Stored(rows, reader.dbms, *images(op, row, None, _present))
     return found
 
 
-def _plain_images(op, row):
-    """``images(..., stored_image)`` of a row of a table that ``json_changes`` writes: no
-    column the server holds otherwise, no SET: the values, less those not in the image."""
-    if op != "update":
-        image = _present(row["values"], row["none_sources"])
-        return (None, image) if op == "insert" else (image, None)
-    return (_present(row["before_values"], row["before_none_sources"]),
-            _present(row["after_values"], row["after_none_sources"]))
-
-
-def _present(values, sources):
+def _present(values, sources, _columns=None):
+    """``stored_image`` of a row image of a table that ``json_changes`` writes (no column
+    the server holds otherwise, no SET): the values, less those not in the image."""
     if not sources or COLS_BITMAP not in sources.values():
         return values
     return {name: value for name, value in values.items() if sources.get(name) != COLS_BITMAP}
@@ -288,14 +282,11 @@ def _present(values, sources):
 
 def _changes(rows, event, keys, trx, at, position, dbms=None):
     op = OPS[event[4]]
-    if at[0] != position:
-        at[:] = [position, 0]
     columns = {c.name: c for c in rows.columns}
     pk = keys.get(rows.table_id, [])
-    at[1] += len(rows.rows)
     json_image = rowdecode.twin(changejson.compiled, "json_image", image_values)
     commit_time = utc(trx.commit_ts)
-    for index, row in enumerate(rows.rows, at[1] - len(rows.rows)):
+    for index, row in enumerate(rows.rows, number_rows(at, position, len(rows.rows))):
         before, after = images(op, row, columns, json_image)
         change = {"op": op, "db": rows.schema, "table": rows.table,
                   "pk": key_json(pk, before, after), "before": to_json(before),

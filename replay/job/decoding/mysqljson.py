@@ -47,7 +47,7 @@ import decimal
 import re
 import struct
 
-from mysqlbackup.binlog.tablemap import decimal_groups, decimal_size
+from mysqlbackup.binlog.tablemap import decimal_digits, decimal_groups, decimal_size
 
 SMALL_OBJECT, LARGE_OBJECT, SMALL_ARRAY, LARGE_ARRAY = 0x0, 0x1, 0x2, 0x3
 LITERAL, INT16, UINT16, INT32, UINT32, INT64, UINT64 = 0x4, 0x5, 0x6, 0x7, 0x8, 0x9, 0xA
@@ -224,17 +224,11 @@ def decimal_text(data):
         raise JsonBinaryError(f"DECIMAL({precision},{scale}) of {len(data) - 2} bytes, "
                               f"not {size}")
     negative, whole, fraction, _ = decimal_groups(data, 2, precision, scale)
-    for group, digits in zip(whole + fraction, _widths(precision - scale, scale)):
+    for group, digits in zip(whole + fraction, decimal_digits(precision, scale)):
         if len(group) > digits:
             raise JsonBinaryError(f"DECIMAL digit group {int(group)} over {digits} digits")
     integer = "".join(whole).lstrip("0") or "0"
     return ("-" if negative else "") + integer + ("." + "".join(fraction) if scale else "")
-
-
-def _widths(whole, frac):
-    """The digits of each group of a DECIMAL's whole part and fraction, in order."""
-    return (([whole % 9] if whole % 9 else []) + [9] * (whole // 9) + [9] * (frac // 9)
-            + ([frac % 9] if frac % 9 else []))
 
 
 def temporal_text(field_type, data):

@@ -34,14 +34,12 @@ from pymysql.charset import charset_by_name
 
 from mysqlbackup.binlog import events as ev
 from mysqlbackup.binlog.tablemap import ColumnType as T
-from mysqlbackup import speedups
 from mysqlbackup.speedups import LOADED, load_twin
 from replay.job.decoding import rowloop
 from replay.job.decoding.rowloop import (K_BIT, K_BYTES, K_DATE, K_DATETIME2, K_DECIMAL,
                                          K_DOUBLE, K_ENUM, K_FLOAT, K_INT, K_JSON, K_SET,
                                          K_STRING, K_TIME2, K_TIMESTAMP2, K_YEAR)
 
-PURE_ENV = speedups.PURE_ENV
 _INTEGER_SIZES = {T.TINY: 1, T.SHORT: 2, T.INT24: 3, T.LONG: 4, T.LONGLONG: 8}
 _STRING_TYPES = (T.VARCHAR, T.STRING)              # (CHAR, BINARY)
 _SIMPLE = {T.FLOAT: (K_FLOAT, 4, None), T.DOUBLE: (K_DOUBLE, 8, None),

@@ -42,8 +42,7 @@ from replay.job.decoding.summary import ChangeCollector, format_changes
 from replay.job.sinks.base import Sink
 from replay.job.sinks.writers import SqlTaskWriter
 from replay.job.sinks.statements import (MYSQL_GTID_AUTOMATIC, binlog_bytes, binlog_statement,
-                                         gtid_session,
-                                         mysql_gtid, transaction_steps)
+                                         gtid_session, mysql_gtid, transaction_steps)
 
 DELIMITER = "/*!*/;"
 HEADER = ("-- mysqlbackup replay: apply with `mariadb --local-infile=1 < FILE` or MySQL's "
@@ -220,7 +219,7 @@ class SqlFileSink(Sink):
 
     def _statement(self, sql):
         self._write(sql)
-        self._write(f"\n{DELIMITER}\n")
+        self._write(_END)
 
     def _format(self, fde_event, fde):
         """The file's format description, when it is another than the last one's."""

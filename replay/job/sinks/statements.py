@@ -25,7 +25,6 @@ can log the two as one transaction: ``script.script_transaction`` logs the rows'
 part under the GTID).
 """
 
-import base64
 import binascii
 import re
 from dataclasses import dataclass, replace
@@ -74,14 +73,15 @@ class LoadData:
         return self.before + quoted.encode() + self.after
 
 
-def binlog_statement(events):
-    """``BINLOG '...'`` carrying the given whole events."""
-    return "BINLOG '" + base64.b64encode(b"".join(events)).decode("ascii") + "'"
-
-
 def binlog_bytes(events):
-    """``binlog_statement`` as ASCII bytes (what a file takes, without a copy to text)."""
+    """``BINLOG '...'`` carrying the given whole events, as ASCII bytes (what a file
+    takes, without a copy to text)."""
     return b"BINLOG '" + binascii.b2a_base64(b"".join(events), newline=False) + b"'"
+
+
+def binlog_statement(events):
+    """``binlog_bytes`` as text (what a connection sends)."""
+    return binlog_bytes(events).decode("ascii")
 
 
 def binlog_chunks(events, fde, cap):
